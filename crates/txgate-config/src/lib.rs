@@ -1,0 +1,447 @@
+//! txgate's configuration.
+//!
+//! Plain structs with a `DEFAULT_*` constant for every setting, parsed once
+//! at the edge: [`Config::from_toml`] rejects unknown keys and bad values
+//! with the dotted path of the key at fault, and [`Config::validate`] checks
+//! what serde cannot (relations between settings). `config/txgate.toml` in
+//! the repository documents every key with these defaults.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// Default RPC listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8545";
+/// Default admin listen address (loopback: metrics and health only).
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9545";
+/// Default upstream node.
+pub const DEFAULT_UPSTREAM: &str = "http://127.0.0.1:8546";
+/// Default cap on open client connections.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// Default time a client has to send its request headers.
+pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 5_000;
+/// Default time a client has to send its request body.
+pub const DEFAULT_BODY_READ_TIMEOUT_MS: u64 = 10_000;
+/// Default: serve HTTP/2 cleartext (h2c, prior knowledge) beside HTTP/1.1.
+pub const DEFAULT_HTTP2: bool = true;
+/// Default global cap on calls in flight.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1_000;
+/// Default `Retry-After` seconds sent with HTTP 429.
+pub const DEFAULT_RETRY_AFTER_SECS: u64 = 1;
+/// Default cap on a request body.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 5 * 1024 * 1024;
+/// Default cap on calls in one batch.
+pub const DEFAULT_MAX_BATCH_SIZE: usize = 100;
+/// Default method policy mode.
+pub const DEFAULT_METHOD_POLICY: PolicyMode = PolicyMode::Deny;
+/// Default denied methods (`*` matches any suffix).
+pub const DEFAULT_DENIED_METHODS: &[&str] =
+    &["admin_*", "debug_*", "personal_*", "miner_*", "engine_*"];
+/// Default upstream connect timeout.
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// Default upstream call timeout (headers and body).
+pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 10_000;
+/// Default cap on an upstream response body.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 128 * 1024 * 1024;
+/// Default idle keep-alive connections kept to the upstream (0: same as
+/// `admission.max_in_flight`).
+pub const DEFAULT_POOL_MAX_IDLE: usize = 0;
+/// Default idle time before a pooled upstream connection is closed.
+pub const DEFAULT_POOL_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// Default interval of the upstream health probe behind `/readyz`.
+pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 2_000;
+/// Default time in-flight calls get to finish at shutdown.
+pub const DEFAULT_GRACE_PERIOD_MS: u64 = 30_000;
+/// Default log format.
+pub const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Human;
+/// Default log filter (`RUST_LOG` syntax).
+pub const DEFAULT_LOG_LEVEL: &str = "info";
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Client-facing server.
+    pub server: Server,
+    /// Global admission control.
+    pub admission: Admission,
+    /// JSON-RPC limits and method policy.
+    pub rpc: Rpc,
+    /// The node txgate forwards to.
+    pub upstream: Upstream,
+    /// Metrics and health listener.
+    pub admin: Admin,
+    /// Shutdown behaviour.
+    pub shutdown: Shutdown,
+    /// Logging.
+    pub log: Log,
+}
+
+/// Client-facing server settings.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Server {
+    /// Address for JSON-RPC clients.
+    pub listen: SocketAddr,
+    /// Open connections at most; further clients wait in the accept queue.
+    pub max_connections: usize,
+    /// Time a client has to send its request headers (HTTP/1.1).
+    pub header_read_timeout_ms: u64,
+    /// Time a client has to send its request body.
+    pub body_read_timeout_ms: u64,
+    /// Serve h2c (HTTP/2 with prior knowledge) beside HTTP/1.1.
+    pub http2: bool,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Server {
+            listen: parse_addr(DEFAULT_LISTEN),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_read_timeout_ms: DEFAULT_HEADER_READ_TIMEOUT_MS,
+            body_read_timeout_ms: DEFAULT_BODY_READ_TIMEOUT_MS,
+            http2: DEFAULT_HTTP2,
+        }
+    }
+}
+
+/// Global admission control.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Admission {
+    /// Requests in flight at most, across all connections.
+    pub max_in_flight: usize,
+    /// `Retry-After` seconds on HTTP 429.
+    pub retry_after_secs: u64,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission { max_in_flight: DEFAULT_MAX_IN_FLIGHT, retry_after_secs: DEFAULT_RETRY_AFTER_SECS }
+    }
+}
+
+/// Whether `rpc.methods` lists what is allowed or what is denied.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyMode {
+    /// Only the listed methods pass.
+    Allow,
+    /// Every method passes but the listed ones.
+    Deny,
+}
+
+/// JSON-RPC limits and method policy.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Rpc {
+    /// Request body size cap (HTTP 413 above it).
+    pub max_body_bytes: usize,
+    /// Calls per batch at most.
+    pub max_batch_size: usize,
+    /// `allow` or `deny`.
+    pub policy: PolicyMode,
+    /// Method names; a trailing `*` matches any suffix.
+    pub methods: Vec<String>,
+}
+
+impl Default for Rpc {
+    fn default() -> Self {
+        Rpc {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_batch_size: DEFAULT_MAX_BATCH_SIZE,
+            policy: DEFAULT_METHOD_POLICY,
+            methods: DEFAULT_DENIED_METHODS.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+/// The upstream node.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Upstream {
+    /// `http://host:port[/path]` of the node.
+    pub url: String,
+    /// TCP connect timeout.
+    pub connect_timeout_ms: u64,
+    /// Whole-call timeout: request sent, response headers and body read.
+    pub call_timeout_ms: u64,
+    /// Upstream response body cap.
+    pub max_response_bytes: usize,
+    /// Idle keep-alive connections kept; 0 means `admission.max_in_flight`.
+    pub pool_max_idle: usize,
+    /// Idle time before a pooled connection is closed.
+    pub pool_idle_timeout_ms: u64,
+    /// Interval of the health probe (`eth_chainId`) behind `/readyz`.
+    pub health_interval_ms: u64,
+}
+
+impl Default for Upstream {
+    fn default() -> Self {
+        Upstream {
+            url: DEFAULT_UPSTREAM.to_string(),
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            call_timeout_ms: DEFAULT_CALL_TIMEOUT_MS,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            pool_max_idle: DEFAULT_POOL_MAX_IDLE,
+            pool_idle_timeout_ms: DEFAULT_POOL_IDLE_TIMEOUT_MS,
+            health_interval_ms: DEFAULT_HEALTH_INTERVAL_MS,
+        }
+    }
+}
+
+impl Upstream {
+    /// The idle pool size to use, never below the in-flight cap.
+    pub fn effective_pool_max_idle(&self, admission: &Admission) -> usize {
+        if self.pool_max_idle == 0 { admission.max_in_flight } else { self.pool_max_idle }
+    }
+}
+
+/// Admin listener.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Admin {
+    /// Address for `/metrics`, `/healthz` and `/readyz`.
+    pub listen: SocketAddr,
+}
+
+impl Default for Admin {
+    fn default() -> Self {
+        Admin { listen: parse_addr(DEFAULT_ADMIN_LISTEN) }
+    }
+}
+
+/// Shutdown behaviour.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Shutdown {
+    /// Time in-flight calls get to finish after SIGTERM or SIGINT.
+    pub grace_period_ms: u64,
+}
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Shutdown { grace_period_ms: DEFAULT_GRACE_PERIOD_MS }
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Readable lines.
+    Human,
+    /// One JSON object a line.
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "human" => Ok(LogFormat::Human),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("unknown log format `{other}` (expected human or json)")),
+        }
+    }
+}
+
+/// Logging.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Log {
+    /// `human` or `json`.
+    pub format: LogFormat,
+    /// Filter in `RUST_LOG` syntax; `RUST_LOG` itself wins when set.
+    pub level: String,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Log { format: DEFAULT_LOG_FORMAT, level: DEFAULT_LOG_LEVEL.to_string() }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            server: Server::default(),
+            admission: Admission::default(),
+            rpc: Rpc::default(),
+            upstream: Upstream::default(),
+            admin: Admin::default(),
+            shutdown: Shutdown::default(),
+            log: Log::default(),
+        }
+    }
+}
+
+fn parse_addr(s: &str) -> SocketAddr {
+    s.parse().unwrap_or_else(|_| unreachable!("default address {s} is valid"))
+}
+
+/// A configuration error that names the key at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted key path (`upstream.url`), or empty for the file as a whole.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "`{}`: {}", self.key, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn err(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError { key: key.to_string(), message: message.into() }
+}
+
+impl Config {
+    /// Parses TOML text; unknown keys and bad values are errors naming the key.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let de = toml::Deserializer::new(text);
+        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            // toml's message carries a source excerpt; keep its first line.
+            let message = inner.message().lines().next().unwrap_or("invalid value").to_string();
+            ConfigError { key: if key == "." { String::new() } else { key }, message }
+        })?;
+        Ok(config)
+    }
+
+    /// Reads and parses a file.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| err("", format!("cannot read {}: {e}", path.display())))?;
+        Config::from_toml(&text)
+    }
+
+    /// Checks relations serde cannot see.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let url = &self.upstream.url;
+        let Some(rest) = url.strip_prefix("http://") else {
+            return Err(err("upstream.url", format!("`{url}` must start with http://")));
+        };
+        if rest.is_empty() || rest.starts_with('/') {
+            return Err(err("upstream.url", format!("`{url}` has no host")));
+        }
+        let positive = [
+            ("server.max_connections", self.server.max_connections as u64),
+            ("server.header_read_timeout_ms", self.server.header_read_timeout_ms),
+            ("server.body_read_timeout_ms", self.server.body_read_timeout_ms),
+            ("admission.max_in_flight", self.admission.max_in_flight as u64),
+            ("rpc.max_body_bytes", self.rpc.max_body_bytes as u64),
+            ("rpc.max_batch_size", self.rpc.max_batch_size as u64),
+            ("upstream.connect_timeout_ms", self.upstream.connect_timeout_ms),
+            ("upstream.call_timeout_ms", self.upstream.call_timeout_ms),
+            ("upstream.max_response_bytes", self.upstream.max_response_bytes as u64),
+            ("upstream.pool_idle_timeout_ms", self.upstream.pool_idle_timeout_ms),
+            ("upstream.health_interval_ms", self.upstream.health_interval_ms),
+        ];
+        for (key, value) in positive {
+            if value == 0 {
+                return Err(err(key, "must be greater than 0"));
+            }
+        }
+        if self.upstream.pool_max_idle != 0
+            && self.upstream.pool_max_idle < self.admission.max_in_flight
+        {
+            return Err(err(
+                "upstream.pool_max_idle",
+                format!(
+                    "{} is below admission.max_in_flight ({}): calls in flight would open \
+                     connections the pool cannot keep",
+                    self.upstream.pool_max_idle, self.admission.max_in_flight
+                ),
+            ));
+        }
+        for (i, m) in self.rpc.methods.iter().enumerate() {
+            let stem = m.strip_suffix('*').unwrap_or(m);
+            if stem.is_empty() && m != "*" || stem.contains('*') {
+                return Err(err(
+                    &format!("rpc.methods[{i}]"),
+                    format!("`{m}`: `*` may only end a pattern"),
+                ));
+            }
+        }
+        if self.server.listen == self.admin.listen && self.server.listen.port() != 0 {
+            return Err(err("admin.listen", "must differ from server.listen"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        assert_eq!(Config::from_toml("").unwrap(), Config::default());
+        Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn shipped_file_matches_the_defaults() {
+        let text = include_str!("../../../config/txgate.toml");
+        let config = Config::from_toml(text).unwrap();
+        assert_eq!(config, Config::default(), "config/txgate.toml drifted from the DEFAULT_* constants");
+    }
+
+    #[test]
+    fn unknown_keys_name_the_key() {
+        let e = Config::from_toml("[server]\nlisten_addr = \"1.2.3.4:1\"\n").unwrap_err();
+        assert!(e.message.contains("listen_addr"), "{e}");
+        let e = Config::from_toml("[nope]\n").unwrap_err();
+        assert!(e.to_string().contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let e = Config::from_toml("[server]\nlisten = \"not an address\"\n").unwrap_err();
+        assert_eq!(e.key, "server.listen", "{e}");
+        let e = Config::from_toml("[rpc]\nmax_batch_size = -1\n").unwrap_err();
+        assert_eq!(e.key, "rpc.max_batch_size", "{e}");
+        let e = Config::from_toml("[rpc]\npolicy = \"maybe\"\n").unwrap_err();
+        assert_eq!(e.key, "rpc.policy", "{e}");
+        let e = Config::from_toml("[log]\nformat = \"xml\"\n").unwrap_err();
+        assert_eq!(e.key, "log.format", "{e}");
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let mut c = Config::default();
+        c.upstream.url = "https://x".into();
+        assert_eq!(c.validate().unwrap_err().key, "upstream.url");
+        let mut c = Config::default();
+        c.admission.max_in_flight = 0;
+        assert_eq!(c.validate().unwrap_err().key, "admission.max_in_flight");
+        let mut c = Config::default();
+        c.upstream.pool_max_idle = 10;
+        assert_eq!(c.validate().unwrap_err().key, "upstream.pool_max_idle");
+        let mut c = Config::default();
+        c.rpc.methods = vec!["eth_*call".into()];
+        assert_eq!(c.validate().unwrap_err().key, "rpc.methods[0]");
+        let mut c = Config::default();
+        c.admin.listen = c.server.listen;
+        assert_eq!(c.validate().unwrap_err().key, "admin.listen");
+    }
+
+    #[test]
+    fn pool_defaults_to_in_flight_cap() {
+        let c = Config::default();
+        assert_eq!(c.upstream.effective_pool_max_idle(&c.admission), DEFAULT_MAX_IN_FLIGHT);
+    }
+}

@@ -1,0 +1,348 @@
+//! Zero-copy parsing of JSON-RPC 2.0 request bodies.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+use crate::code;
+
+/// A call's id exactly as the caller wrote it: a number, a string or `null`.
+///
+/// Kept as raw JSON so that `1.0`, `"0x01"` and `1e3` come back unchanged.
+#[derive(Clone, Copy)]
+pub struct Id<'a>(&'a RawValue);
+
+impl<'a> Id<'a> {
+    /// The id's JSON text.
+    pub fn as_str(&self) -> &'a str {
+        self.0.get()
+    }
+
+    /// The id as raw JSON.
+    pub fn raw(&self) -> &'a RawValue {
+        self.0
+    }
+
+    /// Accepts only the id types JSON-RPC 2.0 allows.
+    fn validate(raw: &'a RawValue) -> Option<Self> {
+        match raw.get().as_bytes().first() {
+            Some(b'"' | b'-' | b'0'..=b'9') => Some(Id(raw)),
+            Some(b'n') => Some(Id(raw)), // `null`; the parser already checked the literal
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Debug for Id<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A well-formed call.
+#[derive(Debug)]
+pub struct Call<'a> {
+    /// `None` for a notification (no `id` member at all).
+    pub id: Option<Id<'a>>,
+    /// The method name, borrowed unless it contained escapes.
+    pub method: Cow<'a, str>,
+    /// Raw params (an array or an object), if present.
+    pub params: Option<&'a RawValue>,
+}
+
+impl Call<'_> {
+    /// Whether the caller expects no response.
+    pub fn is_notification(&self) -> bool {
+        self.id.is_none()
+    }
+}
+
+/// A batch element or lone request that is valid JSON but not a valid call.
+#[derive(Debug)]
+pub struct Invalid<'a> {
+    /// The id to answer with when one could be read, else `null`.
+    pub id: Option<Id<'a>>,
+    /// What is wrong, for the caller.
+    pub message: &'static str,
+}
+
+impl Invalid<'_> {
+    /// The JSON-RPC code for this error.
+    pub fn code(&self) -> i64 {
+        code::INVALID_REQUEST
+    }
+}
+
+/// One entry of a request body.
+#[derive(Debug)]
+pub enum Entry<'a> {
+    /// A valid call.
+    Call(Call<'a>),
+    /// An invalid request; it is answered with -32600.
+    Invalid(Invalid<'a>),
+}
+
+/// A parsed request body.
+#[derive(Debug)]
+pub enum Frame<'a> {
+    /// A lone request object.
+    Single(Entry<'a>),
+    /// A non-empty batch, in the caller's order.
+    Batch(Vec<Entry<'a>>),
+}
+
+/// A body that cannot be answered call by call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameError {
+    /// Not valid JSON (-32700).
+    Parse,
+    /// Valid JSON, but neither an object nor an array (-32600).
+    NotARequest,
+    /// `[]` (-32600).
+    EmptyBatch,
+    /// More calls than the batch cap allows.
+    BatchTooLarge {
+        /// Calls in the batch.
+        len: usize,
+        /// The configured cap.
+        max: usize,
+    },
+}
+
+impl FrameError {
+    /// The JSON-RPC code for this error.
+    pub fn code(&self) -> i64 {
+        match self {
+            FrameError::Parse => code::PARSE_ERROR,
+            FrameError::NotARequest | FrameError::EmptyBatch => code::INVALID_REQUEST,
+            FrameError::BatchTooLarge { .. } => code::LIMIT_EXCEEDED,
+        }
+    }
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameError::Parse => f.write_str("parse error: body is not valid JSON"),
+            FrameError::NotARequest => {
+                f.write_str("invalid request: body must be a request object or a batch array")
+            }
+            FrameError::EmptyBatch => f.write_str("invalid request: empty batch"),
+            FrameError::BatchTooLarge { len, max } => {
+                write!(f, "batch of {len} calls exceeds the limit of {max}")
+            }
+        }
+    }
+}
+
+/// A request object's members, each kept raw so that a wrong type becomes
+/// -32600 with the caller's id rather than a failed parse.
+#[derive(Deserialize)]
+struct Wire<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    method: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    params: Option<&'a RawValue>,
+}
+
+/// Maps a present member, even `null`, to `Some`; a missing one stays `None`
+/// through `#[serde(default)]`. That is how a notification (no id) differs
+/// from a call whose id is `null`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue>::deserialize(d).map(Some)
+}
+
+/// Parses a request body: one call or a batch of at most `max_batch` calls.
+pub fn parse(body: &[u8], max_batch: usize) -> Result<Frame<'_>, FrameError> {
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => parse_object(body).map(Frame::Single),
+        Some(b'[') => {
+            let raws: Vec<&RawValue> =
+                serde_json::from_slice(body).map_err(|_| FrameError::Parse)?;
+            if raws.is_empty() {
+                return Err(FrameError::EmptyBatch);
+            }
+            if raws.len() > max_batch {
+                return Err(FrameError::BatchTooLarge { len: raws.len(), max: max_batch });
+            }
+            Ok(Frame::Batch(raws.into_iter().map(parse_element).collect()))
+        }
+        _ => match serde_json::from_slice::<&RawValue>(body) {
+            Ok(_) => Err(FrameError::NotARequest),
+            Err(_) => Err(FrameError::Parse),
+        },
+    }
+}
+
+fn parse_object(body: &[u8]) -> Result<Entry<'_>, FrameError> {
+    match serde_json::from_slice::<Wire<'_>>(body) {
+        Ok(wire) => Ok(validate(wire)),
+        Err(e) if e.is_data() => Ok(Entry::Invalid(Invalid {
+            id: None,
+            message: "invalid request: malformed request object",
+        })),
+        Err(_) => Err(FrameError::Parse),
+    }
+}
+
+fn parse_element(raw: &RawValue) -> Entry<'_> {
+    if !raw.get().starts_with('{') {
+        return Entry::Invalid(Invalid {
+            id: None,
+            message: "invalid request: batch element is not an object",
+        });
+    }
+    match serde_json::from_str::<Wire<'_>>(raw.get()) {
+        Ok(wire) => validate(wire),
+        // The batch already parsed, so this is a data error (duplicate member).
+        Err(_) => Entry::Invalid(Invalid {
+            id: None,
+            message: "invalid request: malformed request object",
+        }),
+    }
+}
+
+fn validate(wire: Wire<'_>) -> Entry<'_> {
+    let id = match wire.id {
+        None => None,
+        Some(raw) => match Id::validate(raw) {
+            Some(id) => Some(id),
+            None => {
+                return invalid(None, "invalid request: id must be a string, a number or null");
+            }
+        },
+    };
+    if wire.jsonrpc.map(RawValue::get) != Some("\"2.0\"") {
+        return invalid(id, "invalid request: jsonrpc must be \"2.0\"");
+    }
+    let Some(method) = wire.method else {
+        return invalid(id, "invalid request: missing method");
+    };
+    let Some(method) = json_str(method) else {
+        return invalid(id, "invalid request: method must be a string");
+    };
+    if method.is_empty() {
+        return invalid(id, "invalid request: method is empty");
+    }
+    if let Some(params) = wire.params {
+        if !matches!(params.get().as_bytes().first(), Some(b'[' | b'{')) {
+            return invalid(id, "invalid request: params must be an array or an object");
+        }
+    }
+    Entry::Call(Call { id, method, params: wire.params })
+}
+
+fn invalid<'a>(id: Option<Id<'a>>, message: &'static str) -> Entry<'a> {
+    Entry::Invalid(Invalid { id, message })
+}
+
+/// Reads a raw JSON string without allocating unless it holds escapes.
+fn json_str(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let text = raw.get();
+    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+    if inner.contains('\\') {
+        serde_json::from_str::<String>(text).ok().map(Cow::Owned)
+    } else {
+        Some(Cow::Borrowed(inner))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn single(body: &str) -> Entry<'_> {
+        match parse(body.as_bytes(), 10) {
+            Ok(Frame::Single(entry)) => entry,
+            other => panic!("expected a single entry, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ids_keep_their_exact_text() {
+        for id in ["1", "1.0", "1e3", "-5", "\"abc\"", "\"\\u0041\"", "null", "18446744073709551616"] {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m"}}"#);
+            let Entry::Call(call) = single(&body) else { panic!("{body}") };
+            assert_eq!(call.id.map(|i| i.as_str()), Some(id));
+            assert!(!call.is_notification());
+        }
+    }
+
+    #[test]
+    fn missing_id_is_a_notification_but_null_is_not() {
+        let Entry::Call(call) = single(r#"{"jsonrpc":"2.0","method":"m"}"#) else { panic!() };
+        assert!(call.is_notification());
+        let Entry::Call(call) = single(r#"{"jsonrpc":"2.0","method":"m","id":null}"#) else {
+            panic!()
+        };
+        assert!(!call.is_notification());
+    }
+
+    #[test]
+    fn method_borrows_unless_escaped() {
+        let Entry::Call(call) = single(r#"{"jsonrpc":"2.0","id":1,"method":"eth_call"}"#) else {
+            panic!()
+        };
+        assert!(matches!(call.method, Cow::Borrowed("eth_call")));
+        let Entry::Call(call) = single(r#"{"jsonrpc":"2.0","id":1,"method":"eth\u005fcall"}"#)
+        else {
+            panic!()
+        };
+        assert_eq!(call.method, "eth_call");
+    }
+
+    #[test]
+    fn invalid_requests_keep_the_id_when_readable() {
+        let cases = [
+            (r#"{"jsonrpc":"1.0","id":3,"method":"m"}"#, Some("3"), "jsonrpc"),
+            (r#"{"id":3,"method":"m"}"#, Some("3"), "jsonrpc"),
+            (r#"{"jsonrpc":"2.0","id":"x"}"#, Some("\"x\""), "missing method"),
+            (r#"{"jsonrpc":"2.0","id":4,"method":5}"#, Some("4"), "method must be"),
+            (r#"{"jsonrpc":"2.0","id":4,"method":""}"#, Some("4"), "empty"),
+            (r#"{"jsonrpc":"2.0","id":4,"method":"m","params":7}"#, Some("4"), "params"),
+            (r#"{"jsonrpc":"2.0","id":{},"method":"m"}"#, None, "id must be"),
+            (r#"{"jsonrpc":"2.0","id":true,"method":"m"}"#, None, "id must be"),
+            (r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"m"}"#, None, "malformed"),
+        ];
+        for (body, id, needle) in cases {
+            let Entry::Invalid(inv) = single(body) else { panic!("{body} parsed as a call") };
+            assert_eq!(inv.id.map(|i| i.as_str()), id, "{body}");
+            assert!(inv.message.contains(needle), "{body}: {}", inv.message);
+            assert_eq!(inv.code(), code::INVALID_REQUEST);
+        }
+    }
+
+    #[test]
+    fn frame_errors() {
+        assert_eq!(parse(b"{", 10).unwrap_err(), FrameError::Parse);
+        assert_eq!(parse(b"", 10).unwrap_err(), FrameError::Parse);
+        assert_eq!(parse(b"nope", 10).unwrap_err(), FrameError::Parse);
+        assert_eq!(parse(b"[1,", 10).unwrap_err(), FrameError::Parse);
+        assert_eq!(parse(b"42", 10).unwrap_err(), FrameError::NotARequest);
+        assert_eq!(parse(b"\"x\"", 10).unwrap_err(), FrameError::NotARequest);
+        assert_eq!(parse(b" [ ] ", 10).unwrap_err(), FrameError::EmptyBatch);
+        let big = format!("[{}]", vec!["1"; 11].join(","));
+        assert_eq!(
+            parse(big.as_bytes(), 10).unwrap_err(),
+            FrameError::BatchTooLarge { len: 11, max: 10 }
+        );
+        assert_eq!(FrameError::Parse.code(), code::PARSE_ERROR);
+    }
+
+    #[test]
+    fn batch_keeps_order_and_marks_bad_elements() {
+        let body = br#"[{"jsonrpc":"2.0","id":"a","method":"x"}, 1, {"jsonrpc":"2.0","method":"n"}, {"foo":1}]"#;
+        let Ok(Frame::Batch(entries)) = parse(body, 10) else { panic!() };
+        assert_eq!(entries.len(), 4);
+        assert!(matches!(&entries[0], Entry::Call(c) if c.method == "x"));
+        assert!(matches!(&entries[1], Entry::Invalid(i) if i.id.is_none()));
+        assert!(matches!(&entries[2], Entry::Call(c) if c.is_notification()));
+        assert!(matches!(&entries[3], Entry::Invalid(_)));
+    }
+}
