@@ -1,1 +1,184 @@
-fn main() {}
+//! The txgate daemon.
+//!
+//! Reads the config (file, then `TXGATE_*` environment, then flags), binds
+//! the client and admin listeners, serves until SIGTERM or SIGINT, drains
+//! the calls in flight and exits 0.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tokio::net::TcpListener;
+use txgate_config::{Config, LogFormat};
+use txgate_proxy::Proxy;
+use txgate_proxy::server::Drained;
+
+/// A screening JSON-RPC proxy in front of a rollup sequencer.
+#[derive(Debug, Parser)]
+#[command(name = "txgate", version, about)]
+struct Cli {
+    /// Config file (TOML). Without it, defaults and the flags below apply.
+    #[arg(long, short = 'c', env = "TXGATE_CONFIG", global = true)]
+    config: Option<PathBuf>,
+    /// Address for JSON-RPC clients [server.listen].
+    #[arg(long, env = "TXGATE_LISTEN", global = true)]
+    listen: Option<SocketAddr>,
+    /// Upstream node URL, http://host:port[/path] [upstream.url].
+    #[arg(long, env = "TXGATE_UPSTREAM", global = true)]
+    upstream: Option<String>,
+    /// Address for /metrics, /healthz, /readyz [admin.listen].
+    #[arg(long, env = "TXGATE_ADMIN_LISTEN", global = true)]
+    admin_listen: Option<SocketAddr>,
+    /// Log format: human or json [log.format].
+    #[arg(long, env = "TXGATE_LOG_FORMAT", global = true)]
+    log_format: Option<LogFormat>,
+    /// Log filter in RUST_LOG syntax [log.level].
+    #[arg(long, env = "TXGATE_LOG_LEVEL", global = true)]
+    log_level: Option<String>,
+    /// Requests in flight at most [admission.max_in_flight].
+    #[arg(long, env = "TXGATE_MAX_IN_FLIGHT", global = true)]
+    max_in_flight: Option<usize>,
+    /// Shutdown grace period in milliseconds [shutdown.grace_period_ms].
+    #[arg(long, env = "TXGATE_GRACE_PERIOD_MS", global = true)]
+    grace_period_ms: Option<u64>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check the configuration, print the effective settings, and exit.
+    CheckConfig,
+}
+
+impl Cli {
+    /// File, then environment and flags (clap merges those two, flags win).
+    fn load(&self) -> Result<Config, String> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path).map_err(|e| format!("{}: {e}", path.display()))?,
+            None => Config::default(),
+        };
+        if let Some(v) = self.listen {
+            config.server.listen = v;
+        }
+        if let Some(v) = &self.upstream {
+            config.upstream.url = v.clone();
+        }
+        if let Some(v) = self.admin_listen {
+            config.admin.listen = v;
+        }
+        if let Some(v) = self.log_format {
+            config.log.format = v;
+        }
+        if let Some(v) = &self.log_level {
+            config.log.level = v.clone();
+        }
+        if let Some(v) = self.max_in_flight {
+            config.admission.max_in_flight = v;
+        }
+        if let Some(v) = self.grace_period_ms {
+            config.shutdown.grace_period_ms = v;
+        }
+        config.validate().map_err(|e| e.to_string())?;
+        Ok(config)
+    }
+}
+
+fn init_logging(config: &Config) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&config.log.level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    match config.log.format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match cli.load() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("txgate: configuration error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(Command::CheckConfig) = cli.command {
+        println!("configuration ok");
+        println!("  listen        {}", config.server.listen);
+        println!("  upstream      {}", config.upstream.url);
+        println!("  admin         {}", config.admin.listen);
+        println!("  max_in_flight {}", config.admission.max_in_flight);
+        println!("  policy        {:?} {:?}", config.rpc.policy, config.rpc.methods);
+        return ExitCode::SUCCESS;
+    }
+    init_logging(&config);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("txgate: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(run(config));
+    // Connections still open after the grace period are cut here.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    code
+}
+
+async fn run(config: Config) -> ExitCode {
+    let rpc = match TcpListener::bind(config.server.listen).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            tracing::error!(addr = %config.server.listen, error = %e, "cannot bind the RPC listener");
+            return ExitCode::FAILURE;
+        }
+    };
+    let admin = match TcpListener::bind(config.admin.listen).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            tracing::error!(addr = %config.admin.listen, error = %e, "cannot bind the admin listener");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (Ok(rpc_addr), Ok(admin_addr)) = (rpc.local_addr(), admin.local_addr()) else {
+        tracing::error!("listeners have no local address");
+        return ExitCode::FAILURE;
+    };
+    let upstream_url = config.upstream.url.clone();
+    let proxy = match Proxy::new(config) {
+        Ok(proxy) => proxy,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the proxy");
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing::info!(rpc = %rpc_addr, admin = %admin_addr, upstream = %upstream_url, "listening");
+    match proxy.run(rpc, admin, shutdown_signal()).await {
+        Drained::Clean => tracing::info!("drained; exiting"),
+        Drained::TimedOut => tracing::warn!("grace period over; closing remaining connections"),
+    }
+    ExitCode::SUCCESS
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        tracing::error!("cannot install signal handlers; shutdown only by kill");
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+}

@@ -1,0 +1,109 @@
+//! The admin listener: `/metrics`, `/healthz`, `/readyz`.
+//!
+//! Separate from the client-facing server so that load balancers and
+//! Prometheus never queue behind client traffic or admission control.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use tokio::net::TcpListener;
+
+use crate::health::Readiness;
+use crate::metrics::Metrics;
+use crate::rescue::Body;
+
+/// Answers one admin request.
+pub fn route<B>(req: &Request<B>, metrics: &Metrics, readiness: &Readiness) -> Response<Body> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n".into());
+    }
+    match req.uri().path() {
+        "/metrics" => {
+            let mut response = Response::new(Full::new(Bytes::from(metrics.render())));
+            response.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            response
+        }
+        "/healthz" => text(StatusCode::OK, "ok\n".into()),
+        "/readyz" => {
+            let up = readiness.upstream_up();
+            let draining = readiness.draining();
+            let status = if up && !draining { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+            let body = format!(
+                "{{\"ready\":{},\"upstream\":\"{}\",\"draining\":{}}}\n",
+                up && !draining,
+                if up { "up" } else { "down" },
+                draining
+            );
+            let mut response = text(status, body.into());
+            response.headers_mut().insert(CONTENT_TYPE, crate::rescue::JSON);
+            response
+        }
+        _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
+    }
+}
+
+fn text(status: StatusCode, body: Bytes) -> Response<Body> {
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    response
+}
+
+/// Serves the admin endpoints until the returned future is dropped.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, readiness: Arc<Readiness>) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "admin accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let metrics = metrics.clone();
+        let readiness = readiness.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let response = route(&req, &metrics, &readiness);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_secs(5))
+                .serve_connection(io, service)
+                .await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(path: &str) -> Request<()> {
+        Request::get(path).body(()).unwrap()
+    }
+
+    #[test]
+    fn readyz_follows_upstream_and_draining() {
+        let metrics = Arc::new(Metrics::new());
+        let readiness = Readiness::new(metrics.clone());
+        assert_eq!(route(&get("/readyz"), &metrics, &readiness).status(), 503);
+        readiness.set_upstream_up(true);
+        assert_eq!(route(&get("/readyz"), &metrics, &readiness).status(), 200);
+        readiness.start_draining();
+        assert_eq!(route(&get("/readyz"), &metrics, &readiness).status(), 503);
+        assert_eq!(route(&get("/healthz"), &metrics, &readiness).status(), 200);
+        assert_eq!(route(&get("/nope"), &metrics, &readiness).status(), 404);
+        let m = route(&get("/metrics"), &metrics, &readiness);
+        assert_eq!(m.status(), 200);
+    }
+}

@@ -1,0 +1,77 @@
+//! Readiness: the upstream health probe and the draining flag behind
+//! `/readyz`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::metrics::Metrics;
+use crate::upstream::Upstream;
+
+/// What `/readyz` reports.
+#[derive(Debug)]
+pub struct Readiness {
+    upstream_up: AtomicBool,
+    draining: AtomicBool,
+    metrics: Arc<Metrics>,
+}
+
+impl Readiness {
+    /// Not ready until the first probe succeeds.
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Readiness { upstream_up: AtomicBool::new(false), draining: AtomicBool::new(false), metrics }
+    }
+
+    /// Whether the last upstream probe succeeded.
+    pub fn upstream_up(&self) -> bool {
+        self.upstream_up.load(Ordering::Acquire)
+    }
+
+    /// Whether shutdown has begun.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Ready to take traffic.
+    pub fn ready(&self) -> bool {
+        self.upstream_up() && !self.draining()
+    }
+
+    /// Records a probe result.
+    pub fn set_upstream_up(&self, up: bool) {
+        let was = self.upstream_up.swap(up, Ordering::AcqRel);
+        self.metrics.upstream_up.set(i64::from(up));
+        if was != up {
+            if up {
+                tracing::info!("upstream reachable");
+            } else {
+                tracing::warn!("upstream unreachable");
+            }
+        }
+    }
+
+    /// Marks the start of shutdown: `/readyz` answers 503 from now on.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+        self.metrics.draining.set(1);
+    }
+}
+
+/// The probe task: `eth_chainId` every `interval`. The returned future runs
+/// until dropped; the binary spawns it and aborts it at shutdown.
+pub fn probe_task(
+    upstream: Upstream,
+    readiness: Arc<Readiness>,
+    interval: Duration,
+) -> impl Future<Output = ()> + Send {
+    async move {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let up = upstream.probe().await;
+            readiness.set_upstream_up(up);
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! The JSON-RPC service: reads the body, parses it, applies the method
+//! policy and forwards to the upstream.
+//!
+//! A lone call is forwarded as the bytes that came in and its answer is
+//! relayed as it came back (the upstream echoes the caller's id). A batch is
+//! rewritten: each forwarded call gets its position as upstream id, so
+//! answers map back to the caller's ids, in the caller's order, whatever the
+//! caller used as ids (duplicates included).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use tower::Service;
+use txgate_config::Config;
+use txgate_jsonrpc::encode::{self, UpstreamBatch};
+use txgate_jsonrpc::{Call, Entry, Frame, FrameError, Id, code};
+
+use crate::metrics::{Metrics, Outcome, UpstreamFailure};
+use crate::policy::MethodPolicy;
+use crate::rescue::{Body, Refusal, json_response, no_content};
+use crate::upstream::{Upstream, is_json_content_type};
+
+/// Settings and handles shared by every clone of [`RpcService`].
+#[derive(Debug)]
+struct Shared {
+    upstream: Upstream,
+    policy: MethodPolicy,
+    metrics: Arc<Metrics>,
+    max_body_bytes: usize,
+    max_batch_size: usize,
+    body_read_timeout: Duration,
+    retry_after: HeaderValue,
+}
+
+/// The innermost service of the client-facing stack.
+#[derive(Debug, Clone)]
+pub struct RpcService {
+    shared: Arc<Shared>,
+}
+
+impl RpcService {
+    /// Builds the service from the validated config.
+    pub fn new(config: &Config, upstream: Upstream, metrics: Arc<Metrics>) -> Self {
+        RpcService {
+            shared: Arc::new(Shared {
+                upstream,
+                policy: MethodPolicy::new(config.rpc.policy, &config.rpc.methods),
+                metrics,
+                max_body_bytes: config.rpc.max_body_bytes,
+                max_batch_size: config.rpc.max_batch_size,
+                body_read_timeout: Duration::from_millis(config.server.body_read_timeout_ms),
+                retry_after: HeaderValue::from(config.admission.retry_after_secs),
+            }),
+        }
+    }
+}
+
+impl<B> Service<Request<B>> for RpcService
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let started = Instant::now();
+            let (outcome, response) = shared.handle(req).await;
+            shared.metrics.outcome(outcome);
+            shared.metrics.request_duration.observe(started.elapsed().as_secs_f64());
+            Ok(response)
+        })
+    }
+}
+
+impl Shared {
+    fn refuse(&self, refusal: Refusal, id: Option<Id<'_>>) -> (Outcome, Response<Body>) {
+        let (_, _, outcome) = refusal.classify();
+        (outcome, refusal.respond(id, &self.retry_after))
+    }
+
+    async fn handle<B>(&self, req: Request<B>) -> (Outcome, Response<Body>)
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        if req.method() != Method::POST {
+            let (outcome, mut response) = self.refuse(Refusal::BadHttpMethod, None);
+            response.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
+            return (outcome, response);
+        }
+        if !is_json_content_type(req.headers().get(CONTENT_TYPE)) {
+            return self.refuse(Refusal::BadContentType, None);
+        }
+        let declared = req
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > self.max_body_bytes as u64) {
+            return self.refuse(Refusal::BodyTooLarge(self.max_body_bytes), None);
+        }
+        let read = Limited::new(req.into_body(), self.max_body_bytes).collect();
+        let body = match tokio::time::timeout(self.body_read_timeout, read).await {
+            Ok(Ok(collected)) => collected.to_bytes(),
+            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+                return self.refuse(Refusal::BodyTooLarge(self.max_body_bytes), None);
+            }
+            Ok(Err(_)) => return self.refuse(Refusal::BodyError, None),
+            Err(_) => return self.refuse(Refusal::BodyTimeout, None),
+        };
+
+        match txgate_jsonrpc::parse(&body, self.max_batch_size) {
+            Ok(Frame::Single(Entry::Call(call))) => self.single(&call, body.clone()).await,
+            Ok(Frame::Single(Entry::Invalid(invalid))) => {
+                self.refuse(Refusal::InvalidRequest(invalid.message), invalid.id)
+            }
+            Ok(Frame::Batch(entries)) => self.batch(&entries, body.len()).await,
+            Err(FrameError::Parse) => self.refuse(Refusal::Parse, None),
+            Err(FrameError::NotARequest) => self.refuse(
+                Refusal::InvalidRequest("invalid request: body must be a request object or a batch array"),
+                None,
+            ),
+            Err(FrameError::EmptyBatch) => {
+                self.refuse(Refusal::InvalidRequest("invalid request: empty batch"), None)
+            }
+            Err(FrameError::BatchTooLarge { len, max }) => {
+                self.refuse(Refusal::BatchTooLarge { len, max }, None)
+            }
+        }
+    }
+
+    /// A lone call: forwarded as the caller's bytes.
+    async fn single(&self, call: &Call<'_>, body: Bytes) -> (Outcome, Response<Body>) {
+        self.metrics.call(&call.method);
+        if !self.policy.allows(&call.method) {
+            if call.is_notification() {
+                return (Outcome::MethodDenied, no_content());
+            }
+            return self.refuse(Refusal::MethodDenied, call.id);
+        }
+        match self.upstream.call(body).await {
+            Ok(reply) if reply.status.is_success() || reply.is_json_rpc() => {
+                if call.is_notification() {
+                    (Outcome::Notification, no_content())
+                } else {
+                    (Outcome::Forwarded, json_response(reply.status, reply.body))
+                }
+            }
+            Ok(reply) => {
+                tracing::debug!(status = %reply.status, "upstream answered without JSON-RPC");
+                self.metrics.upstream_failure(UpstreamFailure::Status);
+                self.refuse(Refusal::UpstreamUnavailable, call.id)
+            }
+            Err(UpstreamFailure::Timeout) => self.refuse(Refusal::UpstreamTimeout, call.id),
+            Err(_) => self.refuse(Refusal::UpstreamUnavailable, call.id),
+        }
+    }
+
+    /// A batch: refusals answered here, the rest forwarded as one upstream
+    /// batch with positions as ids, answers put back in the caller's order.
+    async fn batch(&self, entries: &[Entry<'_>], body_len: usize) -> (Outcome, Response<Body>) {
+        enum Slot {
+            /// No answer owed (a notification).
+            Silent,
+            /// Forwarded; the upstream owes the answer.
+            Awaiting,
+            /// Answer ready.
+            Done(Vec<u8>),
+        }
+        let mut slots = Vec::with_capacity(entries.len());
+        let mut upstream_body = Vec::with_capacity(body_len + 16 * entries.len());
+        upstream_body.push(b'[');
+        let mut forwarded = 0usize;
+        let mut first_refusal = None;
+
+        for (index, entry) in entries.iter().enumerate() {
+            let slot = match entry {
+                Entry::Invalid(invalid) => {
+                    first_refusal.get_or_insert(Outcome::InvalidRequest);
+                    let mut out = Vec::with_capacity(96);
+                    Refusal::InvalidRequest(invalid.message).write(&mut out, invalid.id);
+                    Slot::Done(out)
+                }
+                Entry::Call(call) => {
+                    self.metrics.call(&call.method);
+                    if !self.policy.allows(&call.method) {
+                        first_refusal.get_or_insert(Outcome::MethodDenied);
+                        if call.is_notification() {
+                            Slot::Silent
+                        } else {
+                            let mut out = Vec::with_capacity(96);
+                            Refusal::MethodDenied.write(&mut out, call.id);
+                            Slot::Done(out)
+                        }
+                    } else {
+                        if forwarded > 0 {
+                            upstream_body.push(b',');
+                        }
+                        encode::write_upstream_call(&mut upstream_body, call, index);
+                        forwarded += 1;
+                        if call.is_notification() { Slot::Silent } else { Slot::Awaiting }
+                    }
+                }
+            };
+            slots.push(slot);
+        }
+        upstream_body.push(b']');
+
+        let mut status = StatusCode::OK;
+        let mut outcome = first_refusal.unwrap_or(Outcome::Forwarded);
+        let mut failure = None;
+        if forwarded > 0 {
+            failure = match self.upstream.call(Bytes::from(upstream_body)).await {
+                Ok(reply) => match encode::parse_upstream_batch(&reply.body) {
+                    Some(UpstreamBatch::Responses(responses)) => {
+                        for response in &responses {
+                            let Some(index) = response.index() else { continue };
+                            if let (Some(slot @ Slot::Awaiting), Some(Entry::Call(call))) =
+                                (slots.get_mut(index), entries.get(index))
+                            {
+                                let mut out = Vec::with_capacity(64);
+                                response.write_with_id(&mut out, call.id.map(|i| i.as_str()));
+                                *slot = Slot::Done(out);
+                            }
+                        }
+                        outcome = Outcome::Forwarded;
+                        None
+                    }
+                    Some(UpstreamBatch::Whole(response)) if response.error().is_some() => {
+                        // The upstream refused the batch as a whole: every
+                        // forwarded call gets its error, under its own id.
+                        for (slot, entry) in slots.iter_mut().zip(entries) {
+                            if let (Slot::Awaiting, Entry::Call(call)) = (&slot, entry) {
+                                let mut out = Vec::with_capacity(64);
+                                response.write_with_id(&mut out, call.id.map(|i| i.as_str()));
+                                *slot = Slot::Done(out);
+                            }
+                        }
+                        outcome = Outcome::Forwarded;
+                        None
+                    }
+                    _ => {
+                        self.metrics.upstream_failure(UpstreamFailure::Status);
+                        Some(Refusal::UpstreamUnavailable)
+                    }
+                },
+                Err(UpstreamFailure::Timeout) => Some(Refusal::UpstreamTimeout),
+                Err(_) => Some(Refusal::UpstreamUnavailable),
+            };
+            if let Some(refusal) = &failure {
+                let (failed_status, _, failed_outcome) = refusal.classify();
+                status = failed_status;
+                outcome = failed_outcome;
+            }
+            for (slot, entry) in slots.iter_mut().zip(entries) {
+                if let (Slot::Awaiting, Entry::Call(call)) = (&slot, entry) {
+                    let mut out = Vec::with_capacity(96);
+                    match &failure {
+                        Some(refusal) => refusal.write(&mut out, call.id),
+                        None => encode::write_error(
+                            &mut out,
+                            call.id.map(|i| i.as_str()),
+                            code::INTERNAL_ERROR,
+                            "upstream returned no response for this call",
+                            None,
+                        ),
+                    }
+                    *slot = Slot::Done(out);
+                }
+            }
+        }
+
+        let parts: Vec<&[u8]> = slots
+            .iter()
+            .filter_map(|s| match s {
+                Slot::Done(out) => Some(out.as_slice()),
+                _ => None,
+            })
+            .collect();
+        if parts.is_empty() {
+            if let Some(refusal) = failure {
+                return self.refuse(refusal, None);
+            }
+            if outcome == Outcome::Forwarded {
+                outcome = Outcome::Notification;
+            }
+            return (outcome, no_content());
+        }
+        let capacity = parts.iter().map(|p| p.len() + 1).sum();
+        (outcome, json_response(status, encode::join_batch(parts.into_iter(), capacity)))
+    }
+}

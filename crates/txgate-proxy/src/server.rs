@@ -1,0 +1,118 @@
+//! The client-facing server: accept loop with a connection cap, HTTP/1.1
+//! keep-alive and h2c on one port, header-read timeout, graceful drain.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tower::Service;
+
+use crate::metrics::Metrics;
+use crate::rescue::Body;
+
+/// Server settings, from `[server]` and `[shutdown]`.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// Open connections at most.
+    pub max_connections: usize,
+    /// Time to receive request headers (HTTP/1.1).
+    pub header_read_timeout: Duration,
+    /// Serve h2c beside HTTP/1.1.
+    pub http2: bool,
+    /// Time in-flight calls get after the shutdown signal.
+    pub grace_period: Duration,
+}
+
+/// How serving ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drained {
+    /// Every connection finished within the grace period.
+    Clean,
+    /// The grace period ran out with connections still open.
+    TimedOut,
+}
+
+/// Serves `service` on `listener` until `shutdown` completes, then drains.
+pub async fn serve<S>(
+    listener: TcpListener,
+    service: S,
+    settings: ServerSettings,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()>,
+) -> Drained
+where
+    S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(settings.header_read_timeout)
+        .keep_alive(true);
+    builder.http2().timer(TokioTimer::new()).max_concurrent_streams(256);
+    let builder = if settings.http2 { builder } else { builder.http1_only() };
+
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(settings.max_connections));
+    tokio::pin!(shutdown);
+
+    loop {
+        // Wait for a free connection slot first: beyond the cap, clients
+        // wait in the kernel's accept queue instead of being reset.
+        let permit = tokio::select! {
+            permit = slots.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, go on.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        metrics.connections_total.inc();
+        metrics.open_connections.inc();
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service.clone()))
+            .into_owned();
+        let connection = graceful.watch(connection);
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            metrics.open_connections.dec();
+            drop(permit);
+        });
+    }
+
+    // Stop accepting: new clients get connection refused and go elsewhere.
+    drop(listener);
+    tracing::info!(grace_ms = settings.grace_period.as_millis() as u64, "draining connections");
+    match tokio::time::timeout(settings.grace_period, graceful.shutdown()).await {
+        Ok(()) => Drained::Clean,
+        Err(_) => Drained::TimedOut,
+    }
+}
