@@ -60,7 +60,7 @@ pub const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Human;
 pub const DEFAULT_LOG_LEVEL: &str = "info";
 
 /// The whole configuration.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Client-facing server.
@@ -119,7 +119,10 @@ pub struct Admission {
 
 impl Default for Admission {
     fn default() -> Self {
-        Admission { max_in_flight: DEFAULT_MAX_IN_FLIGHT, retry_after_secs: DEFAULT_RETRY_AFTER_SECS }
+        Admission {
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            retry_after_secs: DEFAULT_RETRY_AFTER_SECS,
+        }
     }
 }
 
@@ -153,7 +156,10 @@ impl Default for Rpc {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_batch_size: DEFAULT_MAX_BATCH_SIZE,
             policy: DEFAULT_METHOD_POLICY,
-            methods: DEFAULT_DENIED_METHODS.iter().map(|s| s.to_string()).collect(),
+            methods: DEFAULT_DENIED_METHODS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
         }
     }
 }
@@ -195,7 +201,11 @@ impl Default for Upstream {
 impl Upstream {
     /// The idle pool size to use, never below the in-flight cap.
     pub fn effective_pool_max_idle(&self, admission: &Admission) -> usize {
-        if self.pool_max_idle == 0 { admission.max_in_flight } else { self.pool_max_idle }
+        if self.pool_max_idle == 0 {
+            admission.max_in_flight
+        } else {
+            self.pool_max_idle
+        }
     }
 }
 
@@ -209,7 +219,9 @@ pub struct Admin {
 
 impl Default for Admin {
     fn default() -> Self {
-        Admin { listen: parse_addr(DEFAULT_ADMIN_LISTEN) }
+        Admin {
+            listen: parse_addr(DEFAULT_ADMIN_LISTEN),
+        }
     }
 }
 
@@ -223,7 +235,9 @@ pub struct Shutdown {
 
 impl Default for Shutdown {
     fn default() -> Self {
-        Shutdown { grace_period_ms: DEFAULT_GRACE_PERIOD_MS }
+        Shutdown {
+            grace_period_ms: DEFAULT_GRACE_PERIOD_MS,
+        }
     }
 }
 
@@ -243,7 +257,9 @@ impl std::str::FromStr for LogFormat {
         match s {
             "human" => Ok(LogFormat::Human),
             "json" => Ok(LogFormat::Json),
-            other => Err(format!("unknown log format `{other}` (expected human or json)")),
+            other => Err(format!(
+                "unknown log format `{other}` (expected human or json)"
+            )),
         }
     }
 }
@@ -260,26 +276,16 @@ pub struct Log {
 
 impl Default for Log {
     fn default() -> Self {
-        Log { format: DEFAULT_LOG_FORMAT, level: DEFAULT_LOG_LEVEL.to_string() }
-    }
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            server: Server::default(),
-            admission: Admission::default(),
-            rpc: Rpc::default(),
-            upstream: Upstream::default(),
-            admin: Admin::default(),
-            shutdown: Shutdown::default(),
-            log: Log::default(),
+        Log {
+            format: DEFAULT_LOG_FORMAT,
+            level: DEFAULT_LOG_LEVEL.to_string(),
         }
     }
 }
 
 fn parse_addr(s: &str) -> SocketAddr {
-    s.parse().unwrap_or_else(|_| unreachable!("default address {s} is valid"))
+    s.parse()
+        .unwrap_or_else(|_| unreachable!("default address {s} is valid"))
 }
 
 /// A configuration error that names the key at fault.
@@ -304,7 +310,10 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 fn err(key: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError { key: key.to_string(), message: message.into() }
+    ConfigError {
+        key: key.to_string(),
+        message: message.into(),
+    }
 }
 
 impl Config {
@@ -315,8 +324,16 @@ impl Config {
             let key = e.path().to_string();
             let inner = e.into_inner();
             // toml's message carries a source excerpt; keep its first line.
-            let message = inner.message().lines().next().unwrap_or("invalid value").to_string();
-            ConfigError { key: if key == "." { String::new() } else { key }, message }
+            let message = inner
+                .message()
+                .lines()
+                .next()
+                .unwrap_or("invalid value")
+                .to_string();
+            ConfigError {
+                key: if key == "." { String::new() } else { key },
+                message,
+            }
         })?;
         Ok(config)
     }
@@ -332,23 +349,47 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let url = &self.upstream.url;
         let Some(rest) = url.strip_prefix("http://") else {
-            return Err(err("upstream.url", format!("`{url}` must start with http://")));
+            return Err(err(
+                "upstream.url",
+                format!("`{url}` must start with http://"),
+            ));
         };
         if rest.is_empty() || rest.starts_with('/') {
             return Err(err("upstream.url", format!("`{url}` has no host")));
         }
         let positive = [
             ("server.max_connections", self.server.max_connections as u64),
-            ("server.header_read_timeout_ms", self.server.header_read_timeout_ms),
-            ("server.body_read_timeout_ms", self.server.body_read_timeout_ms),
-            ("admission.max_in_flight", self.admission.max_in_flight as u64),
+            (
+                "server.header_read_timeout_ms",
+                self.server.header_read_timeout_ms,
+            ),
+            (
+                "server.body_read_timeout_ms",
+                self.server.body_read_timeout_ms,
+            ),
+            (
+                "admission.max_in_flight",
+                self.admission.max_in_flight as u64,
+            ),
             ("rpc.max_body_bytes", self.rpc.max_body_bytes as u64),
             ("rpc.max_batch_size", self.rpc.max_batch_size as u64),
-            ("upstream.connect_timeout_ms", self.upstream.connect_timeout_ms),
+            (
+                "upstream.connect_timeout_ms",
+                self.upstream.connect_timeout_ms,
+            ),
             ("upstream.call_timeout_ms", self.upstream.call_timeout_ms),
-            ("upstream.max_response_bytes", self.upstream.max_response_bytes as u64),
-            ("upstream.pool_idle_timeout_ms", self.upstream.pool_idle_timeout_ms),
-            ("upstream.health_interval_ms", self.upstream.health_interval_ms),
+            (
+                "upstream.max_response_bytes",
+                self.upstream.max_response_bytes as u64,
+            ),
+            (
+                "upstream.pool_idle_timeout_ms",
+                self.upstream.pool_idle_timeout_ms,
+            ),
+            (
+                "upstream.health_interval_ms",
+                self.upstream.health_interval_ms,
+            ),
         ];
         for (key, value) in positive {
             if value == 0 {
@@ -397,7 +438,11 @@ mod tests {
     fn shipped_file_matches_the_defaults() {
         let text = include_str!("../../../config/txgate.toml");
         let config = Config::from_toml(text).unwrap();
-        assert_eq!(config, Config::default(), "config/txgate.toml drifted from the DEFAULT_* constants");
+        assert_eq!(
+            config,
+            Config::default(),
+            "config/txgate.toml drifted from the DEFAULT_* constants"
+        );
     }
 
     #[test]
@@ -442,6 +487,9 @@ mod tests {
     #[test]
     fn pool_defaults_to_in_flight_cap() {
         let c = Config::default();
-        assert_eq!(c.upstream.effective_pool_max_idle(&c.admission), DEFAULT_MAX_IN_FLIGHT);
+        assert_eq!(
+            c.upstream.effective_pool_max_idle(&c.admission),
+            DEFAULT_MAX_IN_FLIGHT
+        );
     }
 }

@@ -124,7 +124,9 @@ pub enum UpstreamBatch<'a> {
 /// Parses an upstream's answer to a batch; `None` when it is not JSON-RPC.
 pub fn parse_upstream_batch(body: &[u8]) -> Option<UpstreamBatch<'_>> {
     match body.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'[') => serde_json::from_slice(body).ok().map(UpstreamBatch::Responses),
+        Some(b'[') => serde_json::from_slice(body)
+            .ok()
+            .map(UpstreamBatch::Responses),
         Some(b'{') => serde_json::from_slice(body).ok().map(UpstreamBatch::Whole),
         _ => None,
     }
@@ -169,7 +171,9 @@ mod tests {
     #[test]
     fn upstream_call_rewrites_id_and_keeps_params() {
         let body = br#"{"jsonrpc":"2.0","id":"caller","method":"eth_getBalance","params":["0xab", "latest"]}"#;
-        let Ok(Frame::Single(Entry::Call(call))) = parse(body, 1) else { panic!() };
+        let Ok(Frame::Single(Entry::Call(call))) = parse(body, 1) else {
+            panic!()
+        };
         let mut out = Vec::new();
         write_upstream_call(&mut out, &call, 17);
         assert_eq!(
@@ -177,20 +181,30 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":17,"method":"eth_getBalance","params":["0xab", "latest"]}"#
         );
         let body = br#"{"jsonrpc":"2.0","method":"n"}"#;
-        let Ok(Frame::Single(Entry::Call(call))) = parse(body, 1) else { panic!() };
+        let Ok(Frame::Single(Entry::Call(call))) = parse(body, 1) else {
+            panic!()
+        };
         let mut out = Vec::new();
         write_upstream_call(&mut out, &call, 3);
-        assert_eq!(std::str::from_utf8(&out).unwrap(), r#"{"jsonrpc":"2.0","method":"n"}"#);
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"jsonrpc":"2.0","method":"n"}"#
+        );
     }
 
     #[test]
     fn upstream_responses_map_back() {
         let body = br#"[{"jsonrpc":"2.0","id":1,"result":null},{"jsonrpc":"2.0","id":0,"error":{"code":3,"message":"reverted"}}]"#;
-        let Some(UpstreamBatch::Responses(rs)) = parse_upstream_batch(body) else { panic!() };
+        let Some(UpstreamBatch::Responses(rs)) = parse_upstream_batch(body) else {
+            panic!()
+        };
         assert_eq!(rs[0].index(), Some(1));
         let mut out = Vec::new();
         rs[0].write_with_id(&mut out, Some("\"x\""));
-        assert_eq!(std::str::from_utf8(&out).unwrap(), r#"{"jsonrpc":"2.0","id":"x","result":null}"#);
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"jsonrpc":"2.0","id":"x","result":null}"#
+        );
         let mut out = Vec::new();
         rs[1].write_with_id(&mut out, Some("9"));
         assert_eq!(

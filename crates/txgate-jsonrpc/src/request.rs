@@ -169,7 +169,10 @@ pub fn parse(body: &[u8], max_batch: usize) -> Result<Frame<'_>, FrameError> {
                 return Err(FrameError::EmptyBatch);
             }
             if raws.len() > max_batch {
-                return Err(FrameError::BatchTooLarge { len: raws.len(), max: max_batch });
+                return Err(FrameError::BatchTooLarge {
+                    len: raws.len(),
+                    max: max_batch,
+                });
             }
             Ok(Frame::Batch(raws.into_iter().map(parse_element).collect()))
         }
@@ -214,7 +217,10 @@ fn validate(wire: Wire<'_>) -> Entry<'_> {
         Some(raw) => match Id::validate(raw) {
             Some(id) => Some(id),
             None => {
-                return invalid(None, "invalid request: id must be a string, a number or null");
+                return invalid(
+                    None,
+                    "invalid request: id must be a string, a number or null",
+                );
             }
         },
     };
@@ -230,12 +236,16 @@ fn validate(wire: Wire<'_>) -> Entry<'_> {
     if method.is_empty() {
         return invalid(id, "invalid request: method is empty");
     }
-    if let Some(params) = wire.params {
-        if !matches!(params.get().as_bytes().first(), Some(b'[' | b'{')) {
-            return invalid(id, "invalid request: params must be an array or an object");
-        }
+    if let Some(params) = wire.params
+        && !matches!(params.get().as_bytes().first(), Some(b'[' | b'{'))
+    {
+        return invalid(id, "invalid request: params must be an array or an object");
     }
-    Entry::Call(Call { id, method, params: wire.params })
+    Entry::Call(Call {
+        id,
+        method,
+        params: wire.params,
+    })
 }
 
 fn invalid<'a>(id: Option<Id<'a>>, message: &'static str) -> Entry<'a> {
@@ -266,9 +276,20 @@ mod tests {
 
     #[test]
     fn ids_keep_their_exact_text() {
-        for id in ["1", "1.0", "1e3", "-5", "\"abc\"", "\"\\u0041\"", "null", "18446744073709551616"] {
+        for id in [
+            "1",
+            "1.0",
+            "1e3",
+            "-5",
+            "\"abc\"",
+            "\"\\u0041\"",
+            "null",
+            "18446744073709551616",
+        ] {
             let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m"}}"#);
-            let Entry::Call(call) = single(&body) else { panic!("{body}") };
+            let Entry::Call(call) = single(&body) else {
+                panic!("{body}")
+            };
             assert_eq!(call.id.map(|i| i.as_str()), Some(id));
             assert!(!call.is_notification());
         }
@@ -276,7 +297,9 @@ mod tests {
 
     #[test]
     fn missing_id_is_a_notification_but_null_is_not() {
-        let Entry::Call(call) = single(r#"{"jsonrpc":"2.0","method":"m"}"#) else { panic!() };
+        let Entry::Call(call) = single(r#"{"jsonrpc":"2.0","method":"m"}"#) else {
+            panic!()
+        };
         assert!(call.is_notification());
         let Entry::Call(call) = single(r#"{"jsonrpc":"2.0","method":"m","id":null}"#) else {
             panic!()
@@ -300,18 +323,52 @@ mod tests {
     #[test]
     fn invalid_requests_keep_the_id_when_readable() {
         let cases = [
-            (r#"{"jsonrpc":"1.0","id":3,"method":"m"}"#, Some("3"), "jsonrpc"),
+            (
+                r#"{"jsonrpc":"1.0","id":3,"method":"m"}"#,
+                Some("3"),
+                "jsonrpc",
+            ),
             (r#"{"id":3,"method":"m"}"#, Some("3"), "jsonrpc"),
-            (r#"{"jsonrpc":"2.0","id":"x"}"#, Some("\"x\""), "missing method"),
-            (r#"{"jsonrpc":"2.0","id":4,"method":5}"#, Some("4"), "method must be"),
-            (r#"{"jsonrpc":"2.0","id":4,"method":""}"#, Some("4"), "empty"),
-            (r#"{"jsonrpc":"2.0","id":4,"method":"m","params":7}"#, Some("4"), "params"),
-            (r#"{"jsonrpc":"2.0","id":{},"method":"m"}"#, None, "id must be"),
-            (r#"{"jsonrpc":"2.0","id":true,"method":"m"}"#, None, "id must be"),
-            (r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"m"}"#, None, "malformed"),
+            (
+                r#"{"jsonrpc":"2.0","id":"x"}"#,
+                Some("\"x\""),
+                "missing method",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":4,"method":5}"#,
+                Some("4"),
+                "method must be",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":4,"method":""}"#,
+                Some("4"),
+                "empty",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":4,"method":"m","params":7}"#,
+                Some("4"),
+                "params",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":{},"method":"m"}"#,
+                None,
+                "id must be",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":true,"method":"m"}"#,
+                None,
+                "id must be",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"m"}"#,
+                None,
+                "malformed",
+            ),
         ];
         for (body, id, needle) in cases {
-            let Entry::Invalid(inv) = single(body) else { panic!("{body} parsed as a call") };
+            let Entry::Invalid(inv) = single(body) else {
+                panic!("{body} parsed as a call")
+            };
             assert_eq!(inv.id.map(|i| i.as_str()), id, "{body}");
             assert!(inv.message.contains(needle), "{body}: {}", inv.message);
             assert_eq!(inv.code(), code::INVALID_REQUEST);
@@ -327,7 +384,7 @@ mod tests {
         assert_eq!(parse(b"42", 10).unwrap_err(), FrameError::NotARequest);
         assert_eq!(parse(b"\"x\"", 10).unwrap_err(), FrameError::NotARequest);
         assert_eq!(parse(b" [ ] ", 10).unwrap_err(), FrameError::EmptyBatch);
-        let big = format!("[{}]", vec!["1"; 11].join(","));
+        let big = format!("[{}]", ["1"; 11].join(","));
         assert_eq!(
             parse(big.as_bytes(), 10).unwrap_err(),
             FrameError::BatchTooLarge { len: 11, max: 10 }
@@ -338,7 +395,9 @@ mod tests {
     #[test]
     fn batch_keeps_order_and_marks_bad_elements() {
         let body = br#"[{"jsonrpc":"2.0","id":"a","method":"x"}, 1, {"jsonrpc":"2.0","method":"n"}, {"foo":1}]"#;
-        let Ok(Frame::Batch(entries)) = parse(body, 10) else { panic!() };
+        let Ok(Frame::Batch(entries)) = parse(body, 10) else {
+            panic!()
+        };
         assert_eq!(entries.len(), 4);
         assert!(matches!(&entries[0], Entry::Call(c) if c.method == "x"));
         assert!(matches!(&entries[1], Entry::Invalid(i) if i.id.is_none()));

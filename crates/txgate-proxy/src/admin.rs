@@ -19,7 +19,10 @@ use crate::rescue::Body;
 /// Answers one admin request.
 pub fn route<B>(req: &Request<B>, metrics: &Metrics, readiness: &Readiness) -> Response<Body> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n".into());
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed\n".into(),
+        );
     }
     match req.uri().path() {
         "/metrics" => {
@@ -34,7 +37,11 @@ pub fn route<B>(req: &Request<B>, metrics: &Metrics, readiness: &Readiness) -> R
         "/readyz" => {
             let up = readiness.upstream_up();
             let draining = readiness.draining();
-            let status = if up && !draining { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+            let status = if up && !draining {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
             let body = format!(
                 "{{\"ready\":{},\"upstream\":\"{}\",\"draining\":{}}}\n",
                 up && !draining,
@@ -42,7 +49,9 @@ pub fn route<B>(req: &Request<B>, metrics: &Metrics, readiness: &Readiness) -> R
                 draining
             );
             let mut response = text(status, body.into());
-            response.headers_mut().insert(CONTENT_TYPE, crate::rescue::JSON);
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, crate::rescue::JSON);
             response
         }
         _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
@@ -52,7 +61,9 @@ pub fn route<B>(req: &Request<B>, metrics: &Metrics, readiness: &Readiness) -> R
 fn text(status: StatusCode, body: Bytes) -> Response<Body> {
     let mut response = Response::new(Full::new(body));
     *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
     response
 }
 

@@ -61,7 +61,12 @@ impl AdmissionLayer {
     pub fn new(max_in_flight: usize, retry_after_secs: u64, metrics: Arc<Metrics>) -> Self {
         let retry_after = HeaderValue::from(retry_after_secs);
         AdmissionLayer {
-            limit: Arc::new(Limit { in_flight: AtomicUsize::new(0), max: max_in_flight, retry_after, metrics }),
+            limit: Arc::new(Limit {
+                in_flight: AtomicUsize::new(0),
+                max: max_in_flight,
+                retry_after,
+                metrics,
+            }),
         }
     }
 }
@@ -69,7 +74,10 @@ impl AdmissionLayer {
 impl<S> Layer<S> for AdmissionLayer {
     type Service = Admission<S>;
     fn layer(&self, inner: S) -> Admission<S> {
-        Admission { inner, limit: self.limit.clone() }
+        Admission {
+            inner,
+            limit: self.limit.clone(),
+        }
     }
 }
 
@@ -110,11 +118,16 @@ where
             limit.in_flight.fetch_sub(1, Ordering::AcqRel);
             limit.metrics.outcome(Outcome::Overloaded);
             let response = Refusal::Overloaded.respond(None, &limit.retry_after);
-            return ResponseFuture::Rejected { response: Some(response) };
+            return ResponseFuture::Rejected {
+                response: Some(response),
+            };
         }
         limit.metrics.in_flight.inc();
         let permit = Permit(limit.clone());
-        ResponseFuture::Admitted { future: self.inner.call(req), permit }
+        ResponseFuture::Admitted {
+            future: self.inner.call(req),
+            permit,
+        }
     }
 }
 
@@ -156,7 +169,9 @@ mod tests {
     use crate::rescue::json_response;
 
     /// A service that answers when told to, so requests stay in flight.
-    async fn answer_when_told(req: Request<oneshot::Receiver<()>>) -> Result<Response<Body>, Infallible> {
+    async fn answer_when_told(
+        req: Request<oneshot::Receiver<()>>,
+    ) -> Result<Response<Body>, Infallible> {
         let _ = req.into_body().await;
         Ok(json_response(StatusCode::OK, "{}".into()))
     }
@@ -185,7 +200,14 @@ mod tests {
         assert_eq!(f1.await.unwrap().unwrap().status(), StatusCode::OK);
         let (tx4, rx4) = oneshot::channel();
         tx4.send(()).unwrap();
-        assert_eq!(svc.clone().oneshot(Request::new(rx4)).await.unwrap().status(), StatusCode::OK);
+        assert_eq!(
+            svc.clone()
+                .oneshot(Request::new(rx4))
+                .await
+                .unwrap()
+                .status(),
+            StatusCode::OK
+        );
         tx2.send(()).unwrap();
         f2.await.unwrap().unwrap();
         assert_eq!(metrics.in_flight.get(), 0);
@@ -205,6 +227,9 @@ mod tests {
         assert_eq!(metrics.in_flight.get(), 0);
         let (tx, rx) = oneshot::channel();
         tx.send(()).unwrap();
-        assert_eq!(svc.oneshot(Request::new(rx)).await.unwrap().status(), StatusCode::OK);
+        assert_eq!(
+            svc.oneshot(Request::new(rx)).await.unwrap().status(),
+            StatusCode::OK
+        );
     }
 }

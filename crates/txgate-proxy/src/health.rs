@@ -1,7 +1,6 @@
 //! Readiness: the upstream health probe and the draining flag behind
 //! `/readyz`.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -20,7 +19,11 @@ pub struct Readiness {
 impl Readiness {
     /// Not ready until the first probe succeeds.
     pub fn new(metrics: Arc<Metrics>) -> Self {
-        Readiness { upstream_up: AtomicBool::new(false), draining: AtomicBool::new(false), metrics }
+        Readiness {
+            upstream_up: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            metrics,
+        }
     }
 
     /// Whether the last upstream probe succeeded.
@@ -60,18 +63,12 @@ impl Readiness {
 
 /// The probe task: `eth_chainId` every `interval`. The returned future runs
 /// until dropped; the binary spawns it and aborts it at shutdown.
-pub fn probe_task(
-    upstream: Upstream,
-    readiness: Arc<Readiness>,
-    interval: Duration,
-) -> impl Future<Output = ()> + Send {
-    async move {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            let up = upstream.probe().await;
-            readiness.set_upstream_up(up);
-        }
+pub async fn probe_task(upstream: Upstream, readiness: Arc<Readiness>, interval: Duration) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let up = upstream.probe().await;
+        readiness.set_upstream_up(up);
     }
 }

@@ -55,7 +55,12 @@ impl Proxy {
         let metrics = Arc::new(Metrics::new());
         let upstream = Upstream::new(&config, metrics.clone())?;
         let readiness = Arc::new(Readiness::new(metrics.clone()));
-        Ok(Proxy { config, metrics, upstream, readiness })
+        Ok(Proxy {
+            config,
+            metrics,
+            upstream,
+            readiness,
+        })
     }
 
     /// The metrics registry and handles.
@@ -72,7 +77,12 @@ impl Proxy {
         admin: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> Drained {
-        let Proxy { config, metrics, upstream, readiness } = self;
+        let Proxy {
+            config,
+            metrics,
+            upstream,
+            readiness,
+        } = self;
 
         let service = ServiceBuilder::new()
             // Admission: one in-flight cap for the whole process, before the

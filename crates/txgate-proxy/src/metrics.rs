@@ -178,8 +178,8 @@ impl UpstreamFailure {
 
 /// Latency buckets in seconds, 50 µs to 10 s.
 const LATENCY_BUCKETS: &[f64] = &[
-    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-    0.5, 1.0, 2.5, 5.0, 10.0,
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0,
 ];
 
 /// All of txgate's metrics, with their handles resolved.
@@ -217,16 +217,24 @@ impl Metrics {
         let registry = Registry::new_custom(Some("txgate".into()), None)
             .unwrap_or_else(|_| unreachable!("prefix is valid"));
         let reg = |c: Box<dyn prometheus::core::Collector>| {
-            registry.register(c).unwrap_or_else(|e| unreachable!("metric registers once: {e}"));
+            registry
+                .register(c)
+                .unwrap_or_else(|e| unreachable!("metric registers once: {e}"));
         };
 
         let calls_vec = IntCounterVec::new(
-            Opts::new("rpc_calls_total", "JSON-RPC calls received, by method (unlisted: other)"),
+            Opts::new(
+                "rpc_calls_total",
+                "JSON-RPC calls received, by method (unlisted: other)",
+            ),
             &["method"],
         )
         .unwrap_or_else(|_| unreachable!());
         reg(Box::new(calls_vec.clone()));
-        let calls = KNOWN_METHODS.iter().map(|m| (*m, calls_vec.with_label_values(&[*m]))).collect();
+        let calls = KNOWN_METHODS
+            .iter()
+            .map(|m| (*m, calls_vec.with_label_values(&[*m])))
+            .collect();
         let calls_other = calls_vec.with_label_values(&["other"]);
 
         let outcome_vec = IntCounterVec::new(
@@ -235,23 +243,34 @@ impl Metrics {
         )
         .unwrap_or_else(|_| unreachable!());
         reg(Box::new(outcome_vec.clone()));
-        let outcomes = Outcome::ALL.iter().map(|o| outcome_vec.with_label_values(&[o.as_str()])).collect();
+        let outcomes = Outcome::ALL
+            .iter()
+            .map(|o| outcome_vec.with_label_values(&[o.as_str()]))
+            .collect();
 
         let failure_vec = IntCounterVec::new(
-            Opts::new("upstream_errors_total", "Upstream calls that failed, by kind"),
+            Opts::new(
+                "upstream_errors_total",
+                "Upstream calls that failed, by kind",
+            ),
             &["kind"],
         )
         .unwrap_or_else(|_| unreachable!());
         reg(Box::new(failure_vec.clone()));
-        let upstream_failures =
-            UpstreamFailure::ALL.iter().map(|k| failure_vec.with_label_values(&[k.as_str()])).collect();
+        let upstream_failures = UpstreamFailure::ALL
+            .iter()
+            .map(|k| failure_vec.with_label_values(&[k.as_str()]))
+            .collect();
 
         let gauge = |name: &str, help: &str| {
             let g = IntGauge::new(name, help).unwrap_or_else(|_| unreachable!());
             reg(Box::new(g.clone()));
             g
         };
-        let in_flight = gauge("in_flight_requests", "Requests admitted and not yet answered");
+        let in_flight = gauge(
+            "in_flight_requests",
+            "Requests admitted and not yet answered",
+        );
         let open_connections = gauge("open_connections", "Open client connections");
         let upstream_up = gauge("upstream_up", "1 while the upstream health probe succeeds");
         let draining = gauge("draining", "1 while draining for shutdown");
@@ -261,15 +280,21 @@ impl Metrics {
         reg(Box::new(connections_total.clone()));
 
         let histogram = |name: &str, help: &str| {
-            let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()))
-                .unwrap_or_else(|_| unreachable!());
+            let h = Histogram::with_opts(
+                HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
+            )
+            .unwrap_or_else(|_| unreachable!());
             reg(Box::new(h.clone()));
             h
         };
-        let request_duration =
-            histogram("request_duration_seconds", "Time from admission to response");
-        let upstream_duration =
-            histogram("upstream_duration_seconds", "Upstream round trip, request to full body");
+        let request_duration = histogram(
+            "request_duration_seconds",
+            "Time from admission to response",
+        );
+        let upstream_duration = histogram(
+            "upstream_duration_seconds",
+            "Upstream round trip, request to full body",
+        );
 
         Metrics {
             registry,

@@ -24,7 +24,11 @@ impl MethodPolicy {
                 }
             }
         }
-        MethodPolicy { mode, exact, prefixes }
+        MethodPolicy {
+            mode,
+            exact,
+            prefixes,
+        }
     }
 
     fn listed(&self, method: &str) -> bool {
@@ -50,13 +54,27 @@ mod tests {
 
     #[test]
     fn default_deny_list() {
-        let defaults: Vec<String> =
-            txgate_config::DEFAULT_DENIED_METHODS.iter().map(|s| s.to_string()).collect();
+        let defaults: Vec<String> = txgate_config::DEFAULT_DENIED_METHODS
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         let p = MethodPolicy::new(PolicyMode::Deny, &defaults);
-        for m in ["admin_peers", "debug_traceTransaction", "personal_sign", "miner_start", "engine_newPayloadV3"] {
+        for m in [
+            "admin_peers",
+            "debug_traceTransaction",
+            "personal_sign",
+            "miner_start",
+            "engine_newPayloadV3",
+        ] {
             assert!(!p.allows(m), "{m}");
         }
-        for m in ["eth_call", "eth_sendRawTransaction", "net_version", "administer", "debugger"] {
+        for m in [
+            "eth_call",
+            "eth_sendRawTransaction",
+            "net_version",
+            "administer",
+            "debugger",
+        ] {
             assert!(p.allows(m), "{m}");
         }
     }

@@ -56,48 +56,76 @@ impl Refusal {
     /// HTTP status, JSON-RPC code and outcome label.
     pub fn classify(&self) -> (StatusCode, i64, Outcome) {
         match self {
-            Refusal::Overloaded => {
-                (StatusCode::TOO_MANY_REQUESTS, code::LIMIT_EXCEEDED, Outcome::Overloaded)
-            }
-            Refusal::BadHttpMethod => {
-                (StatusCode::METHOD_NOT_ALLOWED, code::INVALID_REQUEST, Outcome::BadHttpMethod)
-            }
+            Refusal::Overloaded => (
+                StatusCode::TOO_MANY_REQUESTS,
+                code::LIMIT_EXCEEDED,
+                Outcome::Overloaded,
+            ),
+            Refusal::BadHttpMethod => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                code::INVALID_REQUEST,
+                Outcome::BadHttpMethod,
+            ),
             Refusal::BadContentType => (
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 code::INVALID_REQUEST,
                 Outcome::BadContentType,
             ),
-            Refusal::BodyTooLarge(_) => {
-                (StatusCode::PAYLOAD_TOO_LARGE, code::LIMIT_EXCEEDED, Outcome::BodyTooLarge)
-            }
-            Refusal::BodyTimeout => {
-                (StatusCode::REQUEST_TIMEOUT, code::INVALID_REQUEST, Outcome::BodyTimeout)
-            }
-            Refusal::BodyError => {
-                (StatusCode::BAD_REQUEST, code::INVALID_REQUEST, Outcome::BodyError)
-            }
-            Refusal::Parse => (StatusCode::BAD_REQUEST, code::PARSE_ERROR, Outcome::ParseError),
-            Refusal::InvalidRequest(_) => {
-                (StatusCode::BAD_REQUEST, code::INVALID_REQUEST, Outcome::InvalidRequest)
-            }
-            Refusal::BatchTooLarge { .. } => {
-                (StatusCode::PAYLOAD_TOO_LARGE, code::LIMIT_EXCEEDED, Outcome::BatchTooLarge)
-            }
+            Refusal::BodyTooLarge(_) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                code::LIMIT_EXCEEDED,
+                Outcome::BodyTooLarge,
+            ),
+            Refusal::BodyTimeout => (
+                StatusCode::REQUEST_TIMEOUT,
+                code::INVALID_REQUEST,
+                Outcome::BodyTimeout,
+            ),
+            Refusal::BodyError => (
+                StatusCode::BAD_REQUEST,
+                code::INVALID_REQUEST,
+                Outcome::BodyError,
+            ),
+            Refusal::Parse => (
+                StatusCode::BAD_REQUEST,
+                code::PARSE_ERROR,
+                Outcome::ParseError,
+            ),
+            Refusal::InvalidRequest(_) => (
+                StatusCode::BAD_REQUEST,
+                code::INVALID_REQUEST,
+                Outcome::InvalidRequest,
+            ),
+            Refusal::BatchTooLarge { .. } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                code::LIMIT_EXCEEDED,
+                Outcome::BatchTooLarge,
+            ),
             // Like a node that lacks the method: HTTP 200, error in the body.
-            Refusal::MethodDenied => (StatusCode::OK, code::METHOD_NOT_FOUND, Outcome::MethodDenied),
-            Refusal::UpstreamUnavailable => {
-                (StatusCode::BAD_GATEWAY, code::INTERNAL_ERROR, Outcome::UpstreamUnavailable)
-            }
-            Refusal::UpstreamTimeout => {
-                (StatusCode::GATEWAY_TIMEOUT, code::INTERNAL_ERROR, Outcome::UpstreamTimeout)
-            }
+            Refusal::MethodDenied => (
+                StatusCode::OK,
+                code::METHOD_NOT_FOUND,
+                Outcome::MethodDenied,
+            ),
+            Refusal::UpstreamUnavailable => (
+                StatusCode::BAD_GATEWAY,
+                code::INTERNAL_ERROR,
+                Outcome::UpstreamUnavailable,
+            ),
+            Refusal::UpstreamTimeout => (
+                StatusCode::GATEWAY_TIMEOUT,
+                code::INTERNAL_ERROR,
+                Outcome::UpstreamTimeout,
+            ),
         }
     }
 
     /// The message the caller reads.
     pub fn message(&self) -> String {
         match self {
-            Refusal::Overloaded => "limit exceeded: too many requests in flight, retry later".into(),
+            Refusal::Overloaded => {
+                "limit exceeded: too many requests in flight, retry later".into()
+            }
             Refusal::BadHttpMethod => "invalid request: JSON-RPC requests must be POST".into(),
             Refusal::BadContentType => {
                 "invalid request: content-type must be application/json".into()
@@ -130,7 +158,9 @@ impl Refusal {
         let body = encode::error(id, code, &self.message(), None);
         let mut response = json_response(status, body);
         if status == StatusCode::TOO_MANY_REQUESTS {
-            response.headers_mut().insert(RETRY_AFTER, retry_after.clone());
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, retry_after.clone());
         }
         response
     }

@@ -82,7 +82,10 @@ where
             let started = Instant::now();
             let (outcome, response) = shared.handle(req).await;
             shared.metrics.outcome(outcome);
-            shared.metrics.request_duration.observe(started.elapsed().as_secs_f64());
+            shared
+                .metrics
+                .request_duration
+                .observe(started.elapsed().as_secs_f64());
             Ok(response)
         })
     }
@@ -101,7 +104,9 @@ impl Shared {
     {
         if req.method() != Method::POST {
             let (outcome, mut response) = self.refuse(Refusal::BadHttpMethod, None);
-            response.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
+            response
+                .headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("POST"));
             return (outcome, response);
         }
         if !is_json_content_type(req.headers().get(CONTENT_TYPE)) {
@@ -133,12 +138,15 @@ impl Shared {
             Ok(Frame::Batch(entries)) => self.batch(&entries, body.len()).await,
             Err(FrameError::Parse) => self.refuse(Refusal::Parse, None),
             Err(FrameError::NotARequest) => self.refuse(
-                Refusal::InvalidRequest("invalid request: body must be a request object or a batch array"),
+                Refusal::InvalidRequest(
+                    "invalid request: body must be a request object or a batch array",
+                ),
                 None,
             ),
-            Err(FrameError::EmptyBatch) => {
-                self.refuse(Refusal::InvalidRequest("invalid request: empty batch"), None)
-            }
+            Err(FrameError::EmptyBatch) => self.refuse(
+                Refusal::InvalidRequest("invalid request: empty batch"),
+                None,
+            ),
             Err(FrameError::BatchTooLarge { len, max }) => {
                 self.refuse(Refusal::BatchTooLarge { len, max }, None)
             }
@@ -214,7 +222,11 @@ impl Shared {
                         }
                         encode::write_upstream_call(&mut upstream_body, call, index);
                         forwarded += 1;
-                        if call.is_notification() { Slot::Silent } else { Slot::Awaiting }
+                        if call.is_notification() {
+                            Slot::Silent
+                        } else {
+                            Slot::Awaiting
+                        }
                     }
                 }
             };
@@ -226,11 +238,16 @@ impl Shared {
         let mut outcome = first_refusal.unwrap_or(Outcome::Forwarded);
         let mut failure = None;
         if forwarded > 0 {
+            let awaiting = slots.iter().any(|s| matches!(s, Slot::Awaiting));
             failure = match self.upstream.call(Bytes::from(upstream_body)).await {
+                // Only notifications went up: nothing to read back.
+                Ok(reply) if !awaiting && reply.status.is_success() => None,
                 Ok(reply) => match encode::parse_upstream_batch(&reply.body) {
                     Some(UpstreamBatch::Responses(responses)) => {
                         for response in &responses {
-                            let Some(index) = response.index() else { continue };
+                            let Some(index) = response.index() else {
+                                continue;
+                            };
                             if let (Some(slot @ Slot::Awaiting), Some(Entry::Call(call))) =
                                 (slots.get_mut(index), entries.get(index))
                             {
@@ -303,6 +320,9 @@ impl Shared {
             return (outcome, no_content());
         }
         let capacity = parts.iter().map(|p| p.len() + 1).sum();
-        (outcome, json_response(status, encode::join_batch(parts.into_iter(), capacity)))
+        (
+            outcome,
+            json_response(status, encode::join_batch(parts.into_iter(), capacity)),
+        )
     }
 }

@@ -62,8 +62,15 @@ where
         .timer(TokioTimer::new())
         .header_read_timeout(settings.header_read_timeout)
         .keep_alive(true);
-    builder.http2().timer(TokioTimer::new()).max_concurrent_streams(256);
-    let builder = if settings.http2 { builder } else { builder.http1_only() };
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(256);
+    let builder = if settings.http2 {
+        builder
+    } else {
+        builder.http1_only()
+    };
 
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(settings.max_connections));
@@ -95,7 +102,10 @@ where
         metrics.connections_total.inc();
         metrics.open_connections.inc();
         let connection = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service.clone()))
+            .serve_connection_with_upgrades(
+                TokioIo::new(stream),
+                TowerToHyperService::new(service.clone()),
+            )
             .into_owned();
         let connection = graceful.watch(connection);
         let metrics = metrics.clone();
@@ -110,7 +120,10 @@ where
 
     // Stop accepting: new clients get connection refused and go elsewhere.
     drop(listener);
-    tracing::info!(grace_ms = settings.grace_period.as_millis() as u64, "draining connections");
+    tracing::info!(
+        grace_ms = settings.grace_period.as_millis() as u64,
+        "draining connections"
+    );
     match tokio::time::timeout(settings.grace_period, graceful.shutdown()).await {
         Ok(()) => Drained::Clean,
         Err(_) => Drained::TimedOut,

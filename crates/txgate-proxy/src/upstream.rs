@@ -29,7 +29,10 @@ impl Reply {
     /// Whether the body looks like JSON-RPC (an object or a batch), which is
     /// relayed as it is whatever the status.
     pub fn is_json_rpc(&self) -> bool {
-        matches!(self.body.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{' | b'['))
+        matches!(
+            self.body.iter().find(|b| !b.is_ascii_whitespace()),
+            Some(b'{' | b'[')
+        )
     }
 }
 
@@ -76,7 +79,10 @@ impl Upstream {
             Err(_) => Err(UpstreamFailure::Timeout),
         };
         match &result {
-            Ok(_) => self.metrics.upstream_duration.observe(started.elapsed().as_secs_f64()),
+            Ok(_) => self
+                .metrics
+                .upstream_duration
+                .observe(started.elapsed().as_secs_f64()),
             Err(kind) => self.metrics.upstream_failure(*kind),
         }
         result
@@ -127,9 +133,13 @@ pub(crate) fn is_json_content_type(value: Option<&HeaderValue>) -> bool {
         return false;
     };
     let essence = value.split(';').next().unwrap_or("").trim();
-    ["application/json", "application/json-rpc", "application/jsonrequest"]
-        .iter()
-        .any(|t| essence.eq_ignore_ascii_case(t))
+    [
+        "application/json",
+        "application/json-rpc",
+        "application/jsonrequest",
+    ]
+    .iter()
+    .any(|t| essence.eq_ignore_ascii_case(t))
 }
 
 #[cfg(test)]
@@ -138,12 +148,28 @@ mod tests {
 
     #[test]
     fn content_types() {
-        let ok = ["application/json", "application/json; charset=utf-8", "Application/JSON", "application/json-rpc"];
+        let ok = [
+            "application/json",
+            "application/json; charset=utf-8",
+            "Application/JSON",
+            "application/json-rpc",
+        ];
         for v in ok {
-            assert!(is_json_content_type(Some(&HeaderValue::from_static(v))), "{v}");
+            assert!(
+                is_json_content_type(Some(&HeaderValue::from_static(v))),
+                "{v}"
+            );
         }
-        for v in ["text/plain", "application/x-www-form-urlencoded", "application/jsonx", ""] {
-            assert!(!is_json_content_type(Some(&HeaderValue::from_static(v))), "{v}");
+        for v in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "application/jsonx",
+            "",
+        ] {
+            assert!(
+                !is_json_content_type(Some(&HeaderValue::from_static(v))),
+                "{v}"
+            );
         }
         assert!(!is_json_content_type(None));
     }

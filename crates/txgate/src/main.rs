@@ -56,7 +56,9 @@ impl Cli {
     /// File, then environment and flags (clap merges those two, flags win).
     fn load(&self) -> Result<Config, String> {
         let mut config = match &self.config {
-            Some(path) => Config::from_file(path).map_err(|e| format!("{}: {e}", path.display()))?,
+            Some(path) => {
+                Config::from_file(path).map_err(|e| format!("{}: {e}", path.display()))?
+            }
             None => Config::default(),
         };
         if let Some(v) = self.listen {
@@ -97,7 +99,11 @@ fn init_logging(config: &Config) {
         .with_ansi(std::io::stderr().is_terminal());
     match config.log.format {
         LogFormat::Human => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
     }
 }
 
@@ -116,11 +122,17 @@ fn main() -> ExitCode {
         println!("  upstream      {}", config.upstream.url);
         println!("  admin         {}", config.admin.listen);
         println!("  max_in_flight {}", config.admission.max_in_flight);
-        println!("  policy        {:?} {:?}", config.rpc.policy, config.rpc.methods);
+        println!(
+            "  policy        {:?} {:?}",
+            config.rpc.policy, config.rpc.methods
+        );
         return ExitCode::SUCCESS;
     }
     init_logging(&config);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("txgate: cannot start the runtime: {e}");
@@ -171,8 +183,10 @@ async fn run(config: Config) -> ExitCode {
 /// Completes on SIGTERM or SIGINT.
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         tracing::error!("cannot install signal handlers; shutdown only by kill");
         std::future::pending::<()>().await;
         return;

@@ -1,1 +1,10 @@
-fn main() {}
+//! End-to-end tests of the txgate binary against a real local node (anvil)
+//! and real clients (cast, hyper). One binary for the crate.
+
+#![allow(missing_docs, unreachable_pub, clippy::unwrap_used)]
+
+mod bad_input;
+mod cli;
+mod faults;
+mod passthrough;
+mod support;

@@ -1,0 +1,283 @@
+//! Every bad input gets its own status and JSON-RPC code, never a hang.
+
+use std::time::{Duration, Instant};
+
+use hyper::StatusCode;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::{Anvil, TempFile, Txgate, post, rpc, rpc_json};
+
+const CONFIG: &str = r#"
+[server]
+header_read_timeout_ms = 300
+body_read_timeout_ms = 300
+[rpc]
+max_body_bytes = 1024
+max_batch_size = 3
+"#;
+
+/// anvil and txgate with small limits so that each one is easy to cross.
+async fn setup() -> (Anvil, Txgate, TempFile) {
+    let anvil = Anvil::start().await;
+    let config = TempFile::new(CONFIG);
+    let txgate = Txgate::start(&anvil.url, &["--config", config.arg()]);
+    (anvil, txgate, config)
+}
+
+/// Asserts a JSON-RPC error answer.
+fn assert_error(status: StatusCode, body: &serde_json::Value, want_status: u16, want_code: i64) {
+    assert_eq!(status.as_u16(), want_status, "{body}");
+    assert_eq!(body["jsonrpc"], "2.0", "{body}");
+    assert_eq!(body["error"]["code"], want_code, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(!message.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn body_over_the_cap_is_413() {
+    let (_anvil, txgate, _cfg) = setup().await;
+    let padding = "0".repeat(2000);
+    let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_call","params":["{padding}"]}}"#);
+    let (status, v) = rpc_json(&txgate.url, &body).await;
+    assert_error(status, &v, 413, -32005);
+    assert!(v["error"]["message"].as_str().unwrap().contains("1024"));
+
+    // Without a content-length (chunked), the cap is enforced while reading.
+    let mut stream = TcpStream::connect(txgate.rpc_addr).await.unwrap();
+    let head = "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let chunk = "x".repeat(1500);
+    let _ = stream
+        .write_all(format!("{:x}\r\n{chunk}\r\n0\r\n\r\n", chunk.len()).as_bytes())
+        .await;
+    let answer = read_answer(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("-32005"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn batch_over_the_cap_is_refused_whole() {
+    let (_anvil, txgate, _cfg) = setup().await;
+    let call = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#;
+    let (status, v) = rpc_json(&txgate.url, &format!("[{call},{call},{call},{call}]")).await;
+    assert_error(status, &v, 413, -32005);
+    assert!(v["id"].is_null());
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("4 calls"),
+        "{v}"
+    );
+    let (status, v) = rpc_json(&txgate.url, &format!("[{call},{call},{call}]")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(v.as_array().unwrap().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn empty_batch_is_invalid_request() {
+    let (_anvil, txgate, _cfg) = setup().await;
+    let (status, v) = rpc_json(&txgate.url, " [ ] ").await;
+    assert_error(status, &v, 400, -32600);
+    assert!(v["id"].is_null());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_json_is_parse_error() {
+    let (_anvil, txgate, _cfg) = setup().await;
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId""#,
+        "",
+        "nul",
+        "[{]",
+    ] {
+        let (status, v) = rpc_json(&txgate.url, body).await;
+        assert_error(status, &v, 400, -32700);
+        assert!(v["id"].is_null());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_that_is_not_a_request_is_invalid_request() {
+    let (_anvil, txgate, _cfg) = setup().await;
+    for body in ["42", "\"eth_chainId\"", "null", "true", r#"{"foo":1}"#] {
+        let (status, v) = rpc_json(&txgate.url, body).await;
+        assert_error(status, &v, 400, -32600);
+    }
+    // Inside a batch, each bad element is answered on its own.
+    let (status, v) = rpc_json(
+        &txgate.url,
+        r#"[1, {"jsonrpc":"2.0","id":2,"method":"eth_chainId"}]"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(v[0]["error"]["code"], -32600);
+    assert_eq!(v[1]["result"], "0x7a69");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_jsonrpc_version_is_invalid_request_with_the_id() {
+    let (_anvil, txgate, _cfg) = setup().await;
+    for body in [
+        r#"{"jsonrpc":"1.0","id":"v","method":"eth_chainId"}"#,
+        r#"{"jsonrpc":2.0,"id":"v","method":"eth_chainId"}"#,
+        r#"{"id":"v","method":"eth_chainId"}"#,
+    ] {
+        let (status, v) = rpc_json(&txgate.url, body).await;
+        assert_error(status, &v, 400, -32600);
+        assert_eq!(v["id"], "v", "{body}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_method_is_invalid_request() {
+    let (_anvil, txgate, _cfg) = setup().await;
+    let (status, v) = rpc_json(&txgate.url, r#"{"jsonrpc":"2.0","id":5,"params":[]}"#).await;
+    assert_error(status, &v, 400, -32600);
+    assert_eq!(v["id"], 5);
+    assert!(v["error"]["message"].as_str().unwrap().contains("method"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn denied_method_is_method_not_found() {
+    let (_anvil, txgate, _cfg) = setup().await;
+    // anvil serves these; the default policy keeps them from it.
+    for method in [
+        "admin_nodeInfo",
+        "debug_traceTransaction",
+        "personal_sign",
+        "miner_start",
+        "engine_getPayloadV3",
+    ] {
+        let body =
+            format!(r#"{{"jsonrpc":"2.0","id":"{method}","method":"{method}","params":[]}}"#);
+        let (status, v) = rpc_json(&txgate.url, &body).await;
+        assert_error(status, &v, 200, -32601);
+        assert_eq!(v["id"], method);
+    }
+    let metrics = txgate.metrics().await;
+    assert_eq!(
+        crate::support::metric(
+            &metrics,
+            "txgate_http_responses_total{outcome=\"method_denied\"}"
+        ),
+        5.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_content_type_is_415() {
+    let (_anvil, txgate, _cfg) = setup().await;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#;
+    for ct in [
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        None,
+    ] {
+        let (status, _, bytes) = post(&txgate.url, ct, body).await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_error(status, &v, 415, -32600);
+    }
+    let (status, _, _) = post(&txgate.url, Some("application/json; charset=utf-8"), body)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn get_is_405() {
+    let (_anvil, txgate, _cfg) = setup().await;
+    let (status, headers, _) = crate::support::get(&txgate.url).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(headers["allow"], "POST");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn client_sending_headers_too_slowly_is_cut_off() {
+    let (_anvil, txgate, _cfg) = setup().await;
+    let mut slow = TcpStream::connect(txgate.rpc_addr).await.unwrap();
+    slow.write_all(b"POST / HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    // The server must give up on this client by itself (timeout 300 ms).
+    let mut buf = [0u8; 512];
+    let read = tokio::time::timeout(Duration::from_secs(5), slow.read(&mut buf)).await;
+    let elapsed = started.elapsed();
+    assert!(read.is_ok(), "slow client still connected after 5 s");
+    if let Ok(Ok(n)) = read {
+        let text = String::from_utf8_lossy(&buf[..n]);
+        assert!(n == 0 || text.starts_with("HTTP/1.1 408"), "{text}");
+    }
+    assert!(
+        elapsed >= Duration::from_millis(250),
+        "cut off before the timeout: {elapsed:?}"
+    );
+    // Meanwhile others are served.
+    let (status, _) = rpc_json(
+        &txgate.url,
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn client_sending_the_body_too_slowly_gets_408() {
+    let (_anvil, txgate, _cfg) = setup().await;
+    let mut slow = TcpStream::connect(txgate.rpc_addr).await.unwrap();
+    slow.write_all(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"jsonrpc\"")
+        .await
+        .unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(5), read_answer(&mut slow))
+        .await
+        .expect("no answer");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("-32600"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_internal_leaks() {
+    let (_anvil, txgate, _cfg) = setup().await;
+    let (_, _, body) = rpc(
+        &txgate.url,
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eth_chainId\",",
+    )
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        !text.contains("line") && !text.contains("column"),
+        "serde detail leaked: {text}"
+    );
+}
+
+/// Reads one HTTP/1.1 answer (headers and a content-length body).
+async fn read_answer(stream: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("answer timed out")
+            .unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&out).to_string();
+        if let Some(split) = text.find("\r\n\r\n") {
+            let len = text[..split]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().to_string())
+                })
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(0);
+            if out.len() >= split + 4 + len {
+                return text;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).to_string()
+}
