@@ -18,6 +18,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8545";
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9545";
 /// Default upstream node.
 pub const DEFAULT_UPSTREAM: &str = "http://127.0.0.1:8546";
+/// Default worker threads (0: one per available core).
+pub const DEFAULT_WORKERS: usize = 0;
 /// Default cap on open client connections.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// Default time a client has to send its request headers.
@@ -85,6 +87,9 @@ pub struct Config {
 pub struct Server {
     /// Address for JSON-RPC clients.
     pub listen: SocketAddr,
+    /// Worker threads, each with its own listener (`SO_REUSEPORT`), runtime
+    /// and upstream pool; 0 means one per available core.
+    pub workers: usize,
     /// Open connections at most; further clients wait in the accept queue.
     pub max_connections: usize,
     /// Time a client has to send its request headers (HTTP/1.1).
@@ -95,10 +100,24 @@ pub struct Server {
     pub http2: bool,
 }
 
+impl Server {
+    /// Worker threads to run.
+    pub fn effective_workers(&self) -> usize {
+        if self.workers == 0 {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        } else {
+            self.workers
+        }
+    }
+}
+
 impl Default for Server {
     fn default() -> Self {
         Server {
             listen: parse_addr(DEFAULT_LISTEN),
+            workers: DEFAULT_WORKERS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             header_read_timeout_ms: DEFAULT_HEADER_READ_TIMEOUT_MS,
             body_read_timeout_ms: DEFAULT_BODY_READ_TIMEOUT_MS,

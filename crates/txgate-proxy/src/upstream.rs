@@ -1,20 +1,28 @@
-//! The upstream node client: pooled keep-alive HTTP/1.1, connect and call
-//! timeouts, a response size cap, and failures classified for the caller.
+//! The upstream node client.
+//!
+//! A lean HTTP/1.1 keep-alive client: the request future itself writes the
+//! request and reads the answer on a pooled connection, with no connection
+//! task, channel or shared pool lock in between (each worker thread has
+//! its own pool). That is one `writev` and usually one `read` per call,
+//! which is what lets txgate keep up with nginx as a plain proxy.
+//!
+//! A pooled connection the upstream closed while idle is detected on use
+//! (write error, or EOF before any byte of the answer) and the call is
+//! retried once on a fresh connection; nothing of the answer was seen, so
+//! the upstream cannot have answered it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderValue};
-use http::{Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use bytes::{Buf, Bytes, BytesMut};
+use http::StatusCode;
+use http::header::HeaderValue;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use txgate_config::Config;
 
+use crate::h1::{ReadError, ResponseReader};
 use crate::metrics::{Metrics, UpstreamFailure};
-use crate::rescue::JSON;
 
 /// An upstream answer read in full.
 #[derive(Debug)]
@@ -36,85 +44,237 @@ impl Reply {
     }
 }
 
-/// A pooled client for one upstream URL.
-#[derive(Clone, Debug)]
-pub struct Upstream {
-    client: Client<HttpConnector, Full<Bytes>>,
-    uri: Uri,
+#[derive(Debug)]
+struct Idle {
+    stream: TcpStream,
+    since: Instant,
+}
+
+#[derive(Debug)]
+struct Inner {
+    host: String,
+    port: u16,
+    /// `POST <path> HTTP/1.1`, `Host`, `Content-Type` and the start of
+    /// `Content-Length`, written once.
+    head: Vec<u8>,
+    connect_timeout: Duration,
     call_timeout: Duration,
     max_response_bytes: usize,
+    pool_max_idle: usize,
+    pool_idle_timeout: Duration,
+    idle: Mutex<Vec<Idle>>,
     metrics: Arc<Metrics>,
+}
+
+/// A keep-alive client for one upstream URL. Clones share the pool.
+#[derive(Clone, Debug)]
+pub struct Upstream {
+    inner: Arc<Inner>,
+}
+
+/// What went wrong on one attempt, and whether a retry is safe.
+struct Attempt {
+    failure: UpstreamFailure,
+    /// Nothing of an answer was received on a reused connection.
+    stale: bool,
 }
 
 impl Upstream {
     /// Builds the client; the URL was checked by `Config::validate`.
     pub fn new(config: &Config, metrics: Arc<Metrics>) -> Result<Self, String> {
         let up = &config.upstream;
-        let uri: Uri = up.url.parse().map_err(|e| format!("upstream.url: {e}"))?;
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_millis(up.connect_timeout_ms)));
-        connector.set_keepalive(Some(Duration::from_secs(30)));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_millis(up.pool_idle_timeout_ms))
-            .pool_max_idle_per_host(up.effective_pool_max_idle(&config.admission))
-            .build(connector);
+        let rest = up
+            .url
+            .strip_prefix("http://")
+            .ok_or("upstream.url must start with http://")?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (
+                h,
+                p.parse::<u16>()
+                    .map_err(|_| format!("upstream.url: bad port in `{authority}`"))?,
+            ),
+            _ => (authority, 80),
+        };
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        if host.is_empty() {
+            return Err("upstream.url: no host".into());
+        }
+        HeaderValue::from_str(authority)
+            .map_err(|_| format!("upstream.url: bad host `{authority}`"))?;
+        if path
+            .bytes()
+            .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+        {
+            return Err("upstream.url: bad path".into());
+        }
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: {authority}\r\ncontent-type: application/json\r\ncontent-length: "
+        )
+        .into_bytes();
+        let pool_max_idle = up.effective_pool_max_idle(&config.admission);
         Ok(Upstream {
-            client,
-            uri,
-            call_timeout: Duration::from_millis(up.call_timeout_ms),
-            max_response_bytes: up.max_response_bytes,
-            metrics,
+            inner: Arc::new(Inner {
+                host,
+                port,
+                head,
+                connect_timeout: Duration::from_millis(up.connect_timeout_ms),
+                call_timeout: Duration::from_millis(up.call_timeout_ms),
+                max_response_bytes: up.max_response_bytes,
+                pool_max_idle,
+                pool_idle_timeout: Duration::from_millis(up.pool_idle_timeout_ms),
+                idle: Mutex::new(Vec::new()),
+                metrics,
+            }),
         })
     }
 
     /// Posts `body` and reads the whole answer within the call timeout.
     pub async fn call(&self, body: Bytes) -> Result<Reply, UpstreamFailure> {
+        let inner = &self.inner;
         let started = Instant::now();
-        let result = tokio::time::timeout(self.call_timeout, self.exchange(body)).await;
-        let result = match result {
-            Ok(inner) => inner,
+        let exchange = async {
+            match self.checkout() {
+                Some(stream) => match self.attempt(stream, &body).await {
+                    Err(Attempt { stale: true, .. }) => {
+                        let stream = self.connect().await?;
+                        self.attempt(stream, &body).await.map_err(|a| a.failure)
+                    }
+                    other => other.map_err(|a| a.failure),
+                },
+                None => {
+                    let stream = self.connect().await?;
+                    self.attempt(stream, &body).await.map_err(|a| a.failure)
+                }
+            }
+        };
+        let result = match tokio::time::timeout(inner.call_timeout, exchange).await {
+            Ok(result) => result,
             Err(_) => Err(UpstreamFailure::Timeout),
         };
         match &result {
-            Ok(_) => self
+            Ok(_) => inner
                 .metrics
                 .upstream_duration
                 .observe(started.elapsed().as_secs_f64()),
-            Err(kind) => self.metrics.upstream_failure(*kind),
+            Err(kind) => inner.metrics.upstream_failure(*kind),
         }
         result
     }
 
-    async fn exchange(&self, body: Bytes) -> Result<Reply, UpstreamFailure> {
-        let mut request = Request::new(Full::new(body));
-        *request.method_mut() = Method::POST;
-        *request.uri_mut() = self.uri.clone();
-        request.headers_mut().insert(CONTENT_TYPE, JSON);
-        let response = self.client.request(request).await.map_err(|e| {
-            if e.is_connect() {
-                tracing::debug!(error = %e, "upstream connect failed");
-                UpstreamFailure::Connect
-            } else {
-                tracing::debug!(error = %e, "upstream request failed");
-                UpstreamFailure::Io
+    /// Most recently used idle connection that is not too old.
+    fn checkout(&self) -> Option<TcpStream> {
+        let mut idle = self.inner.idle.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(conn) = idle.pop() {
+            if conn.since.elapsed() < self.inner.pool_idle_timeout {
+                return Some(conn.stream);
             }
-        })?;
-        let status = response.status();
-        let body = Limited::new(response.into_body(), self.max_response_bytes)
-            .collect()
-            .await
-            .map_err(|e| {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    UpstreamFailure::TooLarge
-                } else {
-                    UpstreamFailure::Io
+        }
+        None
+    }
+
+    fn checkin(&self, stream: TcpStream) {
+        let mut idle = self.inner.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < self.inner.pool_max_idle {
+            idle.push(Idle {
+                stream,
+                since: Instant::now(),
+            });
+        }
+    }
+
+    async fn connect(&self) -> Result<TcpStream, UpstreamFailure> {
+        let inner = &self.inner;
+        let connect = TcpStream::connect((inner.host.as_str(), inner.port));
+        match tokio::time::timeout(inner.connect_timeout, connect).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                Ok(stream)
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "upstream connect failed");
+                Err(UpstreamFailure::Connect)
+            }
+            Err(_) => {
+                tracing::debug!("upstream connect timed out");
+                Err(UpstreamFailure::Connect)
+            }
+        }
+    }
+
+    /// One request on `stream`; returns it to the pool when reusable.
+    async fn attempt(&self, mut stream: TcpStream, body: &Bytes) -> Result<Reply, Attempt> {
+        let inner = &self.inner;
+        let mut head = Vec::with_capacity(inner.head.len() + 24);
+        head.extend_from_slice(&inner.head);
+        head.extend_from_slice(body.len().to_string().as_bytes());
+        head.extend_from_slice(b"\r\n\r\n");
+        let mut request = Bytes::from(head).chain(body.clone());
+        if let Err(e) = stream.write_all_buf(&mut request).await {
+            tracing::debug!(error = %e, "upstream write failed");
+            return Err(Attempt {
+                failure: UpstreamFailure::Io,
+                stale: true,
+            });
+        }
+
+        let mut reader = ResponseReader::new(inner.max_response_bytes);
+        let mut buf = BytesMut::with_capacity(4096);
+        loop {
+            let read = stream.read_buf(&mut buf).await;
+            let eof = match read {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => {
+                    tracing::debug!(error = %e, "upstream read failed");
+                    return Err(Attempt {
+                        failure: UpstreamFailure::Io,
+                        stale: buf.is_empty(),
+                    });
                 }
-            })?
-            .to_bytes();
-        Ok(Reply { status, body })
+            };
+            if eof && buf.is_empty() {
+                return Err(Attempt {
+                    failure: UpstreamFailure::Io,
+                    stale: true,
+                });
+            }
+            match reader.advance(&buf, eof) {
+                Ok(Some(response)) => {
+                    if response.keep_alive {
+                        self.checkin(stream);
+                    }
+                    return Ok(Reply {
+                        status: response.status,
+                        body: response.body,
+                    });
+                }
+                Ok(None) => {
+                    if buf.capacity() - buf.len() < 1024 {
+                        buf.reserve(buf.len().max(4096));
+                    }
+                }
+                Err(ReadError::TooLarge) => {
+                    return Err(Attempt {
+                        failure: UpstreamFailure::TooLarge,
+                        stale: false,
+                    });
+                }
+                Err(e) => {
+                    tracing::debug!(error = ?e, started = reader.started(), "upstream answer unreadable");
+                    return Err(Attempt {
+                        failure: UpstreamFailure::Io,
+                        stale: false,
+                    });
+                }
+            }
+        }
     }
 
     /// One health probe: `eth_chainId` answered with a JSON-RPC result.
@@ -172,5 +332,32 @@ mod tests {
             );
         }
         assert!(!is_json_content_type(None));
+    }
+
+    #[test]
+    fn url_forms() {
+        let metrics = Arc::new(Metrics::new());
+        let mut config = Config::default();
+        for (url, host, port, path) in [
+            ("http://127.0.0.1:8546", "127.0.0.1", 8546, "/"),
+            (
+                "http://node.internal/rpc/v1",
+                "node.internal",
+                80,
+                "/rpc/v1",
+            ),
+            ("http://[::1]:9000/x", "::1", 9000, "/x"),
+        ] {
+            config.upstream.url = url.into();
+            let u = Upstream::new(&config, metrics.clone()).unwrap();
+            assert_eq!(u.inner.host, host, "{url}");
+            assert_eq!(u.inner.port, port, "{url}");
+            assert!(
+                String::from_utf8_lossy(&u.inner.head)
+                    .starts_with(&format!("POST {path} HTTP/1.1\r\n"))
+            );
+        }
+        config.upstream.url = "http://h:notaport".into();
+        assert!(Upstream::new(&config, metrics).is_err());
     }
 }

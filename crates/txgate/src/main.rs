@@ -9,10 +9,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tokio::net::TcpListener;
 use txgate_config::{Config, LogFormat};
-use txgate_proxy::Proxy;
 use txgate_proxy::server::Drained;
+use txgate_proxy::{Listeners, Proxy};
 
 /// A screening JSON-RPC proxy in front of a rollup sequencer.
 #[derive(Debug, Parser)]
@@ -140,27 +139,20 @@ fn main() -> ExitCode {
         }
     };
     let code = runtime.block_on(run(config));
-    // Connections still open after the grace period are cut here.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     code
 }
 
 async fn run(config: Config) -> ExitCode {
-    let rpc = match TcpListener::bind(config.server.listen).await {
-        Ok(listener) => listener,
+    let workers = config.server.effective_workers();
+    let listeners = match Listeners::bind(config.server.listen, config.admin.listen, workers) {
+        Ok(listeners) => listeners,
         Err(e) => {
-            tracing::error!(addr = %config.server.listen, error = %e, "cannot bind the RPC listener");
+            tracing::error!(rpc = %config.server.listen, admin = %config.admin.listen, error = %e, "cannot bind");
             return ExitCode::FAILURE;
         }
     };
-    let admin = match TcpListener::bind(config.admin.listen).await {
-        Ok(listener) => listener,
-        Err(e) => {
-            tracing::error!(addr = %config.admin.listen, error = %e, "cannot bind the admin listener");
-            return ExitCode::FAILURE;
-        }
-    };
-    let (Ok(rpc_addr), Ok(admin_addr)) = (rpc.local_addr(), admin.local_addr()) else {
+    let (Ok(rpc_addr), Ok(admin_addr)) = (listeners.rpc_addr(), listeners.admin_addr()) else {
         tracing::error!("listeners have no local address");
         return ExitCode::FAILURE;
     };
@@ -172,8 +164,8 @@ async fn run(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tracing::info!(rpc = %rpc_addr, admin = %admin_addr, upstream = %upstream_url, "listening");
-    match proxy.run(rpc, admin, shutdown_signal()).await {
+    tracing::info!(rpc = %rpc_addr, admin = %admin_addr, upstream = %upstream_url, workers, "listening");
+    match proxy.run(listeners, shutdown_signal()).await {
         Drained::Clean => tracing::info!("drained; exiting"),
         Drained::TimedOut => tracing::warn!("grace period over; closing remaining connections"),
     }

@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Pass-through load test: txgate against nginx in front of the same upstream.
+
+Builds txgate (release), starts a static JSON-RPC responder (an nginx
+`return 200` server, one worker), nginx as a plain keep-alive reverse proxy
+in front of it, and txgate in front of it; then drives each with h2load over
+HTTP/1.1 in interleaved rounds:
+
+  * 50 connections for throughput,
+  * 1 connection for per-hop latency,
+
+with a warm-up excluded from every measurement. It prints req/s, p50 and p99
+for direct, nginx and txgate, the ratios txgate/nginx of each round, and the
+medians over rounds. Everything listens on loopback and stops by itself.
+
+Usage: benches/load/passthrough.py [--rounds 3] [--duration 5] [--warmup 1]
+                                   [--json results.json]
+Needs: nginx and h2load (Debian: nginx-light, nghttp2-client);
+scripts/install-bench-tools.sh installs them.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BODY = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
+ANSWER = '{"jsonrpc":"2.0","id":1,"result":"0x7a69"}'
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, name, timeout=10.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"{name} exited early with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(f"{name} did not listen on {port}")
+
+
+def nginx_conf(work, name, workers, server_block, upstream_block=""):
+    temp = work / f"{name}-temp"
+    temp.mkdir(exist_ok=True)
+    conf = work / f"{name}.conf"
+    conf.write_text(f"""
+worker_processes {workers};
+daemon off;
+pid {work}/{name}.pid;
+error_log {work}/{name}-error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+  access_log off;
+  client_body_temp_path {temp}/body;
+  proxy_temp_path {temp}/proxy;
+  fastcgi_temp_path {temp}/fastcgi;
+  uwsgi_temp_path {temp}/uwsgi;
+  scgi_temp_path {temp}/scgi;
+  keepalive_requests 10000000;
+  keepalive_timeout 120s;
+  {upstream_block}
+  {server_block}
+}}
+""")
+    return conf
+
+
+def h2load(port, connections, duration, warmup, log):
+    cmd = [
+        "h2load", "--h1", "-t", "1", "-c", str(connections), "-m", "1",
+        "-D", str(duration), f"--warm-up-time={warmup}",
+        "-d", str(log.parent / "body.json"),
+        "-H", "content-type: application/json",
+        f"--log-file={log}",
+        f"http://127.0.0.1:{port}/",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + warmup + 60)
+    if out.returncode != 0:
+        sys.exit(f"h2load failed: {out.stderr or out.stdout}")
+    rows = []
+    for line in log.read_text().splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3:
+            rows.append((int(parts[0]), int(parts[1]), int(parts[2])))
+    log.unlink()
+    if not rows:
+        sys.exit(f"h2load logged no requests: {out.stdout}")
+    # Drop anything that started during the warm-up, whatever h2load logs.
+    first = min(r[0] for r in rows)
+    rows = [r for r in rows if r[0] >= first + warmup * 1_000_000]
+    ok = [r for r in rows if 200 <= r[1] < 300]
+    lat = sorted(r[2] for r in ok)
+    span = (max(r[0] + r[2] for r in rows) - min(r[0] for r in rows)) / 1e6
+    return {
+        "requests": len(rows),
+        "errors": len(rows) - len(ok),
+        "rps": len(ok) / span if span > 0 else 0.0,
+        "p50_us": lat[len(lat) // 2] if lat else None,
+        "p99_us": lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else None,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=int, default=5, help="seconds measured per run")
+    ap.add_argument("--warmup", type=int, default=1, help="seconds of warm-up per run")
+    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--no-build", action="store_true")
+    args = ap.parse_args()
+
+    for tool in ("nginx", "h2load"):
+        if not shutil.which(tool) and not Path(f"/usr/sbin/{tool}").exists():
+            sys.exit(f"{tool} not found: run scripts/install-bench-tools.sh")
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+
+    if not args.no_build:
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "txgate"], cwd=ROOT, check=True)
+    txgate_bin = ROOT / "target/release/txgate"
+
+    work = Path(tempfile.mkdtemp(prefix="txgate-load-"))
+    (work / "body.json").write_bytes(BODY)
+    ports = {"direct": free_port(), "nginx": free_port(), "txgate": free_port()}
+    admin_port = free_port()
+    procs = []
+    try:
+        responder = nginx_conf(
+            work, "responder", 1,
+            f"""server {{ listen 127.0.0.1:{ports['direct']} reuseport;
+                location / {{ default_type application/json; return 200 '{ANSWER}'; }} }}""")
+        proxy = nginx_conf(
+            work, "proxy", "auto",
+            f"""server {{ listen 127.0.0.1:{ports['nginx']} reuseport;
+                location / {{ proxy_pass http://rpc; proxy_http_version 1.1;
+                              proxy_set_header Connection ""; }} }}""",
+            f"upstream rpc {{ server 127.0.0.1:{ports['direct']}; keepalive 256; }}")
+        for name, conf in (("responder", responder), ("nginx", proxy)):
+            p = subprocess.Popen([nginx, "-c", str(conf), "-p", str(work)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(p)
+        wait_port(ports["direct"], procs[0], "responder")
+        wait_port(ports["nginx"], procs[1], "nginx")
+        tx = subprocess.Popen(
+            [str(txgate_bin), "--listen", f"127.0.0.1:{ports['txgate']}",
+             "--admin-listen", f"127.0.0.1:{admin_port}",
+             "--upstream", f"http://127.0.0.1:{ports['direct']}", "--log-level", "warn"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(tx)
+        wait_port(ports["txgate"], tx, "txgate")
+
+        cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+        print(f"machine: {os.cpu_count()} cores, {cpu}")
+        print(f"h2load HTTP/1.1, {args.duration}s measured + {args.warmup}s warm-up per run, {args.rounds} rounds\n")
+        order = ["direct", "nginx", "txgate"]
+        results = []
+        for rnd in range(args.rounds):
+            # Rotate the order so no target always runs first or last.
+            rot = order[rnd % 3:] + order[:rnd % 3]
+            row = {}
+            for mode, conns in (("throughput", 50), ("latency", 1)):
+                for target in rot:
+                    r = h2load(ports[target], conns, args.duration, args.warmup, work / "h2load.log")
+                    row[(mode, target)] = r
+            results.append(row)
+            t, l = "throughput", "latency"
+            print(f"round {rnd + 1}:")
+            for target in order:
+                a, b = row[(t, target)], row[(l, target)]
+                print(f"  {target:7} 50c: {a['rps']:9.0f} req/s p50 {a['p50_us']:6} us p99 {a['p99_us']:6} us"
+                      f" | 1c: {b['rps']:7.0f} req/s p50 {b['p50_us']:5} us p99 {b['p99_us']:5} us"
+                      f" | errors {a['errors'] + b['errors']}")
+            ratio = row[(t, "txgate")]["rps"] / row[(t, "nginx")]["rps"]
+            hop_n = row[(l, "nginx")]["p50_us"] - row[(l, "direct")]["p50_us"]
+            hop_t = row[(l, "txgate")]["p50_us"] - row[(l, "direct")]["p50_us"]
+            print(f"  txgate/nginx throughput {ratio:.2f}x; added p50 per hop: nginx {hop_n} us, txgate {hop_t} us\n")
+
+        def med(mode, target, key):
+            return statistics.median(r[(mode, target)][key] for r in results)
+
+        ratios = [r[("throughput", "txgate")]["rps"] / r[("throughput", "nginx")]["rps"] for r in results]
+        hops = {tg: [r[("latency", tg)]["p50_us"] - r[("latency", "direct")]["p50_us"] for r in results]
+                for tg in ("nginx", "txgate")}
+        summary = {
+            "targets": {
+                tg: {
+                    "rps_50c": med("throughput", tg, "rps"),
+                    "p50_us_50c": med("throughput", tg, "p50_us"),
+                    "p99_us_50c": med("throughput", tg, "p99_us"),
+                    "rps_1c": med("latency", tg, "rps"),
+                    "p50_us_1c": med("latency", tg, "p50_us"),
+                    "p99_us_1c": med("latency", tg, "p99_us"),
+                } for tg in order
+            },
+            "txgate_over_nginx_throughput_median": statistics.median(ratios),
+            "added_p50_us_median": {tg: statistics.median(v) for tg, v in hops.items()},
+            "errors": sum(r[k]["errors"] for r in results for k in r),
+        }
+        print("medians over rounds:")
+        print(f"  {'target':7} {'req/s 50c':>10} {'p50 50c':>8} {'p99 50c':>8} {'req/s 1c':>9} {'p50 1c':>7} {'p99 1c':>7}")
+        for tg in order:
+            s = summary["targets"][tg]
+            print(f"  {tg:7} {s['rps_50c']:10.0f} {s['p50_us_50c']:8.0f} {s['p99_us_50c']:8.0f}"
+                  f" {s['rps_1c']:9.0f} {s['p50_us_1c']:7.0f} {s['p99_us_1c']:7.0f}")
+        print(f"  txgate/nginx throughput (median of per-round ratios): {summary['txgate_over_nginx_throughput_median']:.2f}x")
+        print(f"  added p50 per hop (median): nginx {summary['added_p50_us_median']['nginx']:.0f} us,"
+              f" txgate {summary['added_p50_us_median']['txgate']:.0f} us")
+        print(f"  non-2xx answers: {summary['errors']}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(summary, indent=2))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
