@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test: unit, property and end-to-end (anvil, the txgate binary).
-# Installs anvil and cast first if they are missing.
+# Runs every test: unit, doc and end-to-end (anvil, the txgate binary), and
+# checks that the benchmarks build. Installs anvil and cast first if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-foundry.sh
-cargo test --workspace --locked --all-targets -- --test-threads 2
-cargo test --workspace --locked --doc
+cargo test --workspace --locked --benches --no-run
+cargo test --workspace --locked -- --test-threads 2
