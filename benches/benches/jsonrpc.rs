@@ -12,7 +12,9 @@ const SINGLE: &[u8] = br#"{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[
 
 fn batch(n: usize) -> Vec<u8> {
     let one = std::str::from_utf8(SINGLE).unwrap_or_default();
-    let parts: Vec<String> = (0..n).map(|i| one.replacen("\"id\":1", &format!("\"id\":{i}"), 1)).collect();
+    let parts: Vec<String> = (0..n)
+        .map(|i| one.replacen("\"id\":1", &format!("\"id\":{i}"), 1))
+        .collect();
     format!("[{}]", parts.join(",")).into_bytes()
 }
 
@@ -21,14 +23,18 @@ fn bench(c: &mut Criterion) {
     g.bench_function("baseline_serde_value_single", |b| {
         b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(SINGLE)).ok())
     });
-    g.bench_function("parse_single", |b| b.iter(|| parse(black_box(SINGLE), 100).is_ok()));
+    g.bench_function("parse_single", |b| {
+        b.iter(|| parse(black_box(SINGLE), 100).is_ok())
+    });
     let body = batch(100);
     g.bench_function("baseline_serde_value_batch100", |b| {
         b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(&body)).ok())
     });
     g.bench_function("parse_and_rewrite_batch100", |b| {
         b.iter(|| {
-            let Ok(Frame::Batch(entries)) = parse(black_box(&body), 100) else { return 0 };
+            let Ok(Frame::Batch(entries)) = parse(black_box(&body), 100) else {
+                return 0;
+            };
             let mut out = Vec::with_capacity(body.len() + 1600);
             for (i, e) in entries.iter().enumerate() {
                 if let Entry::Call(call) = e {
