@@ -48,17 +48,28 @@ fn signed_transfer() -> (TxEnvelope, Vec<u8>) {
 
 fn bench(c: &mut Criterion) {
     let (envelope, raw) = signed_transfer();
-    let hex = format!("0x{}", raw.iter().map(|b| format!("{b:02x}")).collect::<String>());
+    let hex = format!(
+        "0x{}",
+        raw.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    );
     let tx = decode(&raw).unwrap_or_else(|e| panic!("{e}"));
 
     let mut g = c.benchmark_group("screen");
-    g.bench_function("baseline_libsecp256k1_recover", |b| b.iter(|| recover_sender(black_box(&tx))));
-    g.bench_function("baseline_alloy_k256_recover", |b| b.iter(|| black_box(&envelope).recover_signer()));
-    g.bench_function("keccak256_32_bytes", |b| b.iter(|| keccak256(black_box([7u8; 32]))));
+    g.bench_function("baseline_libsecp256k1_recover", |b| {
+        b.iter(|| recover_sender(black_box(&tx)))
+    });
+    g.bench_function("baseline_alloy_k256_recover", |b| {
+        b.iter(|| black_box(&envelope).recover_signer())
+    });
+    g.bench_function("keccak256_32_bytes", |b| {
+        b.iter(|| keccak256(black_box([7u8; 32])))
+    });
     g.bench_function("decode_hex_and_envelope", |b| {
         b.iter(|| decode(&decode_hex(black_box(&hex)).unwrap_or_default()))
     });
-    g.bench_function("fingerprint", |b| b.iter(|| Fingerprint::of(black_box(&tx))));
+    g.bench_function("fingerprint", |b| {
+        b.iter(|| Fingerprint::of(black_box(&tx)))
+    });
     g.bench_function("decode_recover_fingerprint", |b| {
         b.iter(|| {
             let bytes = decode_hex(black_box(&hex)).unwrap_or_default();

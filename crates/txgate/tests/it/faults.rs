@@ -165,3 +165,41 @@ async fn grace_period_bounds_the_drain() {
     );
     stuck.abort();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn beyond_the_connection_cap_clients_wait_instead_of_failing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let anvil = Anvil::start().await;
+    let config = TempFile::new("[server]\nworkers = 1\nmax_connections = 1\n");
+    let txgate = Txgate::start(&anvil.url, &["--config", config.arg()]);
+    let request = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{CHAIN_ID}",
+        CHAIN_ID.len()
+    );
+    // The first client holds the only slot with a keep-alive connection.
+    let mut first = tokio::net::TcpStream::connect(txgate.rpc_addr)
+        .await
+        .unwrap();
+    first.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = [0u8; 1024];
+    let n = first.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+
+    // The second waits in the accept queue: no answer, but no error either.
+    let mut second = tokio::net::TcpStream::connect(txgate.rpc_addr)
+        .await
+        .unwrap();
+    second.write_all(request.as_bytes()).await.unwrap();
+    let early = tokio::time::timeout(Duration::from_millis(400), second.read(&mut buf)).await;
+    assert!(early.is_err(), "served beyond the connection cap");
+
+    // Once the first leaves, the second is served.
+    drop(first);
+    let n = tokio::time::timeout(Duration::from_secs(5), second.read(&mut buf))
+        .await
+        .expect("never served after a slot freed")
+        .unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let metrics = txgate.metrics().await;
+    assert_eq!(metric(&metrics, "txgate_open_connections"), 1.0);
+}
