@@ -3,6 +3,8 @@
 //! Everything here copies caller params and upstream results as raw JSON;
 //! only the envelope is written.
 
+use std::io::Write as _;
+
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -28,7 +30,7 @@ pub fn write_error(
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     out.extend_from_slice(id.unwrap_or(NULL).as_bytes());
     out.extend_from_slice(b",\"error\":{\"code\":");
-    out.extend_from_slice(code.to_string().as_bytes());
+    let _ = write!(out, "{code}");
     out.extend_from_slice(b",\"message\":");
     write_str(out, message);
     if let Some(data) = data {
@@ -51,7 +53,7 @@ pub fn write_upstream_call(out: &mut Vec<u8>, call: &Call<'_>, upstream_id: usiz
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",");
     if !call.is_notification() {
         out.extend_from_slice(b"\"id\":");
-        out.extend_from_slice(upstream_id.to_string().as_bytes());
+        let _ = write!(out, "{upstream_id}");
         out.push(b',');
     }
     out.extend_from_slice(b"\"method\":");

@@ -35,18 +35,20 @@ pub fn route<B>(req: &Request<B>, metrics: &Metrics, readiness: &Readiness) -> R
         }
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
         "/readyz" => {
-            let up = readiness.upstream_up();
-            let draining = readiness.draining();
-            let status = if up && !draining {
+            let ready = readiness.ready();
+            let status = if ready {
                 StatusCode::OK
             } else {
                 StatusCode::SERVICE_UNAVAILABLE
             };
             let body = format!(
-                "{{\"ready\":{},\"upstream\":\"{}\",\"draining\":{}}}\n",
-                up && !draining,
-                if up { "up" } else { "down" },
-                draining
+                "{{\"ready\":{ready},\"upstream\":\"{}\",\"draining\":{}}}\n",
+                if readiness.upstream_up() {
+                    "up"
+                } else {
+                    "down"
+                },
+                readiness.draining()
             );
             let mut response = text(status, body.into());
             response

@@ -14,6 +14,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use std::io::Write as _;
+
 use bytes::{Buf, Bytes, BytesMut};
 use http::StatusCode;
 use http::header::HeaderValue;
@@ -213,8 +215,8 @@ impl Upstream {
         let inner = &self.inner;
         let mut head = Vec::with_capacity(inner.head.len() + 24);
         head.extend_from_slice(&inner.head);
-        head.extend_from_slice(body.len().to_string().as_bytes());
-        head.extend_from_slice(b"\r\n\r\n");
+        // Writing into a Vec cannot fail.
+        let _ = write!(head, "{}\r\n\r\n", body.len());
         let mut request = Bytes::from(head).chain(body.clone());
         if let Err(e) = stream.write_all_buf(&mut request).await {
             tracing::debug!(error = %e, "upstream write failed");
