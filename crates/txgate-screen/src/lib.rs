@@ -1,16 +1,37 @@
 //! txgate's screening logic, with no I/O and no async, so that every piece
-//! is easy to test and to bench.
+//! is easy to test and to bench. Time is passed in as milliseconds
+//! ([`Millis`]), never read from a clock, so tests drive it like paused
+//! time.
 //!
-//! - [`tx`]: hex and EIP-2718 decoding of a raw transaction parameter, and
-//!   the chain-id allow-list.
+//! - [`tx`]: hex, the tx hash from raw bytes, EIP-2718 decoding, the
+//!   chain-id allow-list.
 //! - [`recover`]: sender recovery with libsecp256k1, high-s refused.
 //! - [`fingerprint`]: the fingerprint of a call and its value and gas
 //!   buckets.
+//! - [`ttl`]: the bounded, expiring map behind the recent-failure, sender
+//!   and pending caches.
+//! - [`denied`]: denied fingerprints, a counting bloom in front of sharded
+//!   maps.
+//! - [`backpressure`]: token buckets per sender, charged by invalidations.
+//! - [`assertion`]: assertion versions and cooldowns with a trickle.
+//! - [`engine`]: [`Screen`], the state and the stages in order, and
+//!   [`Screen::apply`] for batches of invalidations.
+//! - [`keyed`]: the seeded hasher of every map.
 
+pub mod assertion;
+pub mod backpressure;
+pub mod denied;
+pub mod engine;
 pub mod fingerprint;
+pub mod keyed;
 pub mod recover;
+pub mod ttl;
 pub mod tx;
 
+pub use engine::{
+    Admitted, Applied, Candidate, Invalidation, Reason, Rejection, Screen, ScreenSettings, Sizes,
+};
 pub use fingerprint::Fingerprint;
 pub use recover::{SignatureError, recover_sender};
-pub use tx::{DecodeError, Tx, check_chain_id, decode, decode_hex};
+pub use ttl::Millis;
+pub use tx::{DecodeError, Tx, check_chain_id, decode, decode_hex, decode_with_hash, tx_hash};

@@ -40,7 +40,7 @@ impl std::error::Error for SignatureError {}
 
 /// Recovers the sender of `tx`.
 pub fn recover_sender(tx: &Tx) -> Result<Address, SignatureError> {
-    recover(&tx.signature, tx.y_parity, tx.signature_hash.as_ref())
+    recover(&tx.signature, tx.y_parity, tx.signature_hash().as_ref())
 }
 
 /// Recovers the address that signed `digest` with `r ‖ s` and `y_parity`.

@@ -7,11 +7,17 @@
 
 use std::fmt;
 
-use alloy_consensus::{Signed, Transaction, TxEnvelope};
-use alloy_eips::eip2718::{Decodable2718, Eip2718Error};
-use alloy_primitives::{Address, B256, Bytes, U256};
+use alloy_consensus::transaction::RlpEcdsaDecodableTx;
+use alloy_consensus::{
+    SignableTransaction, Transaction, TxEip1559, TxEip2930, TxEip4844Variant, TxEip7702, TxLegacy,
+};
+use alloy_primitives::private::alloy_rlp::{Error as RlpError, Header};
+use alloy_primitives::{Address, B256, Bytes, Signature, U256, keccak256};
 
 /// What screening needs of one signed transaction.
+///
+/// The signing hash is not computed here: it costs an RLP re-encoding and a
+/// keccak, and only a sender-cache miss needs it ([`Tx::signature_hash`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tx {
     /// The transaction hash (of the execution form, without blobs).
@@ -28,12 +34,34 @@ pub struct Tx {
     pub value: U256,
     /// Gas limit.
     pub gas_limit: u64,
-    /// The hash the sender signed.
-    pub signature_hash: B256,
     /// `r ‖ s`, big-endian.
     pub signature: [u8; 64],
     /// Recovery bit.
     pub y_parity: bool,
+    unsigned: Unsigned,
+}
+
+/// The decoded transaction body, kept for the signing hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Unsigned {
+    Legacy(TxLegacy),
+    Eip2930(TxEip2930),
+    Eip1559(TxEip1559),
+    Eip4844(TxEip4844Variant),
+    Eip7702(TxEip7702),
+}
+
+impl Tx {
+    /// The hash the sender signed (an RLP encoding and a keccak).
+    pub fn signature_hash(&self) -> B256 {
+        match &self.unsigned {
+            Unsigned::Legacy(tx) => tx.signature_hash(),
+            Unsigned::Eip2930(tx) => tx.signature_hash(),
+            Unsigned::Eip1559(tx) => tx.signature_hash(),
+            Unsigned::Eip4844(tx) => tx.signature_hash(),
+            Unsigned::Eip7702(tx) => tx.signature_hash(),
+        }
+    }
 }
 
 /// Why a raw transaction parameter is refused (-32602).
@@ -80,6 +108,23 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
+/// Nibble value of each byte, 0xff for a non-hex byte.
+const NIBBLE: [u8; 256] = {
+    let mut table = [0xffu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        table[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    table
+};
+
 /// Decodes `0x`-prefixed hex into bytes.
 pub fn decode_hex(text: &str) -> Result<Vec<u8>, DecodeError> {
     let digits = text
@@ -92,22 +137,61 @@ pub fn decode_hex(text: &str) -> Result<Vec<u8>, DecodeError> {
     if digits.len() % 2 != 0 {
         return Err(DecodeError::BadHex);
     }
-    let nibble = |b: u8| match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    };
-    digits
-        .as_bytes()
-        .chunks_exact(2)
-        .map(|pair| Some(nibble(pair[0])? << 4 | nibble(pair[1])?))
-        .collect::<Option<Vec<u8>>>()
-        .ok_or(DecodeError::BadHex)
+    let mut out = Vec::with_capacity(digits.len() / 2);
+    let mut bad = 0u8;
+    for pair in digits.as_bytes().chunks_exact(2) {
+        let (hi, lo) = (NIBBLE[pair[0] as usize], NIBBLE[pair[1] as usize]);
+        // 0xff has its high bit set; no valid nibble does.
+        bad |= hi | lo;
+        out.push(hi << 4 | (lo & 0x0f));
+    }
+    if bad & 0x80 != 0 {
+        return Err(DecodeError::BadHex);
+    }
+    Ok(out)
+}
+
+/// The transaction hash straight from the raw bytes, without decoding: the
+/// keccak of the bytes, except for an EIP-4844 transaction in its network
+/// form, whose hash covers the inner transaction only. Fast-reject runs on
+/// this, before any decoding or ECDSA. Garbage gets a hash too; decoding
+/// refuses it later.
+pub fn tx_hash(raw: &[u8]) -> B256 {
+    if raw.first() == Some(&3) {
+        if let Some(inner) = blob_network_inner(&raw[1..]) {
+            let mut preimage = Vec::with_capacity(1 + inner.len());
+            preimage.push(3);
+            preimage.extend_from_slice(inner);
+            return keccak256(preimage);
+        }
+    }
+    keccak256(raw)
+}
+
+/// In `rlp([tx, blobs, commitments, proofs])`, the whole RLP item `tx`, if
+/// the payload is that network form (its first element is a list).
+fn blob_network_inner(payload: &[u8]) -> Option<&[u8]> {
+    let mut buf = payload;
+    let outer = Header::decode(&mut buf).ok()?;
+    if !outer.list {
+        return None;
+    }
+    let start = buf;
+    let inner = Header::decode(&mut buf).ok()?;
+    if !inner.list {
+        return None;
+    }
+    let header_len = start.len() - buf.len();
+    start.get(..header_len + inner.payload_length)
 }
 
 /// Decodes one EIP-2718 transaction from raw bytes.
 pub fn decode(raw: &[u8]) -> Result<Tx, DecodeError> {
+    decode_with_hash(raw, tx_hash(raw))
+}
+
+/// Decodes one EIP-2718 transaction whose hash ([`tx_hash`]) is known.
+pub fn decode_with_hash(raw: &[u8], hash: B256) -> Result<Tx, DecodeError> {
     let Some(&first) = raw.first() else {
         return Err(DecodeError::Empty);
     };
@@ -116,51 +200,44 @@ pub fn decode(raw: &[u8]) -> Result<Tx, DecodeError> {
     if first > 0x7f && first < 0xc0 {
         return Err(DecodeError::BadRlp("not a transaction envelope"));
     }
-    if first <= 0x7f && !matches!(first, 1..=4) {
-        return Err(DecodeError::UnknownType(first));
+    let (ty, mut buf) = if first >= 0xc0 {
+        (0, raw)
+    } else {
+        (first, &raw[1..])
+    };
+    let buf = &mut buf;
+    let tx = match ty {
+        0 => body(TxLegacy::rlp_decode_with_signature(buf), hash, 0, Unsigned::Legacy),
+        1 => body(TxEip2930::rlp_decode_with_signature(buf), hash, 1, Unsigned::Eip2930),
+        2 => body(TxEip1559::rlp_decode_with_signature(buf), hash, 2, Unsigned::Eip1559),
+        3 => body(TxEip4844Variant::rlp_decode_with_signature(buf), hash, 3, Unsigned::Eip4844),
+        4 => body(TxEip7702::rlp_decode_with_signature(buf), hash, 4, Unsigned::Eip7702),
+        other => return Err(DecodeError::UnknownType(other)),
     }
-    let envelope = TxEnvelope::decode_2718_exact(raw).map_err(|e| match e {
-        Eip2718Error::UnexpectedType(t) => DecodeError::UnknownType(t),
-        Eip2718Error::RlpError(alloy_primitives::private::alloy_rlp::Error::UnexpectedLength) => {
-            DecodeError::TrailingBytes
-        }
-        Eip2718Error::RlpError(e) => DecodeError::BadRlp(rlp_reason(&e)),
-        _ => DecodeError::BadRlp("malformed transaction"),
+    .map_err(|e| match e {
+        RlpError::UnexpectedLength => DecodeError::TrailingBytes,
+        e => DecodeError::BadRlp(rlp_reason(&e)),
     })?;
-    let hash = *envelope.tx_hash();
-    Ok(match &envelope {
-        TxEnvelope::Legacy(signed) => summarize(signed, hash, 0),
-        TxEnvelope::Eip2930(signed) => summarize(signed, hash, 1),
-        TxEnvelope::Eip1559(signed) => summarize(signed, hash, 2),
-        TxEnvelope::Eip4844(signed) => summarize(signed, hash, 3),
-        TxEnvelope::Eip7702(signed) => summarize(signed, hash, 4),
-    })
-}
-
-fn rlp_reason(e: &alloy_primitives::private::alloy_rlp::Error) -> &'static str {
-    use alloy_primitives::private::alloy_rlp::Error;
-    match e {
-        Error::Overflow => "integer overflow",
-        Error::LeadingZero => "leading zero",
-        Error::InputTooShort => "input too short",
-        Error::NonCanonicalSingleByte | Error::NonCanonicalSize => "non-canonical encoding",
-        Error::UnexpectedList => "unexpected list",
-        Error::UnexpectedString => "unexpected string",
-        Error::ListLengthMismatch { .. } => "list length mismatch",
-        _ => "malformed transaction",
+    if !buf.is_empty() {
+        return Err(DecodeError::TrailingBytes);
     }
+    Ok(tx)
 }
 
-fn summarize<T>(signed: &Signed<T>, hash: B256, ty: u8) -> Tx
+fn body<T>(
+    decoded: Result<(T, Signature), RlpError>,
+    hash: B256,
+    ty: u8,
+    wrap: fn(T) -> Unsigned,
+) -> Result<Tx, RlpError>
 where
-    T: Transaction + alloy_consensus::SignableTransaction<alloy_primitives::Signature>,
+    T: Transaction,
 {
-    let tx = signed.tx();
-    let sig = signed.signature();
+    let (tx, sig) = decoded?;
     let mut signature = [0u8; 64];
     signature[..32].copy_from_slice(&sig.r().to_be_bytes::<32>());
     signature[32..].copy_from_slice(&sig.s().to_be_bytes::<32>());
-    Tx {
+    Ok(Tx {
         hash,
         ty,
         chain_id: tx.chain_id(),
@@ -168,9 +245,22 @@ where
         input: tx.input().clone(),
         value: tx.value(),
         gas_limit: tx.gas_limit(),
-        signature_hash: signed.signature_hash(),
         signature,
         y_parity: sig.v(),
+        unsigned: wrap(tx),
+    })
+}
+
+fn rlp_reason(e: &RlpError) -> &'static str {
+    match e {
+        RlpError::Overflow => "integer overflow",
+        RlpError::LeadingZero => "leading zero",
+        RlpError::InputTooShort => "input too short",
+        RlpError::NonCanonicalSingleByte | RlpError::NonCanonicalSize => "non-canonical encoding",
+        RlpError::UnexpectedList => "unexpected list",
+        RlpError::UnexpectedString => "unexpected string",
+        RlpError::ListLengthMismatch { .. } => "list length mismatch",
+        _ => "malformed transaction",
     }
 }
 

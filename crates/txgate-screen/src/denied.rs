@@ -1,0 +1,365 @@
+//! The set of denied fingerprints: a counting bloom filter in front of
+//! sharded maps.
+//!
+//! Honest traffic pays for one bloom probe (five counters in one array) and
+//! never touches a lock; only a bloom hit reaches the maps.
+//!
+//! The bloom stays exact about absence as entries expire: it counts instead
+//! of setting bits, every map insert of a new key increments the key's
+//! counters and every removal (expiry sweep, version eviction, bound)
+//! decrements them, both under the key's shard lock. A counter that reaches
+//! 255 sticks there, which can only add false positives. So it never says
+//! "not denied" for a key the maps hold, and it never fills up with the
+//! dead: no rotation or rebuild is needed.
+//!
+//! An entry outlives its ban by the suspect window: while `now` is in
+//! `[expires, expires + suspect window)`, the fingerprint is *suspect* (its
+//! ban expired recently) and only queue shaping applies.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+use alloy_primitives::B256;
+
+use crate::keyed::KeyState;
+use crate::ttl::Millis;
+
+const SHARDS: usize = 64;
+/// Counters probed per key.
+const PROBES: u64 = 5;
+/// Counters per entry of the configured bound (a power of two is taken).
+const COUNTERS_PER_ENTRY: usize = 8;
+
+/// One assertion an entry was banned under: an index into the assertion
+/// table and the assertion's version at the time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AssertionRef {
+    /// Index in the assertion table; `u32::MAX` for none.
+    pub index: u32,
+    /// The assertion version the ban belongs to.
+    pub version: u32,
+}
+
+impl AssertionRef {
+    /// No assertion.
+    pub const NONE: AssertionRef = AssertionRef {
+        index: u32::MAX,
+        version: 0,
+    };
+
+    /// Whether this names an assertion.
+    pub fn is_some(self) -> bool {
+        self.index != u32::MAX
+    }
+}
+
+/// A ban: until when, and under which assertions (the two most recent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ban {
+    /// End of the ban.
+    pub expires: Millis,
+    /// End of the suspect window after it.
+    pub suspect_until: Millis,
+    /// Up to two assertions, most recent first.
+    pub assertions: [AssertionRef; 2],
+}
+
+/// What an insert did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inserted {
+    /// A fingerprint that was not held.
+    New,
+    /// An existing entry got a later expiry (or another assertion).
+    Refreshed,
+}
+
+struct CountingBloom {
+    counters: Box<[AtomicU8]>,
+    mask: u64,
+    keys: KeyState,
+}
+
+impl std::fmt::Debug for CountingBloom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CountingBloom")
+            .field("counters", &self.counters.len())
+            .finish()
+    }
+}
+
+impl CountingBloom {
+    fn new(max_entries: usize) -> CountingBloom {
+        let len = (max_entries.max(1024) * COUNTERS_PER_ENTRY).next_power_of_two();
+        // Zeroed pages are mapped lazily: an idle bloom costs no RSS.
+        let counters = (0..len).map(|_| AtomicU8::new(0)).collect();
+        CountingBloom {
+            counters,
+            mask: len as u64 - 1,
+            keys: KeyState::new(),
+        }
+    }
+
+    /// Double hashing over one keyed 64-bit hash: `h1 + i·h2`.
+    #[inline]
+    fn positions(&self, key: &B256) -> impl Iterator<Item = usize> + use<'_> {
+        let h = self.keys.hash_bytes(key.as_slice());
+        let (h1, h2) = (h, h.rotate_left(32) | 1);
+        (0..PROBES).map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) & self.mask) as usize)
+    }
+
+    #[inline]
+    fn may_contain(&self, key: &B256) -> bool {
+        self.positions(key)
+            .all(|p| self.counters[p].load(Ordering::Relaxed) != 0)
+    }
+
+    fn add(&self, key: &B256) {
+        for p in self.positions(key) {
+            let _ = self.counters[p].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                (c != u8::MAX).then(|| c + 1)
+            });
+        }
+    }
+
+    fn remove(&self, key: &B256) {
+        for p in self.positions(key) {
+            // A saturated counter has lost count: it stays (false positives
+            // only, never a false negative).
+            let _ = self.counters[p].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                (c != u8::MAX && c != 0).then(|| c - 1)
+            });
+        }
+    }
+}
+
+type Shard = HashMap<B256, Ban, KeyState>;
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct DeniedSet {
+    bloom: CountingBloom,
+    shards: Box<[Mutex<Shard>]>,
+    keys: KeyState,
+    shard_cap: usize,
+    len: AtomicUsize,
+    sweep_cursor: AtomicUsize,
+}
+
+impl DeniedSet {
+    /// A set of at most `max_entries` fingerprints.
+    pub fn new(max_entries: usize) -> DeniedSet {
+        let keys = KeyState::new();
+        DeniedSet {
+            bloom: CountingBloom::new(max_entries),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashMap::with_hasher(keys)))
+                .collect(),
+            keys,
+            shard_cap: max_entries.div_ceil(SHARDS).max(1),
+            len: AtomicUsize::new(0),
+            sweep_cursor: AtomicUsize::new(0),
+        }
+    }
+
+    fn lock(&self, index: usize) -> std::sync::MutexGuard<'_, Shard> {
+        match self.shards[index].lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn shard_of(&self, key: &B256) -> usize {
+        (self.keys.hash_one(key) >> 58) as usize % SHARDS
+    }
+
+    /// The entry for `key`, if any (banned or suspect; the caller compares
+    /// the times). A bloom miss returns without a lock.
+    #[inline]
+    pub fn get(&self, key: &B256) -> Option<Ban> {
+        if !self.bloom.may_contain(key) {
+            return None;
+        }
+        self.lock(self.shard_of(key)).get(key).copied()
+    }
+
+    /// Bans `key` until `expires` under `assertion`; a held key keeps the
+    /// later expiry and remembers the assertion. A full shard first drops
+    /// its expired entries, then the entry closest to the end of its
+    /// suspect window.
+    pub fn insert(
+        &self,
+        key: B256,
+        assertion: AssertionRef,
+        expires: Millis,
+        suspect_until: Millis,
+        now: Millis,
+    ) -> Inserted {
+        let index = self.shard_of(&key);
+        let mut shard = self.lock(index);
+        if let Some(ban) = shard.get_mut(&key) {
+            ban.expires = ban.expires.max(expires);
+            ban.suspect_until = ban.suspect_until.max(suspect_until);
+            if assertion.is_some() && ban.assertions[0] != assertion {
+                ban.assertions = [assertion, ban.assertions[0]];
+            }
+            return Inserted::Refreshed;
+        }
+        if shard.len() >= self.shard_cap {
+            self.evict(&mut shard, now);
+        }
+        shard.insert(
+            key,
+            Ban {
+                expires,
+                suspect_until,
+                assertions: [assertion, AssertionRef::NONE],
+            },
+        );
+        self.bloom.add(&key);
+        self.len.fetch_add(1, Ordering::Relaxed);
+        Inserted::New
+    }
+
+    fn evict(&self, shard: &mut Shard, now: Millis) {
+        let before = shard.len();
+        let bloom = &self.bloom;
+        shard.retain(|key, ban| {
+            let keep = ban.suspect_until > now;
+            if !keep {
+                bloom.remove(key);
+            }
+            keep
+        });
+        let mut removed = before - shard.len();
+        if removed == 0 {
+            // Nothing dead: sample a few and drop the one nearest its end.
+            let victim = shard
+                .iter()
+                .take(8)
+                .min_by_key(|(_, ban)| ban.suspect_until)
+                .map(|(key, _)| *key);
+            if let Some(key) = victim {
+                shard.remove(&key);
+                bloom.remove(&key);
+                removed = 1;
+            }
+        }
+        self.len.fetch_sub(removed, Ordering::Relaxed);
+    }
+
+    /// Removes entries for which `dead(ban)` holds, in `shards` shards
+    /// (round-robin), so that a sweep of a million entries is spread over
+    /// many short steps. Returns the number removed.
+    pub fn sweep(&self, shards: usize, mut dead: impl FnMut(&Ban) -> bool) -> usize {
+        let mut removed = 0;
+        for _ in 0..shards.min(SHARDS) {
+            let index = self.sweep_cursor.fetch_add(1, Ordering::Relaxed) % SHARDS;
+            let mut shard = self.lock(index);
+            let before = shard.len();
+            let bloom = &self.bloom;
+            shard.retain(|key, ban| {
+                let keep = !dead(ban);
+                if !keep {
+                    bloom.remove(key);
+                }
+                keep
+            });
+            removed += before - shard.len();
+        }
+        self.len.fetch_sub(removed, Ordering::Relaxed);
+        removed
+    }
+
+    /// Every entry (for snapshots), shard by shard.
+    pub fn for_each(&self, mut f: impl FnMut(&B256, &Ban)) {
+        for index in 0..SHARDS {
+            for (key, ban) in self.lock(index).iter() {
+                f(key, ban);
+            }
+        }
+    }
+
+    /// Entries held (banned or suspect).
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of shards (a full sweep is this many steps of one shard).
+    pub const SHARDS: usize = SHARDS;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: u64) -> B256 {
+        alloy_primitives::keccak256(i.to_be_bytes())
+    }
+
+    const A: AssertionRef = AssertionRef {
+        index: 0,
+        version: 1,
+    };
+
+    #[test]
+    fn bloom_never_forgets_a_held_key_through_churn() {
+        let set = DeniedSet::new(4096);
+        for round in 0..20u64 {
+            for i in 0..2000 {
+                set.insert(key(round * 10_000 + i), A, round * 10 + 10, round * 10 + 10, round * 10);
+            }
+            // Expire everything of earlier rounds.
+            let now = round * 10 + 5;
+            set.sweep(SHARDS, |ban| ban.suspect_until <= now);
+            for i in 0..2000 {
+                assert!(set.get(&key(round * 10_000 + i)).is_some());
+            }
+        }
+        assert!(set.len() <= 4096 + SHARDS);
+        // After churn the false-positive rate is still low: expired keys
+        // left the counters.
+        let hits = (0..10_000u64)
+            .filter(|i| set.bloom.may_contain(&key(1_000_000_000 + i)))
+            .count();
+        assert!(hits < 500, "false positives after churn: {hits}/10000");
+    }
+
+    #[test]
+    fn refresh_keeps_later_expiry_and_both_assertions() {
+        let set = DeniedSet::new(1024);
+        let b = AssertionRef {
+            index: 1,
+            version: 1,
+        };
+        assert_eq!(set.insert(key(1), A, 100, 150, 0), Inserted::New);
+        assert_eq!(set.insert(key(1), b, 50, 60, 0), Inserted::Refreshed);
+        let ban = set.get(&key(1)).unwrap();
+        assert_eq!((ban.expires, ban.suspect_until), (100, 150));
+        assert_eq!(ban.assertions, [b, A]);
+        assert_eq!(set.len(), 1);
+    }
+
+    #[test]
+    fn full_shard_drops_dead_entries_first() {
+        let set = DeniedSet::new(SHARDS * 4);
+        for i in 0..(SHARDS as u64 * 16) {
+            set.insert(key(i), A, 10, 10, 0);
+        }
+        assert!(set.len() <= SHARDS * 4);
+        // Later inserts push out the expired ones, never exceed the bound.
+        for i in 0..(SHARDS as u64 * 16) {
+            set.insert(key(100_000 + i), A, 1000, 1000, 20);
+        }
+        assert!(set.len() <= SHARDS * 4);
+        let mut counted = 0;
+        set.for_each(|_, _| counted += 1);
+        assert_eq!(counted, set.len());
+    }
+}

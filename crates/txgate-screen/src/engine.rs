@@ -1,0 +1,640 @@
+//! The screening state and its stages, cheapest first.
+//!
+//! [`Screen`] holds every cache; its `stage_*` methods are the steps of the
+//! request path, each a plain function of the [`Candidate`] so far and the
+//! time (the proxy composes them as tower layers; [`Screen::screen`] runs
+//! them in a row for tests and benches). [`Screen::apply`] is the one way
+//! state is learned: a batch of invalidations in one pass.
+//!
+//! 1. hex, then the tx hash straight from the raw bytes (no decoding);
+//! 2. fast-reject: the hash in the recent-failure cache;
+//! 3. envelope decoding and the chain-id allow-list;
+//! 4. sender: cache by tx hash, else libsecp256k1 recovery;
+//! 5. sender backpressure;
+//! 6. fingerprint: denied (bloom, then map), assertion cooldown, queue
+//!    shaping of suspect fingerprints; then the pending attribution.
+
+use std::time::Instant;
+
+use alloy_primitives::{Address, B256};
+
+use crate::assertion::{Assertions, CallKey, CooldownCheck, CooldownSettings, Observed};
+use crate::backpressure::{BackpressureSettings, Charged, SenderBuckets};
+use crate::denied::{AssertionRef, Ban, DeniedSet, Inserted};
+use crate::fingerprint::Fingerprint;
+use crate::recover::{SignatureError, recover_sender};
+use crate::ttl::{Millis, TtlMap};
+use crate::tx::{DecodeError, Tx, check_chain_id, decode_hex, decode_with_hash, tx_hash};
+
+/// Every tunable of screening, in milliseconds and entry counts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScreenSettings {
+    /// Accepted chain ids; empty accepts all.
+    pub chain_ids: Vec<u64>,
+    /// How long a denied fingerprint stays denied.
+    pub denied_ttl: Millis,
+    /// After a ban ends, how long the fingerprint stays suspect.
+    pub suspect_window: Millis,
+    /// Denied (and suspect) fingerprints held at most.
+    pub max_denied: usize,
+    /// How long a failed tx hash is refused outright.
+    pub recent_failure_ttl: Millis,
+    /// Failed tx hashes held at most.
+    pub max_recent_failures: usize,
+    /// How long a recovered sender stays cached.
+    pub sender_cache_ttl: Millis,
+    /// Senders cached at most.
+    pub max_cached_senders: usize,
+    /// How long a forwarded fingerprint is remembered for attribution.
+    pub pending_timeout: Millis,
+    /// Pending fingerprints held at most.
+    pub max_pending: usize,
+    /// How long one forward of a suspect fingerprint holds its slot.
+    pub shaping_hold: Millis,
+    /// Sender backpressure.
+    pub backpressure: BackpressureSettings,
+    /// Assertion cooldowns.
+    pub cooldown: CooldownSettings,
+}
+
+impl Default for ScreenSettings {
+    fn default() -> Self {
+        ScreenSettings {
+            chain_ids: Vec::new(),
+            denied_ttl: 128_000,
+            suspect_window: 128_000,
+            max_denied: 1_000_000,
+            recent_failure_ttl: 60_000,
+            max_recent_failures: 1_000_000,
+            sender_cache_ttl: 300_000,
+            max_cached_senders: 1_000_000,
+            pending_timeout: 30_000,
+            max_pending: 262_144,
+            shaping_hold: 4_000,
+            backpressure: BackpressureSettings {
+                capacity: 20.0,
+                refill_per_sec: 5.0,
+                backoff_initial: 1_000,
+                backoff_max: 30_000,
+                max_senders: 100_000,
+            },
+            cooldown: CooldownSettings {
+                distinct_fingerprints: 10,
+                window: 128_000,
+                duration: 300_000,
+                trickle_interval: 2_000,
+                max_assertions: 65_536,
+            },
+        }
+    }
+}
+
+/// Why a submission is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    /// Bad hex, bad envelope, wrong chain id (-32602).
+    Invalid(DecodeError),
+    /// Invalid or high-s signature (-32602).
+    Signature(SignatureError),
+    /// This very transaction failed recently (-32003).
+    RecentFailure {
+        /// The tx hash.
+        tx_hash: B256,
+        /// The assertion it failed, when known.
+        assertion: Option<B256>,
+    },
+    /// The sender is backed off (429, -32005).
+    SenderBackoff {
+        /// Until the backoff ends.
+        retry_after: Millis,
+    },
+    /// The fingerprint is denied (-32003).
+    Denied {
+        /// The fingerprint.
+        fingerprint: B256,
+        /// The assertions it failed.
+        assertions: Vec<B256>,
+    },
+    /// The call's assertion is in cooldown and the trickle slot is taken
+    /// (-32003).
+    Cooldown {
+        /// The fingerprint.
+        fingerprint: B256,
+        /// The assertion.
+        assertion: Option<B256>,
+        /// Until the next trickle slot.
+        retry_after: Millis,
+    },
+    /// A suspect fingerprint already has a forward outstanding (-32003).
+    Shaped {
+        /// The fingerprint.
+        fingerprint: B256,
+        /// Until the outstanding forward's slot ends.
+        retry_after: Millis,
+    },
+}
+
+/// The reason of a decision, a bounded label set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// Undecodable transaction.
+    InvalidTransaction,
+    /// Wrong chain id.
+    WrongChainId,
+    /// Bad signature.
+    InvalidSignature,
+    /// Recently failed tx hash.
+    RecentFailure,
+    /// Sender in backoff.
+    SenderBackoff,
+    /// Denied fingerprint.
+    DeniedFingerprint,
+    /// Assertion cooldown.
+    AssertionCooldown,
+    /// Suspect fingerprint with a forward outstanding.
+    SuspectPending,
+}
+
+impl Reason {
+    /// Every reason, for metric labels created up front.
+    pub const ALL: [Reason; 8] = [
+        Reason::InvalidTransaction,
+        Reason::WrongChainId,
+        Reason::InvalidSignature,
+        Reason::RecentFailure,
+        Reason::SenderBackoff,
+        Reason::DeniedFingerprint,
+        Reason::AssertionCooldown,
+        Reason::SuspectPending,
+    ];
+
+    /// The label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::InvalidTransaction => "invalid_transaction",
+            Reason::WrongChainId => "wrong_chain_id",
+            Reason::InvalidSignature => "invalid_signature",
+            Reason::RecentFailure => "recent_failure",
+            Reason::SenderBackoff => "sender_backoff",
+            Reason::DeniedFingerprint => "denied_fingerprint",
+            Reason::AssertionCooldown => "assertion_cooldown",
+            Reason::SuspectPending => "suspect_pending",
+        }
+    }
+}
+
+impl Rejection {
+    /// The reason label.
+    pub fn reason(&self) -> Reason {
+        match self {
+            Rejection::Invalid(DecodeError::WrongChainId { .. }) => Reason::WrongChainId,
+            Rejection::Invalid(_) => Reason::InvalidTransaction,
+            Rejection::Signature(_) => Reason::InvalidSignature,
+            Rejection::RecentFailure { .. } => Reason::RecentFailure,
+            Rejection::SenderBackoff { .. } => Reason::SenderBackoff,
+            Rejection::Denied { .. } => Reason::DeniedFingerprint,
+            Rejection::Cooldown { .. } => Reason::AssertionCooldown,
+            Rejection::Shaped { .. } => Reason::SuspectPending,
+        }
+    }
+}
+
+/// A submission as the stages learn about it.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// The time of the decision.
+    pub now: Millis,
+    /// Raw transaction bytes.
+    pub raw: Vec<u8>,
+    /// Tx hash, from the raw bytes.
+    pub hash: B256,
+    /// Decoded transaction (after stage 3).
+    pub tx: Option<Tx>,
+    /// Sender (after stage 4).
+    pub sender: Option<Address>,
+    /// Fingerprint (after stage 6; `None` for contract creations).
+    pub fingerprint: Option<Fingerprint>,
+    /// Whether the sender came from the cache.
+    pub sender_cached: bool,
+    /// Whether the fingerprint was suspect (shaped).
+    pub suspect: bool,
+}
+
+/// What an admitted submission carries on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted {
+    /// Tx hash.
+    pub hash: B256,
+    /// Sender.
+    pub sender: Address,
+    /// Fingerprint, `None` for a contract creation.
+    pub fingerprint: Option<B256>,
+    /// Whether it went through queue shaping.
+    pub suspect: bool,
+}
+
+/// One verdict from the sidecar: this transaction invalidated this
+/// assertion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Invalidation {
+    /// Fingerprint hash.
+    pub fingerprint: B256,
+    /// Call target (for cooldowns).
+    pub target: Address,
+    /// Selector (for cooldowns).
+    pub selector: [u8; 4],
+    /// Assertion id.
+    pub assertion_id: B256,
+    /// Assertion version.
+    pub assertion_version: u64,
+    /// The failing tx, when the sidecar knows it.
+    pub tx_hash: Option<B256>,
+    /// Its sender, when the sidecar knows it.
+    pub sender: Option<Address>,
+}
+
+impl Invalidation {
+    /// An invalidation of `tx` (sender known) under an assertion; `None`
+    /// for a contract creation, which has no fingerprint.
+    pub fn of(tx: &Tx, sender: Option<Address>, assertion_id: B256, version: u64) -> Option<Self> {
+        let fp = Fingerprint::of(tx)?;
+        Some(Invalidation {
+            fingerprint: fp.hash,
+            target: fp.target,
+            selector: fp.selector,
+            assertion_id,
+            assertion_version: version,
+            tx_hash: Some(tx.hash),
+            sender,
+        })
+    }
+}
+
+/// What a batch of invalidations did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// New denied fingerprints.
+    pub banned: usize,
+    /// Denied fingerprints whose ban was extended.
+    pub refreshed: usize,
+    /// Invalidations of an outdated assertion version, ignored.
+    pub stale: usize,
+    /// Assertion versions bumped (older bans lifted).
+    pub bumped: usize,
+    /// Tx hashes added to the recent-failure cache.
+    pub recent_failures: usize,
+    /// Invalidations charged to a sender.
+    pub charged: usize,
+    /// Senders that entered backoff.
+    pub backoffs: usize,
+    /// Charges lost because the sender table is full of backed-off senders.
+    pub untracked: usize,
+    /// Cooldowns started.
+    pub cooldowns: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    tx_hash: B256,
+    sender: Address,
+    at: Millis,
+}
+
+/// Cache sizes, for gauges.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sizes {
+    /// Denied and suspect fingerprints.
+    pub denied: usize,
+    /// Recently failed tx hashes.
+    pub recent_failures: usize,
+    /// Cached senders.
+    pub senders: usize,
+    /// Senders under backpressure.
+    pub backpressured: usize,
+    /// Pending fingerprints.
+    pub pending: usize,
+    /// Calls in cooldown.
+    pub cooldowns: usize,
+    /// Assertions known.
+    pub assertions: usize,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct Screen {
+    settings: ScreenSettings,
+    epoch: Instant,
+    recent_failures: TtlMap<B256, u32>,
+    senders: TtlMap<B256, Address>,
+    buckets: SenderBuckets,
+    denied: DeniedSet,
+    assertions: Assertions,
+    pending: TtlMap<B256, Pending>,
+}
+
+impl Screen {
+    /// Empty state; `epoch` is time zero of [`Millis`].
+    pub fn new(settings: ScreenSettings, epoch: Instant) -> Screen {
+        Screen {
+            recent_failures: TtlMap::new(settings.max_recent_failures),
+            senders: TtlMap::new(settings.max_cached_senders),
+            buckets: SenderBuckets::new(settings.backpressure),
+            denied: DeniedSet::new(settings.max_denied),
+            assertions: Assertions::new(settings.cooldown),
+            pending: TtlMap::new(settings.max_pending),
+            settings,
+            epoch,
+        }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &ScreenSettings {
+        &self.settings
+    }
+
+    /// `at` in milliseconds since the epoch.
+    pub fn millis(&self, at: Instant) -> Millis {
+        at.saturating_duration_since(self.epoch).as_millis() as Millis
+    }
+
+    /// Stage 1: hex, and the tx hash from the raw bytes.
+    pub fn stage_hex(&self, param: &str, now: Millis) -> Result<Candidate, Rejection> {
+        let raw = decode_hex(param).map_err(Rejection::Invalid)?;
+        let hash = tx_hash(&raw);
+        Ok(Candidate {
+            now,
+            raw,
+            hash,
+            tx: None,
+            sender: None,
+            fingerprint: None,
+            sender_cached: false,
+            suspect: false,
+        })
+    }
+
+    /// Stage 2: refuse a tx hash that failed recently, before any ECDSA.
+    #[inline]
+    pub fn stage_fast_reject(&self, c: &Candidate) -> Result<(), Rejection> {
+        match self.recent_failures.get(&c.hash, c.now) {
+            None => Ok(()),
+            Some(assertion) => Err(Rejection::RecentFailure {
+                tx_hash: c.hash,
+                assertion: self.assertions.id(assertion),
+            }),
+        }
+    }
+
+    /// Stage 3: the envelope and the chain id.
+    pub fn stage_decode(&self, c: &mut Candidate) -> Result<(), Rejection> {
+        let tx = decode_with_hash(&c.raw, c.hash).map_err(Rejection::Invalid)?;
+        check_chain_id(&tx, &self.settings.chain_ids).map_err(Rejection::Invalid)?;
+        c.tx = Some(tx);
+        Ok(())
+    }
+
+    /// Stage 4: the sender, from the cache by tx hash or by recovery.
+    pub fn stage_recover(&self, c: &mut Candidate) -> Result<(), Rejection> {
+        if let Some(sender) = self.senders.get(&c.hash, c.now) {
+            c.sender = Some(sender);
+            c.sender_cached = true;
+            return Ok(());
+        }
+        let Some(tx) = &c.tx else {
+            return Err(Rejection::Invalid(DecodeError::Empty));
+        };
+        let sender = recover_sender(tx).map_err(Rejection::Signature)?;
+        self.senders
+            .insert(c.hash, sender, c.now + self.settings.sender_cache_ttl);
+        c.sender = Some(sender);
+        Ok(())
+    }
+
+    /// Stage 5: sender backpressure.
+    #[inline]
+    pub fn stage_backpressure(&self, c: &Candidate) -> Result<(), Rejection> {
+        let Some(sender) = &c.sender else {
+            return Ok(());
+        };
+        match self.buckets.backoff(sender, c.now) {
+            None => Ok(()),
+            Some(retry_after) => Err(Rejection::SenderBackoff { retry_after }),
+        }
+    }
+
+    /// Stage 6: fingerprint checks: denied, cooldown, shaping.
+    pub fn stage_fingerprint(&self, c: &mut Candidate) -> Result<(), Rejection> {
+        let Some(tx) = &c.tx else {
+            return Ok(());
+        };
+        // Contract creations bypass.
+        let Some(fp) = Fingerprint::of(tx) else {
+            return Ok(());
+        };
+        c.fingerprint = Some(fp);
+        let now = c.now;
+        let mut suspect = false;
+        if let Some(ban) = self.denied.get(&fp.hash) {
+            match self.ban_state(&ban, now) {
+                BanState::Denied => {
+                    return Err(Rejection::Denied {
+                        fingerprint: fp.hash,
+                        assertions: self.assertion_ids(&ban),
+                    });
+                }
+                BanState::Suspect => suspect = true,
+                BanState::Dead => {}
+            }
+        }
+        let call: CallKey = (fp.target, fp.selector);
+        match self.assertions.check(&call, now) {
+            CooldownCheck::Clear => {}
+            CooldownCheck::Trickle(_) => suspect = true,
+            CooldownCheck::Refuse {
+                assertion,
+                retry_after,
+            } => {
+                return Err(Rejection::Cooldown {
+                    fingerprint: fp.hash,
+                    assertion: self.assertions.id(assertion),
+                    retry_after,
+                });
+            }
+        }
+        if suspect {
+            if let Some(p) = self.pending.get(&fp.hash, now) {
+                let slot_end = p.at + self.settings.shaping_hold;
+                if slot_end > now && p.tx_hash != c.hash {
+                    return Err(Rejection::Shaped {
+                        fingerprint: fp.hash,
+                        retry_after: slot_end - now,
+                    });
+                }
+            }
+        }
+        c.suspect = suspect;
+        Ok(())
+    }
+
+    /// Last step: remember the forward for attribution (and for shaping).
+    pub fn admit(&self, c: &Candidate) -> Admitted {
+        let sender = c.sender.unwrap_or(Address::ZERO);
+        if let Some(fp) = &c.fingerprint {
+            self.pending.insert(
+                fp.hash,
+                Pending {
+                    tx_hash: c.hash,
+                    sender,
+                    at: c.now,
+                },
+                c.now + self.settings.pending_timeout,
+            );
+        }
+        Admitted {
+            hash: c.hash,
+            sender,
+            fingerprint: c.fingerprint.map(|fp| fp.hash),
+            suspect: c.suspect,
+        }
+    }
+
+    /// Every stage in a row (what the proxy's tower stack does).
+    pub fn screen(&self, param: &str, now: Millis) -> Result<Admitted, Rejection> {
+        let mut c = self.stage_hex(param, now)?;
+        self.stage_fast_reject(&c)?;
+        self.stage_decode(&mut c)?;
+        self.stage_recover(&mut c)?;
+        self.stage_backpressure(&c)?;
+        self.stage_fingerprint(&mut c)?;
+        Ok(self.admit(&c))
+    }
+
+    fn ban_state(&self, ban: &Ban, now: Millis) -> BanState {
+        if ban.suspect_until <= now {
+            return BanState::Dead;
+        }
+        // A ban of an outdated assertion version is lifted (and not even
+        // suspect: the assertion changed).
+        let live = ban
+            .assertions
+            .iter()
+            .filter(|a| a.is_some())
+            .any(|a| self.assertions.is_live(*a))
+            || !ban.assertions[0].is_some();
+        if !live {
+            BanState::Dead
+        } else if ban.expires > now {
+            BanState::Denied
+        } else {
+            BanState::Suspect
+        }
+    }
+
+    fn assertion_ids(&self, ban: &Ban) -> Vec<B256> {
+        ban.assertions
+            .iter()
+            .filter(|a| a.is_some() && self.assertions.is_live(**a))
+            .filter_map(|a| self.assertions.id(a.index))
+            .collect()
+    }
+
+    /// Applies a batch of invalidations in one pass: assertion versions,
+    /// denied fingerprints (bloom and map), recent failures, sender
+    /// charges (from the invalidation, else from the pending attribution),
+    /// cooldown accounting.
+    pub fn apply(&self, batch: &[Invalidation], now: Millis) -> Applied {
+        let s = &self.settings;
+        let mut applied = Applied::default();
+        for inv in batch {
+            let aref = match self.assertions.observe(inv.assertion_id, inv.assertion_version) {
+                Observed::Stale => {
+                    applied.stale += 1;
+                    continue;
+                }
+                Observed::Bumped(aref) => {
+                    applied.bumped += 1;
+                    aref
+                }
+                Observed::Current(aref) => aref,
+                Observed::Untracked => AssertionRef::NONE,
+            };
+            let expires = now + s.denied_ttl;
+            match self.denied.insert(
+                inv.fingerprint,
+                aref,
+                expires,
+                expires + s.suspect_window,
+                now,
+            ) {
+                Inserted::New => {
+                    applied.banned += 1;
+                    if aref.is_some()
+                        && self
+                            .assertions
+                            .note_failure(aref.index, (inv.target, inv.selector), now)
+                    {
+                        applied.cooldowns += 1;
+                    }
+                }
+                Inserted::Refreshed => applied.refreshed += 1,
+            }
+            let pending = self.pending.remove(&inv.fingerprint, now);
+            let tx_hash = inv.tx_hash.or(pending.map(|p| p.tx_hash));
+            if let Some(hash) = tx_hash {
+                self.recent_failures
+                    .insert(hash, aref.index, now + s.recent_failure_ttl);
+                applied.recent_failures += 1;
+            }
+            let sender = inv
+                .sender
+                .or(pending.map(|p| p.sender))
+                .filter(|s| *s != Address::ZERO);
+            if let Some(sender) = sender {
+                applied.charged += 1;
+                match self.buckets.charge(sender, now) {
+                    Charged::Taken => {}
+                    Charged::BackedOff(_) => applied.backoffs += 1,
+                    Charged::Untracked => applied.untracked += 1,
+                }
+            }
+        }
+        applied
+    }
+
+    /// One step of background upkeep: sweeps `shards` shards of each cache
+    /// (round-robin) and finished cooldowns.
+    pub fn sweep(&self, now: Millis, shards: usize) {
+        self.denied
+            .sweep(shards, |ban| self.ban_state(ban, now) == BanState::Dead);
+        self.recent_failures.sweep(now, shards);
+        self.senders.sweep(now, shards);
+        self.pending.sweep(now, shards);
+        self.buckets.sweep(now);
+        self.assertions.sweep(now);
+    }
+
+    /// Cache sizes.
+    pub fn sizes(&self) -> Sizes {
+        Sizes {
+            denied: self.denied.len(),
+            recent_failures: self.recent_failures.len(),
+            senders: self.senders.len(),
+            backpressured: self.buckets.len(),
+            pending: self.pending.len(),
+            cooldowns: self.assertions.cooldowns(),
+            assertions: self.assertions.len(),
+        }
+    }
+
+    /// The denied set (snapshots, benches).
+    pub fn denied(&self) -> &DeniedSet {
+        &self.denied
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BanState {
+    Denied,
+    Suspect,
+    Dead,
+}

@@ -1,0 +1,181 @@
+//! A sharded, bounded map whose entries expire.
+//!
+//! Time is a number of milliseconds passed in by the caller ([`Millis`]), so
+//! the map has no clock of its own: tests drive it with paused time.
+//!
+//! Bound: each shard keeps two generations; inserts go to the young one,
+//! and when it holds half the shard's share of the bound, the old
+//! generation is dropped and the young one becomes old. A full map so drops
+//! its oldest entries first, in O(1), with no per-entry bookkeeping beyond
+//! the expiry.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash};
+use std::sync::Mutex;
+
+use crate::keyed::KeyState;
+
+/// Milliseconds since the screening state's epoch.
+pub type Millis = u64;
+
+/// Number of shards: enough that a worker per core and the invalidation
+/// worker rarely meet on one lock, and that sweeping one shard holds its
+/// lock briefly even at a million entries.
+const SHARDS: usize = 64;
+
+#[derive(Debug)]
+struct Shard<K, V> {
+    young: HashMap<K, (Millis, V), KeyState>,
+    old: HashMap<K, (Millis, V), KeyState>,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct TtlMap<K, V> {
+    shards: Box<[Mutex<Shard<K, V>>]>,
+    keys: KeyState,
+    generation_cap: usize,
+    sweep_cursor: std::sync::atomic::AtomicUsize,
+}
+
+impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
+    /// A map of at most about `max_entries` live entries.
+    pub fn new(max_entries: usize) -> TtlMap<K, V> {
+        let keys = KeyState::new();
+        let generation_cap = (max_entries / SHARDS / 2).max(1);
+        let shards = (0..SHARDS)
+            .map(|_| {
+                Mutex::new(Shard {
+                    young: HashMap::with_hasher(keys),
+                    old: HashMap::with_hasher(keys),
+                })
+            })
+            .collect();
+        TtlMap {
+            shards,
+            keys,
+            generation_cap,
+            sweep_cursor: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    fn shard(&self, key: &K) -> std::sync::MutexGuard<'_, Shard<K, V>> {
+        // The top bits pick the shard; the maps use the low ones.
+        let index = (self.keys.hash_one(key) >> 60) as usize % SHARDS;
+        match self.shards[index].lock() {
+            Ok(guard) => guard,
+            // A panic elsewhere while holding the lock leaves plain data
+            // behind, still consistent for a cache.
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// The live value under `key`.
+    pub fn get(&self, key: &K, now: Millis) -> Option<V> {
+        let shard = self.shard(key);
+        let (expires, value) = shard.young.get(key).or_else(|| shard.old.get(key))?;
+        (*expires > now).then_some(*value)
+    }
+
+    /// Inserts or replaces `key`, live until `expires`.
+    pub fn insert(&self, key: K, value: V, expires: Millis) {
+        let mut shard = self.shard(&key);
+        if shard.young.len() >= self.generation_cap && !shard.young.contains_key(&key) {
+            let young = std::mem::replace(&mut shard.young, HashMap::with_hasher(self.keys));
+            shard.old = young;
+        }
+        shard.old.remove(&key);
+        shard.young.insert(key, (expires, value));
+    }
+
+    /// Removes `key`, returning its live value.
+    pub fn remove(&self, key: &K, now: Millis) -> Option<V> {
+        let mut shard = self.shard(key);
+        let found = match shard.young.remove(key) {
+            Some(entry) => Some(entry),
+            None => shard.old.remove(key),
+        };
+        found.and_then(|(expires, value)| (expires > now).then_some(value))
+    }
+
+    /// Drops expired entries of `shards` shards, round-robin, so that a
+    /// large map is swept in short steps.
+    pub fn sweep(&self, now: Millis, shards: usize) {
+        for _ in 0..shards.min(SHARDS) {
+            let index = self
+                .sweep_cursor
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                % SHARDS;
+            let mut shard = match self.shards[index].lock() {
+                Ok(guard) => guard,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            shard.young.retain(|_, (expires, _)| *expires > now);
+            shard.old.retain(|_, (expires, _)| *expires > now);
+        }
+    }
+
+    /// Entries held (live or not yet swept).
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| match shard.lock() {
+                Ok(s) => s.young.len() + s.old.len(),
+                Err(poisoned) => {
+                    let s = poisoned.into_inner();
+                    s.young.len() + s.old.len()
+                }
+            })
+            .sum()
+    }
+
+    /// Number of shards (a full sweep is this many steps of one shard).
+    pub const SHARDS: usize = SHARDS;
+
+    /// Whether the map holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_expire_at_their_deadline() {
+        let map = TtlMap::<u64, u32>::new(1000);
+        map.insert(1, 10, 100);
+        assert_eq!(map.get(&1, 0), Some(10));
+        assert_eq!(map.get(&1, 99), Some(10));
+        assert_eq!(map.get(&1, 100), None);
+        map.sweep(100, usize::MAX);
+        assert!(map.is_empty());
+    }
+
+    #[test]
+    fn bound_drops_oldest_first() {
+        let map = TtlMap::<u64, u64>::new(SHARDS * 2 * 8);
+        for key in 0..10_000u64 {
+            map.insert(key, key, u64::MAX);
+        }
+        assert!(map.len() <= SHARDS * 2 * 8 + SHARDS, "{}", map.len());
+        // The newest survive.
+        for key in 9_990..10_000u64 {
+            assert_eq!(map.get(&key, 0), Some(key));
+        }
+        assert_eq!(map.get(&0, 0), None);
+    }
+
+    #[test]
+    fn reinsert_refreshes_and_remove_returns_live_only() {
+        let map = TtlMap::<u64, u32>::new(1000);
+        map.insert(5, 1, 10);
+        map.insert(5, 2, 50);
+        assert_eq!(map.get(&5, 20), Some(2));
+        assert_eq!(map.remove(&5, 60), None);
+        map.insert(6, 3, 50);
+        assert_eq!(map.remove(&6, 10), Some(3));
+        assert_eq!(map.get(&6, 10), None);
+    }
+}
