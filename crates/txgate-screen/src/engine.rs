@@ -461,15 +461,13 @@ impl Screen {
                 });
             }
         }
-        if suspect {
-            if let Some(p) = self.pending.get(&fp.hash, now) {
-                let slot_end = p.at + self.settings.shaping_hold;
-                if slot_end > now && p.tx_hash != c.hash {
-                    return Err(Rejection::Shaped {
-                        fingerprint: fp.hash,
-                        retry_after: slot_end - now,
-                    });
-                }
+        if suspect && let Some(p) = self.pending.get(&fp.hash, now) {
+            let slot_end = p.at + self.settings.shaping_hold;
+            if slot_end > now && p.tx_hash != c.hash {
+                return Err(Rejection::Shaped {
+                    fingerprint: fp.hash,
+                    retry_after: slot_end - now,
+                });
             }
         }
         c.suspect = suspect;

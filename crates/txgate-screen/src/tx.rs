@@ -157,13 +157,13 @@ pub fn decode_hex(text: &str) -> Result<Vec<u8>, DecodeError> {
 /// this, before any decoding or ECDSA. Garbage gets a hash too; decoding
 /// refuses it later.
 pub fn tx_hash(raw: &[u8]) -> B256 {
-    if raw.first() == Some(&3) {
-        if let Some(inner) = blob_network_inner(&raw[1..]) {
-            let mut preimage = Vec::with_capacity(1 + inner.len());
-            preimage.push(3);
-            preimage.extend_from_slice(inner);
-            return keccak256(preimage);
-        }
+    if raw.first() == Some(&3)
+        && let Some(inner) = blob_network_inner(&raw[1..])
+    {
+        let mut preimage = Vec::with_capacity(1 + inner.len());
+        preimage.push(3);
+        preimage.extend_from_slice(inner);
+        return keccak256(preimage);
     }
     keccak256(raw)
 }

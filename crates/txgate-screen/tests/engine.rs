@@ -1,0 +1,271 @@
+//! The screening stages and invalidations together, with time driven by
+//! hand (milliseconds passed in, like paused time).
+
+#![allow(missing_docs, clippy::unwrap_used)]
+
+use std::time::Instant;
+
+use alloy_consensus::{SignableTransaction, TxEip1559};
+use alloy_eips::eip2718::Encodable2718;
+use alloy_primitives::{Address, B256, Bytes, Signature, TxKind, U256, address};
+use secp256k1::{Message, SECP256K1, SecretKey};
+use txgate_screen::{
+    Invalidation, Millis, Reason, Rejection, Screen, ScreenSettings, decode, decode_hex,
+    recover_sender,
+};
+
+const TARGET: Address = address!("0x5FbDB2315678afecb367f032d93F642f64180aa3");
+const ASSERTION: B256 = B256::repeat_byte(0xa5);
+
+fn key(seed: u32) -> SecretKey {
+    let mut bytes = [0x22u8; 32];
+    bytes[28..].copy_from_slice(&seed.to_be_bytes());
+    SecretKey::from_byte_array(bytes).unwrap()
+}
+
+fn raw_tx(key: &SecretKey, nonce: u64, input: &[u8], tip: u128) -> String {
+    let tx = TxEip1559 {
+        chain_id: 31337,
+        nonce,
+        gas_limit: 90_000,
+        max_fee_per_gas: 100_000_000_000 + tip,
+        max_priority_fee_per_gas: tip,
+        to: TxKind::Call(TARGET),
+        value: U256::ZERO,
+        access_list: Default::default(),
+        input: Bytes::copy_from_slice(input),
+    };
+    let sig = SECP256K1.sign_ecdsa_recoverable(Message::from_digest(tx.signature_hash().0), key);
+    let (id, compact) = sig.serialize_compact();
+    let signature = Signature::new(
+        U256::from_be_slice(&compact[..32]),
+        U256::from_be_slice(&compact[32..]),
+        i32::from(id) == 1,
+    );
+    let envelope: alloy_consensus::TxEnvelope = tx.into_signed(signature).into();
+    format!("0x{}", alloy_primitives::hex::encode(envelope.encoded_2718()))
+}
+
+fn attack_input() -> Vec<u8> {
+    let mut input = vec![0xde, 0xad, 0xbe, 0xef];
+    input.extend_from_slice(&[7u8; 32]);
+    input
+}
+
+fn honest_input(n: u8) -> Vec<u8> {
+    let mut input = vec![0xa9, 0x05, 0x9c, 0xbb];
+    input.extend_from_slice(&[n; 64]);
+    input
+}
+
+fn invalidation_of(raw: &str, version: u64) -> Invalidation {
+    let tx = decode(&decode_hex(raw).unwrap()).unwrap();
+    let sender = recover_sender(&tx).unwrap();
+    Invalidation::of(&tx, Some(sender), ASSERTION, version).unwrap()
+}
+
+fn screen(settings: ScreenSettings) -> Screen {
+    Screen::new(settings, Instant::now())
+}
+
+fn reason(result: Result<txgate_screen::Admitted, Rejection>) -> Option<Reason> {
+    result.err().map(|r| r.reason())
+}
+
+#[test]
+fn hundred_senders_with_identical_calldata_and_no_verdict_all_pass() {
+    let s = screen(ScreenSettings::default());
+    for i in 0..100 {
+        let raw = raw_tx(&key(i), 0, &honest_input(1), 1);
+        assert_eq!(reason(s.screen(&raw, 1000 + Millis::from(i))), None, "sender {i}");
+    }
+    // And again, all 100 within the same millisecond.
+    for i in 0..100 {
+        let raw = raw_tx(&key(i), 1, &honest_input(1), 1);
+        assert_eq!(reason(s.screen(&raw, 5000)), None, "sender {i}");
+    }
+}
+
+#[test]
+fn invalidation_refuses_replays_fresh_eoas_and_higher_tips_but_not_other_calldata() {
+    let s = screen(ScreenSettings::default());
+    let attacker = key(1);
+    let first = raw_tx(&attacker, 0, &attack_input(), 1);
+    assert_eq!(reason(s.screen(&first, 0)), None);
+    let applied = s.apply(&[invalidation_of(&first, 1)], 100);
+    assert_eq!((applied.banned, applied.recent_failures, applied.charged), (1, 1, 1));
+
+    // The same raw tx: refused before decoding, by hash.
+    assert_eq!(reason(s.screen(&first, 200)), Some(Reason::RecentFailure));
+    // The same calldata from 20 fresh EOAs.
+    for i in 100..120 {
+        let raw = raw_tx(&key(i), 0, &attack_input(), 1);
+        match s.screen(&raw, 300) {
+            Err(Rejection::Denied { assertions, .. }) => assert_eq!(assertions, vec![ASSERTION]),
+            other => panic!("fresh EOA {i}: {other:?}"),
+        }
+    }
+    // A resubmission at an extreme tip, next nonce.
+    let bumped = raw_tx(&attacker, 1, &attack_input(), 1_000_000_000_000);
+    assert_eq!(reason(s.screen(&bumped, 400)), Some(Reason::DeniedFingerprint));
+    // Different calldata from the same EOAs goes through.
+    for i in 100..120 {
+        let raw = raw_tx(&key(i), 0, &honest_input(9), 1);
+        assert_eq!(reason(s.screen(&raw, 500)), None);
+    }
+}
+
+#[test]
+fn ban_expires_then_suspect_is_shaped_to_one_forward_at_a_time() {
+    let settings = ScreenSettings::default();
+    let (ttl, hold) = (settings.denied_ttl, settings.shaping_hold);
+    let s = screen(settings.clone());
+    let first = raw_tx(&key(1), 0, &attack_input(), 1);
+    s.apply(&[invalidation_of(&first, 1)], 0);
+    let other = raw_tx(&key(2), 0, &attack_input(), 1);
+    assert_eq!(reason(s.screen(&other, ttl - 1)), Some(Reason::DeniedFingerprint));
+    // Ban over: suspect. One forward passes, a duplicate waits.
+    assert_eq!(reason(s.screen(&other, ttl)), None);
+    let third = raw_tx(&key(3), 0, &attack_input(), 1);
+    match s.screen(&third, ttl + 10) {
+        Err(Rejection::Shaped { retry_after, .. }) => assert_eq!(retry_after, hold - 10),
+        other => panic!("{other:?}"),
+    }
+    // The same tx again is no duplicate (and holds the slot anew).
+    assert_eq!(reason(s.screen(&other, ttl + 20)), None);
+    assert_eq!(reason(s.screen(&third, ttl + 19 + hold)), Some(Reason::SuspectPending));
+    // After the hold, the next one passes.
+    assert_eq!(reason(s.screen(&third, ttl + 20 + hold)), None);
+    // After the suspect window, nothing is shaped any more.
+    let late = ttl + settings.suspect_window;
+    for i in 10..15 {
+        let raw = raw_tx(&key(i), 0, &attack_input(), 1);
+        assert_eq!(reason(s.screen(&raw, late)), None);
+    }
+}
+
+#[test]
+fn unknown_fingerprints_are_never_shaped() {
+    let s = screen(ScreenSettings::default());
+    // Something else is banned; this calldata has no history.
+    s.apply(&[invalidation_of(&raw_tx(&key(1), 0, &attack_input(), 1), 1)], 0);
+    for i in 0..50 {
+        let raw = raw_tx(&key(100 + i), 0, &honest_input(3), 1);
+        assert_eq!(reason(s.screen(&raw, 10)), None);
+    }
+}
+
+#[test]
+fn cooldown_after_distinct_fingerprints_with_a_trickle() {
+    let settings = ScreenSettings::default();
+    let n = settings.cooldown.distinct_fingerprints;
+    let trickle = settings.cooldown.trickle_interval;
+    let s = screen(settings.clone());
+    // n distinct fingerprints on one target and selector fail.
+    let batch: Vec<Invalidation> = (0..n)
+        .map(|i| {
+            let mut input = attack_input();
+            input[4] = i as u8;
+            invalidation_of(&raw_tx(&key(i as u32), 0, &input, 1), 1)
+        })
+        .collect();
+    let applied = s.apply(&batch, 0);
+    assert_eq!((applied.banned, applied.cooldowns), (n, 1));
+    // A new argument on the same call is refused, but for the trickle.
+    let mut input = attack_input();
+    input[4] = 0xee;
+    let fresh = |i: u32| raw_tx(&key(1000 + i), 0, &input, 1);
+    assert_eq!(reason(s.screen(&fresh(0), 10)), Some(Reason::AssertionCooldown));
+    assert_eq!(reason(s.screen(&fresh(1), trickle)), None, "the trickle");
+    assert_eq!(reason(s.screen(&fresh(2), trickle + 1)), Some(Reason::AssertionCooldown));
+    // Another selector on the same contract is not affected.
+    assert_eq!(reason(s.screen(&raw_tx(&key(7), 0, &honest_input(1), 1), 20)), None);
+    // The cooldown ends.
+    let end = settings.cooldown.duration;
+    assert_eq!(reason(s.screen(&fresh(3), end + 1)), None);
+}
+
+#[test]
+fn newer_assertion_version_lifts_older_bans_and_stale_ones_are_ignored() {
+    let s = screen(ScreenSettings::default());
+    let raw = raw_tx(&key(1), 0, &attack_input(), 1);
+    s.apply(&[invalidation_of(&raw, 1)], 0);
+    let other = raw_tx(&key(2), 0, &attack_input(), 1);
+    assert_eq!(reason(s.screen(&other, 10)), Some(Reason::DeniedFingerprint));
+    // Version 2 of the assertion, for some other fingerprint.
+    let unrelated = raw_tx(&key(3), 0, &honest_input(4), 1);
+    let applied = s.apply(&[invalidation_of(&unrelated, 2)], 20);
+    assert_eq!(applied.bumped, 1);
+    assert_eq!(reason(s.screen(&other, 30)), None);
+    // A late invalidation of version 1 changes nothing.
+    let applied = s.apply(&[invalidation_of(&raw_tx(&key(4), 0, &attack_input(), 1), 1)], 40);
+    assert_eq!(applied.stale, 1);
+    let third = raw_tx(&key(5), 0, &attack_input(), 1);
+    assert_eq!(reason(s.screen(&third, 50)), None);
+}
+
+#[test]
+fn sender_backoff_from_pending_attribution_then_lifts() {
+    let mut settings = ScreenSettings::default();
+    settings.backpressure.capacity = 3.0;
+    settings.backpressure.refill_per_sec = 1.0;
+    let s = screen(settings);
+    let attacker = key(1);
+    // Three forwarded txs with distinct calldata, each invalidated by a
+    // verdict that names neither sender nor tx: pending attribution
+    // charges the right sender.
+    for nonce in 0..3u64 {
+        let mut input = attack_input();
+        input[5] = nonce as u8;
+        let raw = raw_tx(&attacker, nonce, &input, 1);
+        assert_eq!(reason(s.screen(&raw, nonce * 10)), None);
+        let mut inv = invalidation_of(&raw, 1);
+        inv.sender = None;
+        inv.tx_hash = None;
+        let applied = s.apply(&[inv], nonce * 10 + 5);
+        assert_eq!((applied.charged, applied.recent_failures), (1, 1));
+    }
+    // Backed off: even honest calldata from that sender waits.
+    let next = raw_tx(&attacker, 3, &honest_input(1), 1);
+    match s.screen(&next, 100) {
+        Err(Rejection::SenderBackoff { retry_after }) => assert_eq!(retry_after, 925),
+        other => panic!("{other:?}"),
+    }
+    // Others are untouched.
+    assert_eq!(reason(s.screen(&raw_tx(&key(2), 0, &honest_input(1), 1), 100)), None);
+    // Lifted after the window.
+    assert_eq!(reason(s.screen(&next, 1025)), None);
+}
+
+#[test]
+fn bad_input_is_refused_with_its_reason() {
+    let s = screen(ScreenSettings {
+        chain_ids: vec![1],
+        ..ScreenSettings::default()
+    });
+    assert_eq!(reason(s.screen("0xzz", 0)), Some(Reason::InvalidTransaction));
+    assert_eq!(reason(s.screen("0x02c0", 0)), Some(Reason::InvalidTransaction));
+    let raw = raw_tx(&key(1), 0, &honest_input(1), 1);
+    assert_eq!(reason(s.screen(&raw, 0)), Some(Reason::WrongChainId));
+}
+
+#[test]
+fn sender_cache_skips_recovery_and_contract_creation_bypasses_fingerprints() {
+    let s = screen(ScreenSettings::default());
+    let raw = raw_tx(&key(1), 0, &honest_input(1), 1);
+    let mut c = s.stage_hex(&raw, 0).unwrap();
+    s.stage_decode(&mut c).unwrap();
+    s.stage_recover(&mut c).unwrap();
+    assert!(!c.sender_cached);
+    let mut again = s.stage_hex(&raw, 10).unwrap();
+    s.stage_decode(&mut again).unwrap();
+    s.stage_recover(&mut again).unwrap();
+    assert!(again.sender_cached);
+    assert_eq!(again.sender, c.sender);
+    // Expires with its TTL.
+    let ttl = s.settings().sender_cache_ttl;
+    let mut late = s.stage_hex(&raw, ttl).unwrap();
+    s.stage_decode(&mut late).unwrap();
+    s.stage_recover(&mut late).unwrap();
+    assert!(!late.sender_cached);
+}
