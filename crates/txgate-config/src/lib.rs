@@ -61,6 +61,49 @@ pub const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Human;
 /// Default log filter (`RUST_LOG` syntax).
 pub const DEFAULT_LOG_LEVEL: &str = "info";
 
+/// Default: screening on (`screen.enabled`).
+pub const DEFAULT_SCREEN_ENABLED: bool = true;
+/// Default: refuse for real, not monitor-only.
+pub const DEFAULT_MONITOR_ONLY: bool = false;
+/// Default: how long a denied fingerprint stays denied (DESIGN: 128 s).
+pub const DEFAULT_DENIED_TTL_SECS: u64 = 128;
+/// Default: how long a fingerprint stays suspect after its ban.
+pub const DEFAULT_SUSPECT_WINDOW_SECS: u64 = 128;
+/// Default: denied and suspect fingerprints held at most.
+pub const DEFAULT_MAX_DENIED: usize = 1_000_000;
+/// Default: how long a failed tx hash is refused outright.
+pub const DEFAULT_RECENT_FAILURE_TTL_SECS: u64 = 60;
+/// Default: failed tx hashes held at most.
+pub const DEFAULT_MAX_RECENT_FAILURES: usize = 1_000_000;
+/// Default: how long a recovered sender stays cached by tx hash.
+pub const DEFAULT_SENDER_CACHE_TTL_SECS: u64 = 300;
+/// Default: senders cached at most.
+pub const DEFAULT_MAX_CACHED_SENDERS: usize = 1_000_000;
+/// Default: how long a forward is remembered for attribution.
+pub const DEFAULT_PENDING_TIMEOUT_SECS: u64 = 30;
+/// Default: pending forwards remembered at most.
+pub const DEFAULT_MAX_PENDING: usize = 262_144;
+/// Default: how long one forward of a suspect fingerprint holds its slot.
+pub const DEFAULT_SHAPING_HOLD_MS: u64 = 4_000;
+/// Default: tokens in a sender's bucket.
+pub const DEFAULT_BACKPRESSURE_TOKENS: u32 = 20;
+/// Default: tokens returned per second.
+pub const DEFAULT_BACKPRESSURE_REFILL_PER_SEC: f64 = 5.0;
+/// Default: first backoff.
+pub const DEFAULT_BACKOFF_INITIAL_MS: u64 = 1_000;
+/// Default: longest backoff.
+pub const DEFAULT_BACKOFF_MAX_MS: u64 = 30_000;
+/// Default: senders under backpressure tracked at most.
+pub const DEFAULT_MAX_TRACKED_SENDERS: usize = 100_000;
+/// Default: distinct failing fingerprints that start a cooldown.
+pub const DEFAULT_COOLDOWN_DISTINCT_FINGERPRINTS: usize = 10;
+/// Default: cooldown length.
+pub const DEFAULT_COOLDOWN_SECS: u64 = 300;
+/// Default: one call per this interval passes during a cooldown.
+pub const DEFAULT_TRICKLE_INTERVAL_MS: u64 = 2_000;
+/// Default: assertions tracked at most.
+pub const DEFAULT_MAX_ASSERTIONS: usize = 65_536;
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -79,6 +122,8 @@ pub struct Config {
     pub shutdown: Shutdown,
     /// Logging.
     pub log: Log,
+    /// Screening of raw-transaction submissions.
+    pub screen: Screen,
 }
 
 /// Client-facing server settings.
@@ -302,6 +347,119 @@ impl Default for Log {
     }
 }
 
+/// Screening of `eth_sendRawTransaction` and its siblings.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Screen {
+    /// Screen at all; off forwards the screened methods like any other.
+    pub enabled: bool,
+    /// Count and log what would be refused, forward everything.
+    pub monitor_only: bool,
+    /// Accepted chain ids; empty accepts every chain id.
+    pub chain_ids: Vec<u64>,
+    /// How long a denied fingerprint stays denied.
+    pub denied_ttl_secs: u64,
+    /// How long a fingerprint stays suspect (shaped) after its ban.
+    pub suspect_window_secs: u64,
+    /// Denied and suspect fingerprints held at most.
+    pub max_denied: usize,
+    /// How long a failed tx hash is refused before any ECDSA.
+    pub recent_failure_ttl_secs: u64,
+    /// Failed tx hashes held at most.
+    pub max_recent_failures: usize,
+    /// How long a recovered sender stays cached by tx hash.
+    pub sender_cache_ttl_secs: u64,
+    /// Senders cached at most.
+    pub max_cached_senders: usize,
+    /// How long a forward is remembered to charge a later invalidation.
+    pub pending_timeout_secs: u64,
+    /// Pending forwards remembered at most.
+    pub max_pending: usize,
+    /// How long one forward of a suspect fingerprint holds its slot.
+    pub shaping_hold_ms: u64,
+    /// Sender backpressure.
+    pub backpressure: Backpressure,
+    /// Assertion cooldowns.
+    pub cooldown: Cooldown,
+}
+
+impl Default for Screen {
+    fn default() -> Self {
+        Screen {
+            enabled: DEFAULT_SCREEN_ENABLED,
+            monitor_only: DEFAULT_MONITOR_ONLY,
+            chain_ids: Vec::new(),
+            denied_ttl_secs: DEFAULT_DENIED_TTL_SECS,
+            suspect_window_secs: DEFAULT_SUSPECT_WINDOW_SECS,
+            max_denied: DEFAULT_MAX_DENIED,
+            recent_failure_ttl_secs: DEFAULT_RECENT_FAILURE_TTL_SECS,
+            max_recent_failures: DEFAULT_MAX_RECENT_FAILURES,
+            sender_cache_ttl_secs: DEFAULT_SENDER_CACHE_TTL_SECS,
+            max_cached_senders: DEFAULT_MAX_CACHED_SENDERS,
+            pending_timeout_secs: DEFAULT_PENDING_TIMEOUT_SECS,
+            max_pending: DEFAULT_MAX_PENDING,
+            shaping_hold_ms: DEFAULT_SHAPING_HOLD_MS,
+            backpressure: Backpressure::default(),
+            cooldown: Cooldown::default(),
+        }
+    }
+}
+
+/// Token bucket per sender, charged only by invalidations.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Backpressure {
+    /// Tokens in a full bucket: invalidations a sender may cause before it
+    /// is backed off.
+    pub tokens: u32,
+    /// Tokens returned per second.
+    pub refill_per_sec: f64,
+    /// First backoff.
+    pub backoff_initial_ms: u64,
+    /// Longest backoff (each further dry run doubles the last).
+    pub backoff_max_ms: u64,
+    /// Senders tracked at most.
+    pub max_senders: usize,
+}
+
+impl Default for Backpressure {
+    fn default() -> Self {
+        Backpressure {
+            tokens: DEFAULT_BACKPRESSURE_TOKENS,
+            refill_per_sec: DEFAULT_BACKPRESSURE_REFILL_PER_SEC,
+            backoff_initial_ms: DEFAULT_BACKOFF_INITIAL_MS,
+            backoff_max_ms: DEFAULT_BACKOFF_MAX_MS,
+            max_senders: DEFAULT_MAX_TRACKED_SENDERS,
+        }
+    }
+}
+
+/// Assertion cooldowns.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Cooldown {
+    /// Distinct failing fingerprints under one assertion (within the denied
+    /// TTL) that start a cooldown; 0 turns cooldowns off.
+    pub distinct_fingerprints: usize,
+    /// Cooldown length.
+    pub duration_secs: u64,
+    /// During a cooldown, one matching call passes per this interval.
+    pub trickle_interval_ms: u64,
+    /// Assertions tracked at most.
+    pub max_assertions: usize,
+}
+
+impl Default for Cooldown {
+    fn default() -> Self {
+        Cooldown {
+            distinct_fingerprints: DEFAULT_COOLDOWN_DISTINCT_FINGERPRINTS,
+            duration_secs: DEFAULT_COOLDOWN_SECS,
+            trickle_interval_ms: DEFAULT_TRICKLE_INTERVAL_MS,
+            max_assertions: DEFAULT_MAX_ASSERTIONS,
+        }
+    }
+}
+
 fn parse_addr(s: &str) -> SocketAddr {
     s.parse()
         .unwrap_or_else(|_| unreachable!("default address {s} is valid"))
@@ -410,7 +568,35 @@ impl Config {
                 self.upstream.health_interval_ms,
             ),
         ];
-        for (key, value) in positive {
+        let screen = &self.screen;
+        let positive_screen = [
+            ("screen.denied_ttl_secs", screen.denied_ttl_secs),
+            ("screen.max_denied", screen.max_denied as u64),
+            ("screen.recent_failure_ttl_secs", screen.recent_failure_ttl_secs),
+            ("screen.max_recent_failures", screen.max_recent_failures as u64),
+            ("screen.sender_cache_ttl_secs", screen.sender_cache_ttl_secs),
+            ("screen.max_cached_senders", screen.max_cached_senders as u64),
+            ("screen.pending_timeout_secs", screen.pending_timeout_secs),
+            ("screen.max_pending", screen.max_pending as u64),
+            ("screen.backpressure.tokens", u64::from(screen.backpressure.tokens)),
+            (
+                "screen.backpressure.backoff_initial_ms",
+                screen.backpressure.backoff_initial_ms,
+            ),
+            (
+                "screen.backpressure.max_senders",
+                screen.backpressure.max_senders as u64,
+            ),
+            (
+                "screen.cooldown.trickle_interval_ms",
+                screen.cooldown.trickle_interval_ms,
+            ),
+            (
+                "screen.cooldown.max_assertions",
+                screen.cooldown.max_assertions as u64,
+            ),
+        ];
+        for (key, value) in positive.into_iter().chain(positive_screen) {
             if value == 0 {
                 return Err(err(key, "must be greater than 0"));
             }
@@ -435,6 +621,19 @@ impl Config {
                     format!("`{m}`: `*` may only end a pattern"),
                 ));
             }
+        }
+        let refill = screen.backpressure.refill_per_sec;
+        if !(refill.is_finite() && refill > 0.0) {
+            return Err(err(
+                "screen.backpressure.refill_per_sec",
+                "must be a number greater than 0",
+            ));
+        }
+        if screen.backpressure.backoff_max_ms < screen.backpressure.backoff_initial_ms {
+            return Err(err(
+                "screen.backpressure.backoff_max_ms",
+                "must be at least screen.backpressure.backoff_initial_ms",
+            ));
         }
         if self.server.listen == self.admin.listen && self.server.listen.port() != 0 {
             return Err(err("admin.listen", "must differ from server.listen"));
@@ -482,6 +681,8 @@ mod tests {
         assert_eq!(e.key, "rpc.policy", "{e}");
         let e = Config::from_toml("[log]\nformat = \"xml\"\n").unwrap_err();
         assert_eq!(e.key, "log.format", "{e}");
+        let e = Config::from_toml("[screen.cooldown]\nduration_secs = \"long\"\n").unwrap_err();
+        assert_eq!(e.key, "screen.cooldown.duration_secs", "{e}");
     }
 
     #[test]
@@ -501,6 +702,21 @@ mod tests {
         let mut c = Config::default();
         c.admin.listen = c.server.listen;
         assert_eq!(c.validate().unwrap_err().key, "admin.listen");
+        let mut c = Config::default();
+        c.screen.denied_ttl_secs = 0;
+        assert_eq!(c.validate().unwrap_err().key, "screen.denied_ttl_secs");
+        let mut c = Config::default();
+        c.screen.backpressure.refill_per_sec = f64::NAN;
+        assert_eq!(
+            c.validate().unwrap_err().key,
+            "screen.backpressure.refill_per_sec"
+        );
+        let mut c = Config::default();
+        c.screen.backpressure.backoff_max_ms = 1;
+        assert_eq!(
+            c.validate().unwrap_err().key,
+            "screen.backpressure.backoff_max_ms"
+        );
     }
 
     #[test]

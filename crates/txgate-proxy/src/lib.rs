@@ -6,6 +6,9 @@
 //!   service, decided before the body is read (HTTP 429).
 //! - [`rpc`]: body cap and timeout, content type, JSON-RPC framing, method
 //!   [`policy`], forwarding of lone calls and batches.
+//! - [`screening`]: the per-call tower stack that screens raw-transaction
+//!   submissions; its state is a shared [`txgate_screen::Screen`], learned
+//!   through [`Proxy::apply`].
 //! - [`upstream`]: pooled keep-alive client to the node.
 //! - [`rescue`]: the one place refusals become HTTP responses.
 //! - [`admin`], [`health`], [`metrics`]: the operator's side.
@@ -22,6 +25,7 @@ pub mod metrics;
 pub mod policy;
 pub mod rescue;
 pub mod rpc;
+pub mod screening;
 pub mod server;
 pub mod upstream;
 
@@ -42,6 +46,7 @@ use crate::metrics::Metrics;
 use crate::rpc::RpcService;
 use crate::server::{Drained, ServerSettings};
 use crate::upstream::Upstream;
+use txgate_screen::{Applied, Invalidation, Screen, ScreenSettings};
 
 /// Listening sockets, bound before the proxy starts so that bind errors are
 /// reported at once and tests can ask for port 0.
@@ -101,6 +106,77 @@ pub struct Proxy {
     config: Config,
     metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
+    screen: Option<Arc<Screen>>,
+}
+
+/// Screening settings from the config's `[screen]` section.
+pub fn screen_settings(config: &txgate_config::Screen) -> ScreenSettings {
+    let secs = |s: u64| s.saturating_mul(1000);
+    ScreenSettings {
+        chain_ids: config.chain_ids.clone(),
+        denied_ttl: secs(config.denied_ttl_secs),
+        suspect_window: secs(config.suspect_window_secs),
+        max_denied: config.max_denied,
+        recent_failure_ttl: secs(config.recent_failure_ttl_secs),
+        max_recent_failures: config.max_recent_failures,
+        sender_cache_ttl: secs(config.sender_cache_ttl_secs),
+        max_cached_senders: config.max_cached_senders,
+        pending_timeout: secs(config.pending_timeout_secs),
+        max_pending: config.max_pending,
+        shaping_hold: config.shaping_hold_ms,
+        backpressure: txgate_screen::backpressure::BackpressureSettings {
+            capacity: f64::from(config.backpressure.tokens),
+            refill_per_sec: config.backpressure.refill_per_sec,
+            backoff_initial: config.backpressure.backoff_initial_ms,
+            backoff_max: config.backpressure.backoff_max_ms,
+            max_senders: config.backpressure.max_senders,
+        },
+        cooldown: txgate_screen::assertion::CooldownSettings {
+            distinct_fingerprints: config.cooldown.distinct_fingerprints,
+            window: secs(config.denied_ttl_secs),
+            duration: secs(config.cooldown.duration_secs),
+            trickle_interval: config.cooldown.trickle_interval_ms,
+            max_assertions: config.cooldown.max_assertions,
+        },
+    }
+}
+
+/// The one way screening state is learned: batches of invalidations.
+/// Cheap to clone; shared with whatever delivers verdicts.
+#[derive(Debug, Clone)]
+pub struct Invalidations {
+    screen: Arc<Screen>,
+    metrics: Arc<Metrics>,
+}
+
+impl Invalidations {
+    /// Applies a batch in one pass (see [`Screen::apply`]) and counts what
+    /// it did.
+    pub fn apply(&self, batch: &[Invalidation]) -> Applied {
+        let now = self.screen.millis(tokio::time::Instant::now().into_std());
+        let applied = self.screen.apply(batch, now);
+        self.metrics.screen.applied(&applied);
+        applied
+    }
+
+    /// The screening state.
+    pub fn screen(&self) -> &Arc<Screen> {
+        &self.screen
+    }
+}
+
+/// Background upkeep of the screening state: every tick, sweep one shard
+/// of each cache (a full pass every 64 ticks, each step short) and refresh
+/// the size gauges.
+async fn screen_upkeep(screen: Arc<Screen>, metrics: Arc<Metrics>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = screen.millis(tokio::time::Instant::now().into_std());
+        screen.sweep(now, 1);
+        metrics.screen.sizes(&screen.sizes());
+    }
 }
 
 impl Proxy {
@@ -109,10 +185,25 @@ impl Proxy {
         config.validate().map_err(|e| e.to_string())?;
         let metrics = Arc::new(Metrics::new());
         let readiness = Arc::new(Readiness::new(metrics.clone()));
+        let screen = config.screen.enabled.then(|| {
+            Arc::new(Screen::new(
+                screen_settings(&config.screen),
+                tokio::time::Instant::now().into_std(),
+            ))
+        });
         Ok(Proxy {
             config,
             metrics,
             readiness,
+            screen,
+        })
+    }
+
+    /// Where invalidations go (`None` when screening is off).
+    pub fn invalidations(&self) -> Option<Invalidations> {
+        self.screen.as_ref().map(|screen| Invalidations {
+            screen: screen.clone(),
+            metrics: self.metrics.clone(),
         })
     }
 
@@ -135,6 +226,7 @@ impl Proxy {
             config,
             metrics,
             readiness,
+            screen,
         } = self;
         let config = Arc::new(config);
 
@@ -154,11 +246,12 @@ impl Proxy {
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut workers = Vec::with_capacity(listeners.rpc.len());
         for (index, listener) in listeners.rpc.into_iter().enumerate() {
-            let (config, metrics, admission, settings) = (
+            let (config, metrics, admission, settings, screen) = (
                 config.clone(),
                 metrics.clone(),
                 admission.clone(),
                 settings.clone(),
+                screen.clone(),
             );
             let mut stop = stop_rx.clone();
             let spawned = std::thread::Builder::new()
@@ -174,8 +267,14 @@ impl Proxy {
                         let service = ServiceBuilder::new()
                             .layer(admission)
                             // JSON-RPC: body cap, content type, framing, method
-                            // policy, forwarding to the upstream.
-                            .service(RpcService::new(&config, upstream, metrics.clone()));
+                            // policy, the screening stack for raw
+                            // transactions, forwarding to the upstream.
+                            .service(RpcService::new(
+                                &config,
+                                upstream,
+                                metrics.clone(),
+                                screen,
+                            ));
                         let stopped = async move {
                             let _ = stop.wait_for(|stop| *stop).await;
                         };
@@ -210,6 +309,7 @@ impl Proxy {
             Duration::from_millis(config.upstream.health_interval_ms),
         ));
         let admin_task = tokio::spawn(admin::serve(admin, metrics.clone(), readiness.clone()));
+        let upkeep = screen.map(|screen| tokio::spawn(screen_upkeep(screen, metrics.clone())));
 
         shutdown.await;
         readiness.start_draining();
@@ -232,6 +332,9 @@ impl Proxy {
         }
         probe.abort();
         admin_task.abort();
+        if let Some(upkeep) = upkeep {
+            upkeep.abort();
+        }
         drained
     }
 }

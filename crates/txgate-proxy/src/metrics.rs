@@ -7,9 +7,10 @@
 use std::collections::HashMap;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
+use txgate_screen::{Applied, Reason, Sizes};
 
 /// Methods that get their own label; every other method counts as `other`.
 pub const KNOWN_METHODS: &[&str] = &[
@@ -99,11 +100,15 @@ pub enum Outcome {
     UpstreamUnavailable,
     /// Upstream too slow (504).
     UpstreamTimeout,
+    /// Lone screened call with unusable params or transaction (-32602).
+    InvalidParams,
+    /// Lone screened call refused by screening (-32003, or 429 -32005).
+    Screened,
 }
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 14] = [
+    pub const ALL: [Outcome; 16] = [
         Outcome::Forwarded,
         Outcome::Notification,
         Outcome::Overloaded,
@@ -118,6 +123,8 @@ impl Outcome {
         Outcome::MethodDenied,
         Outcome::UpstreamUnavailable,
         Outcome::UpstreamTimeout,
+        Outcome::InvalidParams,
+        Outcome::Screened,
     ];
 
     /// The label value.
@@ -137,6 +144,8 @@ impl Outcome {
             Outcome::MethodDenied => "method_denied",
             Outcome::UpstreamUnavailable => "upstream_unavailable",
             Outcome::UpstreamTimeout => "upstream_timeout",
+            Outcome::InvalidParams => "invalid_params",
+            Outcome::Screened => "screened",
         }
     }
 }
@@ -203,6 +212,202 @@ pub struct Metrics {
     pub upstream_up: IntGauge,
     /// 1 while draining for shutdown.
     pub draining: IntGauge,
+    /// Screening decisions, cache sizes, invalidations.
+    pub screen: ScreenMetrics,
+}
+
+/// How a screened call was let through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Passed {
+    /// Nothing against it.
+    Clean,
+    /// A suspect fingerprint given its one slot (or a cooldown trickle).
+    Suspect,
+    /// A contract creation (no fingerprint).
+    Creation,
+}
+
+impl Passed {
+    const ALL: [Passed; 3] = [Passed::Clean, Passed::Suspect, Passed::Creation];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Passed::Clean => "clean",
+            Passed::Suspect => "suspect",
+            Passed::Creation => "contract_creation",
+        }
+    }
+}
+
+/// Screening metrics, every label set created up front.
+pub struct ScreenMetrics {
+    forwarded: Vec<IntCounter>,
+    refused: Vec<IntCounter>,
+    would_refuse: Vec<IntCounter>,
+    /// Screening time per call, from the raw param to the decision.
+    pub duration: Histogram,
+    /// Sender cache hits.
+    pub sender_cache_hits: IntCounter,
+    /// Sender cache misses (one libsecp256k1 recovery each).
+    pub sender_cache_misses: IntCounter,
+    entries: [IntGauge; 7],
+    invalidations: [IntCounter; 9],
+}
+
+impl std::fmt::Debug for ScreenMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScreenMetrics").finish_non_exhaustive()
+    }
+}
+
+/// Screening time buckets in seconds, 1 µs to 10 ms.
+const SCREEN_BUCKETS: &[f64] = &[
+    0.000_001, 0.000_002_5, 0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5,
+    0.001, 0.002_5, 0.01,
+];
+
+impl ScreenMetrics {
+    fn new(reg: &dyn Fn(Box<dyn prometheus::core::Collector>)) -> ScreenMetrics {
+        let decisions = IntCounterVec::new(
+            Opts::new(
+                "screen_decisions_total",
+                "Screened calls by decision (forwarded, refused, would_refuse in monitor-only \
+                 mode) and reason",
+            ),
+            &["decision", "reason"],
+        )
+        .unwrap_or_else(|_| unreachable!());
+        reg(Box::new(decisions.clone()));
+        let forwarded = Passed::ALL
+            .iter()
+            .map(|p| decisions.with_label_values(&["forwarded", p.as_str()]))
+            .collect();
+        let by_reason = |decision: &str| {
+            Reason::ALL
+                .iter()
+                .map(|r| decisions.with_label_values(&[decision, r.as_str()]))
+                .collect::<Vec<_>>()
+        };
+        let refused = by_reason("refused");
+        let would_refuse = by_reason("would_refuse");
+
+        let duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "screen_duration_seconds",
+                "Screening time per call, raw param to decision",
+            )
+            .buckets(SCREEN_BUCKETS.to_vec()),
+        )
+        .unwrap_or_else(|_| unreachable!());
+        reg(Box::new(duration.clone()));
+
+        let cache = IntCounterVec::new(
+            Opts::new(
+                "screen_sender_cache_total",
+                "Sender lookups by result (a miss costs one ECDSA recovery)",
+            ),
+            &["result"],
+        )
+        .unwrap_or_else(|_| unreachable!());
+        reg(Box::new(cache.clone()));
+
+        let entries = IntGaugeVec::new(
+            Opts::new("screen_entries", "Entries held by each screening cache"),
+            &["cache"],
+        )
+        .unwrap_or_else(|_| unreachable!());
+        reg(Box::new(entries.clone()));
+        let gauge = |name: &str| entries.with_label_values(&[name]);
+
+        let applied = IntCounterVec::new(
+            Opts::new(
+                "invalidations_total",
+                "Invalidations applied, by what they did",
+            ),
+            &["result"],
+        )
+        .unwrap_or_else(|_| unreachable!());
+        reg(Box::new(applied.clone()));
+        let counter = |name: &str| applied.with_label_values(&[name]);
+
+        ScreenMetrics {
+            forwarded,
+            refused,
+            would_refuse,
+            duration,
+            sender_cache_hits: cache.with_label_values(&["hit"]),
+            sender_cache_misses: cache.with_label_values(&["miss"]),
+            entries: [
+                gauge("denied"),
+                gauge("recent_failures"),
+                gauge("senders"),
+                gauge("backpressured_senders"),
+                gauge("pending"),
+                gauge("cooldowns"),
+                gauge("assertions"),
+            ],
+            invalidations: [
+                counter("banned"),
+                counter("refreshed"),
+                counter("stale_version"),
+                counter("version_bump"),
+                counter("recent_failure"),
+                counter("sender_charged"),
+                counter("sender_backoff"),
+                counter("sender_untracked"),
+                counter("cooldown_started"),
+            ],
+        }
+    }
+
+    /// Counts a forwarded screened call.
+    pub fn passed(&self, how: Passed) {
+        self.forwarded[how as usize].inc();
+    }
+
+    /// Counts a refusal (or, in monitor-only mode, a would-be refusal).
+    pub fn refused(&self, reason: Reason, monitor_only: bool) {
+        let index = Reason::ALL.iter().position(|r| *r == reason).unwrap_or(0);
+        if monitor_only {
+            self.would_refuse[index].inc();
+        } else {
+            self.refused[index].inc();
+        }
+    }
+
+    /// Sets the cache gauges.
+    pub fn sizes(&self, sizes: &Sizes) {
+        let values = [
+            sizes.denied,
+            sizes.recent_failures,
+            sizes.senders,
+            sizes.backpressured,
+            sizes.pending,
+            sizes.cooldowns,
+            sizes.assertions,
+        ];
+        for (gauge, value) in self.entries.iter().zip(values) {
+            gauge.set(value as i64);
+        }
+    }
+
+    /// Counts what a batch of invalidations did.
+    pub fn applied(&self, a: &Applied) {
+        let values = [
+            a.banned,
+            a.refreshed,
+            a.stale,
+            a.bumped,
+            a.recent_failures,
+            a.charged,
+            a.backoffs,
+            a.untracked,
+            a.cooldowns,
+        ];
+        for (counter, value) in self.invalidations.iter().zip(values) {
+            counter.inc_by(value as u64);
+        }
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -296,7 +501,10 @@ impl Metrics {
             "Upstream round trip, request to full body",
         );
 
+        let screen = ScreenMetrics::new(&reg);
+
         Metrics {
+            screen,
             registry,
             calls,
             calls_other,
@@ -377,5 +585,19 @@ mod tests {
         assert!(text.contains("txgate_http_responses_total{outcome=\"method_denied\"} 1"));
         assert!(text.contains("txgate_upstream_errors_total{kind=\"timeout\"} 1"));
         assert!(text.contains("txgate_request_duration_seconds_bucket"));
+        m.screen.refused(Reason::DeniedFingerprint, false);
+        m.screen.refused(Reason::RecentFailure, true);
+        m.screen.passed(Passed::Clean);
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(text.contains(
+            "txgate_screen_decisions_total{decision=\"refused\",reason=\"denied_fingerprint\"} 1"
+        ));
+        assert!(text.contains(
+            "txgate_screen_decisions_total{decision=\"would_refuse\",reason=\"recent_failure\"} 1"
+        ));
+        assert!(text.contains(
+            "txgate_screen_decisions_total{decision=\"forwarded\",reason=\"clean\"} 1"
+        ));
+        assert!(text.contains("txgate_screen_entries{cache=\"denied\"} 0"));
     }
 }

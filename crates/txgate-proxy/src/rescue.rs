@@ -8,7 +8,9 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
 use http_body_util::Full;
+use serde_json::value::RawValue;
 use txgate_jsonrpc::{Id, code, encode};
+use txgate_screen::Rejection;
 
 use crate::metrics::Outcome;
 
@@ -50,6 +52,10 @@ pub enum Refusal {
     UpstreamUnavailable,
     /// Upstream did not answer within the call timeout.
     UpstreamTimeout,
+    /// A screened call without a usable raw-transaction param (-32602).
+    InvalidParams(&'static str),
+    /// Refused by screening.
+    Screened(Rejection),
 }
 
 impl Refusal {
@@ -117,6 +123,23 @@ impl Refusal {
                 code::INTERNAL_ERROR,
                 Outcome::UpstreamTimeout,
             ),
+            // Like a node refusing a transaction: HTTP 200, error in the body.
+            Refusal::InvalidParams(_)
+            | Refusal::Screened(Rejection::Invalid(_) | Rejection::Signature(_)) => (
+                StatusCode::OK,
+                code::INVALID_PARAMS,
+                Outcome::InvalidParams,
+            ),
+            Refusal::Screened(Rejection::SenderBackoff { .. }) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                code::LIMIT_EXCEEDED,
+                Outcome::Screened,
+            ),
+            Refusal::Screened(_) => (
+                StatusCode::OK,
+                code::TRANSACTION_REJECTED,
+                Outcome::Screened,
+            ),
         }
     }
 
@@ -143,24 +166,126 @@ impl Refusal {
             Refusal::MethodDenied => "the method does not exist/is not available".into(),
             Refusal::UpstreamUnavailable => "upstream unavailable".into(),
             Refusal::UpstreamTimeout => "upstream timed out".into(),
+            Refusal::InvalidParams(message) => (*message).into(),
+            Refusal::Screened(rejection) => match rejection {
+                Rejection::Invalid(e) => format!("invalid params: {e}"),
+                Rejection::Signature(e) => format!("invalid params: {e}"),
+                Rejection::RecentFailure { .. } => {
+                    "transaction rejected: this transaction invalidated an assertion recently"
+                        .into()
+                }
+                Rejection::SenderBackoff { .. } => {
+                    "limit exceeded: sender backed off after repeated invalidations, retry later"
+                        .into()
+                }
+                Rejection::Denied { .. } => {
+                    "transaction rejected: a transaction with this fingerprint invalidated an \
+                     assertion"
+                        .into()
+                }
+                Rejection::Cooldown { .. } => {
+                    "transaction rejected: calls like this one are in cooldown after repeated \
+                     invalidations, retry later"
+                        .into()
+                }
+                Rejection::Shaped { .. } => {
+                    "transaction rejected: a transaction with this suspect fingerprint is \
+                     pending, retry later"
+                        .into()
+                }
+            },
         }
+    }
+
+    /// `Retry-After` seconds, for refusals that carry their own.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            Refusal::Screened(Rejection::SenderBackoff { retry_after }) => {
+                Some(retry_after.div_ceil(1000).max(1))
+            }
+            _ => None,
+        }
+    }
+
+    /// The error's `data`: for screening refusals, the reason, the
+    /// fingerprint, the assertion ids and a retry hint.
+    pub fn data(&self) -> Option<Box<RawValue>> {
+        let Refusal::Screened(rejection) = self else {
+            return None;
+        };
+        let mut data = serde_json::Map::new();
+        data.insert("reason".into(), rejection.reason().as_str().into());
+        let hex = |b: &alloy_primitives::B256| serde_json::Value::String(format!("{b}"));
+        match rejection {
+            Rejection::Invalid(_) | Rejection::Signature(_) => {}
+            Rejection::RecentFailure { tx_hash, assertion } => {
+                data.insert("tx_hash".into(), hex(tx_hash));
+                data.insert(
+                    "assertion_ids".into(),
+                    assertion.iter().map(hex).collect::<Vec<_>>().into(),
+                );
+            }
+            Rejection::SenderBackoff { retry_after } => {
+                data.insert("retry_after_ms".into(), (*retry_after).into());
+            }
+            Rejection::Denied {
+                fingerprint,
+                assertions,
+            } => {
+                data.insert("fingerprint".into(), hex(fingerprint));
+                data.insert(
+                    "assertion_ids".into(),
+                    assertions.iter().map(hex).collect::<Vec<_>>().into(),
+                );
+            }
+            Rejection::Cooldown {
+                fingerprint,
+                assertion,
+                retry_after,
+            } => {
+                data.insert("fingerprint".into(), hex(fingerprint));
+                data.insert(
+                    "assertion_ids".into(),
+                    assertion.iter().map(hex).collect::<Vec<_>>().into(),
+                );
+                data.insert("retry_after_ms".into(), (*retry_after).into());
+            }
+            Rejection::Shaped {
+                fingerprint,
+                retry_after,
+            } => {
+                data.insert("fingerprint".into(), hex(fingerprint));
+                data.insert("retry_after_ms".into(), (*retry_after).into());
+            }
+        }
+        serde_json::value::to_raw_value(&data).ok()
     }
 
     /// Writes this refusal as one error object (a batch element).
     pub fn write(&self, out: &mut Vec<u8>, id: Option<Id<'_>>) {
         let (_, code, _) = self.classify();
-        encode::write_error(out, id.map(|i| i.as_str()), code, &self.message(), None);
+        let data = self.data();
+        encode::write_error(
+            out,
+            id.map(|i| i.as_str()),
+            code,
+            &self.message(),
+            data.as_deref(),
+        );
     }
 
     /// The whole HTTP response for this refusal.
     pub fn respond(&self, id: Option<Id<'_>>, retry_after: &HeaderValue) -> Response<Body> {
         let (status, code, _) = self.classify();
-        let body = encode::error(id, code, &self.message(), None);
+        let data = self.data();
+        let body = encode::error(id, code, &self.message(), data.as_deref());
         let mut response = json_response(status, body);
         if status == StatusCode::TOO_MANY_REQUESTS {
-            response
-                .headers_mut()
-                .insert(RETRY_AFTER, retry_after.clone());
+            let value = match self.retry_after_secs() {
+                Some(secs) => HeaderValue::from(secs),
+                None => retry_after.clone(),
+            };
+            response.headers_mut().insert(RETRY_AFTER, value);
         }
         response
     }
@@ -191,6 +316,29 @@ mod tests {
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(r.headers()[RETRY_AFTER], "3");
         assert_eq!(Refusal::Overloaded.classify().1, code::LIMIT_EXCEEDED);
+    }
+
+    #[test]
+    fn screening_refusals_carry_reason_fingerprint_and_assertions() {
+        let fp = alloy_primitives::B256::repeat_byte(0xf0);
+        let id = alloy_primitives::B256::repeat_byte(0xa5);
+        let refusal = Refusal::Screened(Rejection::Denied {
+            fingerprint: fp,
+            assertions: vec![id],
+        });
+        assert_eq!(refusal.classify().1, code::TRANSACTION_REJECTED);
+        let mut out = Vec::new();
+        refusal.write(&mut out, None);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["error"]["data"]["reason"], "denied_fingerprint");
+        assert_eq!(v["error"]["data"]["fingerprint"], format!("{fp}"));
+        assert_eq!(v["error"]["data"]["assertion_ids"][0], format!("{id}"));
+
+        let backoff = Refusal::Screened(Rejection::SenderBackoff { retry_after: 2500 });
+        let r = backoff.respond(None, &HeaderValue::from_static("1"));
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers()[RETRY_AFTER], "3");
+        assert_eq!(backoff.classify().1, code::LIMIT_EXCEEDED);
     }
 
     #[test]

@@ -23,10 +23,34 @@ use txgate_config::Config;
 use txgate_jsonrpc::encode::{self, UpstreamBatch};
 use txgate_jsonrpc::{Call, Entry, Frame, FrameError, Id, code};
 
-use crate::metrics::{Metrics, Outcome, UpstreamFailure};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use txgate_screen::{Reason, Screen};
+
+use crate::metrics::{Metrics, Outcome, Passed, UpstreamFailure};
 use crate::policy::MethodPolicy;
 use crate::rescue::{Body, Refusal, json_response, no_content};
+use crate::screening::{self, Stack, Submission};
 use crate::upstream::{Upstream, is_json_content_type};
+
+/// Screening of the raw-transaction methods, when enabled.
+#[derive(Debug)]
+struct Screening {
+    screen: Arc<Screen>,
+    stack: Stack,
+    monitor_only: bool,
+    /// Per reason, the last second a monitor-only line was logged: one
+    /// line per reason per second, so an attack cannot flood the log.
+    logged: [AtomicU64; Reason::ALL.len()],
+}
+
+impl Screening {
+    fn should_log(&self, reason: Reason, now_ms: u64) -> bool {
+        let index = Reason::ALL.iter().position(|r| *r == reason).unwrap_or(0);
+        let second = now_ms / 1000 + 1;
+        self.logged[index].swap(second, Ordering::Relaxed) != second
+    }
+}
 
 /// Settings and handles shared by every clone of [`RpcService`].
 #[derive(Debug)]
@@ -38,6 +62,7 @@ struct Shared {
     max_batch_size: usize,
     body_read_timeout: Duration,
     retry_after: HeaderValue,
+    screening: Option<Screening>,
 }
 
 /// The innermost service of the client-facing stack.
@@ -47,8 +72,20 @@ pub struct RpcService {
 }
 
 impl RpcService {
-    /// Builds the service from the validated config.
-    pub fn new(config: &Config, upstream: Upstream, metrics: Arc<Metrics>) -> Self {
+    /// Builds the service from the validated config; `screen` is the
+    /// screening state shared by every worker (`None`: screening off).
+    pub fn new(
+        config: &Config,
+        upstream: Upstream,
+        metrics: Arc<Metrics>,
+        screen: Option<Arc<Screen>>,
+    ) -> Self {
+        let screening = screen.map(|screen| Screening {
+            stack: screening::stack(screen.clone()),
+            screen,
+            monitor_only: config.screen.monitor_only,
+            logged: Default::default(),
+        });
         RpcService {
             shared: Arc::new(Shared {
                 upstream,
@@ -58,6 +95,7 @@ impl RpcService {
                 max_batch_size: config.rpc.max_batch_size,
                 body_read_timeout: Duration::from_millis(config.server.body_read_timeout_ms),
                 retry_after: HeaderValue::from(config.admission.retry_after_secs),
+                screening,
             }),
         }
     }
@@ -153,6 +191,62 @@ impl Shared {
         }
     }
 
+    /// Screens a raw-transaction call; `Some` when it is refused. Other
+    /// methods, and everything when screening is off, pass untouched.
+    async fn screen_call(&self, call: &Call<'_>) -> Option<Refusal> {
+        let screening = self.screening.as_ref()?;
+        if !screening::is_screened(&call.method) {
+            return None;
+        }
+        let started = Instant::now();
+        let metrics = &self.metrics.screen;
+        let now = screening
+            .screen
+            .millis(tokio::time::Instant::now().into_std());
+        let Some(param) = screening::raw_param(call.params) else {
+            metrics.refused(Reason::InvalidTransaction, screening.monitor_only);
+            return (!screening.monitor_only).then_some(Refusal::InvalidParams(
+                "invalid params: expected the raw transaction as a 0x-prefixed hex string",
+            ));
+        };
+        let result = screening::run(&screening.stack, Submission::new(&param, now)).await;
+        metrics.duration.observe(started.elapsed().as_secs_f64());
+        match result {
+            Ok((admitted, submission)) => {
+                let cached = submission.candidate.as_ref().is_some_and(|c| c.sender_cached);
+                if cached {
+                    metrics.sender_cache_hits.inc();
+                } else {
+                    metrics.sender_cache_misses.inc();
+                }
+                metrics.passed(if admitted.fingerprint.is_none() {
+                    Passed::Creation
+                } else if admitted.suspect {
+                    Passed::Suspect
+                } else {
+                    Passed::Clean
+                });
+                None
+            }
+            Err(rejection) => {
+                let reason = rejection.reason();
+                metrics.refused(reason, screening.monitor_only);
+                if screening.monitor_only {
+                    if screening.should_log(reason, now) {
+                        tracing::info!(
+                            reason = reason.as_str(),
+                            detail = ?rejection,
+                            "monitor-only: would refuse (one line per reason per second; \
+                             see txgate_screen_decisions_total)"
+                        );
+                    }
+                    return None;
+                }
+                Some(Refusal::Screened(rejection))
+            }
+        }
+    }
+
     /// A lone call: forwarded as the caller's bytes.
     async fn single(&self, call: &Call<'_>, body: Bytes) -> (Outcome, Response<Body>) {
         self.metrics.call(&call.method);
@@ -161,6 +255,13 @@ impl Shared {
                 return (Outcome::MethodDenied, no_content());
             }
             return self.refuse(Refusal::MethodDenied, call.id);
+        }
+        if let Some(refusal) = self.screen_call(call).await {
+            if call.is_notification() {
+                let (_, _, outcome) = refusal.classify();
+                return (outcome, no_content());
+            }
+            return self.refuse(refusal, call.id);
         }
         match self.upstream.call(body).await {
             Ok(reply) if reply.status.is_success() || reply.is_json_rpc() => {
@@ -207,13 +308,18 @@ impl Shared {
                 }
                 Entry::Call(call) => {
                     self.metrics.call(&call.method);
-                    if !self.policy.allows(&call.method) {
-                        first_refusal.get_or_insert(Outcome::MethodDenied);
+                    let refusal = if !self.policy.allows(&call.method) {
+                        Some(Refusal::MethodDenied)
+                    } else {
+                        self.screen_call(call).await
+                    };
+                    if let Some(refusal) = refusal {
+                        first_refusal.get_or_insert(refusal.classify().2);
                         if call.is_notification() {
                             Slot::Silent
                         } else {
                             let mut out = Vec::with_capacity(96);
-                            Refusal::MethodDenied.write(&mut out, call.id);
+                            refusal.write(&mut out, call.id);
                             Slot::Done(out)
                         }
                     } else {

@@ -41,6 +41,9 @@ struct Cli {
     /// Shutdown grace period in milliseconds [shutdown.grace_period_ms].
     #[arg(long, env = "TXGATE_GRACE_PERIOD_MS", global = true)]
     grace_period_ms: Option<u64>,
+    /// Screen, count and log, but forward everything [screen.monitor_only].
+    #[arg(long, env = "TXGATE_MONITOR_ONLY", global = true)]
+    monitor_only: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -80,6 +83,9 @@ impl Cli {
         }
         if let Some(v) = self.grace_period_ms {
             config.shutdown.grace_period_ms = v;
+        }
+        if self.monitor_only {
+            config.screen.monitor_only = true;
         }
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)
@@ -125,6 +131,7 @@ fn main() -> ExitCode {
             "  policy        {:?} {:?}",
             config.rpc.policy, config.rpc.methods
         );
+        println!("  screening     {}", screening_mode(&config));
         return ExitCode::SUCCESS;
     }
     init_logging(&config);
@@ -157,6 +164,7 @@ async fn run(config: Config) -> ExitCode {
         return ExitCode::FAILURE;
     };
     let upstream_url = config.upstream.url.clone();
+    let screening = screening_mode(&config);
     let proxy = match Proxy::new(config) {
         Ok(proxy) => proxy,
         Err(e) => {
@@ -164,12 +172,20 @@ async fn run(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tracing::info!(rpc = %rpc_addr, admin = %admin_addr, upstream = %upstream_url, workers, "listening");
+    tracing::info!(rpc = %rpc_addr, admin = %admin_addr, upstream = %upstream_url, workers, screening, "listening");
     match proxy.run(listeners, shutdown_signal()).await {
         Drained::Clean => tracing::info!("drained; exiting"),
         Drained::TimedOut => tracing::warn!("grace period over; closing remaining connections"),
     }
     ExitCode::SUCCESS
+}
+
+fn screening_mode(config: &Config) -> &'static str {
+    match (config.screen.enabled, config.screen.monitor_only) {
+        (false, _) => "off",
+        (true, true) => "monitor-only",
+        (true, false) => "on",
+    }
 }
 
 /// Completes on SIGTERM or SIGINT.

@@ -1,0 +1,124 @@
+//! [`Check`]: one screening stage as a tower middleware.
+//!
+//! A rejection is a [`ResponseFuture`] variant that never calls the inner
+//! service, so nothing below a refusing stage runs.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use pin_project_lite::pin_project;
+use tower::Service;
+use txgate_screen::{Rejection, Screen};
+
+use super::{Stage, Submission};
+
+/// Builds [`Check`] services for stage `S`.
+#[derive(Debug)]
+pub struct CheckLayer<S> {
+    pub(super) screen: Arc<Screen>,
+    _stage: PhantomData<fn() -> S>,
+}
+
+impl<S> CheckLayer<S> {
+    /// A layer for stage `S` over `screen`.
+    pub fn new(screen: Arc<Screen>) -> Self {
+        CheckLayer {
+            screen,
+            _stage: PhantomData,
+        }
+    }
+}
+
+impl<S> Clone for CheckLayer<S> {
+    fn clone(&self) -> Self {
+        CheckLayer::new(self.screen.clone())
+    }
+}
+
+/// Runs stage `S`, then the inner service if it passed.
+#[derive(Debug)]
+pub struct Check<S, I> {
+    screen: Arc<Screen>,
+    inner: I,
+    _stage: PhantomData<fn() -> S>,
+}
+
+impl<S, I> Check<S, I> {
+    /// Stage `S` in front of `inner`.
+    pub fn new(screen: Arc<Screen>, inner: I) -> Self {
+        Check {
+            screen,
+            inner,
+            _stage: PhantomData,
+        }
+    }
+}
+
+impl<S, I: Clone> Clone for Check<S, I> {
+    fn clone(&self) -> Self {
+        Check::new(self.screen.clone(), self.inner.clone())
+    }
+}
+
+impl<S, I, R> Service<Submission> for Check<S, I>
+where
+    S: Stage,
+    I: Service<Submission, Response = R, Error = Rejection>,
+{
+    type Response = R;
+    type Error = Rejection;
+    type Future = ResponseFuture<I::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut submission: Submission) -> Self::Future {
+        match S::check(&self.screen, &mut submission) {
+            Ok(()) => ResponseFuture::Inner {
+                future: self.inner.call(submission),
+            },
+            Err(rejection) => ResponseFuture::Rejected {
+                rejection: Some(rejection),
+            },
+        }
+    }
+}
+
+pin_project! {
+    /// The inner service's future (`future`), or a rejection taken when
+    /// polled (`rejection`).
+    #[allow(missing_docs)]
+    #[project = Projected]
+    #[derive(Debug)]
+    pub enum ResponseFuture<F> {
+        /// The stage passed.
+        Inner {
+            #[pin]
+            future: F,
+        },
+        /// The stage refused.
+        Rejected {
+            rejection: Option<Rejection>,
+        },
+    }
+}
+
+impl<F, R> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<R, Rejection>>,
+{
+    type Output = Result<R, Rejection>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            Projected::Inner { future } => future.poll(cx),
+            Projected::Rejected { rejection } => Poll::Ready(Err(rejection
+                .take()
+                .unwrap_or(Rejection::Invalid(txgate_screen::DecodeError::Empty)))),
+        }
+    }
+}

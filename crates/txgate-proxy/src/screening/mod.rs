@@ -1,0 +1,249 @@
+//! The per-call screening stack for `eth_sendRawTransaction`,
+//! `eth_sendRawTransactionConditional` and `eth_sendRawTransactionSync`.
+//!
+//! Each stage of [`txgate_screen::Screen`] is one tower layer ([`Check`]),
+//! stacked cheapest first; the first rejection ends the call without
+//! touching the layers below it. The innermost service ([`Admit`]) records
+//! the forward for attribution and answers [`Admitted`]; the caller
+//! forwards the call.
+//!
+//! ```text
+//! Check<Hex>           0x-hex → bytes, tx hash from the raw bytes
+//! Check<FastReject>    tx hash in the recent-failure cache → -32003
+//! Check<Decode>        EIP-2718 envelope, chain-id allow-list → -32602
+//! Check<Recover>       sender: cache by tx hash, else libsecp256k1 → -32602
+//! Check<Backpressure>  sender backed off → 429, -32005
+//! Check<Fingerprint>   denied (bloom, then map), cooldown, shaping → -32003
+//! Admit                pending attribution, forward
+//! ```
+//!
+//! Every stage is synchronous today, so each future is ready at once; a
+//! stage that awaits (the sidecar's ShouldForward probe) slots in as one
+//! more layer without changing the others.
+
+mod check;
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+use tower::{Layer, Service, ServiceBuilder};
+use txgate_screen::{Admitted, Candidate, Millis, Rejection, Screen};
+
+pub use check::{Check, CheckLayer, ResponseFuture};
+
+/// The methods that are screened.
+pub const SCREENED_METHODS: [&str; 3] = [
+    "eth_sendRawTransaction",
+    "eth_sendRawTransactionConditional",
+    "eth_sendRawTransactionSync",
+];
+
+/// Whether `method` is screened.
+#[inline]
+pub fn is_screened(method: &str) -> bool {
+    method.starts_with("eth_sendRawTransaction") && SCREENED_METHODS.contains(&method)
+}
+
+/// One screened call travelling down the stack.
+#[derive(Debug)]
+pub struct Submission {
+    /// The raw transaction param (`0x…`).
+    pub param: Box<str>,
+    /// Decision time.
+    pub now: Millis,
+    /// What the stages learned so far.
+    pub candidate: Option<Candidate>,
+}
+
+impl Submission {
+    /// A submission of `param` at `now`.
+    pub fn new(param: &str, now: Millis) -> Submission {
+        Submission {
+            param: param.into(),
+            now,
+            candidate: None,
+        }
+    }
+}
+
+/// One step of the stack.
+pub trait Stage {
+    /// Checks, and adds what it learns to the submission.
+    fn check(screen: &Screen, submission: &mut Submission) -> Result<(), Rejection>;
+}
+
+fn candidate(s: &mut Submission) -> Result<&mut Candidate, Rejection> {
+    s.candidate
+        .as_mut()
+        .ok_or(Rejection::Invalid(txgate_screen::DecodeError::Empty))
+}
+
+/// Hex, and the tx hash from the raw bytes.
+#[derive(Debug)]
+pub enum Hex {}
+impl Stage for Hex {
+    fn check(screen: &Screen, s: &mut Submission) -> Result<(), Rejection> {
+        s.candidate = Some(screen.stage_hex(&s.param, s.now)?);
+        Ok(())
+    }
+}
+
+/// Recent-failure cache, before any decoding or ECDSA.
+#[derive(Debug)]
+pub enum FastReject {}
+impl Stage for FastReject {
+    fn check(screen: &Screen, s: &mut Submission) -> Result<(), Rejection> {
+        screen.stage_fast_reject(candidate(s)?)
+    }
+}
+
+/// Envelope and chain id.
+#[derive(Debug)]
+pub enum Decode {}
+impl Stage for Decode {
+    fn check(screen: &Screen, s: &mut Submission) -> Result<(), Rejection> {
+        screen.stage_decode(candidate(s)?)
+    }
+}
+
+/// Sender, cached or recovered.
+#[derive(Debug)]
+pub enum Recover {}
+impl Stage for Recover {
+    fn check(screen: &Screen, s: &mut Submission) -> Result<(), Rejection> {
+        screen.stage_recover(candidate(s)?)
+    }
+}
+
+/// Sender backpressure.
+#[derive(Debug)]
+pub enum Backpressure {}
+impl Stage for Backpressure {
+    fn check(screen: &Screen, s: &mut Submission) -> Result<(), Rejection> {
+        screen.stage_backpressure(candidate(s)?)
+    }
+}
+
+/// Denied fingerprints, cooldowns, shaping.
+#[derive(Debug)]
+pub enum Fingerprint {}
+impl Stage for Fingerprint {
+    fn check(screen: &Screen, s: &mut Submission) -> Result<(), Rejection> {
+        screen.stage_fingerprint(candidate(s)?)
+    }
+}
+
+/// The innermost service: records the pending forward.
+#[derive(Debug, Clone)]
+pub struct Admit {
+    screen: Arc<Screen>,
+}
+
+impl Service<Submission> for Admit {
+    type Response = (Admitted, Submission);
+    type Error = Rejection;
+    type Future = std::future::Ready<Result<(Admitted, Submission), Rejection>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, s: Submission) -> Self::Future {
+        std::future::ready(match &s.candidate {
+            Some(c) => Ok((self.screen.admit(c), s)),
+            None => Err(Rejection::Invalid(txgate_screen::DecodeError::Empty)),
+        })
+    }
+}
+
+/// The assembled stack.
+pub type Stack = Check<
+    Hex,
+    Check<
+        FastReject,
+        Check<Decode, Check<Recover, Check<Backpressure, Check<Fingerprint, Admit>>>>,
+    >,
+>;
+
+/// Builds the stack over `screen`, outermost (cheapest) first.
+pub fn stack(screen: Arc<Screen>) -> Stack {
+    ServiceBuilder::new()
+        // 0x-hex, and the tx hash straight from the bytes.
+        .layer(CheckLayer::<Hex>::new(screen.clone()))
+        // A tx hash that failed recently: refused before any decoding.
+        .layer(CheckLayer::<FastReject>::new(screen.clone()))
+        // The EIP-2718 envelope and the chain-id allow-list.
+        .layer(CheckLayer::<Decode>::new(screen.clone()))
+        // The sender: cached by tx hash, else one libsecp256k1 recovery.
+        .layer(CheckLayer::<Recover>::new(screen.clone()))
+        // A sender charged with too many invalidations waits.
+        .layer(CheckLayer::<Backpressure>::new(screen.clone()))
+        // Denied fingerprint, assertion cooldown, suspect shaping.
+        .layer(CheckLayer::<Fingerprint>::new(screen.clone()))
+        .service(Admit { screen })
+}
+
+/// Runs `stack` on one submission. Every stage is synchronous, so the
+/// future is ready at the first poll; a pending stage would be awaited.
+pub async fn run(stack: &Stack, submission: Submission) -> Result<(Admitted, Submission), Rejection> {
+    let mut stack = stack.clone();
+    std::future::poll_fn(|cx| stack.poll_ready(cx)).await?;
+    stack.call(submission).await
+}
+
+/// The raw transaction of a screened call: the first positional param, a
+/// string. `None` when missing or not a string.
+pub fn raw_param(params: Option<&RawValue>) -> Option<Cow<'_, str>> {
+    struct First;
+    impl<'de> Visitor<'de> for First {
+        type Value = Option<Cow<'de, str>>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an array whose first element is a string")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let first = seq.next_element::<CowStr<'de>>()?;
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(first.map(|s| s.0))
+        }
+    }
+    struct CowStr<'a>(Cow<'a, str>);
+    impl<'de> serde::Deserialize<'de> for CowStr<'de> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = CowStr<'de>;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("a string")
+                }
+                fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                    Ok(CowStr(Cow::Borrowed(v)))
+                }
+                fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                    Ok(CowStr(Cow::Owned(v.to_owned())))
+                }
+            }
+            d.deserialize_str(V)
+        }
+    }
+    let raw = params?.get();
+    let mut de = serde_json::Deserializer::from_str(raw);
+    de.deserialize_seq(First).ok().flatten()
+}
+
+/// `layer` for a stage, to keep [`CheckLayer`] construction short.
+impl<S, I> Layer<I> for CheckLayer<S> {
+    type Service = Check<S, I>;
+
+    fn layer(&self, inner: I) -> Check<S, I> {
+        Check::new(self.screen.clone(), inner)
+    }
+}
+
+#[cfg(test)]
+mod tests;

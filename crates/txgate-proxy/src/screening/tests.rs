@@ -1,0 +1,177 @@
+//! The stack over paused tokio time: TTLs and backoff advance with
+//! `tokio::time::advance`, as they do in the proxy.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
+use alloy_eips::eip2718::Encodable2718;
+use alloy_primitives::{Address, B256, Bytes, Signature, TxKind, U256};
+use secp256k1::{Message, SECP256K1, SecretKey};
+use serde_json::value::RawValue;
+use txgate_screen::{
+    Invalidation, Reason, Rejection, Screen, ScreenSettings, decode, decode_hex, recover_sender,
+};
+
+use super::*;
+
+fn key(seed: u8) -> SecretKey {
+    SecretKey::from_byte_array([seed; 32]).unwrap()
+}
+
+fn raw(seed: u8, nonce: u64, input: &[u8]) -> String {
+    let tx = TxEip1559 {
+        chain_id: 31337,
+        nonce,
+        gas_limit: 60_000,
+        max_fee_per_gas: 10,
+        max_priority_fee_per_gas: 1,
+        to: TxKind::Call(Address::repeat_byte(0xcc)),
+        value: U256::ZERO,
+        access_list: Default::default(),
+        input: Bytes::copy_from_slice(input),
+    };
+    let sig =
+        SECP256K1.sign_ecdsa_recoverable(Message::from_digest(tx.signature_hash().0), &key(seed));
+    let (id, compact) = sig.serialize_compact();
+    let signature = Signature::new(
+        U256::from_be_slice(&compact[..32]),
+        U256::from_be_slice(&compact[32..]),
+        i32::from(id) == 1,
+    );
+    let envelope: TxEnvelope = tx.into_signed(signature).into();
+    format!("0x{}", alloy_primitives::hex::encode(envelope.encoded_2718()))
+}
+
+fn invalidation(raw: &str) -> Invalidation {
+    let tx = decode(&decode_hex(raw).unwrap()).unwrap();
+    let sender = recover_sender(&tx).unwrap();
+    Invalidation::of(&tx, Some(sender), B256::repeat_byte(0xa5), 1).unwrap()
+}
+
+struct Harness {
+    screen: Arc<Screen>,
+    stack: Stack,
+}
+
+impl Harness {
+    fn new(settings: ScreenSettings) -> Harness {
+        let screen = Arc::new(Screen::new(
+            settings,
+            tokio::time::Instant::now().into_std(),
+        ));
+        Harness {
+            stack: stack(screen.clone()),
+            screen,
+        }
+    }
+
+    fn now(&self) -> Millis {
+        self.screen.millis(tokio::time::Instant::now().into_std())
+    }
+
+    async fn submit(&self, raw: &str) -> Result<Admitted, Rejection> {
+        run(&self.stack, Submission::new(raw, self.now()))
+            .await
+            .map(|(admitted, _)| admitted)
+    }
+
+    fn apply(&self, batch: &[Invalidation]) {
+        self.screen.apply(batch, self.now());
+    }
+}
+
+fn reason<T>(r: Result<T, Rejection>) -> Option<Reason> {
+    r.err().map(|e| e.reason())
+}
+
+#[tokio::test(start_paused = true)]
+async fn denied_ttl_runs_on_tokio_time() {
+    let h = Harness::new(ScreenSettings::default());
+    let first = raw(1, 0, &[0xde, 0xad, 0xbe, 0xef, 1]);
+    assert!(h.submit(&first).await.is_ok());
+    h.apply(&[invalidation(&first)]);
+    let copy = raw(2, 0, &[0xde, 0xad, 0xbe, 0xef, 1]);
+    assert_eq!(reason(h.submit(&copy).await), Some(Reason::DeniedFingerprint));
+    tokio::time::advance(Duration::from_millis(127_900)).await;
+    assert_eq!(reason(h.submit(&copy).await), Some(Reason::DeniedFingerprint));
+    tokio::time::advance(Duration::from_millis(100)).await;
+    // Ban over: suspect, one forward goes.
+    let admitted = h.submit(&copy).await.unwrap();
+    assert!(admitted.suspect);
+}
+
+#[tokio::test(start_paused = true)]
+async fn recent_failure_expires_and_refuses_before_recovery() {
+    let h = Harness::new(ScreenSettings::default());
+    let first = raw(1, 0, &[1, 2, 3, 4]);
+    h.submit(&first).await.unwrap();
+    let senders_before = h.screen.sizes().senders;
+    let mut inv = invalidation(&first);
+    // Another fingerprint: only the tx hash matters here.
+    inv.fingerprint = B256::repeat_byte(9);
+    h.apply(&[inv]);
+    // A garbage signature under the same bytes would fail recovery; the
+    // fast-reject answers first. Same bytes here: the hash refuses it.
+    assert_eq!(reason(h.submit(&first).await), Some(Reason::RecentFailure));
+    assert_eq!(h.screen.sizes().senders, senders_before);
+    tokio::time::advance(Duration::from_secs(60)).await;
+    assert!(h.submit(&first).await.is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn backoff_lifts_after_its_window() {
+    let mut settings = ScreenSettings::default();
+    settings.backpressure.capacity = 2.0;
+    settings.backpressure.refill_per_sec = 0.1;
+    let h = Harness::new(settings);
+    for i in 0..2u8 {
+        let tx = raw(7, u64::from(i), &[0xaa, 0xbb, 0xcc, 0xdd, i]);
+        h.submit(&tx).await.unwrap();
+        h.apply(&[invalidation(&tx)]);
+    }
+    let next = raw(7, 2, &[0x11, 0x22, 0x33, 0x44]);
+    match h.submit(&next).await {
+        Err(Rejection::SenderBackoff { retry_after }) => assert_eq!(retry_after, 1000),
+        other => panic!("{other:?}"),
+    }
+    tokio::time::advance(Duration::from_millis(999)).await;
+    assert_eq!(reason(h.submit(&next).await), Some(Reason::SenderBackoff));
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert!(h.submit(&next).await.is_ok());
+    // Someone else was never affected.
+    assert!(h.submit(&raw(8, 0, &[0xaa, 0xbb, 0xcc, 0xdd, 9])).await.is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_input_stops_at_the_first_stage() {
+    let h = Harness::new(ScreenSettings::default());
+    for bad in ["0x", "0xzz", "abcd", "0x02", "0xf8"] {
+        assert_eq!(
+            reason(h.submit(bad).await),
+            Some(Reason::InvalidTransaction),
+            "{bad}"
+        );
+    }
+    assert!(h.screen.sizes().senders == 0);
+}
+
+#[test]
+fn raw_param_takes_the_first_string() {
+    let p = |s: &str| RawValue::from_string(s.to_string()).unwrap();
+    let v = p(r#"["0xab", {"knownAccounts": {}}]"#);
+    assert_eq!(raw_param(Some(&v)).as_deref(), Some("0xab"));
+    let v = p(r#"["0x\u0061b"]"#);
+    assert_eq!(raw_param(Some(&v)).as_deref(), Some("0xab"));
+    for bad in [r#"[]"#, r#"[1]"#, r#"{"tx":"0x"}"#, r#"[null]"#] {
+        assert_eq!(raw_param(Some(&p(bad))), None, "{bad}");
+    }
+    assert_eq!(raw_param(None), None);
+    assert!(is_screened("eth_sendRawTransaction"));
+    assert!(is_screened("eth_sendRawTransactionConditional"));
+    assert!(is_screened("eth_sendRawTransactionSync"));
+    assert!(!is_screened("eth_sendRawTransactionX"));
+    assert!(!is_screened("eth_call"));
+}
