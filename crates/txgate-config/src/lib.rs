@@ -572,13 +572,25 @@ impl Config {
         let positive_screen = [
             ("screen.denied_ttl_secs", screen.denied_ttl_secs),
             ("screen.max_denied", screen.max_denied as u64),
-            ("screen.recent_failure_ttl_secs", screen.recent_failure_ttl_secs),
-            ("screen.max_recent_failures", screen.max_recent_failures as u64),
+            (
+                "screen.recent_failure_ttl_secs",
+                screen.recent_failure_ttl_secs,
+            ),
+            (
+                "screen.max_recent_failures",
+                screen.max_recent_failures as u64,
+            ),
             ("screen.sender_cache_ttl_secs", screen.sender_cache_ttl_secs),
-            ("screen.max_cached_senders", screen.max_cached_senders as u64),
+            (
+                "screen.max_cached_senders",
+                screen.max_cached_senders as u64,
+            ),
             ("screen.pending_timeout_secs", screen.pending_timeout_secs),
             ("screen.max_pending", screen.max_pending as u64),
-            ("screen.backpressure.tokens", u64::from(screen.backpressure.tokens)),
+            (
+                "screen.backpressure.tokens",
+                u64::from(screen.backpressure.tokens),
+            ),
             (
                 "screen.backpressure.backoff_initial_ms",
                 screen.backpressure.backoff_initial_ms,

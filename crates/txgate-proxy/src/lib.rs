@@ -269,12 +269,7 @@ impl Proxy {
                             // JSON-RPC: body cap, content type, framing, method
                             // policy, the screening stack for raw
                             // transactions, forwarding to the upstream.
-                            .service(RpcService::new(
-                                &config,
-                                upstream,
-                                metrics.clone(),
-                                screen,
-                            ));
+                            .service(RpcService::new(&config, upstream, metrics.clone(), screen));
                         let stopped = async move {
                             let _ = stop.wait_for(|stop| *stop).await;
                         };

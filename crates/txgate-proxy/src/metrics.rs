@@ -262,8 +262,18 @@ impl std::fmt::Debug for ScreenMetrics {
 
 /// Screening time buckets in seconds, 1 µs to 10 ms.
 const SCREEN_BUCKETS: &[f64] = &[
-    0.000_001, 0.000_002_5, 0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5,
-    0.001, 0.002_5, 0.01,
+    0.000_001,
+    0.000_002_5,
+    0.000_005,
+    0.000_01,
+    0.000_025,
+    0.000_05,
+    0.000_1,
+    0.000_25,
+    0.000_5,
+    0.001,
+    0.002_5,
+    0.01,
 ];
 
 impl ScreenMetrics {
@@ -595,9 +605,11 @@ mod tests {
         assert!(text.contains(
             "txgate_screen_decisions_total{decision=\"would_refuse\",reason=\"recent_failure\"} 1"
         ));
-        assert!(text.contains(
-            "txgate_screen_decisions_total{decision=\"forwarded\",reason=\"clean\"} 1"
-        ));
+        assert!(
+            text.contains(
+                "txgate_screen_decisions_total{decision=\"forwarded\",reason=\"clean\"} 1"
+            )
+        );
         assert!(text.contains("txgate_screen_entries{cache=\"denied\"} 0"));
     }
 }

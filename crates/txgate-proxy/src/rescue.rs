@@ -125,11 +125,9 @@ impl Refusal {
             ),
             // Like a node refusing a transaction: HTTP 200, error in the body.
             Refusal::InvalidParams(_)
-            | Refusal::Screened(Rejection::Invalid(_) | Rejection::Signature(_)) => (
-                StatusCode::OK,
-                code::INVALID_PARAMS,
-                Outcome::InvalidParams,
-            ),
+            | Refusal::Screened(Rejection::Invalid(_) | Rejection::Signature(_)) => {
+                (StatusCode::OK, code::INVALID_PARAMS, Outcome::InvalidParams)
+            }
             Refusal::Screened(Rejection::SenderBackoff { .. }) => (
                 StatusCode::TOO_MANY_REQUESTS,
                 code::LIMIT_EXCEEDED,

@@ -213,7 +213,10 @@ impl Shared {
         metrics.duration.observe(started.elapsed().as_secs_f64());
         match result {
             Ok((admitted, submission)) => {
-                let cached = submission.candidate.as_ref().is_some_and(|c| c.sender_cached);
+                let cached = submission
+                    .candidate
+                    .as_ref()
+                    .is_some_and(|c| c.sender_cached);
                 if cached {
                     metrics.sender_cache_hits.inc();
                 } else {

@@ -340,7 +340,10 @@ mod tests {
         assert_eq!(a.check(&other, 300), CooldownCheck::Clear);
         // One trickle per interval.
         assert_eq!(a.check(&CALL, 2_200), CooldownCheck::Trickle(r.index));
-        assert!(matches!(a.check(&CALL, 2_300), CooldownCheck::Refuse { .. }));
+        assert!(matches!(
+            a.check(&CALL, 2_300),
+            CooldownCheck::Refuse { .. }
+        ));
         assert_eq!(a.check(&CALL, 4_200), CooldownCheck::Trickle(r.index));
         // Over after the duration.
         assert_eq!(a.check(&CALL, 60_200), CooldownCheck::Clear);

@@ -98,7 +98,10 @@ impl SenderBuckets {
         }
     }
 
-    fn lock(&self, sender: &Address) -> std::sync::MutexGuard<'_, HashMap<Address, Bucket, KeyState>> {
+    fn lock(
+        &self,
+        sender: &Address,
+    ) -> std::sync::MutexGuard<'_, HashMap<Address, Bucket, KeyState>> {
         let index = (self.keys.hash_one(sender) >> 60) as usize % SHARDS;
         match self.shards[index].lock() {
             Ok(guard) => guard,

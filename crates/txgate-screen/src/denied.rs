@@ -313,7 +313,13 @@ mod tests {
         let set = DeniedSet::new(4096);
         for round in 0..20u64 {
             for i in 0..2000 {
-                set.insert(key(round * 10_000 + i), A, round * 10 + 10, round * 10 + 10, round * 10);
+                set.insert(
+                    key(round * 10_000 + i),
+                    A,
+                    round * 10 + 10,
+                    round * 10 + 10,
+                    round * 10,
+                );
             }
             // Expire everything of earlier rounds.
             let now = round * 10 + 5;

@@ -544,7 +544,10 @@ impl Screen {
         let s = &self.settings;
         let mut applied = Applied::default();
         for inv in batch {
-            let aref = match self.assertions.observe(inv.assertion_id, inv.assertion_version) {
+            let aref = match self
+                .assertions
+                .observe(inv.assertion_id, inv.assertion_version)
+            {
                 Observed::Stale => {
                     applied.stale += 1;
                     continue;

@@ -207,11 +207,36 @@ pub fn decode_with_hash(raw: &[u8], hash: B256) -> Result<Tx, DecodeError> {
     };
     let buf = &mut buf;
     let tx = match ty {
-        0 => body(TxLegacy::rlp_decode_with_signature(buf), hash, 0, Unsigned::Legacy),
-        1 => body(TxEip2930::rlp_decode_with_signature(buf), hash, 1, Unsigned::Eip2930),
-        2 => body(TxEip1559::rlp_decode_with_signature(buf), hash, 2, Unsigned::Eip1559),
-        3 => body(TxEip4844Variant::rlp_decode_with_signature(buf), hash, 3, Unsigned::Eip4844),
-        4 => body(TxEip7702::rlp_decode_with_signature(buf), hash, 4, Unsigned::Eip7702),
+        0 => body(
+            TxLegacy::rlp_decode_with_signature(buf),
+            hash,
+            0,
+            Unsigned::Legacy,
+        ),
+        1 => body(
+            TxEip2930::rlp_decode_with_signature(buf),
+            hash,
+            1,
+            Unsigned::Eip2930,
+        ),
+        2 => body(
+            TxEip1559::rlp_decode_with_signature(buf),
+            hash,
+            2,
+            Unsigned::Eip1559,
+        ),
+        3 => body(
+            TxEip4844Variant::rlp_decode_with_signature(buf),
+            hash,
+            3,
+            Unsigned::Eip4844,
+        ),
+        4 => body(
+            TxEip7702::rlp_decode_with_signature(buf),
+            hash,
+            4,
+            Unsigned::Eip7702,
+        ),
         other => return Err(DecodeError::UnknownType(other)),
     }
     .map_err(|e| match e {

@@ -43,7 +43,10 @@ fn raw_tx(key: &SecretKey, nonce: u64, input: &[u8], tip: u128) -> String {
         i32::from(id) == 1,
     );
     let envelope: alloy_consensus::TxEnvelope = tx.into_signed(signature).into();
-    format!("0x{}", alloy_primitives::hex::encode(envelope.encoded_2718()))
+    format!(
+        "0x{}",
+        alloy_primitives::hex::encode(envelope.encoded_2718())
+    )
 }
 
 fn attack_input() -> Vec<u8> {
@@ -77,7 +80,11 @@ fn hundred_senders_with_identical_calldata_and_no_verdict_all_pass() {
     let s = screen(ScreenSettings::default());
     for i in 0..100 {
         let raw = raw_tx(&key(i), 0, &honest_input(1), 1);
-        assert_eq!(reason(s.screen(&raw, 1000 + Millis::from(i))), None, "sender {i}");
+        assert_eq!(
+            reason(s.screen(&raw, 1000 + Millis::from(i))),
+            None,
+            "sender {i}"
+        );
     }
     // And again, all 100 within the same millisecond.
     for i in 0..100 {
@@ -93,7 +100,10 @@ fn invalidation_refuses_replays_fresh_eoas_and_higher_tips_but_not_other_calldat
     let first = raw_tx(&attacker, 0, &attack_input(), 1);
     assert_eq!(reason(s.screen(&first, 0)), None);
     let applied = s.apply(&[invalidation_of(&first, 1)], 100);
-    assert_eq!((applied.banned, applied.recent_failures, applied.charged), (1, 1, 1));
+    assert_eq!(
+        (applied.banned, applied.recent_failures, applied.charged),
+        (1, 1, 1)
+    );
 
     // The same raw tx: refused before decoding, by hash.
     assert_eq!(reason(s.screen(&first, 200)), Some(Reason::RecentFailure));
@@ -107,7 +117,10 @@ fn invalidation_refuses_replays_fresh_eoas_and_higher_tips_but_not_other_calldat
     }
     // A resubmission at an extreme tip, next nonce.
     let bumped = raw_tx(&attacker, 1, &attack_input(), 1_000_000_000_000);
-    assert_eq!(reason(s.screen(&bumped, 400)), Some(Reason::DeniedFingerprint));
+    assert_eq!(
+        reason(s.screen(&bumped, 400)),
+        Some(Reason::DeniedFingerprint)
+    );
     // Different calldata from the same EOAs goes through.
     for i in 100..120 {
         let raw = raw_tx(&key(i), 0, &honest_input(9), 1);
@@ -123,7 +136,10 @@ fn ban_expires_then_suspect_is_shaped_to_one_forward_at_a_time() {
     let first = raw_tx(&key(1), 0, &attack_input(), 1);
     s.apply(&[invalidation_of(&first, 1)], 0);
     let other = raw_tx(&key(2), 0, &attack_input(), 1);
-    assert_eq!(reason(s.screen(&other, ttl - 1)), Some(Reason::DeniedFingerprint));
+    assert_eq!(
+        reason(s.screen(&other, ttl - 1)),
+        Some(Reason::DeniedFingerprint)
+    );
     // Ban over: suspect. One forward passes, a duplicate waits.
     assert_eq!(reason(s.screen(&other, ttl)), None);
     let third = raw_tx(&key(3), 0, &attack_input(), 1);
@@ -133,7 +149,10 @@ fn ban_expires_then_suspect_is_shaped_to_one_forward_at_a_time() {
     }
     // The same tx again is no duplicate (and holds the slot anew).
     assert_eq!(reason(s.screen(&other, ttl + 20)), None);
-    assert_eq!(reason(s.screen(&third, ttl + 19 + hold)), Some(Reason::SuspectPending));
+    assert_eq!(
+        reason(s.screen(&third, ttl + 19 + hold)),
+        Some(Reason::SuspectPending)
+    );
     // After the hold, the next one passes.
     assert_eq!(reason(s.screen(&third, ttl + 20 + hold)), None);
     // After the suspect window, nothing is shaped any more.
@@ -148,7 +167,10 @@ fn ban_expires_then_suspect_is_shaped_to_one_forward_at_a_time() {
 fn unknown_fingerprints_are_never_shaped() {
     let s = screen(ScreenSettings::default());
     // Something else is banned; this calldata has no history.
-    s.apply(&[invalidation_of(&raw_tx(&key(1), 0, &attack_input(), 1), 1)], 0);
+    s.apply(
+        &[invalidation_of(&raw_tx(&key(1), 0, &attack_input(), 1), 1)],
+        0,
+    );
     for i in 0..50 {
         let raw = raw_tx(&key(100 + i), 0, &honest_input(3), 1);
         assert_eq!(reason(s.screen(&raw, 10)), None);
@@ -175,11 +197,20 @@ fn cooldown_after_distinct_fingerprints_with_a_trickle() {
     let mut input = attack_input();
     input[4] = 0xee;
     let fresh = |i: u32| raw_tx(&key(1000 + i), 0, &input, 1);
-    assert_eq!(reason(s.screen(&fresh(0), 10)), Some(Reason::AssertionCooldown));
+    assert_eq!(
+        reason(s.screen(&fresh(0), 10)),
+        Some(Reason::AssertionCooldown)
+    );
     assert_eq!(reason(s.screen(&fresh(1), trickle)), None, "the trickle");
-    assert_eq!(reason(s.screen(&fresh(2), trickle + 1)), Some(Reason::AssertionCooldown));
+    assert_eq!(
+        reason(s.screen(&fresh(2), trickle + 1)),
+        Some(Reason::AssertionCooldown)
+    );
     // Another selector on the same contract is not affected.
-    assert_eq!(reason(s.screen(&raw_tx(&key(7), 0, &honest_input(1), 1), 20)), None);
+    assert_eq!(
+        reason(s.screen(&raw_tx(&key(7), 0, &honest_input(1), 1), 20)),
+        None
+    );
     // The cooldown ends.
     let end = settings.cooldown.duration;
     assert_eq!(reason(s.screen(&fresh(3), end + 1)), None);
@@ -191,14 +222,20 @@ fn newer_assertion_version_lifts_older_bans_and_stale_ones_are_ignored() {
     let raw = raw_tx(&key(1), 0, &attack_input(), 1);
     s.apply(&[invalidation_of(&raw, 1)], 0);
     let other = raw_tx(&key(2), 0, &attack_input(), 1);
-    assert_eq!(reason(s.screen(&other, 10)), Some(Reason::DeniedFingerprint));
+    assert_eq!(
+        reason(s.screen(&other, 10)),
+        Some(Reason::DeniedFingerprint)
+    );
     // Version 2 of the assertion, for some other fingerprint.
     let unrelated = raw_tx(&key(3), 0, &honest_input(4), 1);
     let applied = s.apply(&[invalidation_of(&unrelated, 2)], 20);
     assert_eq!(applied.bumped, 1);
     assert_eq!(reason(s.screen(&other, 30)), None);
     // A late invalidation of version 1 changes nothing.
-    let applied = s.apply(&[invalidation_of(&raw_tx(&key(4), 0, &attack_input(), 1), 1)], 40);
+    let applied = s.apply(
+        &[invalidation_of(&raw_tx(&key(4), 0, &attack_input(), 1), 1)],
+        40,
+    );
     assert_eq!(applied.stale, 1);
     let third = raw_tx(&key(5), 0, &attack_input(), 1);
     assert_eq!(reason(s.screen(&third, 50)), None);
@@ -232,7 +269,10 @@ fn sender_backoff_from_pending_attribution_then_lifts() {
         other => panic!("{other:?}"),
     }
     // Others are untouched.
-    assert_eq!(reason(s.screen(&raw_tx(&key(2), 0, &honest_input(1), 1), 100)), None);
+    assert_eq!(
+        reason(s.screen(&raw_tx(&key(2), 0, &honest_input(1), 1), 100)),
+        None
+    );
     // Lifted after the window.
     assert_eq!(reason(s.screen(&next, 1025)), None);
 }
@@ -243,8 +283,14 @@ fn bad_input_is_refused_with_its_reason() {
         chain_ids: vec![1],
         ..ScreenSettings::default()
     });
-    assert_eq!(reason(s.screen("0xzz", 0)), Some(Reason::InvalidTransaction));
-    assert_eq!(reason(s.screen("0x02c0", 0)), Some(Reason::InvalidTransaction));
+    assert_eq!(
+        reason(s.screen("0xzz", 0)),
+        Some(Reason::InvalidTransaction)
+    );
+    assert_eq!(
+        reason(s.screen("0x02c0", 0)),
+        Some(Reason::InvalidTransaction)
+    );
     let raw = raw_tx(&key(1), 0, &honest_input(1), 1);
     assert_eq!(reason(s.screen(&raw, 0)), Some(Reason::WrongChainId));
 }

@@ -189,7 +189,10 @@ pub fn stack(screen: Arc<Screen>) -> Stack {
 
 /// Runs `stack` on one submission. Every stage is synchronous, so the
 /// future is ready at the first poll; a pending stage would be awaited.
-pub async fn run(stack: &Stack, submission: Submission) -> Result<(Admitted, Submission), Rejection> {
+pub async fn run(
+    stack: &Stack,
+    submission: Submission,
+) -> Result<(Admitted, Submission), Rejection> {
     let mut stack = stack.clone();
     std::future::poll_fn(|cx| stack.poll_ready(cx)).await?;
     stack.call(submission).await

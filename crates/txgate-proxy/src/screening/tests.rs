@@ -42,7 +42,10 @@ fn raw(seed: u8, nonce: u64, input: &[u8]) -> String {
         i32::from(id) == 1,
     );
     let envelope: TxEnvelope = tx.into_signed(signature).into();
-    format!("0x{}", alloy_primitives::hex::encode(envelope.encoded_2718()))
+    format!(
+        "0x{}",
+        alloy_primitives::hex::encode(envelope.encoded_2718())
+    )
 }
 
 fn invalidation(raw: &str) -> Invalidation {
@@ -94,9 +97,15 @@ async fn denied_ttl_runs_on_tokio_time() {
     assert!(h.submit(&first).await.is_ok());
     h.apply(&[invalidation(&first)]);
     let copy = raw(2, 0, &[0xde, 0xad, 0xbe, 0xef, 1]);
-    assert_eq!(reason(h.submit(&copy).await), Some(Reason::DeniedFingerprint));
+    assert_eq!(
+        reason(h.submit(&copy).await),
+        Some(Reason::DeniedFingerprint)
+    );
     tokio::time::advance(Duration::from_millis(127_900)).await;
-    assert_eq!(reason(h.submit(&copy).await), Some(Reason::DeniedFingerprint));
+    assert_eq!(
+        reason(h.submit(&copy).await),
+        Some(Reason::DeniedFingerprint)
+    );
     tokio::time::advance(Duration::from_millis(100)).await;
     // Ban over: suspect, one forward goes.
     let admitted = h.submit(&copy).await.unwrap();
@@ -142,7 +151,11 @@ async fn backoff_lifts_after_its_window() {
     tokio::time::advance(Duration::from_millis(1)).await;
     assert!(h.submit(&next).await.is_ok());
     // Someone else was never affected.
-    assert!(h.submit(&raw(8, 0, &[0xaa, 0xbb, 0xcc, 0xdd, 9])).await.is_ok());
+    assert!(
+        h.submit(&raw(8, 0, &[0xaa, 0xbb, 0xcc, 0xdd, 9]))
+            .await
+            .is_ok()
+    );
 }
 
 #[tokio::test(start_paused = true)]

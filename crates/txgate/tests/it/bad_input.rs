@@ -281,3 +281,103 @@ async fn read_answer(stream: &mut TcpStream) -> String {
     }
     String::from_utf8_lossy(&out).to_string()
 }
+
+/// Re-signs `raw` with the other valid signature of the same key: `s`
+/// replaced by `n - s` and the parity flipped (high-s, refused by EIP-2).
+fn high_s(raw: &str) -> String {
+    use alloy_consensus::{SignableTransaction, TxEnvelope};
+    use alloy_eips::eip2718::{Decodable2718, Encodable2718};
+    use alloy_primitives::{Signature, U256};
+    let bytes = alloy_primitives::hex::decode(raw).unwrap();
+    let TxEnvelope::Eip1559(signed) = TxEnvelope::decode_2718(&mut bytes.as_slice()).unwrap()
+    else {
+        panic!("1559 expected")
+    };
+    let order: U256 = "0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141"
+        .parse()
+        .unwrap();
+    let sig = signed.signature();
+    let flipped = Signature::new(sig.r(), order - sig.s(), !sig.v());
+    let envelope: TxEnvelope = signed.tx().clone().into_signed(flipped).into();
+    format!(
+        "0x{}",
+        alloy_primitives::hex::encode(envelope.encoded_2718())
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_raw_transactions_are_invalid_params_and_never_forwarded() {
+    let anvil = Anvil::start().await;
+    let config = TempFile::new("[screen]\nchain_ids = [31337]\n");
+    let txgate = Txgate::start(&anvil.url, &["--config", config.arg()]);
+    let eoa = crate::support::Eoa::new(42);
+    let good = eoa.sign(
+        0,
+        alloy_primitives::Address::repeat_byte(1),
+        &[1, 2, 3, 4],
+        0,
+        1,
+    );
+    let cases = [
+        ("\"0xzz\"", "invalid hex"),
+        ("\"abcd\"", "invalid hex"),
+        ("\"0x\"", "empty raw transaction"),
+        ("\"0x02c0\"", "invalid RLP"),
+        ("\"0x05c0\"", "unknown transaction type 0x05"),
+        ("\"0x99\"", "invalid RLP"),
+        (&format!("\"{good}00\""), "trailing bytes"),
+        (&format!("\"{}\"", high_s(&good)), "upper half"),
+        ("7", "expected the raw transaction"),
+    ];
+    for (param, expect) in cases {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":3,"method":"eth_sendRawTransaction","params":[{param}]}}"#
+        );
+        let (status, answer) = rpc_json(&txgate.url, &body).await;
+        assert_error(status, &answer, 200, -32602);
+        assert_eq!(answer["id"], 3);
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(expect), "{param}: {message}");
+    }
+    let (status, answer) = rpc_json(
+        &txgate.url,
+        r#"{"jsonrpc":"2.0","id":4,"method":"eth_sendRawTransaction"}"#,
+    )
+    .await;
+    assert_error(status, &answer, 200, -32602);
+
+    // A chain outside the allow-list.
+    let config_one = TempFile::new("[screen]\nchain_ids = [1]\n");
+    let strict = Txgate::start(&anvil.url, &["--config", config_one.arg()]);
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":5,"method":"eth_sendRawTransaction","params":["{good}"]}}"#
+    );
+    let (status, answer) = rpc_json(&strict.url, &body).await;
+    assert_error(status, &answer, 200, -32602);
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("chain id 31337"),
+        "{answer}"
+    );
+
+    // None of it reached the node.
+    let (_, count) = rpc_json(
+        &anvil.url,
+        &format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"eth_getTransactionCount","params":["{}","pending"]}}"#,
+            eoa.address
+        ),
+    )
+    .await;
+    assert_eq!(count["result"], "0x0");
+    let metrics = txgate.metrics().await;
+    assert_eq!(
+        crate::support::metric(
+            &metrics,
+            "txgate_screen_decisions_total{decision=\"refused\",reason=\"invalid_signature\"}"
+        ),
+        1.0
+    );
+}

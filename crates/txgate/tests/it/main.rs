@@ -7,4 +7,5 @@ mod bad_input;
 mod cli;
 mod faults;
 mod passthrough;
+mod screening;
 mod support;

@@ -375,3 +375,188 @@ impl Drop for TempFile {
         let _ = std::fs::remove_file(&self.path);
     }
 }
+
+/// txgate run in this process, so that a test can apply invalidations
+/// through the same function the sidecar stream uses. Stopped (drained) on
+/// drop.
+pub struct InProcess {
+    pub url: String,
+    pub admin_url: String,
+    pub invalidations: txgate_proxy::Invalidations,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl InProcess {
+    /// Starts txgate in front of `upstream` with `config` (TOML text; its
+    /// listen addresses are replaced by free loopback ports).
+    pub fn start(upstream: &str, config: &str) -> InProcess {
+        let mut config = txgate_config::Config::from_toml(config).expect("test config");
+        config.upstream.url = upstream.to_string();
+        config.server.listen = "127.0.0.1:0".parse().unwrap();
+        config.admin.listen = "127.0.0.1:0".parse().unwrap();
+        config.server.workers = 2;
+        config.shutdown.grace_period_ms = 1000;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                let listeners = txgate_proxy::Listeners::bind(
+                    config.server.listen,
+                    config.admin.listen,
+                    config.server.workers,
+                )
+                .expect("bind");
+                let addrs = (
+                    listeners.rpc_addr().unwrap(),
+                    listeners.admin_addr().unwrap(),
+                );
+                let proxy = txgate_proxy::Proxy::new(config).expect("proxy");
+                let invalidations = proxy.invalidations().expect("screening on");
+                ready_tx.send((addrs, invalidations)).unwrap();
+                proxy
+                    .run(listeners, async {
+                        let _ = stopped.await;
+                    })
+                    .await;
+            });
+        });
+        let ((rpc, admin), invalidations) = ready_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("in-process txgate started");
+        InProcess {
+            url: format!("http://{rpc}"),
+            admin_url: format!("http://{admin}"),
+            invalidations,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    pub async fn metrics(&self) -> String {
+        let (_, _, body) = get(&format!("{}/metrics", self.admin_url)).await;
+        String::from_utf8(body.to_vec()).unwrap()
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// An externally owned account for signing test transactions.
+pub struct Eoa {
+    key: secp256k1::SecretKey,
+    pub address: alloy_primitives::Address,
+}
+
+impl Eoa {
+    /// A deterministic account from a seed (distinct seeds, distinct keys).
+    pub fn new(seed: u64) -> Eoa {
+        let mut bytes = [0x5au8; 32];
+        bytes[24..].copy_from_slice(&seed.to_be_bytes());
+        let key = secp256k1::SecretKey::from_byte_array(bytes).expect("key");
+        let public = key.public_key(secp256k1::SECP256K1);
+        let address =
+            alloy_primitives::Address::from_raw_public_key(&public.serialize_uncompressed()[1..]);
+        Eoa { key, address }
+    }
+
+    /// A signed EIP-1559 call on anvil's chain (31337), `0x`-hex.
+    pub fn sign(
+        &self,
+        nonce: u64,
+        to: alloy_primitives::Address,
+        input: &[u8],
+        value: u128,
+        tip: u128,
+    ) -> String {
+        use alloy_consensus::SignableTransaction;
+        use alloy_eips::eip2718::Encodable2718;
+        let tx = alloy_consensus::TxEip1559 {
+            chain_id: 31337,
+            nonce,
+            gas_limit: 100_000,
+            max_fee_per_gas: 20_000_000_000 + tip,
+            max_priority_fee_per_gas: tip,
+            to: alloy_primitives::TxKind::Call(to),
+            value: alloy_primitives::U256::from(value),
+            access_list: Default::default(),
+            input: alloy_primitives::Bytes::copy_from_slice(input),
+        };
+        let digest = secp256k1::Message::from_digest(tx.signature_hash().0);
+        let (id, compact) = secp256k1::SECP256K1
+            .sign_ecdsa_recoverable(digest, &self.key)
+            .serialize_compact();
+        let signature = alloy_primitives::Signature::new(
+            alloy_primitives::U256::from_be_slice(&compact[..32]),
+            alloy_primitives::U256::from_be_slice(&compact[32..]),
+            i32::from(id) == 1,
+        );
+        let envelope: alloy_consensus::TxEnvelope = tx.into_signed(signature).into();
+        format!(
+            "0x{}",
+            alloy_primitives::hex::encode(envelope.encoded_2718())
+        )
+    }
+}
+
+/// Gives every address 100 ether on anvil, in one batch.
+pub async fn fund(anvil_url: &str, addresses: &[alloy_primitives::Address]) {
+    let calls: Vec<serde_json::Value> = addresses
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            serde_json::json!({"jsonrpc": "2.0", "id": i, "method": "anvil_setBalance",
+                "params": [format!("{a}"), "0x56bc75e2d63100000"]})
+        })
+        .collect();
+    let (status, body) = rpc_json(anvil_url, &serde_json::Value::Array(calls).to_string()).await;
+    assert_eq!(status, StatusCode::OK);
+    for answer in body.as_array().expect("batch answer") {
+        assert!(answer.get("error").is_none(), "{answer}");
+    }
+}
+
+/// `eth_sendRawTransaction` of `raw`: HTTP status and the whole answer.
+pub async fn send_raw(url: &str, raw: &str) -> (StatusCode, serde_json::Value) {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "eth_sendRawTransaction",
+        "params": [raw]});
+    rpc_json(url, &body.to_string()).await
+}
+
+/// Asserts a successful submission; returns the tx hash.
+pub fn accepted(answer: &(StatusCode, serde_json::Value)) -> String {
+    let (status, body) = answer;
+    assert_eq!(*status, StatusCode::OK, "{body}");
+    let hash = body["result"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not accepted: {body}"));
+    assert_eq!(hash.len(), 66, "{body}");
+    hash.to_string()
+}
+
+/// Asserts a screening refusal with `code` and `reason`; returns `data`.
+pub fn refused(
+    answer: &(StatusCode, serde_json::Value),
+    status: u16,
+    code: i64,
+    reason: &str,
+) -> serde_json::Value {
+    let (got_status, body) = answer;
+    assert_eq!(got_status.as_u16(), status, "{body}");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    assert_eq!(body["error"]["data"]["reason"], reason, "{body}");
+    body["error"]["data"].clone()
+}
