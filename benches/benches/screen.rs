@@ -2,34 +2,57 @@
 //! measured in the same run (the machines are noisy; absolute times are
 //! not comparable across runs).
 //!
-//! Baselines: raw libsecp256k1 recovery of a 1559 transaction's sender, and
-//! alloy's default (k256) recovery of the same transaction.
+//! - `screen/baseline`: raw libsecp256k1 recovery (the unit), alloy's
+//!   default k256 recovery, one keccak, decoding, one fingerprint.
+//! - `screen/<N>` for N = 10k, 100k, 1M denied fingerprints (and as many
+//!   recent failures), every decision from the raw `0x…` param:
+//!   - `full_new_tx_uncached_sender`: everything, one ECDSA recovery;
+//!   - `refuse_recent_failure`: hex, tx hash, cache hit;
+//!   - `refuse_denied_fingerprint_cached_sender`: hex, hash, envelope,
+//!     sender cache, fingerprint, bloom hit, map hit;
+//!   - `observe_new_fingerprint`: fingerprint, bloom miss, cooldown check,
+//!     pending attribution (what a clean call costs past the sender);
+//!   - `apply_1000_invalidations`: one batch, at the set's bound (each
+//!     insert evicts one entry).
+//! - `screen/tower`: the same decisions through the proxy's tower stack.
 
 #![allow(missing_docs)]
 
 use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use alloy_consensus::transaction::SignerRecoverable;
 use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
 use alloy_eips::eip2718::Encodable2718;
-use alloy_primitives::{Address, Signature, TxKind, U256, keccak256};
-use criterion::{Criterion, criterion_group, criterion_main};
+use alloy_primitives::{Address, B256, Signature, TxKind, U256, keccak256};
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use secp256k1::{Message, SECP256K1, SecretKey};
-use txgate_screen::{Fingerprint, decode, decode_hex, recover_sender};
+use txgate_proxy::screening::{self, Submission};
+use txgate_screen::{
+    Candidate, Fingerprint, Invalidation, Screen, ScreenSettings, decode, decode_hex,
+    recover_sender,
+};
 
-fn signed_transfer() -> (TxEnvelope, Vec<u8>) {
-    let key = SecretKey::from_byte_array([0x42; 32]).unwrap_or_else(|_| unreachable!());
+const TARGET: Address = Address::repeat_byte(0x5f);
+
+/// A signed 1559 `transfer(to, amount)`; `seed` varies the key, `arg` the
+/// amount (and so the fingerprint).
+fn signed(seed: u64, nonce: u64, arg: u64) -> (TxEnvelope, String) {
+    let mut secret = [0x42u8; 32];
+    secret[24..].copy_from_slice(&seed.to_be_bytes());
+    let key = SecretKey::from_byte_array(secret).unwrap_or_else(|_| unreachable!());
     let mut input = vec![0xa9, 0x05, 0x9c, 0xbb];
     input.extend_from_slice(&[0u8; 12]);
     input.extend_from_slice(&[0x11; 20]);
-    input.extend_from_slice(&U256::from(1000u64).to_be_bytes::<32>());
+    input.extend_from_slice(&U256::from(arg).to_be_bytes::<32>());
     let tx = TxEip1559 {
         chain_id: 31337,
-        nonce: 7,
+        nonce,
         gas_limit: 65_000,
         max_fee_per_gas: 3_000_000_000,
         max_priority_fee_per_gas: 1_000_000_000,
-        to: TxKind::Call(Address::repeat_byte(0x5f)),
+        to: TxKind::Call(TARGET),
         value: U256::ZERO,
         access_list: Default::default(),
         input: input.into(),
@@ -42,23 +65,59 @@ fn signed_transfer() -> (TxEnvelope, Vec<u8>) {
         i32::from(id) == 1,
     );
     let envelope: TxEnvelope = tx.into_signed(signature).into();
-    let raw = envelope.encoded_2718();
-    (envelope, raw)
-}
-
-fn bench(c: &mut Criterion) {
-    let (envelope, raw) = signed_transfer();
     let hex = format!(
         "0x{}",
-        raw.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        alloy_primitives::hex::encode(envelope.encoded_2718())
     );
-    let tx = decode(&raw).unwrap_or_else(|e| panic!("{e}"));
+    (envelope, hex)
+}
 
-    let mut g = c.benchmark_group("screen");
-    g.bench_function("baseline_libsecp256k1_recover", |b| {
+/// `count` invalidations of random fingerprints (and tx hashes), spread
+/// over 1000 assertions and random targets, numbered from `from`.
+fn random_invalidations(from: u64, count: u64, with_sender: bool) -> Vec<Invalidation> {
+    (from..from + count)
+        .map(|i| {
+            let h = keccak256(i.to_be_bytes());
+            Invalidation {
+                fingerprint: h,
+                target: Address::from_slice(&h[..20]),
+                selector: [h[20], h[21], h[22], h[23]],
+                assertion_id: B256::left_padding_from(&(i % 1000).to_be_bytes()),
+                assertion_version: 1,
+                tx_hash: Some(keccak256(h)),
+                sender: with_sender.then(|| Address::from_slice(&h[12..])),
+            }
+        })
+        .collect()
+}
+
+fn populated(n: usize, settings: ScreenSettings, epoch: Instant) -> Screen {
+    let screen = Screen::new(
+        ScreenSettings {
+            max_denied: n,
+            max_recent_failures: n,
+            ..settings
+        },
+        epoch,
+    );
+    let mut next = 1u64 << 40;
+    while screen.sizes().denied < n * 99 / 100 {
+        let batch = random_invalidations(next, 10_000, false);
+        next += 10_000;
+        screen.apply(&batch, 0);
+    }
+    screen
+}
+
+fn baseline(c: &mut Criterion) {
+    let (envelope, hex) = signed(1, 7, 1000);
+    let raw = decode_hex(&hex).unwrap_or_default();
+    let tx = decode(&raw).unwrap_or_else(|e| panic!("{e}"));
+    let mut g = c.benchmark_group("screen/baseline");
+    g.bench_function("libsecp256k1_recover", |b| {
         b.iter(|| recover_sender(black_box(&tx)))
     });
-    g.bench_function("baseline_alloy_k256_recover", |b| {
+    g.bench_function("alloy_k256_recover", |b| {
         b.iter(|| black_box(&envelope).recover_signer())
     });
     g.bench_function("keccak256_32_bytes", |b| {
@@ -70,16 +129,128 @@ fn bench(c: &mut Criterion) {
     g.bench_function("fingerprint", |b| {
         b.iter(|| Fingerprint::of(black_box(&tx)))
     });
-    g.bench_function("decode_recover_fingerprint", |b| {
+    g.finish();
+}
+
+fn at_scale(c: &mut Criterion) {
+    let epoch = Instant::now();
+    for (label, n) in [("10k", 10_000), ("100k", 100_000), ("1M", 1_000_000)] {
+        let screen = populated(n, ScreenSettings::default(), epoch);
+        // A second state whose sender cache keeps nothing: every decision
+        // pays its recovery.
+        let uncached = populated(
+            n,
+            ScreenSettings {
+                sender_cache_ttl: 0,
+                ..ScreenSettings::default()
+            },
+            epoch,
+        );
+        let now = 1;
+
+        // A recently failed tx.
+        let (_, failed) = signed(2, 0, 1);
+        let tx = decode(&decode_hex(&failed).unwrap_or_default()).unwrap_or_else(|e| panic!("{e}"));
+        let inv = Invalidation::of(&tx, None, B256::repeat_byte(0xaa), 1)
+            .unwrap_or_else(|| unreachable!());
+        screen.apply(&[inv], now);
+
+        // A denied fingerprint, met again from a fresh EOA whose sender is
+        // cached (its first attempt cached it).
+        let (_, banned) = signed(3, 0, 2);
+        let banned_tx =
+            decode(&decode_hex(&banned).unwrap_or_default()).unwrap_or_else(|e| panic!("{e}"));
+        let mut inv = Invalidation::of(&banned_tx, None, B256::repeat_byte(0xbb), 1)
+            .unwrap_or_else(|| unreachable!());
+        inv.tx_hash = Some(B256::repeat_byte(1));
+        screen.apply(&[inv], now);
+        let (_, copy) = signed(4, 0, 2);
+        assert!(screen.screen(&copy, now).is_err());
+
+        // Distinct clean transactions, decoded and their senders known.
+        let clean: Vec<String> = (0..4096)
+            .map(|i| signed(10 + i, i, 1_000_000 + i).1)
+            .collect();
+        let mut candidates: Vec<Candidate> = clean
+            .iter()
+            .map(|hex| {
+                let mut c = screen
+                    .stage_hex(hex, now)
+                    .unwrap_or_else(|e| panic!("{e:?}"));
+                screen
+                    .stage_decode(&mut c)
+                    .unwrap_or_else(|e| panic!("{e:?}"));
+                screen
+                    .stage_recover(&mut c)
+                    .unwrap_or_else(|e| panic!("{e:?}"));
+                c
+            })
+            .collect();
+
+        let mut g = c.benchmark_group(format!("screen/{label}"));
+        g.sample_size(30);
+        g.measurement_time(Duration::from_secs(3));
+        g.warm_up_time(Duration::from_secs(1));
+        let mut i = 0usize;
+        g.bench_function("full_new_tx_uncached_sender", |b| {
+            b.iter(|| {
+                i = (i + 1) % clean.len();
+                uncached.screen(black_box(&clean[i]), now)
+            })
+        });
+        g.bench_function("refuse_recent_failure", |b| {
+            b.iter(|| screen.screen(black_box(&failed), now))
+        });
+        g.bench_function("refuse_denied_fingerprint_cached_sender", |b| {
+            b.iter(|| screen.screen(black_box(&copy), now))
+        });
+        g.bench_function("observe_new_fingerprint", |b| {
+            b.iter(|| {
+                i = (i + 1) % candidates.len();
+                let c = &mut candidates[i];
+                let passed = screen.stage_fingerprint(c);
+                (passed, screen.admit(c))
+            })
+        });
+        let mut next = 1u64 << 50;
+        g.bench_function("apply_1000_invalidations", |b| {
+            b.iter_batched(
+                || {
+                    next += 1000;
+                    random_invalidations(next, 1000, true)
+                },
+                |batch| screen.apply(&batch, now),
+                BatchSize::LargeInput,
+            )
+        });
+        g.finish();
+    }
+}
+
+fn tower(c: &mut Criterion) {
+    let epoch = Instant::now();
+    let screen = Arc::new(populated(10_000, ScreenSettings::default(), epoch));
+    let stack = screening::stack(screen.clone());
+    let (_, hex) = signed(5, 0, 5);
+    assert!(screen.screen(&hex, 1).is_ok());
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut g = c.benchmark_group("screen/tower");
+    g.bench_function("pure_cached_sender_clean", |b| {
+        b.iter(|| screen.screen(black_box(&hex), 1))
+    });
+    g.bench_function("stack_cached_sender_clean", |b| {
         b.iter(|| {
-            let bytes = decode_hex(black_box(&hex)).unwrap_or_default();
-            let tx = decode(&bytes).ok()?;
-            let sender = recover_sender(&tx).ok()?;
-            Some((sender, Fingerprint::of(&tx)))
+            let mut run = std::pin::pin!(screening::run(&stack, Submission::new(&hex, 1)));
+            match run.as_mut().poll(&mut cx) {
+                std::task::Poll::Ready(result) => result.map(|(admitted, _)| admitted),
+                std::task::Poll::Pending => unreachable!("every stage is synchronous"),
+            }
         })
     });
     g.finish();
 }
 
-criterion_group!(benches, bench);
+use std::future::Future;
+
+criterion_group!(benches, baseline, at_scale, tower);
 criterion_main!(benches);
