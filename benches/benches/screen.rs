@@ -5,7 +5,9 @@
 //! - `screen/baseline`: raw libsecp256k1 recovery (the unit), alloy's
 //!   default k256 recovery, one keccak, decoding, one fingerprint.
 //! - `screen/<N>` for N = 10k, 100k, 1M denied fingerprints (and as many
-//!   recent failures), every decision from the raw `0x…` param:
+//!   recent failures), the unit measured again first (`libsecp256k1_recover`,
+//!   so that each ratio compares neighbours in time), then every decision
+//!   from the raw `0x…` param:
 //!   - `full_new_tx_uncached_sender`: everything, one ECDSA recovery;
 //!   - `refuse_recent_failure`: hex, tx hash, cache hit;
 //!   - `refuse_denied_fingerprint_cached_sender`: hex, hash, envelope,
@@ -191,6 +193,10 @@ fn at_scale(c: &mut Criterion) {
         g.sample_size(30);
         g.measurement_time(Duration::from_secs(3));
         g.warm_up_time(Duration::from_secs(1));
+        // The unit, measured again next to the decisions it scales.
+        g.bench_function("libsecp256k1_recover", |b| {
+            b.iter(|| recover_sender(black_box(&banned_tx)))
+        });
         let mut i = 0usize;
         g.bench_function("full_new_tx_uncached_sender", |b| {
             b.iter(|| {
