@@ -66,9 +66,21 @@ rpc "$PROXY" '{"jsonrpc":"2.0","id":1,'
 curl -s -w '  [HTTP %{http_code}]\n' -H 'content-type: text/plain' -d '{}' "$PROXY"
 
 echo
-echo "==> 4. readiness and the counters from $ADMIN/metrics"
+echo "==> 4. screening of raw transactions: malformed ones never reach the node"
+echo "    bad hex:"
+rpc "$PROXY" '{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0xzz"]}'
+echo "    bad RLP:"
+rpc "$PROXY" '{"jsonrpc":"2.0","id":2,"method":"eth_sendRawTransaction","params":["0x02c0"]}'
+echo "    a signed transfer with one byte too many:"
+raw=$($CAST mktx --rpc-url "$PROXY" --private-key $KEY0 $TO --value 1gwei)
+rpc "$PROXY" "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"eth_sendRawTransaction\",\"params\":[\"${raw}00\"]}"
+echo "    the same transfer as signed: screened (sender recovered, fingerprint checked) and forwarded:"
+rpc "$PROXY" "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"eth_sendRawTransaction\",\"params\":[\"${raw}\"]}"
+
+echo
+echo "==> 5. readiness and the counters from $ADMIN/metrics"
 curl -s "$ADMIN/readyz"
-curl -s "$ADMIN/metrics" | grep -E '^txgate_(rpc_calls_total|http_responses_total|upstream_up)' | grep -v ' 0$'
+curl -s "$ADMIN/metrics" | grep -E '^txgate_(rpc_calls_total|http_responses_total|upstream_up|screen_decisions_total|screen_sender_cache_total)' | grep -v ' 0$'
 
 echo
 echo "==> stopping txgate with SIGTERM (drains, exits 0)"

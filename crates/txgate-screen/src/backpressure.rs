@@ -125,11 +125,20 @@ impl SenderBuckets {
         let s = &self.settings;
         let mut shard = self.lock(&sender);
         if !shard.contains_key(&sender) && shard.len() >= self.shard_cap {
-            let before = shard.len();
-            shard.retain(|_, bucket| !bucket.idle(now, s));
-            self.len.fetch_sub(before - shard.len(), Ordering::Relaxed);
-            if shard.len() >= self.shard_cap {
-                return Charged::Untracked;
+            // Full: make room from a small sample, never a full scan under
+            // a flood (the background sweep removes idle senders in bulk).
+            // A sender in backoff is never evicted.
+            let victim = shard
+                .iter()
+                .take(16)
+                .find(|(_, bucket)| now >= bucket.backoff_until)
+                .map(|(key, _)| *key);
+            match victim {
+                Some(key) => {
+                    shard.remove(&key);
+                    self.len.fetch_sub(1, Ordering::Relaxed);
+                }
+                None => return Charged::Untracked,
             }
         }
         let bucket = shard.entry(sender).or_insert_with(|| {

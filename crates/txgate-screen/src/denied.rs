@@ -31,6 +31,8 @@ const SHARDS: usize = 64;
 const PROBES: u64 = 5;
 /// Counters per entry of the configured bound (a power of two is taken).
 const COUNTERS_PER_ENTRY: usize = 8;
+/// Of a full shard, the share (1/n) evicted in one go, soonest to end first.
+const EVICT_FRACTION: usize = 8;
 
 /// One assertion an entry was banned under: an index into the assertion
 /// table and the assertion's version at the time.
@@ -101,12 +103,14 @@ impl CountingBloom {
         }
     }
 
-    /// Double hashing over one keyed 64-bit hash: `h1 + i·h2`.
+    /// Blocked: one 64-counter block (one cache line) chosen by the high
+    /// bits of one keyed hash, and five counters within it by the low bits,
+    /// so a probe or an update touches one cache line, not five.
     #[inline]
     fn positions(&self, key: &B256) -> impl Iterator<Item = usize> + use<'_> {
         let h = self.keys.hash_bytes(key.as_slice());
-        let (h1, h2) = (h, h.rotate_left(32) | 1);
-        (0..PROBES).map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) & self.mask) as usize)
+        let block = ((h >> 32) & (self.mask >> 6)) << 6;
+        (0..PROBES).map(move |i| (block | ((h >> (6 * i)) & 63)) as usize)
     }
 
     #[inline]
@@ -221,21 +225,38 @@ impl DeniedSet {
         Inserted::New
     }
 
-    /// Makes room in a full shard in O(1): of a small sample, the entry
-    /// nearest the end of its suspect window goes (a dead one, if the
-    /// sample has one). The background sweep removes the dead in bulk; this
-    /// only keeps the bound under a flood.
+    /// Makes room in a full shard: the dead go first; if none, the eighth
+    /// of the shard nearest the end of its suspect window. One pass selects
+    /// them (O(n)), and it runs once per n/8 inserts into a full shard, so
+    /// an insert pays O(1) amortized, and the entries that leave are the
+    /// ones that would have expired first.
     fn evict(&self, shard: &mut Shard, now: Millis) {
-        let victim = shard
-            .iter()
-            .take(8)
-            .min_by_key(|(_, ban)| ban.suspect_until.max(now))
-            .map(|(key, _)| *key);
-        if let Some(key) = victim {
-            shard.remove(&key);
-            self.bloom.remove(&key);
-            self.len.fetch_sub(1, Ordering::Relaxed);
+        let before = shard.len();
+        let mut ends: Vec<Millis> = shard.values().map(|ban| ban.suspect_until).collect();
+        let cut = (before / EVICT_FRACTION)
+            .max(1)
+            .min(ends.len().saturating_sub(1));
+        let (_, threshold, _) = ends.select_nth_unstable(cut);
+        let threshold = (*threshold).max(now + 1);
+        let bloom = &self.bloom;
+        let mut budget = before / EVICT_FRACTION + 1;
+        shard.retain(|key, ban| {
+            let dead = ban.suspect_until <= now;
+            let evict = dead || (ban.suspect_until < threshold && budget > 0);
+            if evict {
+                budget = budget.saturating_sub(usize::from(!dead));
+                bloom.remove(key);
+            }
+            !evict
+        });
+        if shard.len() == before {
+            // Every entry ends at the same time: drop any one.
+            if let Some(key) = shard.keys().next().copied() {
+                shard.remove(&key);
+                bloom.remove(&key);
+            }
         }
+        self.len.fetch_sub(before - shard.len(), Ordering::Relaxed);
     }
 
     /// Removes entries for which `dead(ban)` holds, in `shards` shards
