@@ -247,7 +247,7 @@ fn at_scale(c: &mut Criterion) {
 fn tower(c: &mut Criterion) {
     let epoch = Instant::now();
     let screen = Arc::new(populated(10_000, ScreenSettings::default(), epoch));
-    let stack = screening::stack(screen.clone());
+    let stack = screening::stack();
     let (_, hex) = signed(5, 0, 5);
     assert!(screen.screen(&hex, 1).is_ok());
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -257,9 +257,9 @@ fn tower(c: &mut Criterion) {
     });
     g.bench_function("stack_cached_sender_clean", |b| {
         b.iter(|| {
-            let mut run = std::pin::pin!(screening::run(&stack, Submission::new(&hex, 1)));
+            let mut run = std::pin::pin!(screening::run(&stack, Submission::new(&screen, &hex, 1)));
             match run.as_mut().poll(&mut cx) {
-                std::task::Poll::Ready(result) => result.map(|(admitted, _)| admitted),
+                std::task::Poll::Ready(result) => result.map(|passed| passed.admitted),
                 std::task::Poll::Pending => unreachable!("every stage is synchronous"),
             }
         })

@@ -81,7 +81,7 @@ impl RpcService {
         screen: Option<Arc<Screen>>,
     ) -> Self {
         let screening = screen.map(|screen| Screening {
-            stack: screening::stack(screen.clone()),
+            stack: screening::stack(),
             screen,
             monitor_only: config.screen.monitor_only,
             logged: Default::default(),
@@ -209,15 +209,15 @@ impl Shared {
                 "invalid params: expected the raw transaction as a 0x-prefixed hex string",
             ));
         };
-        let result = screening::run(&screening.stack, Submission::new(&param, now)).await;
+        let submission = Submission::new(&screening.screen, &param, now);
+        let result = screening::run(&screening.stack, submission).await;
         metrics.duration.observe(started.elapsed().as_secs_f64());
         match result {
-            Ok((admitted, submission)) => {
-                let cached = submission
-                    .candidate
-                    .as_ref()
-                    .is_some_and(|c| c.sender_cached);
-                if cached {
+            Ok(screening::Passed {
+                admitted,
+                sender_cached,
+            }) => {
+                if sender_cached {
                     metrics.sender_cache_hits.inc();
                 } else {
                     metrics.sender_cache_misses.inc();

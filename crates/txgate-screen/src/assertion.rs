@@ -13,14 +13,14 @@
 //! changed assertion can be seen.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use alloy_primitives::{Address, B256};
 
 use crate::denied::AssertionRef;
 use crate::keyed::KeyState;
-use crate::ttl::Millis;
+use crate::ttl::{Millis, lock};
 
 /// Target and selector.
 pub type CallKey = (Address, [u8; 4]);
@@ -118,18 +118,12 @@ impl Assertions {
         }
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
-        match self.table.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+    fn table(&self) -> MutexGuard<'_, Table> {
+        lock(&self.table)
     }
 
-    fn cooled(&self) -> std::sync::MutexGuard<'_, HashMap<CallKey, Cooled, KeyState>> {
-        match self.cooled.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+    fn cooled(&self) -> MutexGuard<'_, HashMap<CallKey, Cooled, KeyState>> {
+        lock(&self.cooled)
     }
 
     /// Registers an invalidation's assertion and version.

@@ -12,13 +12,13 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use alloy_primitives::Address;
 
 use crate::keyed::KeyState;
-use crate::ttl::Millis;
+use crate::ttl::{Millis, lock};
 
 const SHARDS: usize = 16;
 
@@ -98,15 +98,9 @@ impl SenderBuckets {
         }
     }
 
-    fn lock(
-        &self,
-        sender: &Address,
-    ) -> std::sync::MutexGuard<'_, HashMap<Address, Bucket, KeyState>> {
+    fn lock(&self, sender: &Address) -> MutexGuard<'_, HashMap<Address, Bucket, KeyState>> {
         let index = (self.keys.hash_one(sender) >> 60) as usize % SHARDS;
-        match self.shards[index].lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        lock(&self.shards[index])
     }
 
     /// If `sender` is backed off, for how many more ms.
@@ -170,10 +164,7 @@ impl SenderBuckets {
     /// Drops senders that are back to a full bucket and no backoff.
     pub fn sweep(&self, now: Millis) {
         for shard in self.shards.iter() {
-            let mut shard = match shard.lock() {
-                Ok(guard) => guard,
-                Err(poisoned) => poisoned.into_inner(),
-            };
+            let mut shard = lock(shard);
             let before = shard.len();
             shard.retain(|_, bucket| !bucket.idle(now, &self.settings));
             self.len.fetch_sub(before - shard.len(), Ordering::Relaxed);

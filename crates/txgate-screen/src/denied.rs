@@ -18,13 +18,13 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use alloy_primitives::B256;
 
 use crate::keyed::KeyState;
-use crate::ttl::Millis;
+use crate::ttl::{Millis, lock};
 
 const SHARDS: usize = 64;
 /// Counters probed per key.
@@ -167,11 +167,8 @@ impl DeniedSet {
         }
     }
 
-    fn lock(&self, index: usize) -> std::sync::MutexGuard<'_, Shard> {
-        match self.shards[index].lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+    fn lock(&self, index: usize) -> MutexGuard<'_, Shard> {
+        lock(&self.shards[index])
     }
 
     fn shard_of(&self, key: &B256) -> usize {
@@ -242,20 +239,15 @@ impl DeniedSet {
         let mut budget = before / EVICT_FRACTION + 1;
         shard.retain(|key, ban| {
             let dead = ban.suspect_until <= now;
-            let evict = dead || (ban.suspect_until < threshold && budget > 0);
+            // `<=`: entries of one batch share their times; ties go too,
+            // up to the budget.
+            let evict = dead || (ban.suspect_until <= threshold && budget > 0);
             if evict {
                 budget = budget.saturating_sub(usize::from(!dead));
                 bloom.remove(key);
             }
             !evict
         });
-        if shard.len() == before {
-            // Every entry ends at the same time: drop any one.
-            if let Some(key) = shard.keys().next().copied() {
-                shard.remove(&key);
-                bloom.remove(&key);
-            }
-        }
         self.len.fetch_sub(before - shard.len(), Ordering::Relaxed);
     }
 

@@ -11,9 +11,18 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use crate::keyed::KeyState;
+
+/// Locks `mutex`. A panic elsewhere while holding a lock leaves plain
+/// cache data behind, still consistent enough to serve: take it.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
 
 /// Milliseconds since the screening state's epoch.
 pub type Millis = u64;
@@ -59,15 +68,10 @@ impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
         }
     }
 
-    fn shard(&self, key: &K) -> std::sync::MutexGuard<'_, Shard<K, V>> {
+    fn shard(&self, key: &K) -> MutexGuard<'_, Shard<K, V>> {
         // The top bits pick the shard; the maps use the low ones.
         let index = (self.keys.hash_one(key) >> 60) as usize % SHARDS;
-        match self.shards[index].lock() {
-            Ok(guard) => guard,
-            // A panic elsewhere while holding the lock leaves plain data
-            // behind, still consistent for a cache.
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        lock(&self.shards[index])
     }
 
     /// The live value under `key`.
@@ -106,10 +110,7 @@ impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
                 .sweep_cursor
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
                 % SHARDS;
-            let mut shard = match self.shards[index].lock() {
-                Ok(guard) => guard,
-                Err(poisoned) => poisoned.into_inner(),
-            };
+            let mut shard = lock(&self.shards[index]);
             shard.young.retain(|_, (expires, _)| *expires > now);
             shard.old.retain(|_, (expires, _)| *expires > now);
         }
@@ -119,12 +120,9 @@ impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
     pub fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|shard| match shard.lock() {
-                Ok(s) => s.young.len() + s.old.len(),
-                Err(poisoned) => {
-                    let s = poisoned.into_inner();
-                    s.young.len() + s.old.len()
-                }
+            .map(|shard| {
+                let s = lock(shard);
+                s.young.len() + s.old.len()
             })
             .sum()
     }

@@ -1,72 +1,79 @@
 //! [`Check`]: one screening stage as a tower middleware.
 //!
 //! A rejection is a [`ResponseFuture`] variant that never calls the inner
-//! service, so nothing below a refusing stage runs.
+//! service, so nothing below a refusing stage runs. The layers hold no
+//! state (the screening state travels in the [`Submission`]), so the whole
+//! stack is zero-sized and cloning it per call costs nothing.
 
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
-use tower::Service;
-use txgate_screen::{Rejection, Screen};
+use tower::{Layer, Service};
+use txgate_screen::Rejection;
 
 use super::{Stage, Submission};
 
 /// Builds [`Check`] services for stage `S`.
 #[derive(Debug)]
 pub struct CheckLayer<S> {
-    pub(super) screen: Arc<Screen>,
     _stage: PhantomData<fn() -> S>,
 }
 
 impl<S> CheckLayer<S> {
-    /// A layer for stage `S` over `screen`.
-    pub fn new(screen: Arc<Screen>) -> Self {
+    /// A layer for stage `S`.
+    pub const fn new() -> Self {
         CheckLayer {
-            screen,
             _stage: PhantomData,
         }
     }
 }
 
-impl<S> Clone for CheckLayer<S> {
-    fn clone(&self) -> Self {
-        CheckLayer::new(self.screen.clone())
+impl<S> Default for CheckLayer<S> {
+    fn default() -> Self {
+        CheckLayer::new()
     }
 }
 
-/// Runs stage `S`, then the inner service if it passed.
-#[derive(Debug)]
-pub struct Check<S, I> {
-    screen: Arc<Screen>,
-    inner: I,
-    _stage: PhantomData<fn() -> S>,
+impl<S> Clone for CheckLayer<S> {
+    fn clone(&self) -> Self {
+        CheckLayer::new()
+    }
 }
 
-impl<S, I> Check<S, I> {
-    /// Stage `S` in front of `inner`.
-    pub fn new(screen: Arc<Screen>, inner: I) -> Self {
+impl<S, I> Layer<I> for CheckLayer<S> {
+    type Service = Check<S, I>;
+
+    fn layer(&self, inner: I) -> Check<S, I> {
         Check {
-            screen,
             inner,
             _stage: PhantomData,
         }
     }
 }
 
+/// Runs stage `S`, then the inner service if it passed.
+#[derive(Debug)]
+pub struct Check<S, I> {
+    inner: I,
+    _stage: PhantomData<fn() -> S>,
+}
+
 impl<S, I: Clone> Clone for Check<S, I> {
     fn clone(&self) -> Self {
-        Check::new(self.screen.clone(), self.inner.clone())
+        Check {
+            inner: self.inner.clone(),
+            _stage: PhantomData,
+        }
     }
 }
 
-impl<S, I, R> Service<Submission> for Check<S, I>
+impl<'a, S, I, R> Service<Submission<'a>> for Check<S, I>
 where
     S: Stage,
-    I: Service<Submission, Response = R, Error = Rejection>,
+    I: Service<Submission<'a>, Response = R, Error = Rejection>,
 {
     type Response = R;
     type Error = Rejection;
@@ -76,8 +83,8 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut submission: Submission) -> Self::Future {
-        match S::check(&self.screen, &mut submission) {
+    fn call(&mut self, mut submission: Submission<'a>) -> Self::Future {
+        match S::check(&mut submission) {
             Ok(()) => ResponseFuture::Inner {
                 future: self.inner.call(submission),
             },

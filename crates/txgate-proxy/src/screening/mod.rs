@@ -4,8 +4,9 @@
 //! Each stage of [`txgate_screen::Screen`] is one tower layer ([`Check`]),
 //! stacked cheapest first; the first rejection ends the call without
 //! touching the layers below it. The innermost service ([`Admit`]) records
-//! the forward for attribution and answers [`Admitted`]; the caller
-//! forwards the call.
+//! the forward for attribution and answers [`Passed`]; the caller forwards
+//! the call. The state shared by every worker rides in the [`Submission`],
+//! so the stack itself is zero-sized.
 //!
 //! ```text
 //! Check<Hex>           0x-hex → bytes, tx hash from the raw bytes
@@ -25,12 +26,11 @@ mod check;
 
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde_json::value::RawValue;
-use tower::{Layer, Service, ServiceBuilder};
+use tower::{Service, ServiceBuilder};
 use txgate_screen::{Admitted, Candidate, Millis, Rejection, Screen};
 
 pub use check::{Check, CheckLayer, ResponseFuture};
@@ -48,46 +48,53 @@ pub fn is_screened(method: &str) -> bool {
     method.starts_with("eth_sendRawTransaction") && SCREENED_METHODS.contains(&method)
 }
 
-/// One screened call travelling down the stack.
+/// One screened call travelling down the stack, with the state it is
+/// screened against.
 #[derive(Debug)]
-pub struct Submission {
+pub struct Submission<'a> {
+    /// The screening state.
+    pub screen: &'a Screen,
     /// The raw transaction param (`0x…`).
-    pub param: Box<str>,
+    pub param: &'a str,
     /// Decision time.
     pub now: Millis,
-    /// What the stages learned so far.
-    pub candidate: Option<Candidate>,
+    /// What the stages learned so far (boxed: the submission moves
+    /// through every layer, and a decoded transaction is large).
+    pub candidate: Option<Box<Candidate>>,
 }
 
-impl Submission {
+impl<'a> Submission<'a> {
     /// A submission of `param` at `now`.
-    pub fn new(param: &str, now: Millis) -> Submission {
+    pub fn new(screen: &'a Screen, param: &'a str, now: Millis) -> Submission<'a> {
         Submission {
-            param: param.into(),
+            screen,
+            param,
             now,
             candidate: None,
         }
+    }
+
+    fn candidate(&mut self) -> Result<(&'a Screen, &mut Candidate), Rejection> {
+        let screen = self.screen;
+        self.candidate
+            .as_deref_mut()
+            .map(|c| (screen, c))
+            .ok_or(Rejection::Invalid(txgate_screen::DecodeError::Empty))
     }
 }
 
 /// One step of the stack.
 pub trait Stage {
     /// Checks, and adds what it learns to the submission.
-    fn check(screen: &Screen, submission: &mut Submission) -> Result<(), Rejection>;
-}
-
-fn candidate(s: &mut Submission) -> Result<&mut Candidate, Rejection> {
-    s.candidate
-        .as_mut()
-        .ok_or(Rejection::Invalid(txgate_screen::DecodeError::Empty))
+    fn check(submission: &mut Submission<'_>) -> Result<(), Rejection>;
 }
 
 /// Hex, and the tx hash from the raw bytes.
 #[derive(Debug)]
 pub enum Hex {}
 impl Stage for Hex {
-    fn check(screen: &Screen, s: &mut Submission) -> Result<(), Rejection> {
-        s.candidate = Some(screen.stage_hex(&s.param, s.now)?);
+    fn check(s: &mut Submission<'_>) -> Result<(), Rejection> {
+        s.candidate = Some(Box::new(s.screen.stage_hex(s.param, s.now)?));
         Ok(())
     }
 }
@@ -96,8 +103,9 @@ impl Stage for Hex {
 #[derive(Debug)]
 pub enum FastReject {}
 impl Stage for FastReject {
-    fn check(screen: &Screen, s: &mut Submission) -> Result<(), Rejection> {
-        screen.stage_fast_reject(candidate(s)?)
+    fn check(s: &mut Submission<'_>) -> Result<(), Rejection> {
+        let (screen, c) = s.candidate()?;
+        screen.stage_fast_reject(c)
     }
 }
 
@@ -105,8 +113,9 @@ impl Stage for FastReject {
 #[derive(Debug)]
 pub enum Decode {}
 impl Stage for Decode {
-    fn check(screen: &Screen, s: &mut Submission) -> Result<(), Rejection> {
-        screen.stage_decode(candidate(s)?)
+    fn check(s: &mut Submission<'_>) -> Result<(), Rejection> {
+        let (screen, c) = s.candidate()?;
+        screen.stage_decode(c)
     }
 }
 
@@ -114,8 +123,9 @@ impl Stage for Decode {
 #[derive(Debug)]
 pub enum Recover {}
 impl Stage for Recover {
-    fn check(screen: &Screen, s: &mut Submission) -> Result<(), Rejection> {
-        screen.stage_recover(candidate(s)?)
+    fn check(s: &mut Submission<'_>) -> Result<(), Rejection> {
+        let (screen, c) = s.candidate()?;
+        screen.stage_recover(c)
     }
 }
 
@@ -123,8 +133,9 @@ impl Stage for Recover {
 #[derive(Debug)]
 pub enum Backpressure {}
 impl Stage for Backpressure {
-    fn check(screen: &Screen, s: &mut Submission) -> Result<(), Rejection> {
-        screen.stage_backpressure(candidate(s)?)
+    fn check(s: &mut Submission<'_>) -> Result<(), Rejection> {
+        let (screen, c) = s.candidate()?;
+        screen.stage_backpressure(c)
     }
 }
 
@@ -132,29 +143,40 @@ impl Stage for Backpressure {
 #[derive(Debug)]
 pub enum Fingerprint {}
 impl Stage for Fingerprint {
-    fn check(screen: &Screen, s: &mut Submission) -> Result<(), Rejection> {
-        screen.stage_fingerprint(candidate(s)?)
+    fn check(s: &mut Submission<'_>) -> Result<(), Rejection> {
+        let (screen, c) = s.candidate()?;
+        screen.stage_fingerprint(c)
     }
 }
 
-/// The innermost service: records the pending forward.
-#[derive(Debug, Clone)]
-pub struct Admit {
-    screen: Arc<Screen>,
+/// What the stack answers for a call it lets through.
+#[derive(Debug)]
+pub struct Passed {
+    /// What the forward carries on.
+    pub admitted: Admitted,
+    /// Whether the sender came from the cache.
+    pub sender_cached: bool,
 }
 
-impl Service<Submission> for Admit {
-    type Response = (Admitted, Submission);
+/// The innermost service: records the pending forward.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Admit;
+
+impl<'a> Service<Submission<'a>> for Admit {
+    type Response = Passed;
     type Error = Rejection;
-    type Future = std::future::Ready<Result<(Admitted, Submission), Rejection>>;
+    type Future = std::future::Ready<Result<Passed, Rejection>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, s: Submission) -> Self::Future {
+    fn call(&mut self, s: Submission<'a>) -> Self::Future {
         std::future::ready(match &s.candidate {
-            Some(c) => Ok((self.screen.admit(c), s)),
+            Some(c) => Ok(Passed {
+                admitted: s.screen.admit(c),
+                sender_cached: c.sender_cached,
+            }),
             None => Err(Rejection::Invalid(txgate_screen::DecodeError::Empty)),
         })
     }
@@ -169,32 +191,29 @@ pub type Stack = Check<
     >,
 >;
 
-/// Builds the stack over `screen`, outermost (cheapest) first.
-pub fn stack(screen: Arc<Screen>) -> Stack {
+/// Builds the stack, outermost (cheapest) first.
+pub fn stack() -> Stack {
     ServiceBuilder::new()
         // 0x-hex, and the tx hash straight from the bytes.
-        .layer(CheckLayer::<Hex>::new(screen.clone()))
+        .layer(CheckLayer::<Hex>::new())
         // A tx hash that failed recently: refused before any decoding.
-        .layer(CheckLayer::<FastReject>::new(screen.clone()))
+        .layer(CheckLayer::<FastReject>::new())
         // The EIP-2718 envelope and the chain-id allow-list.
-        .layer(CheckLayer::<Decode>::new(screen.clone()))
+        .layer(CheckLayer::<Decode>::new())
         // The sender: cached by tx hash, else one libsecp256k1 recovery.
-        .layer(CheckLayer::<Recover>::new(screen.clone()))
+        .layer(CheckLayer::<Recover>::new())
         // A sender charged with too many invalidations waits.
-        .layer(CheckLayer::<Backpressure>::new(screen.clone()))
+        .layer(CheckLayer::<Backpressure>::new())
         // Denied fingerprint, assertion cooldown, suspect shaping.
-        .layer(CheckLayer::<Fingerprint>::new(screen.clone()))
-        .service(Admit { screen })
+        .layer(CheckLayer::<Fingerprint>::new())
+        .service(Admit)
 }
 
 /// Runs `stack` on one submission. Every stage is synchronous, so the
 /// future is ready at the first poll; a pending stage would be awaited.
-pub async fn run(
-    stack: &Stack,
-    submission: Submission,
-) -> Result<(Admitted, Submission), Rejection> {
+pub async fn run(stack: &Stack, submission: Submission<'_>) -> Result<Passed, Rejection> {
     let mut stack = stack.clone();
-    std::future::poll_fn(|cx| stack.poll_ready(cx)).await?;
+    std::future::poll_fn(|cx| Service::<Submission<'_>>::poll_ready(&mut stack, cx)).await?;
     stack.call(submission).await
 }
 
@@ -237,15 +256,6 @@ pub fn raw_param(params: Option<&RawValue>) -> Option<Cow<'_, str>> {
     let raw = params?.get();
     let mut de = serde_json::Deserializer::from_str(raw);
     de.deserialize_seq(First).ok().flatten()
-}
-
-/// `layer` for a stage, to keep [`CheckLayer`] construction short.
-impl<S, I> Layer<I> for CheckLayer<S> {
-    type Service = Check<S, I>;
-
-    fn layer(&self, inner: I) -> Check<S, I> {
-        Check::new(self.screen.clone(), inner)
-    }
 }
 
 #[cfg(test)]

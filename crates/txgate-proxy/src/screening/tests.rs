@@ -66,7 +66,7 @@ impl Harness {
             tokio::time::Instant::now().into_std(),
         ));
         Harness {
-            stack: stack(screen.clone()),
+            stack: stack(),
             screen,
         }
     }
@@ -76,9 +76,9 @@ impl Harness {
     }
 
     async fn submit(&self, raw: &str) -> Result<Admitted, Rejection> {
-        run(&self.stack, Submission::new(raw, self.now()))
+        run(&self.stack, Submission::new(&self.screen, raw, self.now()))
             .await
-            .map(|(admitted, _)| admitted)
+            .map(|passed| passed.admitted)
     }
 
     fn apply(&self, batch: &[Invalidation]) {

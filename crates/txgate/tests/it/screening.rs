@@ -37,6 +37,14 @@ fn invalidation(raw: &str, with_sender: bool) -> Invalidation {
     inv
 }
 
+/// `txgate_screen_decisions_total{decision, reason}` from a scrape.
+fn decisions(metrics: &str, decision: &str, reason: &str) -> f64 {
+    metric(
+        metrics,
+        &format!("txgate_screen_decisions_total{{decision=\"{decision}\",reason=\"{reason}\"}}"),
+    )
+}
+
 /// Deploys the accept-all contract through txgate (a contract creation:
 /// screened, no fingerprint) and returns its address.
 fn deploy(url: &str) -> Address {
@@ -168,14 +176,7 @@ async fn invalidation_refuses_replay_fresh_eoas_and_higher_tip_but_not_other_cal
     assert!(body[2]["result"].as_str().is_some(), "{body}");
 
     let metrics = txgate.metrics().await;
-    let series = |decision: &str, reason: &str| {
-        metric(
-            &metrics,
-            &format!(
-                "txgate_screen_decisions_total{{decision=\"{decision}\",reason=\"{reason}\"}}"
-            ),
-        )
-    };
+    let series = |decision: &str, reason: &str| decisions(&metrics, decision, reason);
     assert_eq!(series("refused", "recent_failure"), 1.0);
     assert_eq!(series("refused", "denied_fingerprint"), 22.0);
     assert_eq!(series("forwarded", "contract_creation"), 1.0);
@@ -215,13 +216,7 @@ async fn hundred_senders_with_identical_calldata_and_no_verdict_all_go_through()
         accepted(&task.await.unwrap());
     }
     let metrics = txgate.metrics().await;
-    assert_eq!(
-        metric(
-            &metrics,
-            "txgate_screen_decisions_total{decision=\"forwarded\",reason=\"clean\"}"
-        ),
-        100.0
-    );
+    assert_eq!(decisions(&metrics, "forwarded", "clean"), 100.0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -312,14 +307,7 @@ async fn monitor_only_counts_but_forwards_everything() {
         assert_eq!(status_of(&anvil.url, &hash).await, "0x1");
     }
     let metrics = txgate.metrics().await;
-    let series = |decision: &str, reason: &str| {
-        metric(
-            &metrics,
-            &format!(
-                "txgate_screen_decisions_total{{decision=\"{decision}\",reason=\"{reason}\"}}"
-            ),
-        )
-    };
+    let series = |decision: &str, reason: &str| decisions(&metrics, decision, reason);
     assert_eq!(series("would_refuse", "recent_failure"), 1.0);
     assert_eq!(series("would_refuse", "denied_fingerprint"), 5.0);
     assert_eq!(series("refused", "denied_fingerprint"), 0.0);
