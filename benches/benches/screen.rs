@@ -247,7 +247,7 @@ fn at_scale(c: &mut Criterion) {
 fn tower(c: &mut Criterion) {
     let epoch = Instant::now();
     let screen = Arc::new(populated(10_000, ScreenSettings::default(), epoch));
-    let stack = screening::stack();
+    let stack = screening::stack(None);
     let (_, hex) = signed(5, 0, 5);
     assert!(screen.screen(&hex, 1).is_ok());
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());

@@ -104,6 +104,29 @@ pub const DEFAULT_TRICKLE_INTERVAL_MS: u64 = 2_000;
 /// Default: assertions tracked at most.
 pub const DEFAULT_MAX_ASSERTIONS: usize = 65_536;
 
+/// Default: no sidecar.
+pub const DEFAULT_SIDECAR_URL: &str = "";
+/// Default: sidecar connect timeout.
+pub const DEFAULT_SIDECAR_CONNECT_TIMEOUT_MS: u64 = 1_000;
+/// Default: first reconnect delay.
+pub const DEFAULT_SIDECAR_RECONNECT_INITIAL_MS: u64 = 100;
+/// Default: longest reconnect delay.
+pub const DEFAULT_SIDECAR_RECONNECT_MAX_MS: u64 = 5_000;
+/// Default: invalidations queued between the stream and the worker.
+pub const DEFAULT_SIDECAR_CHANNEL_CAPACITY: usize = 65_536;
+/// Default: invalidations applied in one pass at most.
+pub const DEFAULT_SIDECAR_BATCH_MAX: usize = 4_096;
+/// Default: no ShouldForward probe.
+pub const DEFAULT_SHOULD_FORWARD: bool = false;
+/// Default: ShouldForward deadline.
+pub const DEFAULT_SHOULD_FORWARD_TIMEOUT_MS: u64 = 20;
+/// Default: how long a "forward" verdict is kept.
+pub const DEFAULT_VERDICT_TTL_MS: u64 = 10_000;
+/// Default: no ban snapshot.
+pub const DEFAULT_SNAPSHOT_PATH: &str = "";
+/// Default: snapshot every 30 s (and at shutdown).
+pub const DEFAULT_SNAPSHOT_INTERVAL_SECS: u64 = 30;
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -124,6 +147,50 @@ pub struct Config {
     pub log: Log,
     /// Screening of raw-transaction submissions.
     pub screen: Screen,
+    /// The sidecar that judges transactions.
+    pub sidecar: Sidecar,
+}
+
+/// The sidecar link (gRPC, `txgate.sidecar.v1`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Sidecar {
+    /// `http://host:port` of the sidecar's gRPC server; empty: no sidecar.
+    pub url: String,
+    /// Connect timeout.
+    pub connect_timeout_ms: u64,
+    /// First reconnect delay; doubled per failure, with jitter.
+    pub reconnect_initial_ms: u64,
+    /// Longest reconnect delay.
+    pub reconnect_max_ms: u64,
+    /// Invalidations queued between the stream and the batching worker.
+    /// When full, the stream is read no further until there is room (the
+    /// sidecar is slowed by HTTP/2 flow control); nothing is dropped.
+    pub channel_capacity: usize,
+    /// Invalidations applied in one pass at most.
+    pub batch_max: usize,
+    /// Ask the sidecar about fingerprints with no local verdict.
+    pub should_forward: bool,
+    /// Deadline of that question; late or failed answers forward.
+    pub should_forward_timeout_ms: u64,
+    /// How long a "forward" verdict is kept.
+    pub verdict_ttl_ms: u64,
+}
+
+impl Default for Sidecar {
+    fn default() -> Self {
+        Sidecar {
+            url: DEFAULT_SIDECAR_URL.to_string(),
+            connect_timeout_ms: DEFAULT_SIDECAR_CONNECT_TIMEOUT_MS,
+            reconnect_initial_ms: DEFAULT_SIDECAR_RECONNECT_INITIAL_MS,
+            reconnect_max_ms: DEFAULT_SIDECAR_RECONNECT_MAX_MS,
+            channel_capacity: DEFAULT_SIDECAR_CHANNEL_CAPACITY,
+            batch_max: DEFAULT_SIDECAR_BATCH_MAX,
+            should_forward: DEFAULT_SHOULD_FORWARD,
+            should_forward_timeout_ms: DEFAULT_SHOULD_FORWARD_TIMEOUT_MS,
+            verdict_ttl_ms: DEFAULT_VERDICT_TTL_MS,
+        }
+    }
 }
 
 /// Client-facing server settings.
@@ -381,6 +448,11 @@ pub struct Screen {
     pub backpressure: Backpressure,
     /// Assertion cooldowns.
     pub cooldown: Cooldown,
+    /// File the denied set is written to (periodically and at shutdown)
+    /// and read from at start; empty: no snapshot.
+    pub snapshot_path: String,
+    /// Seconds between snapshots.
+    pub snapshot_interval_secs: u64,
 }
 
 impl Default for Screen {
@@ -401,6 +473,8 @@ impl Default for Screen {
             shaping_hold_ms: DEFAULT_SHAPING_HOLD_MS,
             backpressure: Backpressure::default(),
             cooldown: Cooldown::default(),
+            snapshot_path: DEFAULT_SNAPSHOT_PATH.to_string(),
+            snapshot_interval_secs: DEFAULT_SNAPSHOT_INTERVAL_SECS,
         }
     }
 }
@@ -607,6 +681,27 @@ impl Config {
                 "screen.cooldown.max_assertions",
                 screen.cooldown.max_assertions as u64,
             ),
+            (
+                "screen.snapshot_interval_secs",
+                screen.snapshot_interval_secs,
+            ),
+            (
+                "sidecar.connect_timeout_ms",
+                self.sidecar.connect_timeout_ms,
+            ),
+            (
+                "sidecar.reconnect_initial_ms",
+                self.sidecar.reconnect_initial_ms,
+            ),
+            (
+                "sidecar.channel_capacity",
+                self.sidecar.channel_capacity as u64,
+            ),
+            ("sidecar.batch_max", self.sidecar.batch_max as u64),
+            (
+                "sidecar.should_forward_timeout_ms",
+                self.sidecar.should_forward_timeout_ms,
+            ),
         ];
         for (key, value) in positive.into_iter().chain(positive_screen) {
             if value == 0 {
@@ -645,6 +740,21 @@ impl Config {
             return Err(err(
                 "screen.backpressure.backoff_max_ms",
                 "must be at least screen.backpressure.backoff_initial_ms",
+            ));
+        }
+        let sidecar = &self.sidecar.url;
+        if !sidecar.is_empty()
+            && (!sidecar.starts_with("http://") || sidecar.len() <= "http://".len())
+        {
+            return Err(err(
+                "sidecar.url",
+                format!("`{sidecar}` must be http://host:port"),
+            ));
+        }
+        if self.sidecar.reconnect_max_ms < self.sidecar.reconnect_initial_ms {
+            return Err(err(
+                "sidecar.reconnect_max_ms",
+                "must be at least sidecar.reconnect_initial_ms",
             ));
         }
         if self.server.listen == self.admin.listen && self.server.listen.port() != 0 {

@@ -42,13 +42,14 @@ pub fn route<B>(req: &Request<B>, metrics: &Metrics, readiness: &Readiness) -> R
                 StatusCode::SERVICE_UNAVAILABLE
             };
             let body = format!(
-                "{{\"ready\":{ready},\"upstream\":\"{}\",\"draining\":{}}}\n",
+                "{{\"ready\":{ready},\"upstream\":\"{}\",\"draining\":{},\"sidecar\":\"{}\"}}\n",
                 if readiness.upstream_up() {
                     "up"
                 } else {
                     "down"
                 },
-                readiness.draining()
+                readiness.draining(),
+                readiness.sidecar().as_str()
             );
             let mut response = text(status, body.into());
             response

@@ -2,7 +2,7 @@
 //! `/readyz`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
 use crate::metrics::Metrics;
@@ -13,7 +13,31 @@ use crate::upstream::Upstream;
 pub struct Readiness {
     upstream_up: AtomicBool,
     draining: AtomicBool,
+    sidecar: AtomicU8,
     metrics: Arc<Metrics>,
+}
+
+/// The sidecar link as `/readyz` reports it. The link does not decide
+/// readiness: with the sidecar down txgate fails open and keeps serving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SidecarLink {
+    /// No sidecar configured.
+    Disabled,
+    /// Configured, stream not open.
+    Down,
+    /// Stream open.
+    Up,
+}
+
+impl SidecarLink {
+    /// The label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SidecarLink::Disabled => "disabled",
+            SidecarLink::Down => "down",
+            SidecarLink::Up => "up",
+        }
+    }
 }
 
 impl Readiness {
@@ -22,6 +46,7 @@ impl Readiness {
         Readiness {
             upstream_up: AtomicBool::new(false),
             draining: AtomicBool::new(false),
+            sidecar: AtomicU8::new(0),
             metrics,
         }
     }
@@ -50,6 +75,40 @@ impl Readiness {
                 tracing::info!("upstream reachable");
             } else {
                 tracing::warn!("upstream unreachable");
+            }
+        }
+    }
+
+    /// The sidecar link.
+    pub fn sidecar(&self) -> SidecarLink {
+        match self.sidecar.load(Ordering::Acquire) {
+            1 => SidecarLink::Down,
+            2 => SidecarLink::Up,
+            _ => SidecarLink::Disabled,
+        }
+    }
+
+    /// Records the sidecar link's state.
+    pub fn set_sidecar(&self, link: SidecarLink) {
+        let value = match link {
+            SidecarLink::Disabled => 0,
+            SidecarLink::Down => 1,
+            SidecarLink::Up => 2,
+        };
+        let was = self.sidecar.swap(value, Ordering::AcqRel);
+        self.metrics
+            .sidecar
+            .up
+            .set(i64::from(link == SidecarLink::Up));
+        if was != value {
+            match link {
+                SidecarLink::Up => tracing::info!("sidecar stream open"),
+                SidecarLink::Down => {
+                    tracing::warn!(
+                        "sidecar unreachable: forwarding (fail open), keeping learned bans"
+                    )
+                }
+                SidecarLink::Disabled => {}
             }
         }
     }

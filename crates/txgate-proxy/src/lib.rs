@@ -11,6 +11,9 @@
 //!   through [`Proxy::apply`].
 //! - [`upstream`]: pooled keep-alive client to the node.
 //! - [`rescue`]: the one place refusals become HTTP responses.
+//! - [`sidecar`]: the invalidation stream from the sidecar, the batching
+//!   worker that applies it, and the ShouldForward client.
+//! - [`snapshot`]: the ban snapshot on disk.
 //! - [`admin`], [`health`], [`metrics`]: the operator's side.
 //!
 //! [`Proxy`] assembles them from a validated config.
@@ -27,6 +30,8 @@ pub mod rescue;
 pub mod rpc;
 pub mod screening;
 pub mod server;
+pub mod sidecar;
+pub mod snapshot;
 pub mod upstream;
 
 use std::future::Future;
@@ -191,6 +196,11 @@ impl Proxy {
                 tokio::time::Instant::now().into_std(),
             ))
         });
+        if let Some(screen) = &screen
+            && !config.screen.snapshot_path.is_empty()
+        {
+            snapshot::load(std::path::Path::new(&config.screen.snapshot_path), screen);
+        }
         Ok(Proxy {
             config,
             metrics,
@@ -244,14 +254,20 @@ impl Proxy {
             grace_period: Duration::from_millis(config.shutdown.grace_period_ms),
         };
         let (stop_tx, stop_rx) = watch::channel(false);
+        // ShouldForward verdicts, shared by every worker.
+        let sidecar_on = !config.sidecar.url.is_empty() && screen.is_some();
+        let verdicts = (sidecar_on && config.sidecar.should_forward).then(|| {
+            Arc::new(txgate_screen::ttl::TtlMap::<alloy_primitives::B256, ()>::new(100_000))
+        });
         let mut workers = Vec::with_capacity(listeners.rpc.len());
         for (index, listener) in listeners.rpc.into_iter().enumerate() {
-            let (config, metrics, admission, settings, screen) = (
+            let (config, metrics, admission, settings, screen, verdicts) = (
                 config.clone(),
                 metrics.clone(),
                 admission.clone(),
                 settings.clone(),
                 screen.clone(),
+                verdicts.clone(),
             );
             let mut stop = stop_rx.clone();
             let spawned = std::thread::Builder::new()
@@ -264,12 +280,37 @@ impl Proxy {
                         let listener = TcpListener::from_std(listener)?;
                         let upstream =
                             Upstream::new(&config, metrics.clone()).map_err(io::Error::other)?;
+                        // Each worker talks to the sidecar over its own
+                        // connection, from its own runtime.
+                        let probe = match (&verdicts, config.sidecar.should_forward) {
+                            (Some(verdicts), true) => {
+                                let channel = sidecar::channel(
+                                    &config.sidecar.url,
+                                    Duration::from_millis(config.sidecar.connect_timeout_ms),
+                                )
+                                .map_err(io::Error::other)?;
+                                Some(Arc::new(screening::ProbeClient::new(
+                                    channel,
+                                    Duration::from_millis(config.sidecar.should_forward_timeout_ms),
+                                    config.sidecar.verdict_ttl_ms,
+                                    verdicts.clone(),
+                                    metrics.clone(),
+                                )))
+                            }
+                            _ => None,
+                        };
                         let service = ServiceBuilder::new()
                             .layer(admission)
                             // JSON-RPC: body cap, content type, framing, method
                             // policy, the screening stack for raw
                             // transactions, forwarding to the upstream.
-                            .service(RpcService::new(&config, upstream, metrics.clone(), screen));
+                            .service(RpcService::new(
+                                &config,
+                                upstream,
+                                metrics.clone(),
+                                screen,
+                                probe,
+                            ));
                         let stopped = async move {
                             let _ = stop.wait_for(|stop| *stop).await;
                         };
@@ -304,7 +345,47 @@ impl Proxy {
             Duration::from_millis(config.upstream.health_interval_ms),
         ));
         let admin_task = tokio::spawn(admin::serve(admin, metrics.clone(), readiness.clone()));
-        let upkeep = screen.map(|screen| tokio::spawn(screen_upkeep(screen, metrics.clone())));
+        let upkeep = screen
+            .clone()
+            .map(|screen| tokio::spawn(screen_upkeep(screen, metrics.clone())));
+        let mut background = Vec::new();
+        if let Some(screen) = &screen {
+            if sidecar_on {
+                let (queue_tx, queue_rx) =
+                    tokio::sync::mpsc::channel(config.sidecar.channel_capacity);
+                let invalidations = Invalidations {
+                    screen: screen.clone(),
+                    metrics: metrics.clone(),
+                };
+                background.push(tokio::spawn(sidecar::batch_worker(
+                    queue_rx,
+                    invalidations,
+                    config.sidecar.batch_max,
+                    metrics.clone(),
+                )));
+                background.push(tokio::spawn(sidecar::stream_task(
+                    sidecar::StreamSettings {
+                        url: config.sidecar.url.clone(),
+                        connect_timeout: Duration::from_millis(config.sidecar.connect_timeout_ms),
+                        reconnect_initial: Duration::from_millis(
+                            config.sidecar.reconnect_initial_ms,
+                        ),
+                        reconnect_max: Duration::from_millis(config.sidecar.reconnect_max_ms),
+                    },
+                    queue_tx,
+                    metrics.clone(),
+                    readiness.clone(),
+                )));
+            }
+            if !config.screen.snapshot_path.is_empty() {
+                background.push(tokio::spawn(snapshot::periodic(
+                    config.screen.snapshot_path.clone().into(),
+                    screen.clone(),
+                    metrics.clone(),
+                    Duration::from_secs(config.screen.snapshot_interval_secs),
+                )));
+            }
+        }
 
         shutdown.await;
         readiness.start_draining();
@@ -329,6 +410,21 @@ impl Proxy {
         admin_task.abort();
         if let Some(upkeep) = upkeep {
             upkeep.abort();
+        }
+        for task in background {
+            task.abort();
+        }
+        // A restart forgets no ban: the last snapshot is taken after the
+        // drain, with everything learned until then.
+        if let Some(screen) = &screen
+            && !config.screen.snapshot_path.is_empty()
+        {
+            let path = std::path::PathBuf::from(&config.screen.snapshot_path);
+            let (screen, metrics) = (screen.clone(), metrics.clone());
+            let _ = tokio::task::spawn_blocking(move || {
+                snapshot::save_counted(&path, &screen, &metrics)
+            })
+            .await;
         }
         drained
     }

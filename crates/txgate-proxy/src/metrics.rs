@@ -214,6 +214,106 @@ pub struct Metrics {
     pub draining: IntGauge,
     /// Screening decisions, cache sizes, invalidations.
     pub screen: ScreenMetrics,
+    /// The sidecar link, the invalidation queue, the probe, snapshots.
+    pub sidecar: SidecarMetrics,
+}
+
+/// Sidecar link metrics.
+pub struct SidecarMetrics {
+    /// 1 while the invalidation stream is open.
+    pub up: IntGauge,
+    /// Stream (re)connection attempts that failed or streams that ended.
+    pub reconnects: IntCounter,
+    /// Invalidations received.
+    pub received: IntCounter,
+    /// Invalidations refused as malformed (counted and logged, not applied).
+    pub malformed: IntCounter,
+    /// Times the queue was full and the stream waited for room.
+    pub queue_full: IntCounter,
+    /// Invalidations queued, not yet applied.
+    pub queue_depth: IntGauge,
+    /// Batches applied.
+    pub batches: IntCounter,
+    /// Sidecar's observation to txgate's application, seconds.
+    pub lag: Histogram,
+    /// ShouldForward outcomes: forward, deny, timeout, error.
+    pub probe: [IntCounter; 4],
+    /// Snapshot writes: ok, error.
+    pub snapshots: [IntCounter; 2],
+}
+
+impl std::fmt::Debug for SidecarMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SidecarMetrics").finish_non_exhaustive()
+    }
+}
+
+/// Lag buckets in seconds, 1 ms to 10 s.
+const LAG_BUCKETS: &[f64] = &[
+    0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+impl SidecarMetrics {
+    fn new(reg: &dyn Fn(Box<dyn prometheus::core::Collector>)) -> SidecarMetrics {
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help).unwrap_or_else(|_| unreachable!());
+            reg(Box::new(g.clone()));
+            g
+        };
+        let counter = |name: &str, help: &str| {
+            let c = IntCounter::new(name, help).unwrap_or_else(|_| unreachable!());
+            reg(Box::new(c.clone()));
+            c
+        };
+        let lag = Histogram::with_opts(
+            HistogramOpts::new(
+                "sidecar_lag_seconds",
+                "From the sidecar observing an invalidation to txgate applying it",
+            )
+            .buckets(LAG_BUCKETS.to_vec()),
+        )
+        .unwrap_or_else(|_| unreachable!());
+        reg(Box::new(lag.clone()));
+        let probe = IntCounterVec::new(
+            Opts::new("should_forward_total", "ShouldForward probes by outcome"),
+            &["result"],
+        )
+        .unwrap_or_else(|_| unreachable!());
+        reg(Box::new(probe.clone()));
+        let snapshots = IntCounterVec::new(
+            Opts::new("ban_snapshots_total", "Ban snapshot writes by result"),
+            &["result"],
+        )
+        .unwrap_or_else(|_| unreachable!());
+        reg(Box::new(snapshots.clone()));
+        SidecarMetrics {
+            up: gauge("sidecar_up", "1 while the invalidation stream is open"),
+            reconnects: counter(
+                "sidecar_reconnects_total",
+                "Sidecar connection attempts that failed and streams that ended",
+            ),
+            received: counter(
+                "sidecar_invalidations_received_total",
+                "Invalidations received from the sidecar",
+            ),
+            malformed: counter(
+                "sidecar_invalidations_malformed_total",
+                "Invalidations refused as malformed (not applied)",
+            ),
+            queue_full: counter(
+                "sidecar_queue_full_total",
+                "Times the invalidation queue was full and the stream waited for room",
+            ),
+            queue_depth: gauge(
+                "sidecar_queue_depth",
+                "Invalidations received and not yet applied",
+            ),
+            batches: counter("sidecar_batches_total", "Batches of invalidations applied"),
+            lag,
+            probe: ["forward", "deny", "timeout", "error"].map(|r| probe.with_label_values(&[r])),
+            snapshots: ["ok", "error"].map(|r| snapshots.with_label_values(&[r])),
+        }
+    }
 }
 
 /// How a screened call was let through.
@@ -512,9 +612,11 @@ impl Metrics {
         );
 
         let screen = ScreenMetrics::new(&reg);
+        let sidecar = SidecarMetrics::new(&reg);
 
         Metrics {
             screen,
+            sidecar,
             registry,
             calls,
             calls_other,

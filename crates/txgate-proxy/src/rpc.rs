@@ -73,15 +73,17 @@ pub struct RpcService {
 
 impl RpcService {
     /// Builds the service from the validated config; `screen` is the
-    /// screening state shared by every worker (`None`: screening off).
+    /// screening state shared by every worker (`None`: screening off), and
+    /// `probe` the sidecar's ShouldForward client (`None`: not asked).
     pub fn new(
         config: &Config,
         upstream: Upstream,
         metrics: Arc<Metrics>,
         screen: Option<Arc<Screen>>,
+        probe: Option<Arc<screening::ProbeClient>>,
     ) -> Self {
         let screening = screen.map(|screen| Screening {
-            stack: screening::stack(),
+            stack: screening::stack(probe),
             screen,
             monitor_only: config.screen.monitor_only,
             logged: Default::default(),

@@ -181,6 +181,14 @@ impl Assertions {
             .is_some_and(|e| version32(e.version) == aref.version)
     }
 
+    /// Id and version of the assertion a ban refers to, if the ban still
+    /// belongs to its current version.
+    pub fn describe(&self, aref: AssertionRef) -> Option<(B256, u64)> {
+        let table = self.table();
+        let entry = table.entries.get(aref.index as usize)?;
+        (version32(entry.version) == aref.version).then_some((entry.id, entry.version))
+    }
+
     /// The id of an assertion.
     pub fn id(&self, index: u32) -> Option<B256> {
         self.table().entries.get(index as usize).map(|e| e.id)

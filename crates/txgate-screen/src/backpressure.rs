@@ -119,20 +119,30 @@ impl SenderBuckets {
         let s = &self.settings;
         let mut shard = self.lock(&sender);
         if !shard.contains_key(&sender) && shard.len() >= self.shard_cap {
-            // Full: make room from a small sample, never a full scan under
-            // a flood (the background sweep removes idle senders in bulk).
-            // A sender in backoff is never evicted.
-            let victim = shard
-                .iter()
-                .take(16)
-                .find(|(_, bucket)| now >= bucket.backoff_until)
-                .map(|(key, _)| *key);
-            match victim {
-                Some(key) => {
-                    shard.remove(&key);
-                    self.len.fetch_sub(1, Ordering::Relaxed);
+            // Full: make room for an eighth of the shard in one pass, so an
+            // insert pays O(1) amortized under a flood of fresh senders.
+            // Idle senders go first, then those with the most tokens left
+            // (the least charged). A sender in backoff is never evicted.
+            let before = shard.len();
+            shard.retain(|_, bucket| !bucket.idle(now, s));
+            let want = (self.shard_cap / 8).max(1);
+            if before - shard.len() < want {
+                let mut candidates: Vec<(f64, Address)> = shard
+                    .iter()
+                    .filter(|(_, b)| now >= b.backoff_until)
+                    .map(|(key, b)| (b.tokens, *key))
+                    .collect();
+                let take = (want - (before - shard.len())).min(candidates.len());
+                if take > 0 && take < candidates.len() {
+                    candidates.select_nth_unstable_by(take, |a, b| b.0.total_cmp(&a.0));
                 }
-                None => return Charged::Untracked,
+                for (_, key) in candidates.into_iter().take(take) {
+                    shard.remove(&key);
+                }
+            }
+            self.len.fetch_sub(before - shard.len(), Ordering::Relaxed);
+            if shard.len() >= self.shard_cap {
+                return Charged::Untracked;
             }
         }
         let bucket = shard.entry(sender).or_insert_with(|| {

@@ -23,6 +23,7 @@ use crate::backpressure::{BackpressureSettings, Charged, SenderBuckets};
 use crate::denied::{AssertionRef, Ban, DeniedSet, Inserted};
 use crate::fingerprint::Fingerprint;
 use crate::recover::{SignatureError, recover_sender};
+use crate::snapshot::BanRecord;
 use crate::ttl::{Millis, TtlMap};
 use crate::tx::{DecodeError, Tx, check_chain_id, decode_hex, decode_with_hash, tx_hash};
 
@@ -625,6 +626,69 @@ impl Screen {
             cooldowns: self.assertions.cooldowns(),
             assertions: self.assertions.len(),
         }
+    }
+
+    /// Every ban still in force or suspect, with its remaining times and
+    /// current assertions: what a snapshot keeps.
+    pub fn export_bans(&self, now: Millis) -> Vec<BanRecord> {
+        let mut out = Vec::with_capacity(self.denied.len());
+        self.denied.for_each(|fingerprint, ban| {
+            if self.ban_state(ban, now) == BanState::Dead {
+                return;
+            }
+            let assertions = ban
+                .assertions
+                .iter()
+                .filter(|a| a.is_some())
+                .filter_map(|a| self.assertions.describe(*a))
+                .collect();
+            out.push(BanRecord {
+                fingerprint: *fingerprint,
+                expires_in: ban.expires.saturating_sub(now),
+                suspect_for: ban.suspect_until.saturating_sub(now),
+                assertions,
+            });
+        });
+        out
+    }
+
+    /// Restores bans from a snapshot; returns how many were restored. A
+    /// ban whose every assertion is now of an older version is dropped.
+    pub fn import_bans(&self, records: &[BanRecord], now: Millis) -> usize {
+        let mut restored = 0;
+        for r in records {
+            let refs: Vec<AssertionRef> = r
+                .assertions
+                .iter()
+                .filter_map(
+                    |(id, version)| match self.assertions.observe(*id, *version) {
+                        Observed::Current(a) | Observed::Bumped(a) => Some(a),
+                        Observed::Untracked => Some(AssertionRef::NONE),
+                        Observed::Stale => None,
+                    },
+                )
+                .collect();
+            if refs.is_empty() && !r.assertions.is_empty() {
+                continue;
+            }
+            let (expires, suspect_until) = (now + r.expires_in, now + r.suspect_for);
+            // Oldest first: the set keeps the most recent in front.
+            for aref in refs.iter().rev() {
+                self.denied
+                    .insert(r.fingerprint, *aref, expires, suspect_until, now);
+            }
+            if refs.is_empty() {
+                self.denied.insert(
+                    r.fingerprint,
+                    AssertionRef::NONE,
+                    expires,
+                    suspect_until,
+                    now,
+                );
+            }
+            restored += 1;
+        }
+        restored
     }
 
     /// The denied set (snapshots, benches).

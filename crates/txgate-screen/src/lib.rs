@@ -16,6 +16,7 @@
 //! - [`assertion`]: assertion versions and cooldowns with a trickle.
 //! - [`engine`]: [`Screen`], the state and the stages in order, and
 //!   [`Screen::apply`] for batches of invalidations.
+//! - [`snapshot`]: the ban snapshot format (a restart forgets no ban).
 //! - [`keyed`]: the seeded hasher of every map.
 
 pub mod assertion;
@@ -25,6 +26,7 @@ pub mod engine;
 pub mod fingerprint;
 pub mod keyed;
 pub mod recover;
+pub mod snapshot;
 pub mod ttl;
 pub mod tx;
 

@@ -315,3 +315,30 @@ fn sender_cache_skips_recovery_and_contract_creation_bypasses_fingerprints() {
     s.stage_recover(&mut late).unwrap();
     assert!(!late.sender_cached);
 }
+
+#[test]
+fn bans_survive_a_snapshot_round_trip_with_remaining_times() {
+    let s = screen(ScreenSettings::default());
+    let raw = raw_tx(&key(1), 0, &attack_input(), 1);
+    s.apply(&[invalidation_of(&raw, 1)], 1_000);
+    let bytes = txgate_screen::snapshot::encode(&s.export_bans(31_000));
+    let records = txgate_screen::snapshot::decode(&bytes).unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].expires_in, 128_000 - 30_000);
+    assert_eq!(records[0].assertions, vec![(ASSERTION, 1)]);
+
+    // A new process: its clock starts anew.
+    let restarted = screen(ScreenSettings::default());
+    assert_eq!(restarted.import_bans(&records, 5), 1);
+    let other = raw_tx(&key(2), 0, &attack_input(), 1);
+    match restarted.screen(&other, 10) {
+        Err(Rejection::Denied { assertions, .. }) => assert_eq!(assertions, vec![ASSERTION]),
+        r => panic!("{r:?}"),
+    }
+    // Exactly the remaining time: then suspect.
+    assert_eq!(
+        reason(restarted.screen(&other, 5 + 98_000 - 1)),
+        Some(Reason::DeniedFingerprint)
+    );
+    assert_eq!(reason(restarted.screen(&other, 5 + 98_000)), None);
+}

@@ -41,6 +41,13 @@ struct Cli {
     /// Shutdown grace period in milliseconds [shutdown.grace_period_ms].
     #[arg(long, env = "TXGATE_GRACE_PERIOD_MS", global = true)]
     grace_period_ms: Option<u64>,
+    /// Sidecar gRPC endpoint, http://host:port [sidecar.url].
+    #[arg(long, env = "TXGATE_SIDECAR", global = true)]
+    sidecar: Option<String>,
+    /// Ban snapshot file, written periodically and at shutdown, read at
+    /// start [screen.snapshot_path].
+    #[arg(long, env = "TXGATE_BAN_SNAPSHOT", global = true)]
+    ban_snapshot: Option<String>,
     /// Screen, count and log, but forward everything [screen.monitor_only].
     #[arg(long, env = "TXGATE_MONITOR_ONLY", global = true)]
     monitor_only: bool,
@@ -87,6 +94,12 @@ impl Cli {
         if self.monitor_only {
             config.screen.monitor_only = true;
         }
+        if let Some(v) = &self.sidecar {
+            config.sidecar.url = v.clone();
+        }
+        if let Some(v) = &self.ban_snapshot {
+            config.screen.snapshot_path = v.clone();
+        }
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)
     }
@@ -132,6 +145,14 @@ fn main() -> ExitCode {
             config.rpc.policy, config.rpc.methods
         );
         println!("  screening     {}", screening_mode(&config));
+        println!(
+            "  sidecar       {}",
+            if config.sidecar.url.is_empty() {
+                "none"
+            } else {
+                &config.sidecar.url
+            }
+        );
         return ExitCode::SUCCESS;
     }
     init_logging(&config);
@@ -165,6 +186,7 @@ async fn run(config: Config) -> ExitCode {
     };
     let upstream_url = config.upstream.url.clone();
     let screening = screening_mode(&config);
+    let sidecar_url = config.sidecar.url.clone();
     let proxy = match Proxy::new(config) {
         Ok(proxy) => proxy,
         Err(e) => {
@@ -172,7 +194,7 @@ async fn run(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tracing::info!(rpc = %rpc_addr, admin = %admin_addr, upstream = %upstream_url, workers, screening, "listening");
+    tracing::info!(rpc = %rpc_addr, admin = %admin_addr, upstream = %upstream_url, workers, screening, sidecar = %sidecar_url, "listening");
     match proxy.run(listeners, shutdown_signal()).await {
         Drained::Clean => tracing::info!("drained; exiting"),
         Drained::TimedOut => tracing::warn!("grace period over; closing remaining connections"),

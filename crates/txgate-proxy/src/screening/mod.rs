@@ -3,9 +3,9 @@
 //!
 //! Each stage of [`txgate_screen::Screen`] is one tower layer ([`Check`]),
 //! stacked cheapest first; the first rejection ends the call without
-//! touching the layers below it. The innermost service ([`Admit`]) records
-//! the forward for attribution and answers [`Passed`]; the caller forwards
-//! the call. The state shared by every worker rides in the [`Submission`],
+//! touching the layers below it. The innermost service ([`Probe`]) asks
+//! the sidecar if configured, records the forward for attribution and
+//! answers [`Passed`]; the caller forwards the call. The state shared by every worker rides in the [`Submission`],
 //! so the stack itself is zero-sized.
 //!
 //! ```text
@@ -15,18 +15,19 @@
 //! Check<Recover>       sender: cache by tx hash, else libsecp256k1 → -32602
 //! Check<Backpressure>  sender backed off → 429, -32005
 //! Check<Fingerprint>   denied (bloom, then map), cooldown, shaping → -32003
-//! Admit                pending attribution, forward
+//! Probe                optional ShouldForward to the sidecar (hard deadline),
+//!                      then pending attribution; the caller forwards
 //! ```
 //!
-//! Every stage is synchronous today, so each future is ready at once; a
-//! stage that awaits (the sidecar's ShouldForward probe) slots in as one
-//! more layer without changing the others.
+//! Every stage but the probe is synchronous, so each of their futures is
+//! ready at once; the probe, when enabled, is the one that awaits.
 
 mod check;
+mod probe;
 
 use std::borrow::Cow;
 use std::fmt;
-use std::task::{Context, Poll};
+use std::sync::Arc;
 
 use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde_json::value::RawValue;
@@ -34,6 +35,7 @@ use tower::{Service, ServiceBuilder};
 use txgate_screen::{Admitted, Candidate, Millis, Rejection, Screen};
 
 pub use check::{Check, CheckLayer, ResponseFuture};
+pub use probe::{Probe, ProbeClient, ProbeFuture, admit};
 
 /// The methods that are screened.
 pub const SCREENED_METHODS: [&str; 3] = [
@@ -158,41 +160,18 @@ pub struct Passed {
     pub sender_cached: bool,
 }
 
-/// The innermost service: records the pending forward.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Admit;
-
-impl<'a> Service<Submission<'a>> for Admit {
-    type Response = Passed;
-    type Error = Rejection;
-    type Future = std::future::Ready<Result<Passed, Rejection>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, s: Submission<'a>) -> Self::Future {
-        std::future::ready(match &s.candidate {
-            Some(c) => Ok(Passed {
-                admitted: s.screen.admit(c),
-                sender_cached: c.sender_cached,
-            }),
-            None => Err(Rejection::Invalid(txgate_screen::DecodeError::Empty)),
-        })
-    }
-}
-
 /// The assembled stack.
 pub type Stack = Check<
     Hex,
     Check<
         FastReject,
-        Check<Decode, Check<Recover, Check<Backpressure, Check<Fingerprint, Admit>>>>,
+        Check<Decode, Check<Recover, Check<Backpressure, Check<Fingerprint, Probe>>>>,
     >,
 >;
 
-/// Builds the stack, outermost (cheapest) first.
-pub fn stack() -> Stack {
+/// Builds the stack, outermost (cheapest) first; `probe` asks the sidecar
+/// about fingerprints with no local verdict (`None`: never).
+pub fn stack(probe: Option<Arc<ProbeClient>>) -> Stack {
     ServiceBuilder::new()
         // 0x-hex, and the tx hash straight from the bytes.
         .layer(CheckLayer::<Hex>::new())
@@ -206,7 +185,9 @@ pub fn stack() -> Stack {
         .layer(CheckLayer::<Backpressure>::new())
         // Denied fingerprint, assertion cooldown, suspect shaping.
         .layer(CheckLayer::<Fingerprint>::new())
-        .service(Admit)
+        // Optional: ask the sidecar about a fingerprint it never judged;
+        // then record the forward for attribution.
+        .service(Probe { client: probe })
 }
 
 /// Runs `stack` on one submission. Every stage is synchronous, so the

@@ -66,7 +66,7 @@ impl Harness {
             tokio::time::Instant::now().into_std(),
         ));
         Harness {
-            stack: stack(),
+            stack: stack(None),
             screen,
         }
     }

@@ -1,0 +1,207 @@
+//! The ban snapshot: denied fingerprints with their remaining times and
+//! assertions, as bytes (the proxy writes them to a file and reads them back
+//! at start, so a restart forgets no live ban).
+//!
+//! Format 1, big-endian:
+//!
+//! ```text
+//! "TXGATE-BANS\0"  12 bytes magic
+//! format           u32 (1)
+//! count            u64
+//! count × record:  fingerprint (32) ‖ expires_in_ms u64 ‖ suspect_for_ms u64
+//!                  ‖ n u8 ‖ n × (assertion id (32) ‖ assertion version u64)
+//! keccak256 of everything above (32)
+//! ```
+//!
+//! Times are relative (remaining at the time of writing), so a snapshot
+//! does not depend on clocks agreeing across restarts; the time the process
+//! was down is not counted against the bans (a restart errs towards
+//! keeping a ban a little longer, never shorter).
+
+use alloy_primitives::{B256, keccak256};
+
+use crate::ttl::Millis;
+
+const MAGIC: &[u8; 12] = b"TXGATE-BANS\0";
+const FORMAT: u32 = 1;
+/// Assertions per record at most (the set keeps two).
+const MAX_ASSERTIONS: usize = 2;
+
+/// One denied (or suspect) fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BanRecord {
+    /// The fingerprint.
+    pub fingerprint: B256,
+    /// Remaining ban.
+    pub expires_in: Millis,
+    /// Remaining time until the end of its suspect window.
+    pub suspect_for: Millis,
+    /// Assertion ids and versions it was banned under.
+    pub assertions: Vec<(B256, u64)>,
+}
+
+/// Why a snapshot was not loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotError {
+    /// Not a ban snapshot.
+    BadMagic,
+    /// A format this build does not read.
+    UnsupportedFormat(u32),
+    /// Ends early, or a count larger than the bytes.
+    Truncated,
+    /// The checksum does not match: corrupt.
+    Checksum,
+}
+
+impl std::fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SnapshotError::BadMagic => f.write_str("not a txgate ban snapshot"),
+            SnapshotError::UnsupportedFormat(v) => write!(f, "unsupported snapshot format {v}"),
+            SnapshotError::Truncated => f.write_str("snapshot is truncated"),
+            SnapshotError::Checksum => f.write_str("snapshot checksum mismatch (corrupt)"),
+        }
+    }
+}
+
+impl std::error::Error for SnapshotError {}
+
+/// Encodes records.
+pub fn encode(records: &[BanRecord]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(24 + records.len() * 100 + 32);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&FORMAT.to_be_bytes());
+    out.extend_from_slice(&(records.len() as u64).to_be_bytes());
+    for r in records {
+        out.extend_from_slice(r.fingerprint.as_slice());
+        out.extend_from_slice(&r.expires_in.to_be_bytes());
+        out.extend_from_slice(&r.suspect_for.to_be_bytes());
+        let n = r.assertions.len().min(MAX_ASSERTIONS);
+        out.push(n as u8);
+        for (id, version) in &r.assertions[..n] {
+            out.extend_from_slice(id.as_slice());
+            out.extend_from_slice(&version.to_be_bytes());
+        }
+    }
+    let sum = keccak256(&out);
+    out.extend_from_slice(sum.as_slice());
+    out
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], SnapshotError> {
+        if self.bytes.len() < n {
+            return Err(SnapshotError::Truncated);
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    fn u64(&mut self) -> Result<u64, SnapshotError> {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(self.take(8)?);
+        Ok(u64::from_be_bytes(b))
+    }
+
+    fn b256(&mut self) -> Result<B256, SnapshotError> {
+        Ok(B256::from_slice(self.take(32)?))
+    }
+}
+
+/// Decodes a snapshot; any damage is an error, never a panic.
+pub fn decode(bytes: &[u8]) -> Result<Vec<BanRecord>, SnapshotError> {
+    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+        return Err(SnapshotError::BadMagic);
+    }
+    if bytes.len() < MAGIC.len() + 4 + 8 + 32 {
+        return Err(SnapshotError::Truncated);
+    }
+    let (body, sum) = bytes.split_at(bytes.len() - 32);
+    let mut r = Reader {
+        bytes: &body[MAGIC.len()..],
+    };
+    let mut format = [0u8; 4];
+    format.copy_from_slice(r.take(4)?);
+    let format = u32::from_be_bytes(format);
+    if format != FORMAT {
+        return Err(SnapshotError::UnsupportedFormat(format));
+    }
+    if keccak256(body).as_slice() != sum {
+        // A cut file fails here too; say which when the count tells.
+        return Err(SnapshotError::Checksum);
+    }
+    let count = r.u64()?;
+    // Each record is at least 49 bytes: a count beyond the bytes is damage.
+    if count > (r.bytes.len() / 49) as u64 {
+        return Err(SnapshotError::Truncated);
+    }
+    let mut records = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let fingerprint = r.b256()?;
+        let expires_in = r.u64()?;
+        let suspect_for = r.u64()?;
+        let n = r.take(1)?[0] as usize;
+        if n > MAX_ASSERTIONS {
+            return Err(SnapshotError::Truncated);
+        }
+        let mut assertions = Vec::with_capacity(n);
+        for _ in 0..n {
+            let id = r.b256()?;
+            assertions.push((id, r.u64()?));
+        }
+        records.push(BanRecord {
+            fingerprint,
+            expires_in,
+            suspect_for,
+            assertions,
+        });
+    }
+    if !r.bytes.is_empty() {
+        return Err(SnapshotError::Truncated);
+    }
+    Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<BanRecord> {
+        (0..50u8)
+            .map(|i| BanRecord {
+                fingerprint: B256::repeat_byte(i),
+                expires_in: u64::from(i) * 1000,
+                suspect_for: u64::from(i) * 2000,
+                assertions: (0..(i % 3))
+                    .map(|j| (B256::repeat_byte(j), u64::from(j) + 1))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn round_trip() {
+        let records = sample();
+        assert_eq!(decode(&encode(&records)), Ok(records));
+        assert_eq!(decode(&encode(&[])), Ok(vec![]));
+    }
+
+    #[test]
+    fn every_truncation_and_every_flipped_byte_is_refused() {
+        let bytes = encode(&sample()[..5]);
+        for len in 0..bytes.len() {
+            assert!(decode(&bytes[..len]).is_err(), "cut at {len}");
+        }
+        for i in 0..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[i] ^= 0x40;
+            assert!(decode(&damaged).is_err(), "flip at {i}");
+        }
+        assert_eq!(decode(b"hello"), Err(SnapshotError::BadMagic));
+    }
+}
