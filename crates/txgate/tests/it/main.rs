@@ -8,4 +8,5 @@ mod cli;
 mod faults;
 mod passthrough;
 mod screening;
+mod sidecar_loop;
 mod support;

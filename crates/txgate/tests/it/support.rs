@@ -137,6 +137,7 @@ pub struct Txgate {
     pub rpc_addr: SocketAddr,
     pub admin_url: String,
     logs: mpsc::Receiver<String>,
+    startup: std::sync::Mutex<Vec<String>>,
 }
 
 impl Txgate {
@@ -175,11 +176,13 @@ impl Txgate {
             }
         });
         let deadline = Instant::now() + Duration::from_secs(10);
+        let mut startup = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let line = rx
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("txgate did not report listening"));
+            let line = rx.recv_timeout(left).unwrap_or_else(|_| {
+                panic!("txgate did not report listening: {}", startup.join("\n"))
+            });
+            startup.push(line.clone());
             let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
                 continue;
             };
@@ -192,14 +195,17 @@ impl Txgate {
                     rpc_addr,
                     admin_url: format!("http://{admin}"),
                     logs: rx,
+                    startup: std::sync::Mutex::new(startup),
                 };
             }
         }
     }
 
-    /// Log lines printed so far.
+    /// Log lines printed so far (the startup lines on the first call).
     pub fn drain_logs(&self) -> Vec<String> {
-        self.logs.try_iter().collect()
+        let mut lines = std::mem::take(&mut *self.startup.lock().unwrap());
+        lines.extend(self.logs.try_iter());
+        lines
     }
 
     /// The Prometheus text from `/metrics`.
@@ -258,6 +264,17 @@ pub async fn rpc_json(url: &str, body: &str) -> (StatusCode, serde_json::Value) 
     let value = serde_json::from_slice(&bytes)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes)));
     (status, value)
+}
+
+/// GET that reports transport errors instead of panicking.
+pub async fn try_get(url: &str) -> Result<Answer, String> {
+    let req = Request::get(url)
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| e.to_string())?;
+    let response = client().request(req).await.map_err(|e| e.to_string())?;
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok((parts.status, parts.headers, body))
 }
 
 pub async fn get(url: &str) -> Answer {
@@ -559,4 +576,105 @@ pub fn refused(
     assert_eq!(body["error"]["code"], code, "{body}");
     assert_eq!(body["error"]["data"]["reason"], reason, "{body}");
     body["error"]["data"].clone()
+}
+
+/// The workspace's example-sidecar binary (built by scripts/test.sh, or
+/// `$TXGATE_SIDECAR_BIN`).
+pub fn sidecar_binary() -> PathBuf {
+    let path = std::env::var_os("TXGATE_SIDECAR_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/debug/example-sidecar"));
+    assert!(
+        path.exists(),
+        "{} not found: run `cargo build -p example-sidecar` (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// A running example sidecar.
+pub struct Sidecar {
+    pub proc: Proc,
+    pub grpc_url: String,
+    pub admin_url: String,
+    pub grpc_port: u16,
+}
+
+impl Sidecar {
+    /// Starts the example sidecar on `grpc_port` (0: a free one) watching
+    /// `node`, with the assertions in `config` (TOML text).
+    pub async fn start(node: &str, config: &TempFile, grpc_port: u16) -> Sidecar {
+        let grpc_port = if grpc_port == 0 {
+            free_port()
+        } else {
+            grpc_port
+        };
+        let admin_port = free_port();
+        let child = Command::new(sidecar_binary())
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{grpc_port}"),
+                "--admin-listen",
+                &format!("127.0.0.1:{admin_port}"),
+                "--node",
+                node,
+                "--config",
+                config.arg(),
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn example-sidecar");
+        let sidecar = Sidecar {
+            proc: Proc { child },
+            grpc_url: format!("http://127.0.0.1:{grpc_port}"),
+            admin_url: format!("http://127.0.0.1:{admin_port}"),
+            grpc_port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let health = format!("{}/healthz", sidecar.admin_url);
+            let probe = try_get(&health);
+            if let Ok(Ok((StatusCode::OK, _, _))) =
+                tokio::time::timeout(Duration::from_secs(1), probe).await
+            {
+                return sidecar;
+            }
+            assert!(Instant::now() < deadline, "example-sidecar did not come up");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Injects invalidations (`POST /invalidations`); returns the answer.
+    pub async fn inject(&self, body: serde_json::Value) -> serde_json::Value {
+        let (status, _, bytes) = post(
+            &format!("{}/invalidations", self.admin_url),
+            Some("application/json"),
+            body.to_string(),
+        )
+        .await
+        .expect("inject");
+        let answer: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        answer
+    }
+}
+
+/// Waits up to `limit` for `check` to hold, polling every 20 ms.
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

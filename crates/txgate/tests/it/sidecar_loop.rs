@@ -1,0 +1,488 @@
+//! The whole loop with real processes over loopback: anvil, the example
+//! sidecar (a tonic gRPC server judging mined transactions), and txgate
+//! subscribed to it.
+
+use std::time::{Duration, Instant};
+
+use alloy_primitives::Address;
+use hyper::StatusCode;
+use serde_json::json;
+
+use crate::support::{
+    Anvil, Eoa, KEY0, Sidecar, TempFile, Txgate, accepted, cast, eventually, fund, get, metric,
+    refused, rpc, send_raw,
+};
+
+/// Where anvil's first account deploys its first contract.
+const GUARDED: &str = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
+const TIP: u128 = 1_000_000_000;
+
+fn sidecar_config() -> String {
+    std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/example-sidecar.toml"),
+    )
+    .expect("config/example-sidecar.toml")
+}
+
+fn call(selector: [u8; 4], arg: u64) -> Vec<u8> {
+    let mut input = selector.to_vec();
+    input.extend_from_slice(&[0u8; 24]);
+    input.extend_from_slice(&arg.to_be_bytes());
+    input
+}
+
+fn poke(x: u64) -> Vec<u8> {
+    call([0x32, 0x14, 0x5f, 0x90], x)
+}
+
+fn sweep(x: u64) -> Vec<u8> {
+    call([0xaa, 0x60, 0xe7, 0x33], x)
+}
+
+const DEPOSIT: [u8; 4] = [0xd0, 0xe3, 0x0d, 0xb0];
+
+struct Loop {
+    anvil: Anvil,
+    sidecar: Sidecar,
+    sidecar_config: TempFile,
+    txgate: Txgate,
+    _config: TempFile,
+    contract: Address,
+}
+
+/// anvil, the example sidecar, txgate subscribed to it (`txgate_config`
+/// added), and the Guarded contract deployed through txgate.
+async fn setup(sidecar_extra: &str, txgate_config: &str) -> Loop {
+    let anvil = Anvil::start().await;
+    let sidecar_config = TempFile::new(&format!("{sidecar_extra}\n{}", sidecar_config()));
+    let sidecar = Sidecar::start(&anvil.url, &sidecar_config, 0).await;
+    let reconnect = "[sidecar]\nreconnect_initial_ms = 50\nreconnect_max_ms = 200\n";
+    let config = TempFile::new(&if txgate_config.contains("[sidecar]") {
+        txgate_config.replace("[sidecar]\n", reconnect)
+    } else {
+        format!("{reconnect}{txgate_config}")
+    });
+    let txgate = Txgate::start(
+        &anvil.url,
+        &["--config", config.arg(), "--sidecar", &sidecar.grpc_url],
+    );
+    let bytecode = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contracts/Guarded.bin"),
+    )
+    .expect("contracts/Guarded.bin");
+    let out = cast(&[
+        "send",
+        "--json",
+        "--rpc-url",
+        &txgate.url,
+        "--private-key",
+        KEY0,
+        "--create",
+        bytecode.trim(),
+    ]);
+    let receipt: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let contract: Address = receipt["contractAddress"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(contract, GUARDED.parse::<Address>().unwrap());
+    let up = eventually(Duration::from_secs(10), || async {
+        sidecar_link(&txgate).await == "up"
+    })
+    .await;
+    assert!(up, "txgate never subscribed to the sidecar");
+    Loop {
+        anvil,
+        sidecar,
+        sidecar_config,
+        txgate,
+        _config: config,
+        contract,
+    }
+}
+
+async fn sidecar_link(txgate: &Txgate) -> String {
+    let (_, _, body) = get(&format!("{}/readyz", txgate.admin_url)).await;
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    v["sidecar"].as_str().unwrap_or_default().to_string()
+}
+
+async fn receipt_status(url: &str, hash: &str) -> serde_json::Value {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getTransactionReceipt",
+        "params": [hash]})
+    .to_string();
+    for _ in 0..100 {
+        let (_, v) = crate::support::rpc_json(url, &body).await;
+        if !v["result"]["status"].is_null() {
+            return v["result"]["status"].clone();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    serde_json::Value::Null
+}
+
+/// Whether `raw` is refused by txgate with `reason`.
+async fn refused_with(url: &str, raw: &str, reason: &str) -> bool {
+    let (_, body) = send_raw(url, raw).await;
+    body["error"]["data"]["reason"] == reason
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_story_end_to_end() {
+    let l = setup(
+        "",
+        "[screen.backpressure]\ntokens = 3\nrefill_per_sec = 0.05\n",
+    )
+    .await;
+    let (honest, attacker) = (Eoa::new(1), Eoa::new(2));
+    let fresh: Vec<Eoa> = (1000..1050).map(Eoa::new).collect();
+    let mut all: Vec<Address> = fresh.iter().map(|e| e.address).collect();
+    all.extend([honest.address, attacker.address]);
+    fund(&l.anvil.url, &all).await;
+
+    // An honest call goes through.
+    let hash =
+        accepted(&send_raw(&l.txgate.url, &honest.sign(0, l.contract, &poke(1), 0, TIP)).await);
+    assert_eq!(receipt_status(&l.anvil.url, &hash).await, "0x1");
+
+    // The attacker's call reverts on chain; the sidecar sees it and
+    // invalidates it; txgate then refuses the same raw tx by hash.
+    let attack = attacker.sign(0, l.contract, &poke(13), 0, TIP);
+    let sent = Instant::now();
+    let hash = accepted(&send_raw(&l.txgate.url, &attack).await);
+    assert_eq!(receipt_status(&l.anvil.url, &hash).await, "0x0");
+    let refused_in_time = eventually(Duration::from_secs(5), || {
+        refused_with(&l.txgate.url, &attack, "recent_failure")
+    })
+    .await;
+    assert!(refused_in_time, "the invalidation never reached txgate");
+    let loop_time = sent.elapsed();
+
+    // The same calldata from 50 fresh EOAs: refused by fingerprint.
+    for eoa in &fresh {
+        let raw = eoa.sign(0, l.contract, &poke(13), 0, TIP);
+        let data = refused(
+            &send_raw(&l.txgate.url, &raw).await,
+            200,
+            -32003,
+            "denied_fingerprint",
+        );
+        assert_eq!(
+            data["assertion_ids"][0],
+            "0x00000000000000000000000000000000000000000000000000000000000000a1"
+        );
+    }
+    // At an extreme tip: still refused.
+    let bumped = attacker.sign(1, l.contract, &poke(13), 0, 1_000 * TIP);
+    refused(
+        &send_raw(&l.txgate.url, &bumped).await,
+        200,
+        -32003,
+        "denied_fingerprint",
+    );
+
+    // The attacker moves on to a forbidden selector with fresh arguments;
+    // each sweep is invalidated and charged to it: backed off.
+    for (nonce, salt) in (1..=3u64).zip(1..) {
+        let raw = attacker.sign(nonce, l.contract, &sweep(salt), 0, TIP);
+        accepted(&send_raw(&l.txgate.url, &raw).await);
+    }
+    let next = attacker.sign(4, l.contract, &DEPOSIT, 1, TIP);
+    let backed_off = eventually(Duration::from_secs(5), || async {
+        let answer = rpc(
+            &l.txgate.url,
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_sendRawTransaction", "params": [next]})
+                .to_string(),
+        )
+        .await
+        .unwrap();
+        answer.0 == StatusCode::TOO_MANY_REQUESTS
+    })
+    .await;
+    assert!(backed_off, "the attacker was never backed off");
+
+    // An honest user of the same contract with other calldata: never refused.
+    accepted(&send_raw(&l.txgate.url, &honest.sign(1, l.contract, &poke(2), 0, TIP)).await);
+    accepted(&send_raw(&l.txgate.url, &honest.sign(2, l.contract, &DEPOSIT, 5, TIP)).await);
+
+    let m = l.txgate.metrics().await;
+    let refusals = |reason: &str| {
+        metric(
+            &m,
+            &format!("txgate_screen_decisions_total{{decision=\"refused\",reason=\"{reason}\"}}"),
+        )
+    };
+    assert!(refusals("recent_failure") >= 1.0);
+    assert!(refusals("denied_fingerprint") >= 51.0);
+    assert!(refusals("sender_backoff") >= 1.0);
+    assert_eq!(metric(&m, "txgate_sidecar_up"), 1.0);
+    assert!(metric(&m, "txgate_sidecar_invalidations_received_total") >= 4.0);
+    eprintln!("attack sent → same tx refused: {loop_time:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sidecar_killed_and_restarted_txgate_keeps_serving_and_reconnects() {
+    let mut l = setup("", "").await;
+    let (honest, a, b) = (Eoa::new(1), Eoa::new(3), Eoa::new(4));
+    fund(&l.anvil.url, &[honest.address, a.address, b.address]).await;
+    // Learned before the outage.
+    let banned = a.sign(0, l.contract, &poke(77), 0, TIP);
+    l.sidecar
+        .inject(json!({"raw_tx": banned, "assertion_id": format!("0x{}", "a1".repeat(32)), "assertion_version": 1}))
+        .await;
+    let copy = b.sign(0, l.contract, &poke(77), 0, TIP);
+    assert!(
+        eventually(Duration::from_secs(5), || refused_with(
+            &l.txgate.url,
+            &copy,
+            "denied_fingerprint"
+        ))
+        .await
+    );
+
+    // Sidecar down: txgate reports it, keeps the ban, forwards the rest.
+    l.sidecar.proc.kill();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            sidecar_link(&l.txgate).await == "down"
+        })
+        .await
+    );
+    let (status, _, _) = get(&format!("{}/readyz", l.txgate.admin_url)).await;
+    assert_eq!(status, StatusCode::OK, "fail open: still ready");
+    refused(
+        &send_raw(&l.txgate.url, &copy).await,
+        200,
+        -32003,
+        "denied_fingerprint",
+    );
+    accepted(&send_raw(&l.txgate.url, &honest.sign(0, l.contract, &poke(3), 0, TIP)).await);
+
+    // Back on the same port: txgate reconnects and learns again.
+    let port = l.sidecar.grpc_port;
+    l.sidecar = Sidecar::start(&l.anvil.url, &l.sidecar_config, port).await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            sidecar_link(&l.txgate).await == "up"
+        })
+        .await
+    );
+    let later = honest.sign(1, l.contract, &poke(88), 0, TIP);
+    l.sidecar
+        .inject(json!({"raw_tx": later, "assertion_id": format!("0x{}", "a1".repeat(32)), "assertion_version": 1}))
+        .await;
+    assert!(
+        eventually(Duration::from_secs(5), || refused_with(
+            &l.txgate.url,
+            &later,
+            "recent_failure"
+        ))
+        .await
+    );
+    let m = l.txgate.metrics().await;
+    assert!(metric(&m, "txgate_sidecar_reconnects_total") >= 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_storm_of_100k_invalidations_while_honest_calls_keep_succeeding() {
+    let l = setup("", "").await;
+    let honest = Eoa::new(1);
+    fund(&l.anvil.url, &[honest.address]).await;
+    let url = l.txgate.url.clone();
+    let contract = l.contract;
+    let honest_traffic = tokio::spawn(async move {
+        let (mut ok, mut failed, mut nonce) = (0, 0, 0u64);
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(4) {
+            // (never 13: that one reverts, and the sidecar would judge it)
+            let raw = honest.sign(nonce, contract, &poke(100 + nonce), 0, TIP);
+            let (status, body) = send_raw(&url, &raw).await;
+            if status == StatusCode::OK && body["result"].is_string() {
+                ok += 1;
+                nonce += 1;
+            } else {
+                failed += 1;
+            }
+            let (status, _, _) = rpc(
+                &url,
+                r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#,
+            )
+            .await
+            .unwrap();
+            if status == StatusCode::OK {
+                ok += 1
+            } else {
+                failed += 1
+            }
+        }
+        (ok, failed)
+    });
+    let answer = l
+        .sidecar
+        .inject(json!({"synthetic": 100_000, "assertion_id": format!("0x{}", "b7".repeat(32)), "assertion_version": 1}))
+        .await;
+    assert_eq!(answer["accepted"], 100_000);
+    let all_applied = eventually(Duration::from_secs(30), || async {
+        let m = l.txgate.metrics().await;
+        metric(&m, "txgate_invalidations_total{result=\"banned\"}") >= 100_000.0
+    })
+    .await;
+    let (ok, failed) = honest_traffic.await.unwrap();
+    assert!(all_applied, "not every invalidation was applied");
+    assert_eq!(failed, 0, "honest calls failed during the storm");
+    assert!(ok > 10, "too few honest calls: {ok}");
+    let m = l.txgate.metrics().await;
+    assert_eq!(
+        metric(&m, "txgate_sidecar_invalidations_received_total"),
+        100_000.0
+    );
+    assert_eq!(
+        metric(&m, "txgate_sidecar_invalidations_malformed_total"),
+        0.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_assertion_version_bump_lifts_the_old_bans() {
+    let l = setup("", "").await;
+    let (a, b, c) = (Eoa::new(5), Eoa::new(6), Eoa::new(7));
+    fund(&l.anvil.url, &[a.address, b.address, c.address]).await;
+    let id = format!("0x{}", "c3".repeat(32));
+    let v1 = a.sign(0, l.contract, &poke(41), 0, TIP);
+    l.sidecar
+        .inject(json!({"raw_tx": v1, "assertion_id": id, "assertion_version": 1}))
+        .await;
+    let copy = b.sign(0, l.contract, &poke(41), 0, TIP);
+    assert!(
+        eventually(Duration::from_secs(5), || refused_with(
+            &l.txgate.url,
+            &copy,
+            "denied_fingerprint"
+        ))
+        .await
+    );
+    // Version 2 of the same assertion (another transaction): v1 bans lift.
+    let v2 = c.sign(0, l.contract, &poke(42), 0, TIP);
+    l.sidecar
+        .inject(json!({"raw_tx": v2, "assertion_id": id, "assertion_version": 2}))
+        .await;
+    let lifted = eventually(Duration::from_secs(5), || async {
+        let (_, body) = send_raw(&l.txgate.url, &copy).await;
+        body["result"].is_string()
+    })
+    .await;
+    assert!(lifted, "the v1 ban still holds");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_keeps_the_bans_and_a_corrupt_snapshot_is_skipped() {
+    let dir = std::env::temp_dir().join(format!("txgate-snap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bans.bin");
+    let path_str = path.to_str().unwrap().to_string();
+    let mut l = setup("", &format!("[screen]\nsnapshot_path = \"{path_str}\"\n")).await;
+    let (a, b) = (Eoa::new(8), Eoa::new(9));
+    fund(&l.anvil.url, &[a.address, b.address]).await;
+    let banned = a.sign(0, l.contract, &poke(55), 0, TIP);
+    l.sidecar
+        .inject(json!({"raw_tx": banned, "assertion_id": format!("0x{}", "d4".repeat(32)), "assertion_version": 1}))
+        .await;
+    let copy = b.sign(0, l.contract, &poke(55), 0, TIP);
+    assert!(
+        eventually(Duration::from_secs(5), || refused_with(
+            &l.txgate.url,
+            &copy,
+            "denied_fingerprint"
+        ))
+        .await
+    );
+
+    // SIGTERM: drains and writes the snapshot.
+    l.txgate.proc.signal(libc::SIGTERM);
+    assert!(
+        l.txgate
+            .proc
+            .wait_timeout(Duration::from_secs(10))
+            .is_some()
+    );
+    assert!(path.exists());
+    // A new txgate without any sidecar still refuses it.
+    let again = Txgate::start(&l.anvil.url, &["--ban-snapshot", &path_str]);
+    let data = refused(
+        &send_raw(&again.url, &copy).await,
+        200,
+        -32003,
+        "denied_fingerprint",
+    );
+    assert_eq!(data["assertion_ids"][0], format!("0x{}", "d4".repeat(32)));
+
+    // A corrupt snapshot is reported and skipped; txgate serves.
+    let corrupt = dir.join("corrupt.bin");
+    std::fs::write(&corrupt, b"TXGATE-BANS\0garbage").unwrap();
+    let fresh = Txgate::start(&l.anvil.url, &["--ban-snapshot", corrupt.to_str().unwrap()]);
+    let (status, _) = crate::support::rpc_json(
+        &fresh.url,
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let logs = fresh.drain_logs().join("\n");
+    assert!(logs.contains("ban snapshot unusable"), "{logs}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn should_forward_times_out_open_and_denies_what_the_sidecar_simulates_as_reverting() {
+    // A slow sidecar: the probe's deadline passes, txgate forwards.
+    let slow = setup(
+        "should_forward_delay_ms = 500",
+        "[sidecar]\nshould_forward = true\nshould_forward_timeout_ms = 30\n",
+    )
+    .await;
+    let honest = Eoa::new(1);
+    fund(&slow.anvil.url, &[honest.address]).await;
+    let started = Instant::now();
+    accepted(
+        &send_raw(
+            &slow.txgate.url,
+            &honest.sign(0, slow.contract, &poke(5), 0, TIP),
+        )
+        .await,
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(400),
+        "{:?}",
+        started.elapsed()
+    );
+    let m = slow.txgate.metrics().await;
+    assert!(metric(&m, "txgate_should_forward_total{result=\"timeout\"}") >= 1.0);
+    drop(slow);
+
+    // A prompt sidecar simulates a reverting call and says no: refused
+    // before it ever reaches the chain.
+    let l = setup(
+        "",
+        "[sidecar]\nshould_forward = true\nshould_forward_timeout_ms = 2000\n",
+    )
+    .await;
+    let attacker = Eoa::new(2);
+    fund(&l.anvil.url, &[attacker.address]).await;
+    let attack = attacker.sign(0, l.contract, &poke(13), 0, TIP);
+    refused(
+        &send_raw(&l.txgate.url, &attack).await,
+        200,
+        -32003,
+        "denied_fingerprint",
+    );
+    let (_, count) = crate::support::rpc_json(
+        &l.anvil.url,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getTransactionCount",
+            "params": [format!("{}", attacker.address), "latest"]})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(count["result"], "0x0");
+    let m = l.txgate.metrics().await;
+    assert!(metric(&m, "txgate_should_forward_total{result=\"deny\"}") >= 1.0);
+}
