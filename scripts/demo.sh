@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# The main job: txgate in front of a local anvil, with real traffic through
-# it. Installs what it needs, starts everything on free loopback ports,
-# prints each step, and stops what it started.
+# The main job: the whole screening loop on local components. Installs what
+# it needs, starts anvil, the example sidecar and txgate on free loopback
+# ports, deploys a protected contract (contracts/Guarded.sol), plays an
+# attack and prints what happened at each step, then stops what it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/install-foundry.sh >/dev/null
-echo "==> building txgate (release)"
-cargo build --release --locked -q -p txgate
+echo "==> building txgate and the example sidecar (release)"
+cargo build --release --locked -q -p txgate -p example-sidecar
 
 ANVIL=.tools/bin/anvil
 CAST=.tools/bin/cast
 TXGATE=target/release/txgate
+SIDECAR=target/release/example-sidecar
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -22,66 +24,123 @@ cleanup() {
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_rpc() {
-  for _ in $(seq 1 100); do
-    curl -sf -H 'content-type: application/json' -d '{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}' "$1" >/dev/null && return 0
-    sleep 0.1
+wait_http() {
+  for _ in $(seq 1 200); do
+    curl -sf -o /dev/null "$@" && return 0
+    sleep 0.05
   done
-  echo "$1 did not come up" >&2; exit 1
+  echo "$* did not come up" >&2; exit 1
 }
-rpc() { curl -s -w '  [HTTP %{http_code}]\n' -H 'content-type: application/json' -d "$2" "$1"; }
+rpc() { curl -s -H 'content-type: application/json' -d "$2" "$1"; }
+send() { curl -s -w ' [HTTP %{http_code}]' -H 'content-type: application/json' \
+  -d "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eth_sendRawTransaction\",\"params\":[\"$2\"]}" "$1"; }
+metric() { curl -s "$ADMIN/metrics" | awk -v s="$1" 'index($0, s" ") == 1 { print $2 }'; }
 
 anvil_port=$(free_port); tx_port=$(free_port); admin_port=$(free_port)
+grpc_port=$(free_port); sidecar_admin_port=$(free_port)
 NODE=http://127.0.0.1:$anvil_port
 PROXY=http://127.0.0.1:$tx_port
 ADMIN=http://127.0.0.1:$admin_port
 
-echo "==> starting anvil on $NODE"
+echo "==> anvil on $NODE"
 $ANVIL --host 127.0.0.1 --port "$anvil_port" --silent & pids+=($!)
-wait_rpc "$NODE"
+wait_http -H 'content-type: application/json' -d '{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}' "$NODE"
 
-echo "==> starting txgate on $PROXY (admin $ADMIN) in front of anvil"
-$TXGATE --listen "127.0.0.1:$tx_port" --admin-listen "127.0.0.1:$admin_port" --upstream "$NODE" \
-  --log-level warn & pids+=($!)
-wait_rpc "$PROXY"
+echo "==> example sidecar: gRPC 127.0.0.1:$grpc_port, assertions from config/example-sidecar.toml"
+RUST_LOG=warn $SIDECAR --listen "127.0.0.1:$grpc_port" --admin-listen "127.0.0.1:$sidecar_admin_port" \
+  --node "$NODE" --config config/example-sidecar.toml & pids+=($!)
+wait_http "http://127.0.0.1:$sidecar_admin_port/healthz"
 
-KEY0=0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80
-TO=0x70997970C51812dc3A010C7d01b50e0d17dc79C8
+cat > "$work/txgate.toml" <<TOML
+[screen.backpressure]
+# Small for the demo: three invalidations back a sender off.
+tokens = 3
+refill_per_sec = 0.05
+TOML
+echo "==> txgate on $PROXY (admin $ADMIN), subscribed to the sidecar"
+$TXGATE --config "$work/txgate.toml" --listen "127.0.0.1:$tx_port" --admin-listen "127.0.0.1:$admin_port" \
+  --upstream "$NODE" --sidecar "http://127.0.0.1:$grpc_port" --log-level warn & pids+=($!)
+wait_http "$ADMIN/healthz"
+for _ in $(seq 1 100); do curl -s "$ADMIN/readyz" | grep -q '"sidecar":"up"' && break; sleep 0.05; done
+echo "    /readyz: $(curl -s "$ADMIN/readyz")"
 
-echo
-echo "==> 1. a signed transfer of 1 ETH sent through txgate with cast (eth_sendRawTransaction)"
-echo "    balance before: $($CAST balance $TO --rpc-url "$PROXY" --ether) ETH"
-$CAST send --rpc-url "$PROXY" --private-key $KEY0 $TO --value 1ether --json \
-  | python3 -c 'import json,sys; r=json.load(sys.stdin); print("    tx", r["transactionHash"], "status", r["status"], "block", int(r["blockNumber"],16))'
-echo "    balance after:  $($CAST balance $TO --rpc-url "$PROXY" --ether) ETH"
-
-echo
-echo "==> 2. a batch with mixed ids comes back in order, with the caller's ids"
-rpc "$PROXY" '[{"jsonrpc":"2.0","id":"a","method":"eth_chainId"},{"jsonrpc":"2.0","id":7,"method":"eth_blockNumber"},{"jsonrpc":"2.0","id":null,"method":"net_version"}]'
-
-echo
-echo "==> 3. refusals: a denied method, invalid JSON, a wrong content type"
-rpc "$PROXY" '{"jsonrpc":"2.0","id":1,"method":"admin_nodeInfo","params":[]}'
-rpc "$PROXY" '{"jsonrpc":"2.0","id":1,'
-curl -s -w '  [HTTP %{http_code}]\n' -H 'content-type: text/plain' -d '{}' "$PROXY"
+DEPLOYER=0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80
+HONEST=0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d
+ATTACKER=0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a
 
 echo
-echo "==> 4. screening of raw transactions: malformed ones never reach the node"
-echo "    bad hex:"
-rpc "$PROXY" '{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0xzz"]}'
-echo "    bad RLP:"
-rpc "$PROXY" '{"jsonrpc":"2.0","id":2,"method":"eth_sendRawTransaction","params":["0x02c0"]}'
-echo "    a signed transfer with one byte too many:"
-raw=$($CAST mktx --rpc-url "$PROXY" --private-key $KEY0 $TO --value 1gwei)
-rpc "$PROXY" "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"eth_sendRawTransaction\",\"params\":[\"${raw}00\"]}"
-echo "    the same transfer as signed: screened (sender recovered, fingerprint checked) and forwarded:"
-rpc "$PROXY" "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"eth_sendRawTransaction\",\"params\":[\"${raw}\"]}"
+echo "==> 0. deploy the protected contract (contracts/Guarded.sol) through txgate"
+GUARDED=$($CAST send --rpc-url "$PROXY" --private-key $DEPLOYER --create "$(cat contracts/Guarded.bin)" --json \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["contractAddress"])')
+echo "    Guarded at $GUARDED (a contract creation: screened, no fingerprint)"
+
+mktx() { $CAST mktx --rpc-url "$NODE" --private-key "$1" "$GUARDED" "${@:2}"; }
+status_of() { rpc "$NODE" "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eth_getTransactionReceipt\",\"params\":[\"$1\"]}" \
+  | python3 -c 'import json,sys; r=json.load(sys.stdin)["result"]; print(r["status"] if r else "pending")'; }
+hash_of() { python3 -c 'import json,sys; print(json.loads(sys.argv[1].rsplit(" [HTTP",1)[0]).get("result",""))' "$1"; }
 
 echo
-echo "==> 5. readiness and the counters from $ADMIN/metrics"
-curl -s "$ADMIN/readyz"
-curl -s "$ADMIN/metrics" | grep -E '^txgate_(rpc_calls_total|http_responses_total|upstream_up|screen_decisions_total|screen_sender_cache_total)' | grep -v ' 0$'
+echo "==> 1. an honest call goes through: poke(1)"
+out=$(send "$PROXY" "$(mktx $HONEST 'poke(uint256)' 1)"); echo "    $out"
+echo "    receipt status: $(status_of "$(hash_of "$out")")"
 
 echo
-echo "==> stopping txgate with SIGTERM (drains, exits 0)"
-kill -TERM "${pids[1]}"; wait "${pids[1]}"; echo "    txgate exited with $?"
+echo "==> 2. the attacker's call reverts on chain: poke(13); the sidecar sees it and invalidates it"
+attack=$(mktx $ATTACKER 'poke(uint256)' 13 --gas-limit 100000)
+start=$(date +%s%N)
+out=$(send "$PROXY" "$attack"); echo "    $out"
+echo "    receipt status: $(status_of "$(hash_of "$out")") (reverted)"
+for _ in $(seq 1 200); do [ "$(metric 'txgate_invalidations_total{result="banned"}')" != "0" ] && break; sleep 0.01; done
+echo "    txgate applied the invalidation $(( ($(date +%s%N) - start) / 1000000 )) ms after the attack was sent"
+
+echo
+echo "==> 3. the same raw transaction again: refused by hash, before any ECDSA"
+echo "    $(send "$PROXY" "$attack")"
+
+echo
+echo "==> 4. the same calldata from 50 fresh EOAs (funded, fresh nonces): refused by fingerprint"
+keys=(); addrs=()
+for i in $(seq 1 50); do k=$(printf '0x%064x' $((i + 7000))); keys+=("$k"); addrs+=("$($CAST wallet address --private-key "$k")"); done
+python3 - "$NODE" "${addrs[@]}" <<'PY'
+import json, sys, urllib.request
+node, addrs = sys.argv[1], sys.argv[2:]
+calls = [{"jsonrpc": "2.0", "id": i, "method": "anvil_setBalance", "params": [a, "0x56bc75e2d63100000"]} for i, a in enumerate(addrs)]
+urllib.request.urlopen(urllib.request.Request(node, json.dumps(calls).encode(), {"content-type": "application/json"})).read()
+PY
+refused=0; first=""
+for k in "${keys[@]}"; do
+  out=$(send "$PROXY" "$(mktx "$k" 'poke(uint256)' 13 --gas-limit 100000)")
+  case "$out" in *denied_fingerprint*) refused=$((refused + 1)); [ -z "$first" ] && first=$out;; esac
+done
+echo "    refused $refused of 50; the first answer:"
+echo "    $first"
+
+echo
+echo "==> 5. at an extreme tip, with the attacker's next nonce: refused all the same"
+echo "    $(send "$PROXY" "$(mktx $ATTACKER 'poke(uint256)' 13 --gas-limit 100000 --priority-gas-price 500gwei --gas-price 600gwei)")"
+
+echo
+echo "==> 6. the attacker switches to sweep(), a forbidden selector, three times: each is invalidated"
+echo "    and charged to the attacker, whose bucket (3 tokens in this demo) runs dry: backed off"
+for salt in 1 2 3; do
+  out=$(send "$PROXY" "$(mktx $ATTACKER 'sweep(uint256)' $salt)"); echo "    sweep($salt): $out"
+done
+for _ in $(seq 1 200); do [ "$(metric 'txgate_invalidations_total{result="sender_backoff"}')" != "0" ] && break; sleep 0.01; done
+echo "    the attacker's next call, even an innocent deposit():"
+curl -s -D - -o "$work/body" -H 'content-type: application/json' \
+  -d "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eth_sendRawTransaction\",\"params\":[\"$(mktx $ATTACKER 'deposit()' --value 1wei)\"]}" \
+  "$PROXY" | grep -iE '^(HTTP|retry-after)' | sed 's/^/    /'
+echo "    $(cat "$work/body")"
+
+echo
+echo "==> 7. an honest user of the same contract is never refused"
+out=$(send "$PROXY" "$(mktx $HONEST 'poke(uint256)' 2)"); echo "    poke(2):  $out"
+out=$(send "$PROXY" "$(mktx $HONEST 'deposit()' --value 1gwei)"); echo "    deposit(): $out"
+
+echo
+echo "==> 8. the counters from $ADMIN/metrics"
+curl -s "$ADMIN/metrics" | grep -E '^txgate_(screen_decisions_total|invalidations_total|sidecar_(up|invalidations_received_total|reconnects_total)|screen_entries)' | grep -v ' 0$' | sed 's/^/    /'
+
+echo
+echo "==> stopping txgate with SIGTERM (drains, exits 0), then the sidecar and anvil"
+kill -TERM "${pids[2]}"; wait "${pids[2]}"; echo "    txgate exited with $?"

@@ -58,7 +58,9 @@ impl Bucket {
     fn idle(&self, now: Millis, settings: &BackpressureSettings) -> bool {
         let mut probe = *self;
         probe.refill(now, settings);
-        probe.level == 0 && now >= probe.backoff_until
+        // Only a full bucket carries no information: a partly charged one
+        // must survive the sweep, or a slow attacker would never run dry.
+        probe.tokens >= settings.capacity && probe.level == 0 && now >= probe.backoff_until
     }
 }
 
@@ -245,6 +247,17 @@ mod tests {
             assert_eq!(b.charge(S, 10_000), Charged::Taken);
         }
         assert_eq!(b.charge(S, 10_000), Charged::BackedOff(1000));
+    }
+
+    #[test]
+    fn a_partly_charged_sender_survives_the_sweep() {
+        let b = SenderBuckets::new(settings());
+        assert_eq!(b.charge(S, 0), Charged::Taken);
+        b.sweep(100);
+        assert_eq!(b.len(), 1);
+        assert_eq!(b.charge(S, 200), Charged::Taken);
+        b.sweep(300);
+        assert_eq!(b.charge(S, 400), Charged::BackedOff(1000));
     }
 
     #[test]
