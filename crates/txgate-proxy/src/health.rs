@@ -100,16 +100,15 @@ impl Readiness {
             .sidecar
             .up
             .set(i64::from(link == SidecarLink::Up));
-        if was != value {
-            match link {
-                SidecarLink::Up => tracing::info!("sidecar stream open"),
-                SidecarLink::Down => {
-                    tracing::warn!(
-                        "sidecar unreachable: forwarding (fail open), keeping learned bans"
-                    )
-                }
-                SidecarLink::Disabled => {}
+        match (was, link) {
+            (2, SidecarLink::Up) | (1, SidecarLink::Down) | (0, SidecarLink::Disabled) => {}
+            (_, SidecarLink::Up) => tracing::info!("sidecar stream open"),
+            // Lost after being up: the operator wants to know.
+            (2, SidecarLink::Down) => {
+                tracing::warn!("sidecar unreachable: forwarding (fail open), keeping learned bans")
             }
+            (_, SidecarLink::Down) => tracing::info!("connecting to the sidecar"),
+            (_, SidecarLink::Disabled) => {}
         }
     }
 
