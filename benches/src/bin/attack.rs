@@ -1,0 +1,485 @@
+//! The attack benchmark: real anvil, the example sidecar and txgate on
+//! loopback, an honest client at a steady rate, and 1000 attacker EOAs as
+//! fast as the machine allows. Bounded in time; stops what it starts.
+//!
+//! Phases, in one run:
+//! 1. **baseline**: the honest client alone, `--rate` distinct valid
+//!    transactions per second for `--seconds`;
+//! 2. **attack**: the same honest load, plus `--attackers` EOAs sending
+//!    banned calldata (replays of a reverting call, fresh EOAs, high tips)
+//!    and fresh-but-invalidating calls (a forbidden selector with new
+//!    arguments, so a new fingerprint each time), over `--connections`;
+//! 3. **propagation**: an invalidation injected at the sidecar while a
+//!    prober sends the same calldata from another EOA every millisecond:
+//!    the time from injection to the first refusal, `--probes` times.
+//!
+//! Honest latency is the `eth_sendRawTransaction` round trip through
+//! txgate, sent open-loop (a request every 1/rate s, whatever the previous
+//! did). Anvil mines a block per second (`--block-time 1`), so a submission
+//! returns once the node has pooled it, as on a sequencer.
+//!
+//! `cargo build --release -p txgate -p example-sidecar -p txgate-benches &&
+//!  target/release/attack` (or `benches/load/attack.sh`).
+
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
+use alloy_eips::eip2718::Encodable2718;
+use alloy_primitives::{Address, Bytes as TxBytes, Signature, TxKind, U256};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use secp256k1::{Message, SECP256K1, SecretKey};
+use serde_json::{Value, json};
+
+const GUARDED: &str = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
+const DEPLOYER: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+
+struct Args {
+    seconds: u64,
+    rate: u64,
+    attackers: u64,
+    connections: usize,
+    probes: usize,
+    json: Option<PathBuf>,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        seconds: 8,
+        rate: 200,
+        attackers: 1000,
+        connections: 32,
+        probes: 20,
+        json: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().expect("flag value");
+        match flag.as_str() {
+            "--seconds" => a.seconds = value().parse().expect("seconds"),
+            "--rate" => a.rate = value().parse().expect("rate"),
+            "--attackers" => a.attackers = value().parse().expect("attackers"),
+            "--connections" => a.connections = value().parse().expect("connections"),
+            "--probes" => a.probes = value().parse().expect("probes"),
+            "--json" => a.json = Some(value().into()),
+            "--bench" => {}
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    a
+}
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn spawn(program: &Path, args: &[&str]) -> Proc {
+    Proc(
+        Command::new(program)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", program.display())),
+    )
+}
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+async fn post(client: &HttpClient, url: &str, body: String) -> Result<(u16, Value), String> {
+    let req = hyper::Request::post(url)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| e.to_string())?;
+    let response = client.request(req).await.map_err(|e| e.to_string())?;
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+}
+
+async fn wait_up(client: &HttpClient, url: &str) {
+    for _ in 0..400 {
+        if post(client, url, json!({"jsonrpc":"2.0","id":1,"method":"eth_chainId"}).to_string())
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{url} did not come up");
+}
+
+struct Eoa {
+    key: SecretKey,
+    address: Address,
+}
+
+impl Eoa {
+    fn new(seed: u64) -> Eoa {
+        let mut bytes = [0x77u8; 32];
+        bytes[24..].copy_from_slice(&seed.to_be_bytes());
+        let key = SecretKey::from_byte_array(bytes).unwrap();
+        let public = key.public_key(SECP256K1).serialize_uncompressed();
+        Eoa {
+            key,
+            address: Address::from_raw_public_key(&public[1..]),
+        }
+    }
+
+    fn sign(&self, nonce: u64, input: &[u8], tip: u128) -> String {
+        let tx = TxEip1559 {
+            chain_id: 31337,
+            nonce,
+            gas_limit: 100_000,
+            max_fee_per_gas: 50_000_000_000 + tip,
+            max_priority_fee_per_gas: tip,
+            to: TxKind::Call(GUARDED.parse().unwrap()),
+            value: U256::ZERO,
+            access_list: Default::default(),
+            input: TxBytes::copy_from_slice(input),
+        };
+        let (id, compact) = SECP256K1
+            .sign_ecdsa_recoverable(Message::from_digest(tx.signature_hash().0), &self.key)
+            .serialize_compact();
+        let sig = Signature::new(
+            U256::from_be_slice(&compact[..32]),
+            U256::from_be_slice(&compact[32..]),
+            i32::from(id) == 1,
+        );
+        let envelope: TxEnvelope = tx.into_signed(sig).into();
+        format!("0x{}", alloy_primitives::hex::encode(envelope.encoded_2718()))
+    }
+}
+
+fn call(selector: [u8; 4], arg: u64) -> Vec<u8> {
+    let mut input = selector.to_vec();
+    input.extend_from_slice(&[0u8; 24]);
+    input.extend_from_slice(&arg.to_be_bytes());
+    input
+}
+const POKE: [u8; 4] = [0x32, 0x14, 0x5f, 0x90];
+const SWEEP: [u8; 4] = [0xaa, 0x60, 0xe7, 0x33];
+
+fn send_body(raw: &str) -> String {
+    json!({"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":[raw]}).to_string()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// The honest client: `rate`/s distinct valid transactions for `seconds`,
+/// open loop. Returns (latencies in ms of successes, failures).
+async fn honest(
+    client: HttpClient,
+    url: String,
+    eoas: Arc<Vec<Eoa>>,
+    first_nonce: u64,
+    rate: u64,
+    seconds: u64,
+) -> (Vec<f64>, u64) {
+    let total = rate * seconds;
+    // Signed ahead: the client's own signing is not what is measured.
+    let raws: Vec<String> = (0..total)
+        .map(|i| {
+            let eoa = &eoas[(i % eoas.len() as u64) as usize];
+            let nonce = first_nonce + i / eoas.len() as u64;
+            eoa.sign(nonce, &call(POKE, 1_000_000 + first_nonce * 100_000 + i), 1_000_000_000)
+        })
+        .collect();
+    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / rate));
+    let mut tasks = Vec::with_capacity(raws.len());
+    for raw in raws {
+        tick.tick().await;
+        let (client, url) = (client.clone(), url.clone());
+        tasks.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let answer = post(&client, &url, send_body(&raw)).await;
+            let ms = started.elapsed().as_secs_f64() * 1000.0;
+            match answer {
+                Ok((200, v)) if v["result"].is_string() => Ok(ms),
+                other => Err(format!("{other:?}")),
+            }
+        }));
+    }
+    let mut latencies = Vec::new();
+    let mut failed = 0;
+    let mut first_error = None;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(ms) => latencies.push(ms),
+            Err(e) => {
+                failed += 1;
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        eprintln!("first honest failure: {e}");
+    }
+    latencies.sort_by(f64::total_cmp);
+    (latencies, failed)
+}
+
+#[tokio::main]
+async fn main() {
+    let a = args();
+    let tools = root().join(".tools/bin");
+    let release = root().join("target/release");
+    let client: HttpClient = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(1024)
+        .build_http();
+
+    let (anvil_port, grpc_port, sidecar_admin, rpc_port, admin_port) =
+        (free_port(), free_port(), free_port(), free_port(), free_port());
+    let node = format!("http://127.0.0.1:{anvil_port}");
+    let _anvil = spawn(
+        &tools.join("anvil"),
+        &["--host", "127.0.0.1", "--port", &anvil_port.to_string(), "--silent",
+          "--block-time", "1", "--gas-limit", "3000000000", "--order", "fifo"],
+    );
+    wait_up(&client, &node).await;
+    let _sidecar = spawn(
+        &release.join("example-sidecar"),
+        &["--listen", &format!("127.0.0.1:{grpc_port}"),
+          "--admin-listen", &format!("127.0.0.1:{sidecar_admin}"),
+          "--node", &node,
+          "--config", root().join("config/example-sidecar.toml").to_str().unwrap()],
+    );
+    let txgate_url = format!("http://127.0.0.1:{rpc_port}");
+    let metrics_url = format!("http://127.0.0.1:{admin_port}/metrics");
+    let _txgate = spawn(
+        &release.join("txgate"),
+        &["--listen", &format!("127.0.0.1:{rpc_port}"),
+          "--admin-listen", &format!("127.0.0.1:{admin_port}"),
+          "--upstream", &node,
+          "--sidecar", &format!("http://127.0.0.1:{grpc_port}"),
+          "--max-in-flight", "4096"],
+    );
+    wait_up(&client, &txgate_url).await;
+
+    // Deploy the protected contract (nonce 0 of anvil's first account).
+    let bytecode = std::fs::read_to_string(root().join("contracts/Guarded.bin")).unwrap();
+    let out = Command::new(tools.join("cast"))
+        .args(["send", "--json", "--rpc-url", &txgate_url, "--private-key", DEPLOYER,
+               "--create", bytecode.trim()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "deploy: {}", String::from_utf8_lossy(&out.stderr));
+
+    // Fund everyone in one batch.
+    let honest_eoas: Arc<Vec<Eoa>> = Arc::new((0..50).map(|i| Eoa::new(10 + i)).collect());
+    let attackers: Arc<Vec<Eoa>> = Arc::new((0..a.attackers).map(|i| Eoa::new(100_000 + i)).collect());
+    let probers: Vec<Eoa> = (0..a.probes as u64 * 2).map(|i| Eoa::new(900_000 + i)).collect();
+    let everyone: Vec<Value> = honest_eoas
+        .iter()
+        .chain(attackers.iter())
+        .chain(probers.iter())
+        .enumerate()
+        .map(|(i, e)| json!({"jsonrpc":"2.0","id":i,"method":"anvil_setBalance",
+            "params":[format!("{}", e.address), "0x56bc75e2d63100000"]}))
+        .collect();
+    post(&client, &node, Value::Array(everyone).to_string()).await.unwrap();
+
+    // The first invalidation, from the chain: one reverting poke(13).
+    let first = attackers[0].sign(0, &call(POKE, 13), 1_000_000_000);
+    post(&client, &txgate_url, send_body(&first)).await.unwrap();
+    let banned_ready = async {
+        for _ in 0..500 {
+            if let Ok((_, v)) = post(&client, &txgate_url, send_body(&first)).await
+                && v["error"]["data"]["reason"] == "recent_failure"
+            {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    };
+    assert!(banned_ready.await, "the first invalidation never arrived");
+
+    // 1. Baseline: honest alone.
+    eprintln!("baseline: {} tx/s honest for {} s", a.rate, a.seconds);
+    let (base, base_failed) = honest(client.clone(), txgate_url.clone(), honest_eoas.clone(), 0, a.rate, a.seconds).await;
+
+    // 2. Attack: honest plus attackers.
+    eprintln!("attack: {} attacker EOAs over {} connections", a.attackers, a.connections);
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let mut attack_tasks = Vec::new();
+    for worker in 0..a.connections {
+        let (client, url, attackers, stop, sent) =
+            (client.clone(), txgate_url.clone(), attackers.clone(), stop.clone(), sent.clone());
+        attack_tasks.push(tokio::spawn(async move {
+            let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
+            let mut i = worker as u64;
+            // Pre-signed in small rounds so the attack is not bound by the
+            // attacker's own signing more than a real one would be.
+            while !stop.load(Ordering::Relaxed) {
+                let batch: Vec<String> = (0..64)
+                    .map(|k| {
+                        let n = i + k * 32;
+                        let eoa = &attackers[(n % attackers.len() as u64) as usize];
+                        let nonce = 1 + n / attackers.len() as u64;
+                        if n % 2 == 0 {
+                            // Banned calldata, extreme tip.
+                            eoa.sign(nonce, &call(POKE, 13), 900_000_000_000)
+                        } else {
+                            // Fresh but invalidating: a new fingerprint.
+                            eoa.sign(nonce, &call(SWEEP, n), 900_000_000_000)
+                        }
+                    })
+                    .collect();
+                i += 64 * 32;
+                for raw in batch {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    let outcome = match post(&client, &url, send_body(&raw)).await {
+                        Ok((_, v)) => match v["error"]["data"]["reason"].as_str() {
+                            Some(reason) => reason.to_string(),
+                            None if v["result"].is_string() => "forwarded".into(),
+                            None => "node_error".into(),
+                        },
+                        Err(_) => "transport_error".into(),
+                    };
+                    *outcomes.entry(outcome).or_default() += 1;
+                }
+            }
+            outcomes
+        }));
+    }
+    let attack_started = Instant::now();
+    let (under, under_failed) = honest(client.clone(), txgate_url.clone(), honest_eoas.clone(), a.seconds * a.rate / 50 + 1, a.rate, a.seconds).await;
+    stop.store(true, Ordering::Relaxed);
+    let attack_secs = attack_started.elapsed().as_secs_f64();
+    let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
+    for t in attack_tasks {
+        for (k, v) in t.await.unwrap() {
+            *outcomes.entry(k).or_default() += v;
+        }
+    }
+
+    // 3. Propagation: injection at the sidecar → first refusal at txgate.
+    let mut propagation = Vec::new();
+    for p in 0..a.probes {
+        let (victim, prober) = (&probers[2 * p], &probers[2 * p + 1]);
+        let input = call(POKE, 5_000_000 + p as u64);
+        let injected_raw = victim.sign(0, &input, 1_000_000_000);
+        let probe_raw = prober.sign(0, &input, 1_000_000_000);
+        let found = Arc::new(AtomicBool::new(false));
+        let prober_task = {
+            let (client, url, found, raw) = (client.clone(), txgate_url.clone(), found.clone(), probe_raw.clone());
+            tokio::spawn(async move {
+                let started = Instant::now();
+                while started.elapsed() < Duration::from_secs(5) {
+                    if let Ok((_, v)) = post(&client, &url, send_body(&raw)).await
+                        && v["error"]["data"]["reason"] == "denied_fingerprint"
+                    {
+                        found.store(true, Ordering::Relaxed);
+                        return Some(Instant::now());
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                None
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let injected = Instant::now();
+        post(
+            &client,
+            &format!("http://127.0.0.1:{sidecar_admin}/invalidations"),
+            json!({"raw_tx": injected_raw, "assertion_id": format!("0x{}", "e5".repeat(32)), "assertion_version": 1}).to_string(),
+        )
+        .await
+        .unwrap();
+        if let Some(at) = prober_task.await.unwrap() {
+            propagation.push(at.saturating_duration_since(injected).as_secs_f64() * 1000.0);
+        }
+    }
+    propagation.sort_by(f64::total_cmp);
+
+    let metrics = client
+        .request(hyper::Request::get(&metrics_url).body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap()
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes();
+    let metrics = String::from_utf8_lossy(&metrics).to_string();
+    let stat = |name: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+
+    let total_attack: u64 = outcomes.values().sum();
+    let refused: u64 = outcomes
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "forwarded" | "node_error" | "transport_error"))
+        .map(|(_, v)| v)
+        .sum();
+    let honest_total = |l: &Vec<f64>, f: u64| l.len() as u64 + f;
+    let summary = json!({
+        "rate": a.rate, "seconds": a.seconds, "attackers": a.attackers, "connections": a.connections,
+        "baseline": {"ok": base.len(), "failed": base_failed,
+            "success": base.len() as f64 / honest_total(&base, base_failed) as f64,
+            "p50_ms": percentile(&base, 0.5), "p99_ms": percentile(&base, 0.99)},
+        "under_attack": {"ok": under.len(), "failed": under_failed,
+            "success": under.len() as f64 / honest_total(&under, under_failed) as f64,
+            "p50_ms": percentile(&under, 0.5), "p99_ms": percentile(&under, 0.99)},
+        "p99_ratio": percentile(&under, 0.99) / percentile(&base, 0.99),
+        "attack": {"sent": total_attack, "per_second": total_attack as f64 / attack_secs,
+            "refused_share": refused as f64 / total_attack.max(1) as f64, "outcomes": outcomes},
+        "propagation_ms": {"n": propagation.len(), "p50": percentile(&propagation, 0.5),
+            "max": propagation.last().copied().unwrap_or(f64::NAN)},
+        "txgate": {"invalidations_received": stat("txgate_sidecar_invalidations_received_total"),
+            "denied_entries": stat("txgate_screen_entries{cache=\"denied\"}")},
+    });
+    println!("{}", serde_json::to_string_pretty(&summary).unwrap());
+    if let Some(path) = a.json {
+        std::fs::write(path, summary.to_string()).unwrap();
+    }
+}
