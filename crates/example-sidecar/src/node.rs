@@ -1,5 +1,6 @@
 //! The local node: polling new blocks, receipts, and `eth_call` simulation.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,8 +88,9 @@ impl Node {
     }
 }
 
-/// Judges one mined transaction (JSON from `eth_getBlockByNumber`).
-async fn judge(node: &Node, hub: &Hub, tx: &Value, block: u64) -> Result<usize, String> {
+/// Judges one mined transaction (JSON from `eth_getBlockByNumber`), with
+/// its receipt status when known.
+fn judge(hub: &Hub, tx: &Value, reverted: Option<bool>, block: u64) -> Result<usize, String> {
     let Some(to) = tx["to"].as_str().and_then(|s| s.parse::<Address>().ok()) else {
         return Ok(0);
     };
@@ -106,10 +108,6 @@ async fn judge(node: &Node, hub: &Hub, tx: &Value, block: u64) -> Result<usize, 
         .and_then(|s| U256::from_str_radix(s.trim_start_matches("0x"), 16).ok())
         .unwrap_or_default();
     let gas = hex_u64(&tx["gas"]).unwrap_or_default();
-    let receipt = node
-        .call("eth_getTransactionReceipt", json!([format!("{hash}")]))
-        .await?;
-    let reverted = hex_u64(&receipt["status"]).map(|s| s == 0);
     let violated = hub.config.violated(to, &input, reverted);
     let fp = Fingerprint::from_parts(to, &input, value, gas);
     for a in &violated {
@@ -152,8 +150,32 @@ pub(crate) async fn watch(node: Node, hub: Arc<Hub>, interval: Duration) {
                     break;
                 }
             };
+            // Every receipt of the block in one call.
+            let statuses: HashMap<String, bool> = match node
+                .call("eth_getBlockReceipts", json!([format!("{number:#x}")]))
+                .await
+            {
+                Ok(receipts) => receipts
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|r| {
+                        Some((
+                            r["transactionHash"].as_str()?.to_lowercase(),
+                            hex_u64(&r["status"])? == 0,
+                        ))
+                    })
+                    .collect(),
+                Err(e) => {
+                    tracing::warn!(block = number, error = %e, "cannot read receipts");
+                    HashMap::new()
+                }
+            };
             for tx in block["transactions"].as_array().into_iter().flatten() {
-                if let Err(e) = judge(&node, &hub, tx, number).await {
+                let reverted = tx["hash"]
+                    .as_str()
+                    .and_then(|h| statuses.get(&h.to_lowercase()).copied());
+                if let Err(e) = judge(&hub, tx, reverted, number) {
                     tracing::warn!(block = number, error = %e, "cannot judge a transaction");
                 }
             }
