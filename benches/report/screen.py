@@ -11,8 +11,7 @@ import json
 import pathlib
 import sys
 
-# Cargo runs benches from the package folder, so criterion writes there.
-ROOT = pathlib.Path(__file__).resolve().parents[1] / "target" / "criterion"
+ROOT = pathlib.Path(__file__).resolve().parents[2] / "target" / "criterion"
 SIZES = ["10k", "100k", "1M"]
 # bench name -> (label, target ratio to one recovery, or None for an absolute ms bound)
 ROWS = [

@@ -90,7 +90,7 @@ pub enum CooldownCheck {
 
 #[derive(Debug, Default)]
 struct Table {
-    by_id: HashMap<B256, u32>,
+    by_id: HashMap<B256, u32, KeyState>,
     entries: Vec<Entry>,
 }
 

@@ -196,8 +196,53 @@ impl DeniedSet {
         suspect_until: Millis,
         now: Millis,
     ) -> Inserted {
-        let index = self.shard_of(&key);
-        let mut shard = self.lock(index);
+        let mut shard = self.lock(self.shard_of(&key));
+        self.insert_locked(&mut shard, key, assertion, expires, suspect_until, now)
+    }
+
+    /// [`DeniedSet::insert`] for a batch, all with the same times: grouped
+    /// by shard, so each shard is locked once per batch and the map
+    /// accesses of one shard run back to back (their cache misses overlap).
+    /// Results in the batch's order; a key twice in the batch is New, then
+    /// Refreshed, as one by one.
+    pub fn insert_batch(
+        &self,
+        items: &[(B256, AssertionRef)],
+        expires: Millis,
+        suspect_until: Millis,
+        now: Millis,
+    ) -> Vec<Inserted> {
+        let mut order: Vec<(usize, usize)> = items
+            .iter()
+            .enumerate()
+            .map(|(i, (key, _))| (self.shard_of(key), i))
+            .collect();
+        order.sort_unstable();
+        let mut out = vec![Inserted::Refreshed; items.len()];
+        let mut next = 0;
+        while next < order.len() {
+            let index = order[next].0;
+            let mut shard = self.lock(index);
+            while next < order.len() && order[next].0 == index {
+                let i = order[next].1;
+                let (key, assertion) = items[i];
+                out[i] =
+                    self.insert_locked(&mut shard, key, assertion, expires, suspect_until, now);
+                next += 1;
+            }
+        }
+        out
+    }
+
+    fn insert_locked(
+        &self,
+        shard: &mut Shard,
+        key: B256,
+        assertion: AssertionRef,
+        expires: Millis,
+        suspect_until: Millis,
+        now: Millis,
+    ) -> Inserted {
         if let Some(ban) = shard.get_mut(&key) {
             ban.expires = ban.expires.max(expires);
             ban.suspect_until = ban.suspect_until.max(suspect_until);
@@ -207,7 +252,7 @@ impl DeniedSet {
             return Inserted::Refreshed;
         }
         if shard.len() >= self.shard_cap {
-            self.evict(&mut shard, now);
+            self.evict(shard, now);
         }
         shard.insert(
             key,

@@ -544,30 +544,54 @@ impl Screen {
     pub fn apply(&self, batch: &[Invalidation], now: Millis) -> Applied {
         let s = &self.settings;
         let mut applied = Applied::default();
-        for inv in batch {
-            let aref = match self
-                .assertions
-                .observe(inv.assertion_id, inv.assertion_version)
-            {
-                Observed::Stale => {
-                    applied.stale += 1;
-                    continue;
-                }
-                Observed::Bumped(aref) => {
-                    applied.bumped += 1;
+        // 1. Assertions, in order (a bump mid-batch makes later items of
+        //    the old version stale); one table lookup per run of the same
+        //    assertion and version.
+        let mut last: Option<(B256, u64, Option<AssertionRef>)> = None;
+        let mut live: Vec<(usize, AssertionRef)> = Vec::with_capacity(batch.len());
+        for (i, inv) in batch.iter().enumerate() {
+            let aref = match last {
+                Some((id, version, aref))
+                    if id == inv.assertion_id && version == inv.assertion_version =>
+                {
                     aref
                 }
-                Observed::Current(aref) => aref,
-                Observed::Untracked => AssertionRef::NONE,
+                _ => {
+                    let aref = match self
+                        .assertions
+                        .observe(inv.assertion_id, inv.assertion_version)
+                    {
+                        Observed::Stale => None,
+                        Observed::Bumped(aref) => {
+                            applied.bumped += 1;
+                            Some(aref)
+                        }
+                        Observed::Current(aref) => Some(aref),
+                        Observed::Untracked => Some(AssertionRef::NONE),
+                    };
+                    last = Some((inv.assertion_id, inv.assertion_version, aref));
+                    aref
+                }
             };
-            let expires = now + s.denied_ttl;
-            match self.denied.insert(
-                inv.fingerprint,
-                aref,
-                expires,
-                expires + s.suspect_window,
-                now,
-            ) {
+            match aref {
+                Some(aref) => live.push((i, aref)),
+                None => applied.stale += 1,
+            }
+        }
+        // 2. Bans, grouped by shard.
+        let expires = now + s.denied_ttl;
+        let items: Vec<(B256, AssertionRef)> = live
+            .iter()
+            .map(|&(i, aref)| (batch[i].fingerprint, aref))
+            .collect();
+        let inserted = self
+            .denied
+            .insert_batch(&items, expires, expires + s.suspect_window, now);
+        // 3. Cooldown accounting, attribution, sender charges.
+        let mut failures = Vec::with_capacity(live.len());
+        for (&(i, aref), result) in live.iter().zip(inserted) {
+            let inv = &batch[i];
+            match result {
                 Inserted::New => {
                     applied.banned += 1;
                     if aref.is_some()
@@ -580,12 +604,15 @@ impl Screen {
                 }
                 Inserted::Refreshed => applied.refreshed += 1,
             }
-            let pending = self.pending.remove(&inv.fingerprint, now);
-            let tx_hash = inv.tx_hash.or(pending.map(|p| p.tx_hash));
-            if let Some(hash) = tx_hash {
-                self.recent_failures
-                    .insert(hash, aref.index, now + s.recent_failure_ttl);
-                applied.recent_failures += 1;
+            // The pending attribution fills in what the sidecar did not say
+            // (a v1 sidecar says both: no lookup, no cache miss).
+            let pending = if inv.tx_hash.is_none() || inv.sender.is_none() {
+                self.pending.remove(&inv.fingerprint, now)
+            } else {
+                None
+            };
+            if let Some(hash) = inv.tx_hash.or(pending.map(|p| p.tx_hash)) {
+                failures.push((hash, aref.index, now + s.recent_failure_ttl));
             }
             let sender = inv
                 .sender
@@ -600,6 +627,9 @@ impl Screen {
                 }
             }
         }
+        // 4. Recent failures, grouped by shard.
+        applied.recent_failures = failures.len();
+        self.recent_failures.insert_batch(&failures);
         applied
     }
 

@@ -68,10 +68,13 @@ impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
         }
     }
 
-    fn shard(&self, key: &K) -> MutexGuard<'_, Shard<K, V>> {
+    fn shard_index(&self, key: &K) -> usize {
         // The top bits pick the shard; the maps use the low ones.
-        let index = (self.keys.hash_one(key) >> 60) as usize % SHARDS;
-        lock(&self.shards[index])
+        (self.keys.hash_one(key) >> 58) as usize % SHARDS
+    }
+
+    fn shard(&self, key: &K) -> MutexGuard<'_, Shard<K, V>> {
+        lock(&self.shards[self.shard_index(key)])
     }
 
     /// The live value under `key`.
@@ -88,18 +91,45 @@ impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
             let young = std::mem::replace(&mut shard.young, HashMap::with_hasher(self.keys));
             shard.old = young;
         }
-        shard.old.remove(&key);
+        // A stale copy left in `old` is harmless (`get` reads `young`
+        // first) and goes with its generation; not probing for it saves a
+        // cache miss per insert in a large map.
         shard.young.insert(key, (expires, value));
+    }
+
+    /// Inserts a batch, grouped by shard (each shard locked once).
+    pub fn insert_batch(&self, items: &[(K, V, Millis)]) {
+        let mut order: Vec<(usize, usize)> = items
+            .iter()
+            .enumerate()
+            .map(|(i, (key, _, _))| (self.shard_index(key), i))
+            .collect();
+        order.sort_unstable();
+        let mut next = 0;
+        while next < order.len() {
+            let index = order[next].0;
+            let mut shard = lock(&self.shards[index]);
+            while next < order.len() && order[next].0 == index {
+                let (key, value, expires) = items[order[next].1];
+                if shard.young.len() >= self.generation_cap && !shard.young.contains_key(&key) {
+                    let young =
+                        std::mem::replace(&mut shard.young, HashMap::with_hasher(self.keys));
+                    shard.old = young;
+                }
+                shard.young.insert(key, (expires, value));
+                next += 1;
+            }
+        }
     }
 
     /// Removes `key`, returning its live value.
     pub fn remove(&self, key: &K, now: Millis) -> Option<V> {
         let mut shard = self.shard(key);
-        let found = match shard.young.remove(key) {
-            Some(entry) => Some(entry),
-            None => shard.old.remove(key),
-        };
-        found.and_then(|(expires, value)| (expires > now).then_some(value))
+        let young = shard.young.remove(key);
+        let old = shard.old.remove(key);
+        young
+            .or(old)
+            .and_then(|(expires, value)| (expires > now).then_some(value))
     }
 
     /// Drops expired entries of `shards` shards, round-robin, so that a
