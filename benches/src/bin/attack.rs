@@ -321,7 +321,6 @@ async fn attack(
             stop.clone(),
             sent.clone(),
         );
-        let connections = connections;
         attack_tasks.push(tokio::spawn(async move {
             let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
             // This worker's attackers, with their next nonce (attacker 0
@@ -332,7 +331,7 @@ async fn attack(
             while !stop.load(Ordering::Relaxed) {
                 let slot = (n as usize / 2) % mine.len();
                 let index = mine[slot];
-                let raw = if n % 2 == 0 {
+                let raw = if n.is_multiple_of(2) {
                     banned[index].clone()
                 } else {
                     // Fresh but invalidating: a forbidden selector with new
@@ -346,7 +345,7 @@ async fn attack(
                     Ok((_, v)) => match v["error"]["data"]["reason"].as_str() {
                         Some(reason) => reason.to_string(),
                         None if v["result"].is_string() => {
-                            if n % 2 == 0 {
+                            if n.is_multiple_of(2) {
                                 nonces[slot] += 1;
                             }
                             "forwarded".into()
@@ -627,6 +626,27 @@ async fn main() {
             .unwrap_or(0.0)
     };
 
+    // p99 of a Prometheus histogram, from its cumulative buckets (an upper
+    // bound: the `le` of the bucket that holds the 99th percentile).
+    let histogram_p99 = |name: &str| {
+        let buckets: Vec<(f64, f64)> = metrics
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("{name}_bucket{{le=\"")))
+            .filter_map(|rest| {
+                let (le, count) = rest.split_once("\"} ")?;
+                Some((
+                    le.parse::<f64>().unwrap_or(f64::INFINITY),
+                    count.parse::<f64>().ok()?,
+                ))
+            })
+            .collect();
+        let total = buckets.last().map(|b| b.1).unwrap_or(0.0);
+        buckets
+            .iter()
+            .find(|(_, count)| *count >= total * 0.99)
+            .map(|(le, _)| le * 1000.0)
+            .unwrap_or(f64::NAN)
+    };
     let total_attack: u64 = outcomes.values().sum();
     let refused: u64 = outcomes
         .iter()
@@ -648,6 +668,9 @@ async fn main() {
         "propagation_ms": {"n": propagation.len(), "p50": percentile(&propagation, 0.5),
             "max": propagation.last().copied().unwrap_or(f64::NAN)},
         "txgate": {"invalidations_received": stat("txgate_sidecar_invalidations_received_total"),
+            "screening_p99_ms_at_most": histogram_p99("txgate_screen_duration_seconds"),
+            "upstream_p99_ms_at_most": histogram_p99("txgate_upstream_duration_seconds"),
+            "request_p99_ms_at_most": histogram_p99("txgate_request_duration_seconds"),
             "denied_entries": stat("txgate_screen_entries{cache=\"denied\"}")},
     });
     println!("{}", serde_json::to_string_pretty(&summary).unwrap());

@@ -48,23 +48,7 @@ fn decisions(metrics: &str, decision: &str, reason: &str) -> f64 {
 /// Deploys the accept-all contract through txgate (a contract creation:
 /// screened, no fingerprint) and returns its address.
 fn deploy(url: &str) -> Address {
-    let out = cast(&[
-        "send",
-        "--json",
-        "--rpc-url",
-        url,
-        "--private-key",
-        KEY0,
-        "--create",
-        ACCEPT_ALL,
-    ]);
-    let receipt: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(receipt["status"], "0x1", "{receipt}");
-    receipt["contractAddress"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap()
+    crate::support::deploy(url, ACCEPT_ALL)
 }
 
 /// The receipt status of `hash`, waiting up to 5 s for it to be mined.

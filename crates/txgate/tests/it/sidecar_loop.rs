@@ -9,8 +9,8 @@ use hyper::StatusCode;
 use serde_json::json;
 
 use crate::support::{
-    Anvil, Eoa, KEY0, Sidecar, TempFile, Txgate, accepted, cast, eventually, fund, get, metric,
-    refused, rpc, send_raw,
+    Anvil, Eoa, Sidecar, TempFile, Txgate, accepted, eventually, fund, get, metric, refused, rpc,
+    send_raw,
 };
 
 /// Where anvil's first account deploys its first contract.
@@ -70,22 +70,7 @@ async fn setup(sidecar_extra: &str, txgate_config: &str) -> Loop {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contracts/Guarded.bin"),
     )
     .expect("contracts/Guarded.bin");
-    let out = cast(&[
-        "send",
-        "--json",
-        "--rpc-url",
-        &txgate.url,
-        "--private-key",
-        KEY0,
-        "--create",
-        bytecode.trim(),
-    ]);
-    let receipt: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let contract: Address = receipt["contractAddress"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let contract = crate::support::deploy(&txgate.url, bytecode.trim());
     assert_eq!(contract, GUARDED.parse::<Address>().unwrap());
     let up = eventually(Duration::from_secs(10), || async {
         sidecar_link(&txgate).await == "up"
@@ -126,6 +111,30 @@ async fn receipt_status(url: &str, hash: &str) -> serde_json::Value {
 async fn refused_with(url: &str, raw: &str, reason: &str) -> bool {
     let (_, body) = send_raw(url, raw).await;
     body["error"]["data"]["reason"] == reason
+}
+
+/// Has the sidecar invalidate `a`'s `poke(arg)` under `assertion`
+/// (`version`), and waits until txgate refuses the same calldata from `b`;
+/// returns `b`'s raw transaction.
+async fn ban_via_sidecar(
+    l: &Loop,
+    a: &Eoa,
+    b: &Eoa,
+    arg: u64,
+    assertion: &str,
+    version: u64,
+) -> String {
+    let banned = a.sign(0, l.contract, &poke(arg), 0, TIP);
+    l.sidecar
+        .inject(json!({"raw_tx": banned, "assertion_id": assertion, "assertion_version": version}))
+        .await;
+    let copy = b.sign(0, l.contract, &poke(arg), 0, TIP);
+    let refused = eventually(Duration::from_secs(5), || {
+        refused_with(&l.txgate.url, &copy, "denied_fingerprint")
+    })
+    .await;
+    assert!(refused, "the invalidation never reached txgate");
+    copy
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -227,19 +236,8 @@ async fn sidecar_killed_and_restarted_txgate_keeps_serving_and_reconnects() {
     let (honest, a, b) = (Eoa::new(1), Eoa::new(3), Eoa::new(4));
     fund(&l.anvil.url, &[honest.address, a.address, b.address]).await;
     // Learned before the outage.
-    let banned = a.sign(0, l.contract, &poke(77), 0, TIP);
-    l.sidecar
-        .inject(json!({"raw_tx": banned, "assertion_id": format!("0x{}", "a1".repeat(32)), "assertion_version": 1}))
-        .await;
-    let copy = b.sign(0, l.contract, &poke(77), 0, TIP);
-    assert!(
-        eventually(Duration::from_secs(5), || refused_with(
-            &l.txgate.url,
-            &copy,
-            "denied_fingerprint"
-        ))
-        .await
-    );
+    let assertion = format!("0x{}", "a1".repeat(32));
+    let copy = ban_via_sidecar(&l, &a, &b, 77, &assertion, 1).await;
 
     // Sidecar down: txgate reports it, keeps the ban, forwards the rest.
     l.sidecar.proc.kill();
@@ -384,19 +382,8 @@ async fn a_restart_keeps_the_bans_and_a_corrupt_snapshot_is_skipped() {
     let mut l = setup("", &format!("[screen]\nsnapshot_path = \"{path_str}\"\n")).await;
     let (a, b) = (Eoa::new(8), Eoa::new(9));
     fund(&l.anvil.url, &[a.address, b.address]).await;
-    let banned = a.sign(0, l.contract, &poke(55), 0, TIP);
-    l.sidecar
-        .inject(json!({"raw_tx": banned, "assertion_id": format!("0x{}", "d4".repeat(32)), "assertion_version": 1}))
-        .await;
-    let copy = b.sign(0, l.contract, &poke(55), 0, TIP);
-    assert!(
-        eventually(Duration::from_secs(5), || refused_with(
-            &l.txgate.url,
-            &copy,
-            "denied_fingerprint"
-        ))
-        .await
-    );
+    let assertion = format!("0x{}", "d4".repeat(32));
+    let copy = ban_via_sidecar(&l, &a, &b, 55, &assertion, 1).await;
 
     // SIGTERM: drains and writes the snapshot.
     l.txgate.proc.signal(libc::SIGTERM);

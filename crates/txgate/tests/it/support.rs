@@ -678,3 +678,25 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Deploys `initcode` through `url` from anvil's first account (cast send
+/// --create); returns the contract address.
+pub fn deploy(url: &str, initcode: &str) -> alloy_primitives::Address {
+    let out = cast(&[
+        "send",
+        "--json",
+        "--rpc-url",
+        url,
+        "--private-key",
+        KEY0,
+        "--create",
+        initcode,
+    ]);
+    let receipt: serde_json::Value = serde_json::from_str(&out).expect("receipt");
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    receipt["contractAddress"]
+        .as_str()
+        .expect("contract address")
+        .parse()
+        .expect("address")
+}
