@@ -349,6 +349,7 @@ impl Proxy {
             .clone()
             .map(|screen| tokio::spawn(screen_upkeep(screen, metrics.clone())));
         let mut background = Vec::new();
+        let mut link = None;
         if let Some(screen) = &screen {
             if sidecar_on {
                 let (queue_tx, queue_rx) =
@@ -357,13 +358,13 @@ impl Proxy {
                     screen: screen.clone(),
                     metrics: metrics.clone(),
                 };
-                background.push(tokio::spawn(sidecar::batch_worker(
+                let worker = tokio::spawn(sidecar::batch_worker(
                     queue_rx,
                     invalidations,
                     config.sidecar.batch_max,
                     metrics.clone(),
-                )));
-                background.push(tokio::spawn(sidecar::stream_task(
+                ));
+                let stream = tokio::spawn(sidecar::stream_task(
                     sidecar::StreamSettings {
                         url: config.sidecar.url.clone(),
                         connect_timeout: Duration::from_millis(config.sidecar.connect_timeout_ms),
@@ -375,7 +376,8 @@ impl Proxy {
                     queue_tx,
                     metrics.clone(),
                     readiness.clone(),
-                )));
+                ));
+                link = Some((stream, worker));
             }
             if !config.screen.snapshot_path.is_empty() {
                 background.push(tokio::spawn(snapshot::periodic(
@@ -413,6 +415,19 @@ impl Proxy {
         }
         for task in background {
             task.abort();
+        }
+        // Stop reading the sidecar, then let the worker apply what was
+        // already received (the stream task held the queue's only sender):
+        // nothing accepted is lost, and the snapshot below includes it.
+        if let Some((stream, worker)) = link {
+            stream.abort();
+            let _ = stream.await;
+            if tokio::time::timeout(Duration::from_secs(5), worker)
+                .await
+                .is_err()
+            {
+                tracing::warn!("invalidation queue not drained within 5 s");
+            }
         }
         // A restart forgets no ban: the last snapshot is taken after the
         // drain, with everything learned until then.

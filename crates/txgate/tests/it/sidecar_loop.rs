@@ -344,29 +344,20 @@ async fn a_storm_of_100k_invalidations_while_honest_calls_keep_succeeding() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_assertion_version_bump_lifts_the_old_bans() {
     let l = setup("", "").await;
-    let (a, b, c) = (Eoa::new(5), Eoa::new(6), Eoa::new(7));
-    fund(&l.anvil.url, &[a.address, b.address, c.address]).await;
+    let (a, b, c, d) = (Eoa::new(5), Eoa::new(6), Eoa::new(7), Eoa::new(10));
+    fund(&l.anvil.url, &[a.address, b.address, c.address, d.address]).await;
     let id = format!("0x{}", "c3".repeat(32));
-    let v1 = a.sign(0, l.contract, &poke(41), 0, TIP);
-    l.sidecar
-        .inject(json!({"raw_tx": v1, "assertion_id": id, "assertion_version": 1}))
-        .await;
-    let copy = b.sign(0, l.contract, &poke(41), 0, TIP);
-    assert!(
-        eventually(Duration::from_secs(5), || refused_with(
-            &l.txgate.url,
-            &copy,
-            "denied_fingerprint"
-        ))
-        .await
-    );
+    ban_via_sidecar(&l, &a, &b, 41, &id, 1).await;
     // Version 2 of the same assertion (another transaction): v1 bans lift.
     let v2 = c.sign(0, l.contract, &poke(42), 0, TIP);
     l.sidecar
         .inject(json!({"raw_tx": v2, "assertion_id": id, "assertion_version": 2}))
         .await;
+    // A sender whose copy was never sent (b's may have reached the node
+    // while the v1 verdict was on its way).
+    let fresh = d.sign(0, l.contract, &poke(41), 0, TIP);
     let lifted = eventually(Duration::from_secs(5), || async {
-        let (_, body) = send_raw(&l.txgate.url, &copy).await;
+        let (_, body) = send_raw(&l.txgate.url, &fresh).await;
         body["result"].is_string()
     })
     .await;
