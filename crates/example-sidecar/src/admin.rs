@@ -27,6 +27,9 @@ use txgate_screen::{Fingerprint, decode, decode_hex, recover_sender};
 
 use crate::hub::Hub;
 
+/// Synthetic invalidations per request at most.
+const MAX_SYNTHETIC: u64 = 10_000_000;
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Injected {
@@ -66,6 +69,9 @@ fn inject(hub: &Hub, item: &Injected, fingerprints: &mut Vec<String>) -> Result<
             hub.invalidate(&fp, assertion, Some(tx.hash), Some(sender), 0);
             fingerprints.push(format!("{}", fp.hash));
             Ok(1)
+        }
+        (None, Some(n)) if n > MAX_SYNTHETIC => {
+            Err(format!("synthetic: at most {MAX_SYNTHETIC} per request"))
         }
         (None, Some(n)) => {
             let seed = keccak256(item.assertion_id);
