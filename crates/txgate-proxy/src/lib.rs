@@ -163,11 +163,6 @@ impl Invalidations {
         self.metrics.screen.applied(&applied);
         applied
     }
-
-    /// The screening state.
-    pub fn screen(&self) -> &Arc<Screen> {
-        &self.screen
-    }
 }
 
 /// Background upkeep of the screening state: every tick, sweep one shard

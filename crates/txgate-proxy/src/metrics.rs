@@ -477,7 +477,7 @@ impl ScreenMetrics {
 
     /// Counts a refusal (or, in monitor-only mode, a would-be refusal).
     pub fn refused(&self, reason: Reason, monitor_only: bool) {
-        let index = Reason::ALL.iter().position(|r| *r == reason).unwrap_or(0);
+        let index = reason.index();
         if monitor_only {
             self.would_refuse[index].inc();
         } else {

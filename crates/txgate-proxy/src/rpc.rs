@@ -46,7 +46,7 @@ struct Screening {
 
 impl Screening {
     fn should_log(&self, reason: Reason, now_ms: u64) -> bool {
-        let index = Reason::ALL.iter().position(|r| *r == reason).unwrap_or(0);
+        let index = reason.index();
         let second = now_ms / 1000 + 1;
         self.logged[index].swap(second, Ordering::Relaxed) != second
     }
@@ -200,11 +200,10 @@ impl Shared {
         if !screening::is_screened(&call.method) {
             return None;
         }
-        let started = Instant::now();
+        // One clock read: the decision time and the histogram's start.
+        let started = tokio::time::Instant::now();
         let metrics = &self.metrics.screen;
-        let now = screening
-            .screen
-            .millis(tokio::time::Instant::now().into_std());
+        let now = screening.screen.millis(started.into_std());
         let Some(param) = screening::raw_param(call.params) else {
             metrics.refused(Reason::InvalidTransaction, screening.monitor_only);
             return (!screening.monitor_only).then_some(Refusal::InvalidParams(

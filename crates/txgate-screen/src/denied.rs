@@ -337,9 +337,6 @@ impl DeniedSet {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-
-    /// Number of shards (a full sweep is this many steps of one shard).
-    pub const SHARDS: usize = SHARDS;
 }
 
 #[cfg(test)]

@@ -169,6 +169,11 @@ impl Reason {
         Reason::SuspectPending,
     ];
 
+    /// Position in [`Reason::ALL`] (its discriminant), for label tables.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The label.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -532,8 +537,8 @@ impl Screen {
     fn assertion_ids(&self, ban: &Ban) -> Vec<B256> {
         ban.assertions
             .iter()
-            .filter(|a| a.is_some() && self.assertions.is_live(**a))
-            .filter_map(|a| self.assertions.id(a.index))
+            .filter(|a| a.is_some())
+            .filter_map(|a| self.assertions.describe(*a).map(|(id, _)| id))
             .collect()
     }
 
@@ -719,11 +724,6 @@ impl Screen {
             restored += 1;
         }
         restored
-    }
-
-    /// The denied set (snapshots, benches).
-    pub fn denied(&self) -> &DeniedSet {
-        &self.denied
     }
 }
 

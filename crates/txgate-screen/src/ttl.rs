@@ -157,9 +157,6 @@ impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
             .sum()
     }
 
-    /// Number of shards (a full sweep is this many steps of one shard).
-    pub const SHARDS: usize = SHARDS;
-
     /// Whether the map holds nothing.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

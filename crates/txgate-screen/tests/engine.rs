@@ -342,3 +342,10 @@ fn bans_survive_a_snapshot_round_trip_with_remaining_times() {
     );
     assert_eq!(reason(restarted.screen(&other, 5 + 98_000)), None);
 }
+
+#[test]
+fn reasons_are_indexed_by_discriminant() {
+    for (i, r) in Reason::ALL.iter().enumerate() {
+        assert_eq!(r.index(), i, "{}", r.as_str());
+    }
+}
