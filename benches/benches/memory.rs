@@ -15,8 +15,8 @@
 use std::process::Command;
 use std::time::Instant;
 
-use alloy_primitives::{Address, B256, keccak256};
-use txgate_screen::{Invalidation, Screen, ScreenSettings};
+use txgate_benches::random_invalidations;
+use txgate_screen::{Screen, ScreenSettings};
 
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -41,20 +41,7 @@ fn measure(n: usize) {
     // n inserts: a full shard sheds an eighth of itself at a time, so the
     // set ends between 7/8 n and n.
     while next < n as u64 {
-        let batch: Vec<Invalidation> = (next..next + 10_000)
-            .map(|i| {
-                let h = keccak256(i.to_be_bytes());
-                Invalidation {
-                    fingerprint: h,
-                    target: Address::from_slice(&h[..20]),
-                    selector: [h[20], h[21], h[22], h[23]],
-                    assertion_id: B256::left_padding_from(&(i % 1000).to_be_bytes()),
-                    assertion_version: 1,
-                    tx_hash: None,
-                    sender: None,
-                }
-            })
-            .collect();
+        let batch = random_invalidations(next, 10_000, false, false);
         next += 10_000;
         screen.apply(&batch, 0);
     }

@@ -26,12 +26,11 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use alloy_consensus::TxEnvelope;
 use alloy_consensus::transaction::SignerRecoverable;
-use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
-use alloy_eips::eip2718::Encodable2718;
-use alloy_primitives::{Address, B256, Signature, TxKind, U256, keccak256};
+use alloy_primitives::{Address, B256, U256, keccak256};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use secp256k1::{Message, SECP256K1, SecretKey};
+use txgate_benches::{Eoa, random_invalidations, raw_hex};
 use txgate_proxy::screening::{self, Submission};
 use txgate_screen::{
     Candidate, Fingerprint, Invalidation, Screen, ScreenSettings, decode, decode_hex,
@@ -43,56 +42,13 @@ const TARGET: Address = Address::repeat_byte(0x5f);
 /// A signed 1559 `transfer(to, amount)`; `seed` varies the key, `arg` the
 /// amount (and so the fingerprint).
 fn signed(seed: u64, nonce: u64, arg: u64) -> (TxEnvelope, String) {
-    let mut secret = [0x42u8; 32];
-    secret[24..].copy_from_slice(&seed.to_be_bytes());
-    let key = SecretKey::from_byte_array(secret).unwrap_or_else(|_| unreachable!());
     let mut input = vec![0xa9, 0x05, 0x9c, 0xbb];
     input.extend_from_slice(&[0u8; 12]);
     input.extend_from_slice(&[0x11; 20]);
     input.extend_from_slice(&U256::from(arg).to_be_bytes::<32>());
-    let tx = TxEip1559 {
-        chain_id: 31337,
-        nonce,
-        gas_limit: 65_000,
-        max_fee_per_gas: 3_000_000_000,
-        max_priority_fee_per_gas: 1_000_000_000,
-        to: TxKind::Call(TARGET),
-        value: U256::ZERO,
-        access_list: Default::default(),
-        input: input.into(),
-    };
-    let sig = SECP256K1.sign_ecdsa_recoverable(Message::from_digest(tx.signature_hash().0), &key);
-    let (id, compact) = sig.serialize_compact();
-    let signature = Signature::new(
-        U256::from_be_slice(&compact[..32]),
-        U256::from_be_slice(&compact[32..]),
-        i32::from(id) == 1,
-    );
-    let envelope: TxEnvelope = tx.into_signed(signature).into();
-    let hex = format!(
-        "0x{}",
-        alloy_primitives::hex::encode(envelope.encoded_2718())
-    );
+    let envelope = Eoa::new(0x42, seed).sign(nonce, TARGET, &input, 65_000, 1_000_000_000);
+    let hex = raw_hex(&envelope);
     (envelope, hex)
-}
-
-/// `count` invalidations of random fingerprints (and tx hashes), spread
-/// over 1000 assertions and random targets, numbered from `from`.
-fn random_invalidations(from: u64, count: u64, with_sender: bool) -> Vec<Invalidation> {
-    (from..from + count)
-        .map(|i| {
-            let h = keccak256(i.to_be_bytes());
-            Invalidation {
-                fingerprint: h,
-                target: Address::from_slice(&h[..20]),
-                selector: [h[20], h[21], h[22], h[23]],
-                assertion_id: B256::left_padding_from(&(i % 1000).to_be_bytes()),
-                assertion_version: 1,
-                tx_hash: Some(keccak256(h)),
-                sender: with_sender.then(|| Address::from_slice(&h[12..])),
-            }
-        })
-        .collect()
 }
 
 fn populated(n: usize, settings: ScreenSettings, epoch: Instant) -> Screen {
@@ -108,7 +64,7 @@ fn populated(n: usize, settings: ScreenSettings, epoch: Instant) -> Screen {
     // set holds between 7/8 n and n.
     let start = 1u64 << 40;
     for next in (start..start + n as u64).step_by(10_000) {
-        screen.apply(&random_invalidations(next, 10_000, false), 0);
+        screen.apply(&random_invalidations(next, 10_000, true, false), 0);
     }
     screen
 }
@@ -234,7 +190,7 @@ fn at_scale(c: &mut Criterion) {
             b.iter_batched(
                 || {
                     next += 1000;
-                    random_invalidations(next, 1000, true)
+                    random_invalidations(next, 1000, true, true)
                 },
                 |batch| screen.apply(&batch, now),
                 BatchSize::LargeInput,

@@ -30,16 +30,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
-use alloy_eips::eip2718::Encodable2718;
-use alloy_primitives::{Address, Bytes as TxBytes, Signature, TxKind, U256};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use secp256k1::{Message, SECP256K1, SecretKey};
 use serde_json::{Value, json};
+use txgate_benches::{Eoa, call, raw_hex};
 
 const GUARDED: &str = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
 const DEPLOYER: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
@@ -166,57 +163,22 @@ async fn wait_up(client: &HttpClient, url: &str) {
     panic!("{url} did not come up");
 }
 
-struct Eoa {
-    key: SecretKey,
-    address: Address,
+/// An account of the run (keys apart from the other benches').
+fn eoa(seed: u64) -> Eoa {
+    Eoa::new(0x77, seed)
 }
 
-impl Eoa {
-    fn new(seed: u64) -> Eoa {
-        let mut bytes = [0x77u8; 32];
-        bytes[24..].copy_from_slice(&seed.to_be_bytes());
-        let key = SecretKey::from_byte_array(bytes).unwrap();
-        let public = key.public_key(SECP256K1).serialize_uncompressed();
-        Eoa {
-            key,
-            address: Address::from_raw_public_key(&public[1..]),
-        }
-    }
-
-    fn sign(&self, nonce: u64, input: &[u8], tip: u128) -> String {
-        let tx = TxEip1559 {
-            chain_id: 31337,
-            nonce,
-            gas_limit: 100_000,
-            max_fee_per_gas: 50_000_000_000 + tip,
-            max_priority_fee_per_gas: tip,
-            to: TxKind::Call(GUARDED.parse().unwrap()),
-            value: U256::ZERO,
-            access_list: Default::default(),
-            input: TxBytes::copy_from_slice(input),
-        };
-        let (id, compact) = SECP256K1
-            .sign_ecdsa_recoverable(Message::from_digest(tx.signature_hash().0), &self.key)
-            .serialize_compact();
-        let sig = Signature::new(
-            U256::from_be_slice(&compact[..32]),
-            U256::from_be_slice(&compact[32..]),
-            i32::from(id) == 1,
-        );
-        let envelope: TxEnvelope = tx.into_signed(sig).into();
-        format!(
-            "0x{}",
-            alloy_primitives::hex::encode(envelope.encoded_2718())
-        )
-    }
+/// A signed call to the protected contract.
+fn sign(eoa: &Eoa, nonce: u64, input: &[u8], tip: u128) -> String {
+    raw_hex(&eoa.sign(
+        nonce,
+        GUARDED.parse().unwrap_or_default(),
+        input,
+        100_000,
+        tip,
+    ))
 }
 
-fn call(selector: [u8; 4], arg: u64) -> Vec<u8> {
-    let mut input = selector.to_vec();
-    input.extend_from_slice(&[0u8; 24]);
-    input.extend_from_slice(&arg.to_be_bytes());
-    input
-}
 const POKE: [u8; 4] = [0x32, 0x14, 0x5f, 0x90];
 const SWEEP: [u8; 4] = [0xaa, 0x60, 0xe7, 0x33];
 
@@ -247,7 +209,8 @@ async fn honest(
         .map(|i| {
             let eoa = &eoas[(i % eoas.len() as u64) as usize];
             let nonce = first_nonce + i / eoas.len() as u64;
-            eoa.sign(
+            sign(
+                eoa,
                 nonce,
                 &call(POKE, 1_000_000 + first_nonce * 100_000 + i),
                 1_000_000_000,
@@ -299,8 +262,7 @@ async fn attack(
     let client: HttpClient = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(1024)
         .build_http();
-    let attackers: Arc<Vec<Eoa>> =
-        Arc::new((0..attackers).map(|i| Eoa::new(100_000 + i)).collect());
+    let attackers: Arc<Vec<Eoa>> = Arc::new((0..attackers).map(|i| eoa(100_000 + i)).collect());
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let mut attack_tasks = Vec::new();
@@ -309,7 +271,7 @@ async fn attack(
     let banned: Arc<Vec<String>> = Arc::new(
         attackers
             .iter()
-            .map(|eoa| eoa.sign(1, &call(POKE, 13), 900_000_000_000))
+            .map(|eoa| sign(eoa, 1, &call(POKE, 13), 900_000_000_000))
             .collect(),
     );
     for worker in 0..connections {
@@ -337,7 +299,12 @@ async fn attack(
                     // Fresh but invalidating: a forbidden selector with new
                     // arguments, a new fingerprint each time, valid nonce.
                     let salt = (worker as u64) << 40 | n;
-                    attackers[index].sign(nonces[slot], &call(SWEEP, salt), 900_000_000_000)
+                    sign(
+                        &attackers[index],
+                        nonces[slot],
+                        &call(SWEEP, salt),
+                        900_000_000_000,
+                    )
                 };
                 n += 1;
                 sent.fetch_add(1, Ordering::Relaxed);
@@ -464,12 +431,9 @@ async fn main() {
     );
 
     // Fund everyone in one batch.
-    let honest_eoas: Arc<Vec<Eoa>> = Arc::new((0..50).map(|i| Eoa::new(10 + i)).collect());
-    let attackers: Arc<Vec<Eoa>> =
-        Arc::new((0..a.attackers).map(|i| Eoa::new(100_000 + i)).collect());
-    let probers: Vec<Eoa> = (0..a.probes as u64 * 2)
-        .map(|i| Eoa::new(900_000 + i))
-        .collect();
+    let honest_eoas: Arc<Vec<Eoa>> = Arc::new((0..50).map(|i| eoa(10 + i)).collect());
+    let attackers: Arc<Vec<Eoa>> = Arc::new((0..a.attackers).map(|i| eoa(100_000 + i)).collect());
+    let probers: Vec<Eoa> = (0..a.probes as u64 * 2).map(|i| eoa(900_000 + i)).collect();
     let everyone: Vec<Value> = honest_eoas
         .iter()
         .chain(attackers.iter())
@@ -485,7 +449,7 @@ async fn main() {
         .unwrap();
 
     // The first invalidation, from the chain: one reverting poke(13).
-    let first = attackers[0].sign(0, &call(POKE, 13), 1_000_000_000);
+    let first = sign(&attackers[0], 0, &call(POKE, 13), 1_000_000_000);
     post(&client, &txgate_url, send_body(&first)).await.unwrap();
     let banned_ready = async {
         for _ in 0..500 {
@@ -564,8 +528,8 @@ async fn main() {
     for p in 0..a.probes {
         let (victim, prober) = (&probers[2 * p], &probers[2 * p + 1]);
         let input = call(POKE, 5_000_000 + p as u64);
-        let injected_raw = victim.sign(0, &input, 1_000_000_000);
-        let probe_raw = prober.sign(0, &input, 1_000_000_000);
+        let injected_raw = sign(victim, 0, &input, 1_000_000_000);
+        let probe_raw = sign(prober, 0, &input, 1_000_000_000);
         let found = Arc::new(AtomicBool::new(false));
         let prober_task = {
             let (client, url, found, raw) = (
