@@ -219,16 +219,12 @@ impl DeniedSet {
             .collect();
         order.sort_unstable();
         let mut out = vec![Inserted::Refreshed; items.len()];
-        let mut next = 0;
-        while next < order.len() {
-            let index = order[next].0;
-            let mut shard = self.lock(index);
-            while next < order.len() && order[next].0 == index {
-                let i = order[next].1;
+        for group in order.chunk_by(|a, b| a.0 == b.0) {
+            let mut shard = self.lock(group[0].0);
+            for &(_, i) in group {
                 let (key, assertion) = items[i];
                 out[i] =
                     self.insert_locked(&mut shard, key, assertion, expires, suspect_until, now);
-                next += 1;
             }
         }
         out
@@ -374,6 +370,22 @@ mod tests {
             .filter(|i| set.bloom.may_contain(&key(1_000_000_000 + i)))
             .count();
         assert!(hits < 500, "false positives after churn: {hits}/10000");
+    }
+
+    #[test]
+    fn a_batch_inserts_in_its_own_order() {
+        let set = DeniedSet::new(1024);
+        let b = AssertionRef {
+            index: 1,
+            version: 1,
+        };
+        let batch = [(key(1), A), (key(2), A), (key(1), b)];
+        assert_eq!(
+            set.insert_batch(&batch, 100, 150, 0),
+            vec![Inserted::New, Inserted::New, Inserted::Refreshed]
+        );
+        assert_eq!(set.get(&key(1)).unwrap().assertions, [b, A]);
+        assert_eq!(set.len(), 2);
     }
 
     #[test]

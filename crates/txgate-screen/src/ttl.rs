@@ -87,14 +87,7 @@ impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
     /// Inserts or replaces `key`, live until `expires`.
     pub fn insert(&self, key: K, value: V, expires: Millis) {
         let mut shard = self.shard(&key);
-        if shard.young.len() >= self.generation_cap && !shard.young.contains_key(&key) {
-            let young = std::mem::replace(&mut shard.young, HashMap::with_hasher(self.keys));
-            shard.old = young;
-        }
-        // A stale copy left in `old` is harmless (`get` reads `young`
-        // first) and goes with its generation; not probing for it saves a
-        // cache miss per insert in a large map.
-        shard.young.insert(key, (expires, value));
+        self.insert_locked(&mut shard, key, value, expires);
     }
 
     /// Inserts a batch, grouped by shard (each shard locked once).
@@ -105,21 +98,24 @@ impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
             .map(|(i, (key, _, _))| (self.shard_index(key), i))
             .collect();
         order.sort_unstable();
-        let mut next = 0;
-        while next < order.len() {
-            let index = order[next].0;
-            let mut shard = lock(&self.shards[index]);
-            while next < order.len() && order[next].0 == index {
-                let (key, value, expires) = items[order[next].1];
-                if shard.young.len() >= self.generation_cap && !shard.young.contains_key(&key) {
-                    let young =
-                        std::mem::replace(&mut shard.young, HashMap::with_hasher(self.keys));
-                    shard.old = young;
-                }
-                shard.young.insert(key, (expires, value));
-                next += 1;
+        for group in order.chunk_by(|a, b| a.0 == b.0) {
+            let mut shard = lock(&self.shards[group[0].0]);
+            for &(_, i) in group {
+                let (key, value, expires) = items[i];
+                self.insert_locked(&mut shard, key, value, expires);
             }
         }
+    }
+
+    fn insert_locked(&self, shard: &mut Shard<K, V>, key: K, value: V, expires: Millis) {
+        if shard.young.len() >= self.generation_cap && !shard.young.contains_key(&key) {
+            let young = std::mem::replace(&mut shard.young, HashMap::with_hasher(self.keys));
+            shard.old = young;
+        }
+        // A stale copy left in `old` is harmless (`get` reads `young`
+        // first) and goes with its generation; not probing for it saves a
+        // cache miss per insert in a large map.
+        shard.young.insert(key, (expires, value));
     }
 
     /// Removes `key`, returning its live value.
@@ -176,6 +172,15 @@ mod tests {
         assert_eq!(map.get(&1, 100), None);
         map.sweep(100, usize::MAX);
         assert!(map.is_empty());
+    }
+
+    #[test]
+    fn a_batch_lands_like_one_by_one() {
+        let map = TtlMap::<u64, u32>::new(1000);
+        map.insert_batch(&[(1, 10, 100), (2, 20, 100), (1, 11, 200)]);
+        assert_eq!(map.get(&1, 150), Some(11));
+        assert_eq!(map.get(&2, 50), Some(20));
+        assert_eq!(map.get(&2, 100), None);
     }
 
     #[test]

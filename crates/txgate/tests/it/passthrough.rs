@@ -31,21 +31,7 @@ async fn cast_send_and_call_go_through() {
     let (before, after): (u128, u128) = (before.parse().unwrap(), after.parse().unwrap());
     assert_eq!(after - before, 1_000_000_000_000_000_000);
 
-    let deployed = cast(&[
-        "send",
-        "--json",
-        "--rpc-url",
-        &txgate.url,
-        "--private-key",
-        KEY0,
-        "--create",
-        ANSWER_CONTRACT,
-    ]);
-    let deployed: serde_json::Value = serde_json::from_str(&deployed).unwrap();
-    let address = deployed["contractAddress"]
-        .as_str()
-        .expect("contract address")
-        .to_string();
+    let address = crate::support::deploy(&txgate.url, ANSWER_CONTRACT).to_string();
     let answer = cast(&[
         "call",
         &address,
