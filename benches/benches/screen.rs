@@ -31,7 +31,7 @@ use alloy_consensus::transaction::SignerRecoverable;
 use alloy_primitives::{Address, B256, U256, keccak256};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use txgate_benches::{Eoa, random_invalidations, raw_hex};
-use txgate_proxy::screening::{self, Submission};
+use txgate_proxy::screening;
 use txgate_screen::{
     Candidate, Fingerprint, Invalidation, Screen, ScreenSettings, decode, decode_hex,
     recover_sender,
@@ -111,8 +111,8 @@ fn at_scale(c: &mut Criterion) {
         // A recently failed tx.
         let (_, failed) = signed(2, 0, 1);
         let tx = decode(&decode_hex(&failed).unwrap_or_default()).unwrap_or_else(|e| panic!("{e}"));
-        let inv = Invalidation::of(&tx, None, B256::repeat_byte(0xaa), 1)
-            .unwrap_or_else(|| unreachable!());
+        let inv =
+            Invalidation::of(&tx, None, Some(assertion(0xaa))).unwrap_or_else(|| unreachable!());
         screen.apply(&[inv], now);
 
         // A denied fingerprint, met again from a fresh EOA whose sender is
@@ -120,7 +120,7 @@ fn at_scale(c: &mut Criterion) {
         let (_, banned) = signed(3, 0, 2);
         let banned_tx =
             decode(&decode_hex(&banned).unwrap_or_default()).unwrap_or_else(|e| panic!("{e}"));
-        let mut inv = Invalidation::of(&banned_tx, None, B256::repeat_byte(0xbb), 1)
+        let mut inv = Invalidation::of(&banned_tx, None, Some(assertion(0xbb)))
             .unwrap_or_else(|| unreachable!());
         inv.tx_hash = Some(B256::repeat_byte(1));
         screen.apply(&[inv], now);
@@ -135,7 +135,7 @@ fn at_scale(c: &mut Criterion) {
             .iter()
             .map(|hex| {
                 let mut c = screen
-                    .stage_hex(hex, now)
+                    .candidate(hex, now)
                     .unwrap_or_else(|e| panic!("{e:?}"));
                 screen
                     .stage_decode(&mut c)
@@ -200,6 +200,13 @@ fn at_scale(c: &mut Criterion) {
     }
 }
 
+fn assertion(byte: u8) -> txgate_screen::AssertionKey {
+    txgate_screen::AssertionKey {
+        id: B256::repeat_byte(byte),
+        version: 1,
+    }
+}
+
 fn tower(c: &mut Criterion) {
     let epoch = Instant::now();
     let screen = Arc::new(populated(10_000, ScreenSettings::default(), epoch));
@@ -213,9 +220,9 @@ fn tower(c: &mut Criterion) {
     });
     g.bench_function("stack_cached_sender_clean", |b| {
         b.iter(|| {
-            let mut run = std::pin::pin!(screening::run(&stack, Submission::new(&screen, &hex, 1)));
+            let mut run = std::pin::pin!(screening::screen(&stack, &screen, &hex, 1));
             match run.as_mut().poll(&mut cx) {
-                std::task::Poll::Ready(result) => result.map(|passed| passed.admitted),
+                std::task::Poll::Ready(result) => result.map(|cleared| cleared.admitted),
                 std::task::Poll::Pending => unreachable!("every stage is synchronous"),
             }
         })
@@ -240,7 +247,7 @@ fn stages(c: &mut Criterion) {
     let decoded: Vec<Candidate> = clean
         .iter()
         .map(|hex| {
-            let mut c = screen.stage_hex(hex, 1).unwrap_or_else(|e| panic!("{e:?}"));
+            let mut c = screen.candidate(hex, 1).unwrap_or_else(|e| panic!("{e:?}"));
             screen
                 .stage_decode(&mut c)
                 .unwrap_or_else(|e| panic!("{e:?}"));
@@ -260,7 +267,7 @@ fn stages(c: &mut Criterion) {
     g.bench_function("hex_and_tx_hash", |b| {
         b.iter(|| {
             i = (i + 1) % clean.len();
-            screen.stage_hex(black_box(&clean[i]), 1)
+            screen.candidate(black_box(&clean[i]), 1)
         })
     });
     g.bench_function("envelope_decode", |b| {

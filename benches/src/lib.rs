@@ -94,8 +94,10 @@ pub fn random_invalidations(
                 fingerprint: h,
                 target: Address::from_slice(&h[..20]),
                 selector: [h[20], h[21], h[22], h[23]],
-                assertion_id: B256::left_padding_from(&(i % 1000).to_be_bytes()),
-                assertion_version: 1,
+                assertion: Some(txgate_screen::AssertionKey {
+                    id: B256::left_padding_from(&(i % 1000).to_be_bytes()),
+                    version: 1,
+                }),
                 tx_hash: with_tx.then(|| keccak256(h)),
                 sender: with_sender.then(|| Address::from_slice(&h[12..])),
             }

@@ -9,9 +9,21 @@
 //!
 //! Answers `{"accepted": N, "fingerprints": [...]}` (fingerprints of raw
 //! transactions only), or 400 with the reason.
+//!
+//! Injections are paced to the slowest subscriber: when its buffer
+//! (`stream_buffer`) is full, the request waits for it to drain, so a storm
+//! larger than the buffer reaches a live subscriber whole; the answer comes
+//! once everything is sent. A subscriber that makes no progress for 5 s is
+//! given up on for the rest of the request (it loses the oldest, logged).
+//!
+//! `GET /healthz` answers `{"ok": true}`. An accept error (for example
+//! EMFILE) pauses the accept loop, 50 ms doubling to 1 s, logged once per
+//! burst of errors.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use alloy_primitives::{Address, B256, keccak256};
 use bytes::Bytes;
@@ -23,12 +35,19 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::net::TcpListener;
-use txgate_screen::{Fingerprint, decode, decode_hex, recover_sender};
+use txgate_screen::{AssertionKey, Fingerprint, decode, decode_hex, recover_sender};
 
 use crate::hub::Hub;
 
 /// Synthetic invalidations per request at most.
 const MAX_SYNTHETIC: u64 = 10_000_000;
+/// How long an injection waits for a subscriber that makes no progress
+/// before sending on regardless (that subscriber then loses the oldest).
+const ROOM_PATIENCE: Duration = Duration::from_secs(5);
+/// First pause after an accept error; it doubles with each error in a row.
+const ACCEPT_BACKOFF_INITIAL: Duration = Duration::from_millis(50);
+/// Longest pause after accept errors.
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -58,14 +77,39 @@ fn reply(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
     response
 }
 
-fn inject(hub: &Hub, item: &Injected, fingerprints: &mut Vec<String>) -> Result<u64, String> {
-    let assertion = (item.assertion_id, item.assertion_version);
+/// Waits for room at the slowest subscriber while `pace` holds a patience;
+/// clears it when a stalled subscriber is given up on.
+async fn wait_for_room(hub: &Hub, pace: &mut Option<Duration>) {
+    if let Some(patience) = *pace
+        && !hub.room(patience).await
+    {
+        *pace = None;
+    }
+}
+
+/// Injects one item into the hub. While `pace` holds a patience, each
+/// invalidation waits for room at the slowest subscriber (see
+/// [`Hub::room`]), so that a storm is not lost to a subscriber that is only
+/// slower than the storm; once a stalled subscriber was given up on,
+/// `pace` is cleared for the rest of the request. Returns the
+/// invalidations injected.
+async fn inject(
+    hub: &Hub,
+    item: &Injected,
+    pace: &mut Option<Duration>,
+    fingerprints: &mut Vec<String>,
+) -> Result<u64, String> {
+    let assertion = AssertionKey {
+        id: item.assertion_id,
+        version: item.assertion_version,
+    };
     match (&item.raw_tx, item.synthetic) {
         (Some(raw), None) => {
             let tx =
                 decode(&decode_hex(raw).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
             let sender = recover_sender(&tx).map_err(|e| e.to_string())?;
             let fp = Fingerprint::of(&tx).ok_or("a contract creation has no fingerprint")?;
+            wait_for_room(hub, pace).await;
             hub.invalidate(&fp, assertion, Some(tx.hash), Some(sender), 0);
             fingerprints.push(format!("{}", fp.hash));
             Ok(1)
@@ -85,6 +129,7 @@ fn inject(hub: &Hub, item: &Injected, fingerprints: &mut Vec<String>) -> Result<
                     Default::default(),
                     21_000,
                 );
+                wait_for_room(hub, pace).await;
                 hub.invalidate(&fp, assertion, None, None, 0);
             }
             Ok(n)
@@ -121,8 +166,9 @@ async fn handle(
             };
             let mut accepted = 0;
             let mut fingerprints = Vec::new();
+            let mut pace = Some(ROOM_PATIENCE);
             for item in &items {
-                match inject(&hub, item, &mut fingerprints) {
+                match inject(&hub, item, &mut pace, &mut fingerprints).await {
                     Ok(n) => accepted += n,
                     Err(e) => {
                         return Ok(reply(
@@ -141,18 +187,222 @@ async fn handle(
     }
 }
 
+/// The pause after accept errors (for example EMFILE: out of file
+/// descriptors), so that a failing `accept` is never retried in a busy
+/// loop: 50 ms doubling to 1 s, reset by a successful accept.
+#[derive(Debug)]
+struct AcceptBackoff {
+    next: Duration,
+    failures: u64,
+}
+
+impl AcceptBackoff {
+    fn new() -> AcceptBackoff {
+        AcceptBackoff {
+            next: ACCEPT_BACKOFF_INITIAL,
+            failures: 0,
+        }
+    }
+
+    /// An accept failed: how long to pause, and whether it is the first
+    /// failure of a burst (the one to log).
+    fn failed(&mut self) -> (Duration, bool) {
+        let pause = self.next;
+        self.next = (self.next * 2).min(ACCEPT_BACKOFF_MAX);
+        self.failures += 1;
+        (pause, self.failures == 1)
+    }
+
+    /// An accept succeeded: the failures of the burst it ends, if any.
+    fn succeeded(&mut self) -> Option<u64> {
+        self.next = ACCEPT_BACKOFF_INITIAL;
+        Some(std::mem::take(&mut self.failures)).filter(|&n| n > 0)
+    }
+}
+
+/// Accepts with `accept` and hands each connection to `serve`, forever;
+/// after an error, backs off (see [`AcceptBackoff`]) and logs once per
+/// burst of errors.
+async fn accept_loop<T, F, Fut>(mut accept: F, mut serve: impl FnMut(T))
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::io::Result<T>>,
+{
+    let mut backoff = AcceptBackoff::new();
+    loop {
+        match accept().await {
+            Ok(connection) => {
+                if let Some(failures) = backoff.succeeded() {
+                    tracing::info!(failures, "admin endpoint accepting again");
+                }
+                serve(connection);
+            }
+            Err(e) => {
+                let (pause, first) = backoff.failed();
+                if first {
+                    tracing::warn!(error = %e, "admin endpoint cannot accept; backing off");
+                } else {
+                    tracing::debug!(error = %e, pause_ms = pause.as_millis() as u64,
+                        "admin endpoint still cannot accept");
+                }
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+}
+
 /// Serves the admin endpoint forever.
 pub(crate) async fn serve(listener: TcpListener, hub: Arc<Hub>) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let hub = hub.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req| handle(hub.clone(), req));
-            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+    accept_loop(
+        || listener.accept(),
+        |(stream, _)| {
+            let hub = hub.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req| handle(hub.clone(), req));
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        },
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Instant;
+
+    use tokio_stream::StreamExt;
+
+    use super::*;
+    use crate::config::Config;
+
+    fn storm(n: u64) -> Injected {
+        serde_json::from_value(json!({"synthetic": n,
+            "assertion_id": format!("0x{}", "b7".repeat(32)), "assertion_version": 1}))
+        .expect("injected")
+    }
+
+    fn hub(extra: &str) -> Arc<Hub> {
+        Arc::new(Hub::new(Config::parse(extra).expect("config")))
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn broadcast_buffer_oversized_a_synthetic_storm_reaches_a_slow_subscriber_without_loss() {
+        let hub = hub("stream_buffer = 16\n");
+        let mut stream = Box::pin(hub.subscribe());
+        let reader = tokio::spawn(async move {
+            let mut got = 0u64;
+            while stream.next().await.is_some() {
+                got += 1;
+                // Slower than the storm.
+                tokio::task::yield_now().await;
+            }
+            got
         });
+        let mut pace = Some(Duration::from_secs(5));
+        let injected = inject(&hub, &storm(2_000), &mut pace, &mut Vec::new()).await;
+        assert_eq!(injected, Ok(2_000));
+        assert!(
+            pace.is_some(),
+            "never gave up on a subscriber making progress"
+        );
+        drop(hub);
+        assert_eq!(reader.await.expect("reader"), 2_000, "invalidations lost");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn broadcast_buffer_oversized_a_stalled_subscriber_does_not_hold_a_storm_forever() {
+        let hub = hub("stream_buffer = 4\n");
+        let _stalled = hub.subscribe();
+        let started = Instant::now();
+        let mut pace = Some(Duration::from_millis(20));
+        let injected = inject(&hub, &storm(1_000), &mut pace, &mut Vec::new()).await;
+        assert_eq!(injected, Ok(1_000));
+        assert_eq!(pace, None, "given up on once, for the rest of the request");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn without_subscribers_a_storm_is_not_paced() {
+        let hub = hub("stream_buffer = 4\n");
+        let mut pace = Some(Duration::from_secs(5));
+        let started = Instant::now();
+        assert_eq!(
+            inject(&hub, &storm(1_000), &mut pace, &mut Vec::new()).await,
+            Ok(1_000)
+        );
+        assert!(pace.is_some());
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn accept_error_spin_backoff_doubles_from_50ms_to_1s_and_resets() {
+        let mut backoff = AcceptBackoff::new();
+        let pauses: Vec<u64> = (0..7)
+            .map(|_| backoff.failed().0.as_millis() as u64)
+            .collect();
+        assert_eq!(pauses, [50, 100, 200, 400, 800, 1_000, 1_000]);
+        assert_eq!(backoff.succeeded(), Some(7));
+        assert_eq!(backoff.succeeded(), None);
+        assert_eq!(backoff.failed().0, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn accept_error_spin_logs_once_per_failure_burst() {
+        let mut backoff = AcceptBackoff::new();
+        let logged: Vec<bool> = (0..5).map(|_| backoff.failed().1).collect();
+        assert_eq!(logged, [true, false, false, false, false]);
+        backoff.succeeded();
+        assert!(backoff.failed().1, "a new burst is logged again");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn accept_error_spin_a_failing_accept_is_not_retried_in_a_busy_loop() {
+        let attempts = AtomicUsize::new(0);
+        let accept = || {
+            attempts.fetch_add(1, Ordering::Relaxed);
+            async {
+                tokio::task::yield_now().await;
+                Err::<(), _>(std::io::Error::from_raw_os_error(24)) // EMFILE
+            }
+        };
+        let ran = tokio::time::timeout(Duration::from_millis(300), accept_loop(accept, |()| {}));
+        assert!(ran.await.is_err(), "the loop runs forever");
+        // At 0, 50, 150 ms (the next at 350 ms).
+        let attempts = attempts.load(Ordering::Relaxed);
+        assert!((2..=4).contains(&attempts), "{attempts} attempts in 300 ms");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn accept_error_spin_connections_are_served_after_errors() {
+        let attempts = AtomicUsize::new(0);
+        let served = AtomicUsize::new(0);
+        let accept = || {
+            let n = attempts.fetch_add(1, Ordering::Relaxed);
+            async move {
+                tokio::task::yield_now().await;
+                if n % 3 == 2 {
+                    Ok(n)
+                } else {
+                    Err(std::io::Error::from_raw_os_error(24))
+                }
+            }
+        };
+        let serve = |_: usize| {
+            served.fetch_add(1, Ordering::Relaxed);
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(400), accept_loop(accept, serve)).await;
+        // Each burst of two errors pauses 50 + 100 ms: reset after each success.
+        assert!(
+            served.load(Ordering::Relaxed) >= 2,
+            "{}",
+            served.load(Ordering::Relaxed)
+        );
     }
 }

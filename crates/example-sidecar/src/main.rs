@@ -1,23 +1,35 @@
 //! example-sidecar: a real sidecar for txgate's demo and end-to-end tests.
 //!
-//! - A tonic gRPC server of `txgate.sidecar.v1.RpcProxyHeuristics`:
-//!   `StreamInvalidations` streams every invalidation to every subscriber;
-//!   `ShouldForward` answers from what it judged, and for a call to a
-//!   protected contract it has not judged, simulates it with `eth_call`.
-//! - A watcher of the local node: each new block's transactions to a
-//!   protected contract are judged by the configured assertions ("no call
-//!   may revert": the receipt's status; "selector S is forbidden": the
-//!   calldata), and each violation is streamed as an invalidation whose
-//!   fingerprint, tx hash and sender come from txgate's own library.
-//! - An HTTP admin endpoint for tests: `POST /invalidations` with
-//!   `{"raw_tx": "0x…", "assertion_id": "0x…", "assertion_version": 1}`
+//! - A tonic gRPC server of `txgate.sidecar.v1.RpcProxyHeuristics`
+//!   ([`service`]): `StreamInvalidations` streams every invalidation to
+//!   every subscriber; `ShouldForward` answers from what it judged, and for
+//!   a call to a protected contract it has not judged, simulates it with
+//!   `eth_call`.
+//! - A watcher of the local node ([`watch`], over the JSON-RPC client
+//!   [`node`]): each new block's transactions to a protected contract are
+//!   judged by the configured assertions ("no call may revert": the
+//!   receipt's status; "selector S is forbidden": the calldata), and each
+//!   violation is streamed as an invalidation whose fingerprint, tx hash
+//!   and sender come from txgate's own library.
+//! - An HTTP admin endpoint for tests ([`admin`]): `POST /invalidations`
+//!   with `{"raw_tx": "0x…", "assertion_id": "0x…", "assertion_version": 1}`
 //!   (or an array of them; or `{"synthetic": N, ...}` for N random
 //!   fingerprints), `GET /healthz`.
+//!
+//! The state between them is the [`hub`]: what was judged (bounded by
+//! [`judged`]: a TTL and a maximum of fingerprints) and the broadcast
+//! stream of invalidations (bounded per subscriber). Dependencies go one
+//! way: `node` and `judged` know nothing of the others; `hub` uses
+//! `judged`; `watch`, `service` and `admin` use `hub` (and `node`).
+//! Assertions and limits come from [`config`].
 
 mod admin;
 mod config;
 mod hub;
+mod judged;
 mod node;
+mod service;
+mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -29,6 +41,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use txgate_proto::v1::rpc_proxy_heuristics_server::RpcProxyHeuristicsServer;
 
 use crate::hub::Hub;
+use crate::service::Service;
 
 /// A sidecar that judges transactions on a local node.
 #[derive(Debug, Parser)]
@@ -89,14 +102,18 @@ async fn main() -> std::process::ExitCode {
         return std::process::ExitCode::FAILURE;
     };
     let node = node::Node::new(&cli.node);
-    let hub = Arc::new(Hub::new(config.clone(), node.clone()));
+    let hub = Arc::new(Hub::new(config.clone()));
     tracing::info!(grpc = %grpc_addr, admin = %admin_addr, node = %cli.node,
         assertions = config.assertion.len(), "listening");
 
-    tokio::spawn(node::watch(node, hub.clone(), config.poll_interval()));
+    tokio::spawn(watch::watch(
+        node.clone(),
+        hub.clone(),
+        config.poll_interval(),
+    ));
     tokio::spawn(admin::serve(admin, hub.clone()));
     let served = tonic::transport::Server::builder()
-        .add_service(RpcProxyHeuristicsServer::new(hub::Service(hub)))
+        .add_service(RpcProxyHeuristicsServer::new(Service::new(hub, node)))
         .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async {
             let _ = tokio::signal::ctrl_c().await;
         })

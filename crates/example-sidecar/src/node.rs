@@ -1,19 +1,20 @@
-//! The local node: polling new blocks, receipts, and `eth_call` simulation.
+//! The local node's JSON-RPC client: head, blocks, receipts, and `eth_call`
+//! simulation. It knows nothing of what the sidecar does with them.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use alloy_primitives::{Address, B256, U256};
+use alloy_primitives::Address;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
-use txgate_screen::{Fingerprint, Tx};
+use txgate_screen::Tx;
 
-use crate::hub::Hub;
+/// How long one JSON-RPC call may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A JSON-RPC client of the node.
 #[derive(Debug, Clone)]
@@ -22,11 +23,13 @@ pub(crate) struct Node {
     client: Client<HttpConnector, Full<Bytes>>,
 }
 
-fn hex_u64(v: &Value) -> Option<u64> {
+/// A JSON-RPC quantity (`"0x1a"`).
+pub(crate) fn hex_u64(v: &Value) -> Option<u64> {
     u64::from_str_radix(v.as_str()?.strip_prefix("0x")?, 16).ok()
 }
 
-fn hex_bytes(v: &Value) -> Option<Vec<u8>> {
+/// JSON-RPC data (`"0x…"`, `"0x"` for none).
+pub(crate) fn hex_bytes(v: &Value) -> Option<Vec<u8>> {
     let s = v.as_str()?;
     if s == "0x" {
         return Some(Vec::new());
@@ -35,6 +38,7 @@ fn hex_bytes(v: &Value) -> Option<Vec<u8>> {
 }
 
 impl Node {
+    /// A client of the node at `url`.
     pub(crate) fn new(url: &str) -> Node {
         Node {
             url: url.to_string(),
@@ -48,7 +52,7 @@ impl Node {
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body.to_string())))
             .map_err(|e| e.to_string())?;
-        let response = tokio::time::timeout(Duration::from_secs(5), self.client.request(request))
+        let response = tokio::time::timeout(CALL_TIMEOUT, self.client.request(request))
             .await
             .map_err(|_| "node timed out".to_string())?
             .map_err(|e| e.to_string())?;
@@ -63,6 +67,44 @@ impl Node {
             return Err(error.to_string());
         }
         Ok(value["result"].take())
+    }
+
+    /// The number of the latest block (`eth_blockNumber`); `Ok(None)` when
+    /// the node answers something that is not a quantity.
+    pub(crate) async fn block_number(&self) -> Result<Option<u64>, String> {
+        Ok(hex_u64(&self.call("eth_blockNumber", json!([])).await?))
+    }
+
+    /// Block `number` with its full transactions (`eth_getBlockByNumber`).
+    pub(crate) async fn block(&self, number: u64) -> Result<Value, String> {
+        self.call(
+            "eth_getBlockByNumber",
+            json!([format!("{number:#x}"), true]),
+        )
+        .await
+    }
+
+    /// Whether each transaction of block `number` reverted, by lowercase
+    /// tx hash: every receipt of the block in one call
+    /// (`eth_getBlockReceipts`).
+    pub(crate) async fn reverted_in_block(
+        &self,
+        number: u64,
+    ) -> Result<HashMap<String, bool>, String> {
+        let receipts = self
+            .call("eth_getBlockReceipts", json!([format!("{number:#x}")]))
+            .await?;
+        Ok(receipts
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| {
+                Some((
+                    r["transactionHash"].as_str()?.to_lowercase(),
+                    hex_u64(&r["status"])? == 0,
+                ))
+            })
+            .collect())
     }
 
     /// Whether `tx` reverts when simulated from `sender` at the latest block.
@@ -88,98 +130,31 @@ impl Node {
     }
 }
 
-/// Judges one mined transaction (JSON from `eth_getBlockByNumber`), with
-/// its receipt status when known.
-fn judge(hub: &Hub, tx: &Value, reverted: Option<bool>, block: u64) -> Result<usize, String> {
-    let Some(to) = tx["to"].as_str().and_then(|s| s.parse::<Address>().ok()) else {
-        return Ok(0);
-    };
-    if !hub.config.protects(to) {
-        return Ok(0);
-    }
-    let input = hex_bytes(&tx["input"]).ok_or("bad input")?;
-    let hash: B256 = tx["hash"]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .ok_or("bad hash")?;
-    let sender: Option<Address> = tx["from"].as_str().and_then(|s| s.parse().ok());
-    let value: U256 = tx["value"]
-        .as_str()
-        .and_then(|s| U256::from_str_radix(s.trim_start_matches("0x"), 16).ok())
-        .unwrap_or_default();
-    let gas = hex_u64(&tx["gas"]).unwrap_or_default();
-    let violated = hub.config.violated(to, &input, reverted);
-    let fp = Fingerprint::from_parts(to, &input, value, gas);
-    for a in &violated {
-        let reached = hub.invalidate(&fp, (a.id, a.version), Some(hash), sender, block);
-        tracing::info!(tx = %hash, sender = ?sender, fingerprint = %fp.hash, assertion = %a.id,
-            subscribers = reached, "invalidation");
-    }
-    Ok(violated.len())
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Polls for new blocks and judges their transactions, forever.
-pub(crate) async fn watch(node: Node, hub: Arc<Hub>, interval: Duration) {
-    let mut next: Option<u64> = None;
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let head = match node.call("eth_blockNumber", json!([])).await {
-            Ok(v) => match hex_u64(&v) {
-                Some(head) => head,
-                None => continue,
-            },
-            Err(e) => {
-                tracing::debug!(error = %e, "node unreachable");
-                continue;
-            }
-        };
-        let from = *next.get_or_insert(head);
-        for number in from..=head {
-            let block = match node
-                .call(
-                    "eth_getBlockByNumber",
-                    json!([format!("{number:#x}"), true]),
-                )
-                .await
-            {
-                Ok(block) => block,
-                Err(e) => {
-                    tracing::warn!(block = number, error = %e, "cannot read block");
-                    break;
-                }
-            };
-            // Every receipt of the block in one call.
-            let statuses: HashMap<String, bool> = match node
-                .call("eth_getBlockReceipts", json!([format!("{number:#x}")]))
-                .await
-            {
-                Ok(receipts) => receipts
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|r| {
-                        Some((
-                            r["transactionHash"].as_str()?.to_lowercase(),
-                            hex_u64(&r["status"])? == 0,
-                        ))
-                    })
-                    .collect(),
-                Err(e) => {
-                    tracing::warn!(block = number, error = %e, "cannot read receipts");
-                    HashMap::new()
-                }
-            };
-            for tx in block["transactions"].as_array().into_iter().flatten() {
-                let reverted = tx["hash"]
-                    .as_str()
-                    .and_then(|h| statuses.get(&h.to_lowercase()).copied());
-                if let Err(e) = judge(&hub, tx, reverted, number) {
-                    tracing::warn!(block = number, error = %e, "cannot judge a transaction");
-                }
-            }
-            next = Some(number + 1);
-        }
+    #[test]
+    fn hub_node_cycle_node_is_only_the_json_rpc_client() {
+        // The dependency goes one way: the hub and the watcher may use the
+        // node, never the other way round.
+        let node = include_str!("node.rs");
+        let hub = include_str!("hub.rs");
+        let hub_path = ["crate", "::", "hub"].concat();
+        let node_path = ["crate", "::", "node"].concat();
+        assert!(!node.contains(&hub_path), "node.rs uses the hub");
+        assert!(
+            !node.contains(&["H", "ub"].concat()),
+            "node.rs knows of the hub"
+        );
+        assert!(!hub.contains(&node_path), "hub.rs uses the node");
+    }
+
+    #[test]
+    fn quantities_and_data_decode() {
+        assert_eq!(hex_u64(&json!("0x1a")), Some(26));
+        assert_eq!(hex_u64(&json!("1a")), None);
+        assert_eq!(hex_bytes(&json!("0x")), Some(Vec::new()));
+        assert_eq!(hex_bytes(&json!("0x0102")), Some(vec![1, 2]));
     }
 }

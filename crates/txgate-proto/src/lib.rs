@@ -3,7 +3,7 @@
 //! [`txgate_screen::Invalidation`].
 
 use alloy_primitives::{Address, B256};
-use txgate_screen::{Fingerprint, Invalidation};
+use txgate_screen::{AssertionKey, Fingerprint, Invalidation};
 
 /// Generated messages, client and server.
 #[allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms)]
@@ -15,27 +15,18 @@ pub mod v1 {
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// Why a message cannot be used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Malformed {
     /// No fingerprint, or its hash is not 32 bytes.
+    #[error("fingerprint missing or hash not 32 bytes")]
     Fingerprint,
-    /// No assertion, or its id is not 32 bytes.
+    /// An assertion whose id is not 32 bytes.
+    #[error("assertion id not 32 bytes")]
     Assertion,
     /// `tx_hash` or `sender` present with the wrong length.
+    #[error("tx_hash or sender of the wrong length")]
     Extension,
 }
-
-impl std::fmt::Display for Malformed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Malformed::Fingerprint => "fingerprint missing or hash not 32 bytes",
-            Malformed::Assertion => "assertion missing or id not 32 bytes",
-            Malformed::Extension => "tx_hash or sender of the wrong length",
-        })
-    }
-}
-
-impl std::error::Error for Malformed {}
 
 fn b256(bytes: &[u8]) -> Option<B256> {
     (bytes.len() == 32).then(|| B256::from_slice(bytes))
@@ -53,13 +44,26 @@ fn optional<T>(
     }
 }
 
+/// An assertion from the wire: absent (or with an empty id) is "no
+/// assertion"; an id of another length is malformed.
+pub fn assertion_key(assertion: Option<&v1::Assertion>) -> Result<Option<AssertionKey>, Malformed> {
+    let Some(assertion) = assertion.filter(|a| !a.assertion_id.is_empty()) else {
+        return Ok(None);
+    };
+    let id = b256(&assertion.assertion_id).ok_or(Malformed::Assertion)?;
+    Ok(Some(AssertionKey {
+        id,
+        version: assertion.assertion_version,
+    }))
+}
+
 /// A wire invalidation as screening state. Target and selector are
 /// optional on the wire (they only feed cooldowns): missing, they are zero.
+/// So is the assertion: a sidecar that names none bans under none.
 pub fn to_invalidation(msg: &v1::Invalidation) -> Result<Invalidation, Malformed> {
     let fp = msg.fingerprint.as_ref().ok_or(Malformed::Fingerprint)?;
     let fingerprint = b256(&fp.hash).ok_or(Malformed::Fingerprint)?;
-    let assertion = msg.assertion.as_ref().ok_or(Malformed::Assertion)?;
-    let assertion_id = b256(&assertion.assertion_id).ok_or(Malformed::Assertion)?;
+    let assertion = assertion_key(msg.assertion.as_ref())?;
     let target = if fp.target.len() == 20 {
         Address::from_slice(&fp.target)
     } else {
@@ -73,8 +77,7 @@ pub fn to_invalidation(msg: &v1::Invalidation) -> Result<Invalidation, Malformed
         fingerprint,
         target,
         selector,
-        assertion_id,
-        assertion_version: assertion.assertion_version,
+        assertion,
         tx_hash: optional(&msg.tx_hash, 32, B256::from_slice)?,
         sender: optional(&msg.sender, 20, Address::from_slice)?,
     })
@@ -95,8 +98,7 @@ pub fn fingerprint_message(fp: &Fingerprint) -> v1::Fingerprint {
 /// A wire invalidation of `fp` (full parts known) under an assertion.
 pub fn invalidation_message(
     fp: &Fingerprint,
-    assertion_id: B256,
-    assertion_version: u64,
+    assertion: AssertionKey,
     tx_hash: Option<B256>,
     sender: Option<Address>,
     l2_block_number: u64,
@@ -105,8 +107,8 @@ pub fn invalidation_message(
     v1::Invalidation {
         fingerprint: Some(fingerprint_message(fp)),
         assertion: Some(v1::Assertion {
-            assertion_id: assertion_id.to_vec(),
-            assertion_version,
+            assertion_id: assertion.id.to_vec(),
+            assertion_version: assertion.version,
         }),
         adopter: Vec::new(),
         l2_block_number,
@@ -129,10 +131,13 @@ mod tests {
             alloy_primitives::U256::from(7u64),
             21_000,
         );
+        let key = AssertionKey {
+            id: B256::repeat_byte(9),
+            version: 3,
+        };
         let msg = invalidation_message(
             &fp,
-            B256::repeat_byte(9),
-            3,
+            key,
             Some(B256::repeat_byte(2)),
             Some(Address::repeat_byte(3)),
             10,
@@ -141,7 +146,7 @@ mod tests {
         let inv = to_invalidation(&msg).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(inv.fingerprint, fp.hash);
         assert_eq!((inv.target, inv.selector), (fp.target, fp.selector));
-        assert_eq!(inv.assertion_version, 3);
+        assert_eq!(inv.assertion, Some(key));
         assert_eq!(inv.tx_hash, Some(B256::repeat_byte(2)));
         assert_eq!(inv.sender, Some(Address::repeat_byte(3)));
 
@@ -154,6 +159,10 @@ mod tests {
             assertion_version: 1,
         });
         assert_eq!(to_invalidation(&bad), Err(Malformed::Assertion));
+        // No assertion on the wire is "no assertion", not assertion 0x00…00.
+        let mut none = msg.clone();
+        none.assertion = None;
+        assert_eq!(to_invalidation(&none).map(|i| i.assertion), Ok(None));
         let mut bad = msg;
         bad.sender = vec![1; 19];
         assert_eq!(to_invalidation(&bad), Err(Malformed::Extension));

@@ -11,6 +11,7 @@ use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use crate::health::Readiness;
 use crate::metrics::Metrics;
@@ -41,16 +42,15 @@ pub fn route<B>(req: &Request<B>, metrics: &Metrics, readiness: &Readiness) -> R
             } else {
                 StatusCode::SERVICE_UNAVAILABLE
             };
-            let body = format!(
-                "{{\"ready\":{ready},\"upstream\":\"{}\",\"draining\":{},\"sidecar\":\"{}\"}}\n",
-                if readiness.upstream_up() {
-                    "up"
-                } else {
-                    "down"
-                },
-                readiness.draining(),
-                readiness.sidecar().as_str()
-            );
+            let body = serde_json::json!({
+                "ready": ready,
+                "upstream": if readiness.upstream_up() { "up" } else { "down" },
+                "draining": readiness.draining(),
+                "sidecar": readiness.sidecar().as_str(),
+                "snapshot": readiness.snapshot().as_str(),
+                "failed": readiness.failed(),
+            });
+            let body = format!("{body}\n");
             let mut response = text(status, body.into());
             response
                 .headers_mut()
@@ -70,10 +70,19 @@ fn text(status: StatusCode, body: Bytes) -> Response<Body> {
     response
 }
 
-/// Serves the admin endpoints until the returned future is dropped.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, readiness: Arc<Readiness>) {
+/// Serves the admin endpoints until `stop` is cancelled.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+    stop: CancellationToken,
+) {
     loop {
-        let (stream, _) = match listener.accept().await {
+        let accepted = tokio::select! {
+            () = stop.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, _) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
                 tracing::warn!(error = %e, "admin accept failed");
@@ -115,6 +124,11 @@ mod tests {
         assert_eq!(route(&get("/readyz"), &metrics, &readiness).status(), 200);
         readiness.start_draining();
         assert_eq!(route(&get("/readyz"), &metrics, &readiness).status(), 503);
+        let ready = Readiness::new(metrics.clone());
+        ready.set_upstream_up(true);
+        ready.set_failed("worker-1");
+        let r = route(&get("/readyz"), &metrics, &ready);
+        assert_eq!(r.status(), 503);
         assert_eq!(route(&get("/healthz"), &metrics, &readiness).status(), 200);
         assert_eq!(route(&get("/nope"), &metrics, &readiness).status(), 404);
         let m = route(&get("/metrics"), &metrics, &readiness);

@@ -95,7 +95,7 @@ struct Permit(Arc<Limit>);
 impl Drop for Permit {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.0.metrics.in_flight.dec();
+        self.0.metrics.http.in_flight.dec();
     }
 }
 
@@ -116,13 +116,13 @@ where
         let previous = limit.in_flight.fetch_add(1, Ordering::AcqRel);
         if previous >= limit.max {
             limit.in_flight.fetch_sub(1, Ordering::AcqRel);
-            limit.metrics.outcome(Outcome::Overloaded);
+            limit.metrics.http.outcome(Outcome::Overloaded);
             let response = Refusal::Overloaded.respond(None, &limit.retry_after);
             return ResponseFuture::Rejected {
                 response: Some(response),
             };
         }
-        limit.metrics.in_flight.inc();
+        limit.metrics.http.in_flight.inc();
         let permit = Permit(limit.clone());
         ResponseFuture::Admitted {
             future: self.inner.call(req),
@@ -188,7 +188,7 @@ mod tests {
         let f2 = tokio::spawn(svc.clone().oneshot(Request::new(rx2)));
         tokio::task::yield_now().await;
         tokio::task::yield_now().await;
-        assert_eq!(metrics.in_flight.get(), 2);
+        assert_eq!(metrics.http.in_flight.get(), 2);
 
         // A third clone is refused without reaching the inner service.
         let (_tx3, rx3) = oneshot::channel();
@@ -210,7 +210,7 @@ mod tests {
         );
         tx2.send(()).unwrap();
         f2.await.unwrap().unwrap();
-        assert_eq!(metrics.in_flight.get(), 0);
+        assert_eq!(metrics.http.in_flight.get(), 0);
     }
 
     #[tokio::test]
@@ -221,10 +221,10 @@ mod tests {
         let (_tx, rx) = oneshot::channel();
         let pending = tokio::spawn(svc.clone().oneshot(Request::new(rx)));
         tokio::task::yield_now().await;
-        assert_eq!(metrics.in_flight.get(), 1);
+        assert_eq!(metrics.http.in_flight.get(), 1);
         pending.abort();
         let _ = pending.await;
-        assert_eq!(metrics.in_flight.get(), 0);
+        assert_eq!(metrics.http.in_flight.get(), 0);
         let (tx, rx) = oneshot::channel();
         tx.send(()).unwrap();
         assert_eq!(

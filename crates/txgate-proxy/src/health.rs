@@ -1,9 +1,11 @@
 //! Readiness: the upstream health probe and the draining flag behind
 //! `/readyz`.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 use crate::upstream::Upstream;
@@ -14,7 +16,48 @@ pub struct Readiness {
     upstream_up: AtomicBool,
     draining: AtomicBool,
     sidecar: AtomicU8,
+    snapshot: AtomicU8,
+    /// The part whose failure ends the process, once one failed.
+    failed: Mutex<Option<String>>,
     metrics: Arc<Metrics>,
+}
+
+/// What the start made of the ban snapshot, as `/readyz` reports it. Never
+/// decides readiness: txgate serves without its bans rather than not at
+/// all, and says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotState {
+    /// No snapshot configured.
+    Disabled,
+    /// Configured; no file yet (a first start).
+    Empty,
+    /// Restored from the newest file.
+    Restored,
+    /// The newest was missing or unusable; restored the previous one.
+    RestoredPrevious,
+    /// Neither file was usable: started without bans.
+    Failed,
+}
+
+impl SnapshotState {
+    const ALL: [SnapshotState; 5] = [
+        SnapshotState::Disabled,
+        SnapshotState::Empty,
+        SnapshotState::Restored,
+        SnapshotState::RestoredPrevious,
+        SnapshotState::Failed,
+    ];
+
+    /// The label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SnapshotState::Disabled => "disabled",
+            SnapshotState::Empty => "empty",
+            SnapshotState::Restored => "restored",
+            SnapshotState::RestoredPrevious => "restored_previous",
+            SnapshotState::Failed => "failed",
+        }
+    }
 }
 
 /// The sidecar link as `/readyz` reports it. The link does not decide
@@ -47,6 +90,8 @@ impl Readiness {
             upstream_up: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             sidecar: AtomicU8::new(0),
+            snapshot: AtomicU8::new(0),
+            failed: Mutex::new(None),
             metrics,
         }
     }
@@ -63,13 +108,42 @@ impl Readiness {
 
     /// Ready to take traffic.
     pub fn ready(&self) -> bool {
-        self.upstream_up() && !self.draining()
+        self.upstream_up() && !self.draining() && self.failed().is_none()
+    }
+
+    /// The part that failed, if one did (the process is ending).
+    pub fn failed(&self) -> Option<String> {
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Records the failure of a part txgate cannot serve without:
+    /// `/readyz` answers 503 from now on and names it.
+    pub fn set_failed(&self, part: &str) {
+        let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        failed.get_or_insert_with(|| part.to_string());
+        self.metrics.process.fatal_failures.inc();
+    }
+
+    /// What the start made of the ban snapshot.
+    pub fn snapshot(&self) -> SnapshotState {
+        SnapshotState::ALL
+            .get(usize::from(self.snapshot.load(Ordering::Acquire)))
+            .copied()
+            .unwrap_or(SnapshotState::Disabled)
+    }
+
+    /// Records what the start made of the ban snapshot.
+    pub fn set_snapshot(&self, state: SnapshotState) {
+        self.snapshot.store(state as u8, Ordering::Release);
     }
 
     /// Records a probe result.
     pub fn set_upstream_up(&self, up: bool) {
         let was = self.upstream_up.swap(up, Ordering::AcqRel);
-        self.metrics.upstream_up.set(i64::from(up));
+        self.metrics.upstream.up.set(i64::from(up));
         if was != up {
             if up {
                 tracing::info!("upstream reachable");
@@ -115,18 +189,28 @@ impl Readiness {
     /// Marks the start of shutdown: `/readyz` answers 503 from now on.
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::Release);
-        self.metrics.draining.set(1);
+        self.metrics.http.draining.set(1);
     }
 }
 
-/// The probe task: `eth_chainId` every `interval`. The returned future runs
-/// until dropped; the binary spawns it and aborts it at shutdown.
-pub async fn probe_task(upstream: Upstream, readiness: Arc<Readiness>, interval: Duration) {
+/// The probe task: `eth_chainId` every `interval`, until `stop`.
+pub async fn probe_task(
+    upstream: Upstream,
+    readiness: Arc<Readiness>,
+    interval: Duration,
+    stop: CancellationToken,
+) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        ticker.tick().await;
-        let up = upstream.probe().await;
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let up = tokio::select! {
+            () = stop.cancelled() => return,
+            up = upstream.probe() => up,
+        };
         readiness.set_upstream_up(up);
     }
 }

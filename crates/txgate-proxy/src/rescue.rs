@@ -58,67 +58,86 @@ pub enum Refusal {
     Screened(Rejection),
 }
 
+/// How a refusal is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Class {
+    /// The HTTP status of a response made only of this refusal.
+    pub status: StatusCode,
+    /// The JSON-RPC error code.
+    pub code: i64,
+    /// The outcome label it is counted under.
+    pub outcome: Outcome,
+}
+
+const fn class(status: StatusCode, code: i64, outcome: Outcome) -> Class {
+    Class {
+        status,
+        code,
+        outcome,
+    }
+}
+
 impl Refusal {
     /// HTTP status, JSON-RPC code and outcome label.
-    pub fn classify(&self) -> (StatusCode, i64, Outcome) {
+    pub fn class(&self) -> Class {
         match self {
-            Refusal::Overloaded => (
+            Refusal::Overloaded => class(
                 StatusCode::TOO_MANY_REQUESTS,
                 code::LIMIT_EXCEEDED,
                 Outcome::Overloaded,
             ),
-            Refusal::BadHttpMethod => (
+            Refusal::BadHttpMethod => class(
                 StatusCode::METHOD_NOT_ALLOWED,
                 code::INVALID_REQUEST,
                 Outcome::BadHttpMethod,
             ),
-            Refusal::BadContentType => (
+            Refusal::BadContentType => class(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 code::INVALID_REQUEST,
                 Outcome::BadContentType,
             ),
-            Refusal::BodyTooLarge(_) => (
+            Refusal::BodyTooLarge(_) => class(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 code::LIMIT_EXCEEDED,
                 Outcome::BodyTooLarge,
             ),
-            Refusal::BodyTimeout => (
+            Refusal::BodyTimeout => class(
                 StatusCode::REQUEST_TIMEOUT,
                 code::INVALID_REQUEST,
                 Outcome::BodyTimeout,
             ),
-            Refusal::BodyError => (
+            Refusal::BodyError => class(
                 StatusCode::BAD_REQUEST,
                 code::INVALID_REQUEST,
                 Outcome::BodyError,
             ),
-            Refusal::Parse => (
+            Refusal::Parse => class(
                 StatusCode::BAD_REQUEST,
                 code::PARSE_ERROR,
                 Outcome::ParseError,
             ),
-            Refusal::InvalidRequest(_) => (
+            Refusal::InvalidRequest(_) => class(
                 StatusCode::BAD_REQUEST,
                 code::INVALID_REQUEST,
                 Outcome::InvalidRequest,
             ),
-            Refusal::BatchTooLarge { .. } => (
+            Refusal::BatchTooLarge { .. } => class(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 code::LIMIT_EXCEEDED,
                 Outcome::BatchTooLarge,
             ),
             // Like a node that lacks the method: HTTP 200, error in the body.
-            Refusal::MethodDenied => (
+            Refusal::MethodDenied => class(
                 StatusCode::OK,
                 code::METHOD_NOT_FOUND,
                 Outcome::MethodDenied,
             ),
-            Refusal::UpstreamUnavailable => (
+            Refusal::UpstreamUnavailable => class(
                 StatusCode::BAD_GATEWAY,
                 code::INTERNAL_ERROR,
                 Outcome::UpstreamUnavailable,
             ),
-            Refusal::UpstreamTimeout => (
+            Refusal::UpstreamTimeout => class(
                 StatusCode::GATEWAY_TIMEOUT,
                 code::INTERNAL_ERROR,
                 Outcome::UpstreamTimeout,
@@ -126,14 +145,14 @@ impl Refusal {
             // Like a node refusing a transaction: HTTP 200, error in the body.
             Refusal::InvalidParams(_)
             | Refusal::Screened(Rejection::Invalid(_) | Rejection::Signature(_)) => {
-                (StatusCode::OK, code::INVALID_PARAMS, Outcome::InvalidParams)
+                class(StatusCode::OK, code::INVALID_PARAMS, Outcome::InvalidParams)
             }
-            Refusal::Screened(Rejection::SenderBackoff { .. }) => (
+            Refusal::Screened(Rejection::SenderBackoff { .. }) => class(
                 StatusCode::TOO_MANY_REQUESTS,
                 code::LIMIT_EXCEEDED,
                 Outcome::Screened,
             ),
-            Refusal::Screened(_) => (
+            Refusal::Screened(_) => class(
                 StatusCode::OK,
                 code::TRANSACTION_REJECTED,
                 Outcome::Screened,
@@ -261,7 +280,7 @@ impl Refusal {
 
     /// Writes this refusal as one error object (a batch element).
     pub fn write(&self, out: &mut Vec<u8>, id: Option<Id<'_>>) {
-        let (_, code, _) = self.classify();
+        let code = self.class().code;
         let data = self.data();
         encode::write_error(
             out,
@@ -274,7 +293,7 @@ impl Refusal {
 
     /// The whole HTTP response for this refusal.
     pub fn respond(&self, id: Option<Id<'_>>, retry_after: &HeaderValue) -> Response<Body> {
-        let (status, code, _) = self.classify();
+        let Class { status, code, .. } = self.class();
         let data = self.data();
         let body = encode::error(id, code, &self.message(), data.as_deref());
         let mut response = json_response(status, body);
@@ -313,7 +332,7 @@ mod tests {
         let r = Refusal::Overloaded.respond(None, &HeaderValue::from_static("3"));
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(r.headers()[RETRY_AFTER], "3");
-        assert_eq!(Refusal::Overloaded.classify().1, code::LIMIT_EXCEEDED);
+        assert_eq!(Refusal::Overloaded.class().code, code::LIMIT_EXCEEDED);
     }
 
     #[test]
@@ -324,7 +343,7 @@ mod tests {
             fingerprint: fp,
             assertions: vec![id],
         });
-        assert_eq!(refusal.classify().1, code::TRANSACTION_REJECTED);
+        assert_eq!(refusal.class().code, code::TRANSACTION_REJECTED);
         let mut out = Vec::new();
         refusal.write(&mut out, None);
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
@@ -336,7 +355,7 @@ mod tests {
         let r = backoff.respond(None, &HeaderValue::from_static("1"));
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(r.headers()[RETRY_AFTER], "3");
-        assert_eq!(backoff.classify().1, code::LIMIT_EXCEEDED);
+        assert_eq!(backoff.class().code, code::LIMIT_EXCEEDED);
     }
 
     #[test]

@@ -25,12 +25,14 @@ use txgate_jsonrpc::{Call, Entry, Frame, FrameError, Id, code};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use futures_util::FutureExt;
+use futures_util::stream::{self, StreamExt};
 use txgate_screen::{Reason, Screen};
 
-use crate::metrics::{Metrics, Outcome, Passed, UpstreamFailure};
+use crate::metrics::{ClearedAs, Metrics, Outcome, UpstreamFailure};
 use crate::policy::MethodPolicy;
 use crate::rescue::{Body, Refusal, json_response, no_content};
-use crate::screening::{self, Stack, Submission};
+use crate::screening::{self, Stack};
 use crate::upstream::{Upstream, is_json_content_type};
 
 /// Screening of the raw-transaction methods, when enabled.
@@ -39,6 +41,8 @@ struct Screening {
     screen: Arc<Screen>,
     stack: Stack,
     monitor_only: bool,
+    /// Screened calls of one batch screened at once at most.
+    batch_concurrency: usize,
     /// Per reason, the last second a monitor-only line was logged: one
     /// line per reason per second, so an attack cannot flood the log.
     logged: [AtomicU64; Reason::ALL.len()],
@@ -51,6 +55,9 @@ impl Screening {
         self.logged[index].swap(second, Ordering::Relaxed) != second
     }
 }
+
+/// One screened call of a batch, under way.
+type Screened<'a> = Pin<Box<dyn Future<Output = (usize, Option<Refusal>)> + Send + 'a>>;
 
 /// Settings and handles shared by every clone of [`RpcService`].
 #[derive(Debug)]
@@ -86,6 +93,7 @@ impl RpcService {
             stack: screening::stack(probe),
             screen,
             monitor_only: config.screen.monitor_only,
+            batch_concurrency: config.screen.batch_concurrency.max(1),
             logged: Default::default(),
         });
         RpcService {
@@ -121,9 +129,10 @@ where
         Box::pin(async move {
             let started = Instant::now();
             let (outcome, response) = shared.handle(req).await;
-            shared.metrics.outcome(outcome);
+            shared.metrics.http.outcome(outcome);
             shared
                 .metrics
+                .http
                 .request_duration
                 .observe(started.elapsed().as_secs_f64());
             Ok(response)
@@ -133,8 +142,10 @@ where
 
 impl Shared {
     fn refuse(&self, refusal: Refusal, id: Option<Id<'_>>) -> (Outcome, Response<Body>) {
-        let (_, _, outcome) = refusal.classify();
-        (outcome, refusal.respond(id, &self.retry_after))
+        (
+            refusal.class().outcome,
+            refusal.respond(id, &self.retry_after),
+        )
     }
 
     async fn handle<B>(&self, req: Request<B>) -> (Outcome, Response<Body>)
@@ -210,11 +221,10 @@ impl Shared {
                 "invalid params: expected the raw transaction as a 0x-prefixed hex string",
             ));
         };
-        let submission = Submission::new(&screening.screen, &param, now);
-        let result = screening::run(&screening.stack, submission).await;
+        let result = screening::screen(&screening.stack, &screening.screen, &param, now).await;
         metrics.duration.observe(started.elapsed().as_secs_f64());
         match result {
-            Ok(screening::Passed {
+            Ok(screening::Cleared {
                 admitted,
                 sender_cached,
             }) => {
@@ -223,12 +233,12 @@ impl Shared {
                 } else {
                     metrics.sender_cache_misses.inc();
                 }
-                metrics.passed(if admitted.fingerprint.is_none() {
-                    Passed::Creation
+                metrics.cleared(if admitted.fingerprint.is_none() {
+                    ClearedAs::Creation
                 } else if admitted.suspect {
-                    Passed::Suspect
+                    ClearedAs::Suspect
                 } else {
-                    Passed::Clean
+                    ClearedAs::Clean
                 });
                 None
             }
@@ -253,7 +263,7 @@ impl Shared {
 
     /// A lone call: forwarded as the caller's bytes.
     async fn single(&self, call: &Call<'_>, body: Bytes) -> (Outcome, Response<Body>) {
-        self.metrics.call(&call.method);
+        self.metrics.http.call(&call.method);
         if !self.policy.allows(&call.method) {
             if call.is_notification() {
                 return (Outcome::MethodDenied, no_content());
@@ -262,8 +272,7 @@ impl Shared {
         }
         if let Some(refusal) = self.screen_call(call).await {
             if call.is_notification() {
-                let (_, _, outcome) = refusal.classify();
-                return (outcome, no_content());
+                return (refusal.class().outcome, no_content());
             }
             return self.refuse(refusal, call.id);
         }
@@ -277,7 +286,7 @@ impl Shared {
             }
             Ok(reply) => {
                 tracing::debug!(status = %reply.status, "upstream answered without JSON-RPC");
-                self.metrics.upstream_failure(UpstreamFailure::Status);
+                self.metrics.upstream.failure(UpstreamFailure::Status);
                 self.refuse(Refusal::UpstreamUnavailable, call.id)
             }
             Err(UpstreamFailure::Timeout) => self.refuse(Refusal::UpstreamTimeout, call.id),
@@ -302,7 +311,42 @@ impl Shared {
         let mut forwarded = 0usize;
         let mut first_refusal = None;
 
+        // Policy and screening of every call; the screened ones run at
+        // most `batch_concurrency` at once (a ShouldForward probe is a
+        // network round trip), their verdicts kept in the caller's order.
+        let mut verdicts: Vec<Option<Refusal>> = Vec::with_capacity(entries.len());
+        let mut screened: Vec<Screened<'_>> = Vec::new();
         for (index, entry) in entries.iter().enumerate() {
+            let verdict = match entry {
+                Entry::Call(call) => {
+                    self.metrics.http.call(&call.method);
+                    if !self.policy.allows(&call.method) {
+                        Some(Refusal::MethodDenied)
+                    } else {
+                        if self.screening.is_some() && screening::is_screened(&call.method) {
+                            screened.push(Box::pin(
+                                self.screen_call(call).map(move |verdict| (index, verdict)),
+                            ));
+                        }
+                        None
+                    }
+                }
+                Entry::Invalid(_) => None,
+            };
+            verdicts.push(verdict);
+        }
+        if !screened.is_empty() {
+            let concurrency = self
+                .screening
+                .as_ref()
+                .map_or(1, |screening| screening.batch_concurrency);
+            let mut results = stream::iter(screened).buffered(concurrency);
+            while let Some((index, verdict)) = results.next().await {
+                verdicts[index] = verdict;
+            }
+        }
+
+        for (index, (entry, verdict)) in entries.iter().zip(verdicts).enumerate() {
             let slot = match entry {
                 Entry::Invalid(invalid) => {
                     first_refusal.get_or_insert(Outcome::InvalidRequest);
@@ -311,14 +355,8 @@ impl Shared {
                     Slot::Done(out)
                 }
                 Entry::Call(call) => {
-                    self.metrics.call(&call.method);
-                    let refusal = if !self.policy.allows(&call.method) {
-                        Some(Refusal::MethodDenied)
-                    } else {
-                        self.screen_call(call).await
-                    };
-                    if let Some(refusal) = refusal {
-                        first_refusal.get_or_insert(refusal.classify().2);
+                    if let Some(refusal) = verdict {
+                        first_refusal.get_or_insert(refusal.class().outcome);
                         if call.is_notification() {
                             Slot::Silent
                         } else {
@@ -383,7 +421,7 @@ impl Shared {
                         None
                     }
                     _ => {
-                        self.metrics.upstream_failure(UpstreamFailure::Status);
+                        self.metrics.upstream.failure(UpstreamFailure::Status);
                         Some(Refusal::UpstreamUnavailable)
                     }
                 },
@@ -391,9 +429,9 @@ impl Shared {
                 Err(_) => Some(Refusal::UpstreamUnavailable),
             };
             if let Some(refusal) = &failure {
-                let (failed_status, _, failed_outcome) = refusal.classify();
-                status = failed_status;
-                outcome = failed_outcome;
+                let class = refusal.class();
+                status = class.status;
+                outcome = class.outcome;
             }
             for (slot, entry) in slots.iter_mut().zip(entries) {
                 if let (Slot::Awaiting, Entry::Call(call)) = (&slot, entry) {

@@ -99,8 +99,8 @@ where
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        metrics.connections_total.inc();
-        metrics.open_connections.inc();
+        metrics.http.connections_total.inc();
+        metrics.http.open_connections.inc();
         let connection = builder
             .serve_connection_with_upgrades(
                 TokioIo::new(stream),
@@ -113,7 +113,7 @@ where
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
-            metrics.open_connections.dec();
+            metrics.http.open_connections.dec();
             drop(permit);
         });
     }

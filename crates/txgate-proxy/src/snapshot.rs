@@ -1,99 +1,267 @@
-//! Ban snapshots on disk: written periodically and at shutdown, read at
-//! start (format in [`txgate_screen::snapshot`]).
+//! Ban snapshots on disk: written periodically and at shutdown by one
+//! task, the only writer; read at start (format in
+//! [`txgate_screen::snapshot`]).
 //!
-//! Written to a temporary file beside the target, synced, then renamed over
-//! it, so a crash mid-write leaves the previous snapshot. A missing file is
-//! a first start; a corrupt or truncated one is reported and skipped.
+//! A save writes a temporary file beside the target and syncs it, keeps
+//! the current snapshot as `<path>.prev`, then renames the new file over
+//! the target and syncs the directory. So a crash at any point leaves a
+//! good snapshot at `<path>`, and a snapshot that is damaged later (disk,
+//! operator) still has the generation before it: a start reads `<path>`,
+//! and falls back to `<path>.prev` when it is missing or unusable. A first
+//! start (neither file) is not an error.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
 use txgate_screen::Screen;
-use txgate_screen::snapshot::{decode, encode};
+use txgate_screen::snapshot::{SnapshotError, decode, encode};
 
+use crate::health::{Readiness, SnapshotState};
 use crate::metrics::Metrics;
 
-/// Loads `path` into `screen`; returns the bans restored.
-pub fn load(path: &Path, screen: &Screen) -> usize {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            tracing::info!(path = %path.display(), "no ban snapshot yet");
-            return 0;
-        }
-        Err(e) => {
-            tracing::error!(path = %path.display(), error = %e, "cannot read the ban snapshot; starting without it");
-            return 0;
-        }
-    };
-    match decode(&bytes) {
-        Ok(records) => {
-            let now = screen.millis(tokio::time::Instant::now().into_std());
-            let restored = screen.import_bans(&records, now);
-            tracing::info!(path = %path.display(), restored, "ban snapshot loaded");
-            restored
-        }
-        Err(e) => {
-            tracing::error!(path = %path.display(), error = %e, "ban snapshot unusable; starting without it");
-            0
-        }
-    }
-}
-
-fn temporary(path: &Path) -> PathBuf {
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path
         .file_name()
         .map(|n| n.to_os_string())
         .unwrap_or_default();
-    name.push(".tmp");
+    name.push(suffix);
     path.with_file_name(name)
 }
 
-/// Writes the current bans to `path` atomically; returns the bans written.
+/// The previous generation of the snapshot at `path`.
+pub fn previous(path: &Path) -> PathBuf {
+    sibling(path, ".prev")
+}
+
+/// Why one snapshot file could not be used.
+#[derive(Debug, thiserror::Error)]
+enum LoadError {
+    #[error("cannot read it: {0}")]
+    Unreadable(std::io::Error),
+    #[error("{0}")]
+    Unusable(SnapshotError),
+}
+
+fn read(path: &Path, screen: &Screen) -> Result<Option<usize>, LoadError> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(LoadError::Unreadable(e)),
+    };
+    let records = decode(&bytes).map_err(LoadError::Unusable)?;
+    let now = screen.millis(tokio::time::Instant::now().into_std());
+    Ok(Some(screen.import_bans(&records, now)))
+}
+
+/// Loads the snapshot at `path` (else its previous generation) into
+/// `screen`, counts what happened and reports it to `/readyz`; returns the
+/// bans restored.
+pub fn load(path: &Path, screen: &Screen, metrics: &Metrics, readiness: &Readiness) -> usize {
+    let m = &metrics.snapshot;
+    let mut failed = false;
+    for (file, fallback) in [(path.to_path_buf(), false), (previous(path), true)] {
+        match read(&file, screen) {
+            Ok(Some(restored)) => {
+                tracing::info!(path = %file.display(), restored, "ban snapshot loaded");
+                m.restored.set(restored as i64);
+                if fallback {
+                    m.load_fallback.inc();
+                    tracing::warn!(path = %file.display(), "restored the previous ban snapshot");
+                }
+                readiness.set_snapshot(if fallback {
+                    SnapshotState::RestoredPrevious
+                } else {
+                    SnapshotState::Restored
+                });
+                return restored;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                failed = true;
+                match e {
+                    LoadError::Unreadable(_) => m.load_unreadable.inc(),
+                    LoadError::Unusable(_) => m.load_unusable.inc(),
+                }
+                tracing::error!(path = %file.display(), error = %e, "ban snapshot refused");
+            }
+        }
+    }
+    if failed {
+        tracing::error!(path = %path.display(), "no usable ban snapshot; starting without bans");
+        readiness.set_snapshot(SnapshotState::Failed);
+    } else {
+        tracing::info!(path = %path.display(), "no ban snapshot yet");
+        readiness.set_snapshot(SnapshotState::Empty);
+    }
+    0
+}
+
+/// Writes the current bans to `path`; returns the bans written. Only the
+/// snapshot task calls this while txgate runs.
 pub fn save(path: &Path, screen: &Screen) -> std::io::Result<usize> {
     let now = screen.millis(tokio::time::Instant::now().into_std());
     let records = screen.export_bans(now);
     let bytes = encode(&records);
-    let tmp = temporary(path);
+    let tmp = sibling(path, ".tmp");
     {
         let mut file = std::fs::File::create(&tmp)?;
         file.write_all(&bytes)?;
         file.sync_all()?;
     }
+    // Keep the current generation as `.prev` (replaced atomically), so the
+    // target is never missing and a damaged newest file has a fallback.
+    if path.exists() {
+        let prev_tmp = sibling(path, ".prev.tmp");
+        let _ = std::fs::remove_file(&prev_tmp);
+        if std::fs::hard_link(path, &prev_tmp).is_err() {
+            std::fs::copy(path, &prev_tmp)?;
+        }
+        std::fs::rename(&prev_tmp, previous(path))?;
+    }
     std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        // The renames are durable once the directory is synced.
+        std::fs::File::open(dir)?.sync_all()?;
+    }
     Ok(records.len())
 }
 
-/// Saves and counts the result.
-pub fn save_counted(path: &Path, screen: &Screen, metrics: &Metrics) {
-    match save(path, screen) {
+/// Saves on the blocking pool (encoding a million bans takes a while) and
+/// counts the result. Awaited: never two saves at once.
+async fn save_counted(path: &Path, screen: &Arc<Screen>, metrics: &Arc<Metrics>) {
+    let (path, screen, metrics) = (path.to_path_buf(), screen.clone(), metrics.clone());
+    let saved = tokio::task::spawn_blocking(move || match save(&path, &screen) {
         Ok(written) => {
-            metrics.sidecar.snapshots[0].inc();
+            metrics.snapshot.written.inc();
             tracing::debug!(path = %path.display(), written, "ban snapshot written");
         }
         Err(e) => {
-            metrics.sidecar.snapshots[1].inc();
+            metrics.snapshot.write_failed.inc();
             tracing::error!(path = %path.display(), error = %e, "cannot write the ban snapshot");
         }
-    }
+    });
+    let _ = saved.await;
 }
 
-/// Writes a snapshot every `interval`, forever.
-pub async fn periodic(
+/// The snapshot task, the one writer: a snapshot every `interval`, and a
+/// last one when `stop` is cancelled (the daemon stops this task after the
+/// invalidation queue is drained, so the last one has everything).
+pub async fn run(
     path: PathBuf,
     screen: Arc<Screen>,
     metrics: Arc<Metrics>,
     interval: Duration,
+    stop: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
-        tick.tick().await;
-        let (path, screen, metrics) = (path.clone(), screen.clone(), metrics.clone());
-        // Encoding a million bans takes a while: off the async threads.
-        let _ = tokio::task::spawn_blocking(move || save_counted(&path, &screen, &metrics)).await;
+        tokio::select! {
+            () = stop.cancelled() => break,
+            _ = tick.tick() => save_counted(&path, &screen, &metrics).await,
+        }
+    }
+    save_counted(&path, &screen, &metrics).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use txgate_screen::{AssertionKey, Invalidation, ScreenSettings};
+
+    fn screen_with_bans(n: u64) -> Arc<Screen> {
+        let screen = Arc::new(Screen::new(
+            ScreenSettings::default(),
+            tokio::time::Instant::now().into_std(),
+        ));
+        let batch: Vec<Invalidation> = (0..n)
+            .map(|i| Invalidation {
+                fingerprint: alloy_primitives::keccak256(i.to_be_bytes()),
+                target: alloy_primitives::Address::ZERO,
+                selector: [0; 4],
+                assertion: Some(AssertionKey {
+                    id: alloy_primitives::B256::repeat_byte(1),
+                    version: 1,
+                }),
+                tx_hash: None,
+                sender: None,
+            })
+            .collect();
+        screen.apply(&batch, 0);
+        screen
+    }
+
+    fn fresh() -> (Arc<Screen>, Metrics, Readiness) {
+        let metrics = Metrics::new();
+        let readiness = Readiness::new(Arc::new(Metrics::new()));
+        (screen_with_bans(0), metrics, readiness)
+    }
+
+    /// Defect: a corrupt newest snapshot lost every learned ban; now the
+    /// previous generation is restored, counted and reported.
+    #[test]
+    fn a_damaged_snapshot_falls_back_to_the_previous_one() {
+        let dir = std::env::temp_dir().join(format!("txgate-snap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_default();
+        let path = dir.join("bans.bin");
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(previous(&path));
+        let screen = screen_with_bans(100);
+        assert_eq!(save(&path, &screen).unwrap_or(0), 100);
+        assert!(!previous(&path).exists(), "a first save has no previous");
+        let more = screen_with_bans(150);
+        assert_eq!(save(&path, &more).unwrap_or(0), 150);
+        // The newest is damaged; the generation before it is whole.
+        let mut bytes = std::fs::read(&path).unwrap_or_default();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap_or_default();
+        let (target, metrics, readiness) = fresh();
+        assert_eq!(load(&path, &target, &metrics, &readiness), 100);
+        assert_eq!(metrics.snapshot.load_unusable.get(), 1);
+        assert_eq!(metrics.snapshot.load_fallback.get(), 1);
+        assert_eq!(metrics.snapshot.restored.get(), 100);
+        assert_eq!(readiness.snapshot(), SnapshotState::RestoredPrevious);
+        // Both damaged: nothing restored, said so.
+        std::fs::write(previous(&path), b"junk").unwrap_or_default();
+        let (target, metrics, readiness) = fresh();
+        assert_eq!(load(&path, &target, &metrics, &readiness), 0);
+        assert_eq!(metrics.snapshot.load_unusable.get(), 2);
+        assert_eq!(readiness.snapshot(), SnapshotState::Failed);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Defect: the periodic save could still be running when the final one
+    /// started on the same temporary file. One task now does both; the
+    /// file it leaves is whole and holds the last state.
+    #[tokio::test]
+    async fn the_snapshot_task_is_the_only_writer() {
+        let dir = std::env::temp_dir().join(format!("txgate-snap-task-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_default();
+        let path = dir.join("bans.bin");
+        let screen = screen_with_bans(50_000);
+        let metrics = Arc::new(Metrics::new());
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(run(
+            path.clone(),
+            screen.clone(),
+            metrics.clone(),
+            Duration::from_millis(1),
+            stop.clone(),
+        ));
+        // Stop while periodic saves of 50k bans run back to back.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        stop.cancel();
+        task.await.unwrap_or_default();
+        assert_eq!(metrics.snapshot.write_failed.get(), 0);
+        assert!(metrics.snapshot.written.get() >= 1);
+        assert!(!dir.join("bans.bin.tmp").exists());
+        let (target, m, readiness) = fresh();
+        assert_eq!(load(&path, &target, &m, &readiness), 50_000);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -13,14 +13,15 @@
 //! changed assertion can be seen.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use alloy_primitives::{Address, B256};
 
-use crate::denied::AssertionRef;
 use crate::keyed::KeyState;
-use crate::ttl::{Millis, lock};
+use crate::shard::lock;
+use crate::ttl::Millis;
 
 /// Target and selector.
 pub type CallKey = (Address, [u8; 4]);
@@ -28,7 +29,42 @@ pub type CallKey = (Address, [u8; 4]);
 /// Calls remembered per assertion for its cooldown.
 const MAX_CALLS_PER_ASSERTION: usize = 16;
 
-/// Cooldown settings.
+/// The sweep scans the table for idle assertions at most this often (a
+/// scan reads every slot; idleness is counted in minutes).
+const IDLE_SCAN_INTERVAL: Millis = 1_000;
+
+/// An assertion as the sidecar names it: its id and version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AssertionKey {
+    /// Assertion id.
+    pub id: B256,
+    /// Assertion version; a newer one retires the bans of older ones.
+    pub version: u64,
+}
+
+/// A ban's link to the assertion table: the slot, and the stamp the slot
+/// had when the ban was made. A version bump or an eviction gives the slot
+/// a new stamp, so every ban of the old one reads as retired at once,
+/// without a scan. Eight bytes; `Option<AssertionRef>` too (the stamp is
+/// never zero), which is how a ban says "no assertion".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AssertionRef {
+    index: u32,
+    stamp: NonZeroU32,
+}
+
+impl AssertionRef {
+    /// A reference made up for tests of the structures that hold one.
+    #[cfg(test)]
+    pub(crate) fn for_test(index: u32, stamp: u32) -> Option<AssertionRef> {
+        Some(AssertionRef {
+            index,
+            stamp: NonZeroU32::new(stamp)?,
+        })
+    }
+}
+
+/// Cooldown settings, and how long an idle assertion is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CooldownSettings {
     /// Distinct failing fingerprints that start a cooldown (0: never).
@@ -41,12 +77,18 @@ pub struct CooldownSettings {
     pub trickle_interval: Millis,
     /// Assertions tracked at most.
     pub max_assertions: usize,
+    /// An assertion no invalidation named for this long, with no cooldown
+    /// running, leaves the table (its slot goes to a new assertion). The
+    /// engine keeps this above the longest a ban lives, so no ban still in
+    /// force loses its assertion.
+    pub idle: Millis,
 }
 
 #[derive(Debug)]
 struct Entry {
-    id: B256,
-    version: u64,
+    key: AssertionKey,
+    stamp: NonZeroU32,
+    last_seen: Millis,
     recent: VecDeque<Millis>,
     calls: Vec<CallKey>,
     cooldown_until: Millis,
@@ -56,7 +98,7 @@ struct Entry {
 struct Cooled {
     until: Millis,
     next_trickle: Millis,
-    assertion: u32,
+    assertion: AssertionRef,
 }
 
 /// What an invalidation's assertion is, against the table.
@@ -64,11 +106,11 @@ struct Cooled {
 pub enum Observed {
     /// The known version (or a first sighting).
     Current(AssertionRef),
-    /// A newer version: older bans are dead from now on.
+    /// A newer version: older bans are retired from now on.
     Bumped(AssertionRef),
     /// An older version than the one known: ignore.
     Stale,
-    /// The table is full: ban without an assertion.
+    /// The table is full of assertions in use: ban without an assertion.
     Untracked,
 }
 
@@ -78,20 +120,52 @@ pub enum CooldownCheck {
     /// No cooldown applies.
     Clear,
     /// In cooldown, and this call is the trickle.
-    Trickle(u32),
+    Trickle(AssertionRef),
     /// In cooldown: refused; the next trickle slot opens in this many ms.
     Refuse {
-        /// Assertion index.
-        assertion: u32,
+        /// The assertion in cooldown.
+        assertion: AssertionRef,
         /// Until the next trickle slot.
         retry_after: Millis,
     },
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Table {
     by_id: HashMap<B256, u32, KeyState>,
-    entries: Vec<Entry>,
+    /// Slots; `None` is free (its index is in `free`).
+    entries: Vec<Option<Entry>>,
+    free: Vec<u32>,
+    /// The last stamp handed out.
+    stamp: u32,
+    live: usize,
+}
+
+impl Table {
+    fn next_stamp(&mut self) -> NonZeroU32 {
+        // Four billion registrations and bumps before a wrap; skip zero.
+        self.stamp = self.stamp.wrapping_add(1).max(1);
+        NonZeroU32::new(self.stamp).unwrap_or(NonZeroU32::MIN)
+    }
+
+    fn entry(&self, aref: AssertionRef) -> Option<&Entry> {
+        self.entries
+            .get(aref.index as usize)?
+            .as_ref()
+            .filter(|e| e.stamp == aref.stamp)
+    }
+
+    fn evictable(entry: &Entry, settings: &CooldownSettings, now: Millis) -> bool {
+        entry.cooldown_until <= now && entry.last_seen.saturating_add(settings.idle) <= now
+    }
+
+    fn evict(&mut self, index: u32) {
+        if let Some(entry) = self.entries[index as usize].take() {
+            self.by_id.remove(&entry.key.id);
+            self.free.push(index);
+            self.live -= 1;
+        }
+    }
 }
 
 /// See the module docs.
@@ -101,10 +175,9 @@ pub struct Assertions {
     table: Mutex<Table>,
     cooled: Mutex<HashMap<CallKey, Cooled, KeyState>>,
     active: AtomicUsize,
-}
-
-fn version32(version: u64) -> u32 {
-    u32::try_from(version).unwrap_or(u32::MAX)
+    evicted: AtomicUsize,
+    /// When the sweep last scanned for idle assertions (+1; 0: never).
+    scanned: AtomicU64,
 }
 
 impl Assertions {
@@ -112,9 +185,17 @@ impl Assertions {
     pub fn new(settings: CooldownSettings) -> Assertions {
         Assertions {
             settings,
-            table: Mutex::new(Table::default()),
+            table: Mutex::new(Table {
+                by_id: HashMap::with_hasher(KeyState::new()),
+                entries: Vec::new(),
+                free: Vec::new(),
+                stamp: 0,
+                live: 0,
+            }),
             cooled: Mutex::new(HashMap::with_hasher(KeyState::new())),
             active: AtomicUsize::new(0),
+            evicted: AtomicUsize::new(0),
+            scanned: AtomicU64::new(0),
         }
     }
 
@@ -126,85 +207,117 @@ impl Assertions {
         lock(&self.cooled)
     }
 
-    /// Registers an invalidation's assertion and version.
-    pub fn observe(&self, id: B256, version: u64) -> Observed {
+    /// Registers an invalidation's assertion at `now`.
+    pub fn observe(&self, key: AssertionKey, now: Millis) -> Observed {
         let mut table = self.table();
-        if let Some(&index) = table.by_id.get(&id) {
-            let entry = &mut table.entries[index as usize];
-            if version < entry.version {
+        if let Some(&index) = table.by_id.get(&key.id) {
+            let slot = index as usize;
+            let Some(entry) = table.entries[slot].as_mut() else {
+                return Observed::Untracked;
+            };
+            if key.version < entry.key.version {
                 return Observed::Stale;
             }
-            let aref = AssertionRef {
-                index,
-                version: version32(version),
-            };
-            if version == entry.version {
-                return Observed::Current(aref);
+            entry.last_seen = entry.last_seen.max(now);
+            if key.version == entry.key.version {
+                return Observed::Current(AssertionRef {
+                    index,
+                    stamp: entry.stamp,
+                });
             }
-            entry.version = version;
+            let stamp = table.next_stamp();
+            let Some(entry) = table.entries[slot].as_mut() else {
+                return Observed::Untracked;
+            };
+            entry.key.version = key.version;
+            entry.stamp = stamp;
             entry.recent.clear();
             entry.calls.clear();
             entry.cooldown_until = 0;
             drop(table);
             let mut cooled = self.cooled();
-            cooled.retain(|_, c| c.assertion != index);
+            cooled.retain(|_, c| c.assertion.index != index);
             self.active.store(cooled.len(), Ordering::Relaxed);
-            return Observed::Bumped(aref);
+            return Observed::Bumped(AssertionRef { index, stamp });
         }
-        if table.entries.len() >= self.settings.max_assertions {
+        if table.live >= self.settings.max_assertions && !self.evict_one(&mut table, now) {
             return Observed::Untracked;
         }
-        let index = table.entries.len() as u32;
-        table.entries.push(Entry {
-            id,
-            version,
+        let stamp = table.next_stamp();
+        let entry = Entry {
+            key,
+            stamp,
+            last_seen: now,
             recent: VecDeque::new(),
             calls: Vec::new(),
             cooldown_until: 0,
-        });
-        table.by_id.insert(id, index);
-        Observed::Current(AssertionRef {
-            index,
-            version: version32(version),
-        })
+        };
+        let index = match table.free.pop() {
+            Some(index) => {
+                table.entries[index as usize] = Some(entry);
+                index
+            }
+            None => {
+                table.entries.push(Some(entry));
+                (table.entries.len() - 1) as u32
+            }
+        };
+        table.by_id.insert(key.id, index);
+        table.live += 1;
+        Observed::Current(AssertionRef { index, stamp })
     }
 
-    /// Whether a ban under `aref` still belongs to the current version.
-    pub fn is_live(&self, aref: AssertionRef) -> bool {
-        if !aref.is_some() {
-            return true;
-        }
-        let table = self.table();
-        table
+    /// A full table makes room for a new assertion: the one idle longest
+    /// goes, if any is idle enough. One scan; a full table is rare.
+    fn evict_one(&self, table: &mut Table, now: Millis) -> bool {
+        let oldest = table
             .entries
-            .get(aref.index as usize)
-            .is_some_and(|e| version32(e.version) == aref.version)
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
+            .filter(|(_, e)| Table::evictable(e, &self.settings, now))
+            .min_by_key(|(_, e)| e.last_seen)
+            .map(|(i, _)| i as u32);
+        match oldest {
+            Some(index) => {
+                table.evict(index);
+                self.evicted.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
     }
 
-    /// Id and version of the assertion a ban refers to, if the ban still
-    /// belongs to its current version.
-    pub fn describe(&self, aref: AssertionRef) -> Option<(B256, u64)> {
-        let table = self.table();
-        let entry = table.entries.get(aref.index as usize)?;
-        (version32(entry.version) == aref.version).then_some((entry.id, entry.version))
+    /// Whether a ban under `aref` still belongs to its assertion's current
+    /// version.
+    pub fn is_live(&self, aref: AssertionRef) -> bool {
+        self.table().entry(aref).is_some()
     }
 
-    /// The id of an assertion.
-    pub fn id(&self, index: u32) -> Option<B256> {
-        self.table().entries.get(index as usize).map(|e| e.id)
+    /// The assertion a ban refers to, if the ban still belongs to its
+    /// current version.
+    pub fn describe(&self, aref: AssertionRef) -> Option<AssertionKey> {
+        self.table().entry(aref).map(|e| e.key)
     }
 
-    /// Counts a newly denied fingerprint of call `call` under `index`;
+    /// Counts a newly denied fingerprint of call `call` under `aref`;
     /// returns true if that starts a cooldown.
-    pub fn note_failure(&self, index: u32, call: CallKey, now: Millis) -> bool {
+    pub fn note_failure(&self, aref: AssertionRef, call: CallKey, now: Millis) -> bool {
         let s = self.settings;
         if s.distinct_fingerprints == 0 {
             return false;
         }
         let mut table = self.table();
-        let Some(entry) = table.entries.get_mut(index as usize) else {
+        let Some(entry) = table
+            .entries
+            .get_mut(aref.index as usize)
+            .and_then(Option::as_mut)
+        else {
             return false;
         };
+        if entry.stamp != aref.stamp {
+            return false;
+        }
         while entry.recent.front().is_some_and(|&t| t + s.window <= now) {
             entry.recent.pop_front();
         }
@@ -231,7 +344,7 @@ impl Assertions {
             cooled.entry(call).or_insert(Cooled {
                 until,
                 next_trickle: now + s.trickle_interval,
-                assertion: index,
+                assertion: aref,
             });
         }
         self.active.store(cooled.len(), Ordering::Relaxed);
@@ -263,11 +376,33 @@ impl Assertions {
         }
     }
 
-    /// Ends finished cooldowns.
-    pub fn sweep(&self, now: Millis) {
-        let mut cooled = self.cooled();
-        cooled.retain(|_, c| c.until > now);
-        self.active.store(cooled.len(), Ordering::Relaxed);
+    /// Ends finished cooldowns and evicts idle assertions; returns how
+    /// many assertions left the table.
+    pub fn sweep(&self, now: Millis) -> usize {
+        {
+            let mut cooled = self.cooled();
+            cooled.retain(|_, c| c.until > now);
+            self.active.store(cooled.len(), Ordering::Relaxed);
+        }
+        let last = self.scanned.load(Ordering::Relaxed);
+        if last != 0 && now < (last - 1).saturating_add(IDLE_SCAN_INTERVAL) {
+            return 0;
+        }
+        self.scanned.store(now.saturating_add(1), Ordering::Relaxed);
+        let mut table = self.table();
+        let idle: Vec<u32> = table
+            .entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
+            .filter(|(_, e)| Table::evictable(e, &self.settings, now))
+            .map(|(i, _)| i as u32)
+            .collect();
+        for &index in &idle {
+            table.evict(index);
+        }
+        self.evicted.fetch_add(idle.len(), Ordering::Relaxed);
+        idle.len()
     }
 
     /// Calls in cooldown.
@@ -275,9 +410,14 @@ impl Assertions {
         self.active.load(Ordering::Relaxed)
     }
 
+    /// Assertions evicted so far (idle, to make room or by the sweep).
+    pub fn evicted(&self) -> usize {
+        self.evicted.load(Ordering::Relaxed)
+    }
+
     /// Assertions known.
     pub fn len(&self) -> usize {
-        self.table().entries.len()
+        self.table().live
     }
 
     /// Whether no assertion is known.
@@ -297,43 +437,52 @@ mod tests {
             duration: 60_000,
             trickle_interval: 2_000,
             max_assertions: 8,
+            idle: 100_000,
         }
     }
 
     const ID: B256 = B256::repeat_byte(0xaa);
     const CALL: CallKey = (Address::repeat_byte(1), [0xde, 0xad, 0xbe, 0xef]);
 
+    fn key(id: B256, version: u64) -> AssertionKey {
+        AssertionKey { id, version }
+    }
+
+    fn current(a: &Assertions, id: B256, version: u64, now: Millis) -> AssertionRef {
+        match a.observe(key(id, version), now) {
+            Observed::Current(r) => r,
+            other => panic!("expected Current, got {other:?}"),
+        }
+    }
+
     #[test]
     fn versions_current_bumped_stale() {
         let a = Assertions::new(settings());
-        let Observed::Current(v1) = a.observe(ID, 1) else {
-            panic!()
-        };
+        let v1 = current(&a, ID, 1, 0);
         assert!(a.is_live(v1));
-        assert_eq!(a.observe(ID, 1), Observed::Current(v1));
-        let Observed::Bumped(v2) = a.observe(ID, 2) else {
+        assert_eq!(a.observe(key(ID, 1), 0), Observed::Current(v1));
+        let Observed::Bumped(v2) = a.observe(key(ID, 2), 0) else {
             panic!()
         };
         assert!(!a.is_live(v1));
         assert!(a.is_live(v2));
-        assert_eq!(a.observe(ID, 1), Observed::Stale);
-        assert_eq!(a.id(v2.index), Some(ID));
+        assert_eq!(a.observe(key(ID, 1), 0), Observed::Stale);
+        assert_eq!(a.describe(v2), Some(key(ID, 2)));
+        assert_eq!(a.describe(v1), None);
     }
 
     #[test]
     fn cooldown_after_n_distinct_then_trickle_then_ends() {
         let a = Assertions::new(settings());
-        let Observed::Current(r) = a.observe(ID, 1) else {
-            panic!()
-        };
-        assert!(!a.note_failure(r.index, CALL, 0));
-        assert!(!a.note_failure(r.index, CALL, 100));
+        let r = current(&a, ID, 1, 0);
+        assert!(!a.note_failure(r, CALL, 0));
+        assert!(!a.note_failure(r, CALL, 100));
         assert_eq!(a.check(&CALL, 100), CooldownCheck::Clear);
-        assert!(a.note_failure(r.index, CALL, 200));
+        assert!(a.note_failure(r, CALL, 200));
         assert_eq!(
             a.check(&CALL, 300),
             CooldownCheck::Refuse {
-                assertion: r.index,
+                assertion: r,
                 retry_after: 1_900
             }
         );
@@ -341,12 +490,12 @@ mod tests {
         let other = (Address::repeat_byte(2), [0; 4]);
         assert_eq!(a.check(&other, 300), CooldownCheck::Clear);
         // One trickle per interval.
-        assert_eq!(a.check(&CALL, 2_200), CooldownCheck::Trickle(r.index));
+        assert_eq!(a.check(&CALL, 2_200), CooldownCheck::Trickle(r));
         assert!(matches!(
             a.check(&CALL, 2_300),
             CooldownCheck::Refuse { .. }
         ));
-        assert_eq!(a.check(&CALL, 4_200), CooldownCheck::Trickle(r.index));
+        assert_eq!(a.check(&CALL, 4_200), CooldownCheck::Trickle(r));
         // Over after the duration.
         assert_eq!(a.check(&CALL, 60_200), CooldownCheck::Clear);
         assert_eq!(a.cooldowns(), 0);
@@ -355,26 +504,68 @@ mod tests {
     #[test]
     fn failures_outside_the_window_do_not_add_up() {
         let a = Assertions::new(settings());
-        let Observed::Current(r) = a.observe(ID, 1) else {
-            panic!()
-        };
-        assert!(!a.note_failure(r.index, CALL, 0));
-        assert!(!a.note_failure(r.index, CALL, 6_000));
-        assert!(!a.note_failure(r.index, CALL, 12_000));
-        assert!(a.note_failure(r.index, CALL, 13_000));
+        let r = current(&a, ID, 1, 0);
+        assert!(!a.note_failure(r, CALL, 0));
+        assert!(!a.note_failure(r, CALL, 6_000));
+        assert!(!a.note_failure(r, CALL, 12_000));
+        assert!(a.note_failure(r, CALL, 13_000));
     }
 
     #[test]
     fn version_bump_ends_the_cooldown() {
         let a = Assertions::new(settings());
-        let Observed::Current(r) = a.observe(ID, 1) else {
-            panic!()
-        };
+        let r = current(&a, ID, 1, 0);
         for t in 0..3 {
-            a.note_failure(r.index, CALL, t);
+            a.note_failure(r, CALL, t);
         }
         assert!(matches!(a.check(&CALL, 10), CooldownCheck::Refuse { .. }));
-        assert!(matches!(a.observe(ID, 2), Observed::Bumped(_)));
+        assert!(matches!(a.observe(key(ID, 2), 10), Observed::Bumped(_)));
         assert_eq!(a.check(&CALL, 10), CooldownCheck::Clear);
+    }
+
+    /// Defect: once `max_assertions` ids had ever been seen, a new
+    /// assertion got no cooldown tracking at all, forever.
+    #[test]
+    fn assertion_table_evicts_idle_assertions() {
+        let a = Assertions::new(CooldownSettings {
+            max_assertions: 2,
+            ..settings()
+        });
+        let old = current(&a, B256::repeat_byte(1), 1, 0);
+        let busy = current(&a, B256::repeat_byte(2), 1, 0);
+        // Full, and nobody idle long enough: untracked, as before.
+        assert_eq!(
+            a.observe(key(B256::repeat_byte(3), 1), 50_000),
+            Observed::Untracked
+        );
+        // The busy one keeps being named; the old one goes quiet.
+        assert!(matches!(
+            a.observe(key(B256::repeat_byte(2), 1), 90_000),
+            Observed::Current(_)
+        ));
+        // Past the idle time a new assertion takes the quiet one's slot and
+        // is tracked: its failures start a cooldown.
+        let new = current(&a, B256::repeat_byte(3), 1, 150_000);
+        assert!(!a.is_live(old), "the evicted assertion's bans are retired");
+        assert!(a.is_live(busy));
+        assert_eq!(a.evicted(), 1);
+        assert_eq!(a.len(), 2);
+        for t in 0..3 {
+            a.note_failure(new, CALL, 150_000 + t);
+        }
+        assert!(matches!(
+            a.check(&CALL, 150_010),
+            CooldownCheck::Refuse { .. }
+        ));
+        // The sweep evicts idle ones too, but never one in cooldown.
+        assert_eq!(a.sweep(180_000), 0);
+        assert_eq!(a.sweep(200_000), 1, "the busy one, idle since 90 s");
+        assert_eq!(a.sweep(240_000), 0, "cooldown over, not idle long enough");
+        assert_eq!(a.sweep(260_000), 1, "the new one, idle since 150 s");
+        assert!(a.is_empty());
+        // A returning assertion starts afresh.
+        let back = current(&a, B256::repeat_byte(1), 1, 260_001);
+        assert!(a.is_live(back));
+        assert!(!a.is_live(old));
     }
 }

@@ -11,14 +11,13 @@
 //! entry, and while the table is empty the request path checks one atomic.
 
 use std::collections::HashMap;
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 use alloy_primitives::Address;
 
 use crate::keyed::KeyState;
-use crate::ttl::{Millis, lock};
+use crate::shard::Sharded;
+use crate::ttl::Millis;
 
 const SHARDS: usize = 16;
 
@@ -79,8 +78,7 @@ pub enum Charged {
 #[derive(Debug)]
 pub struct SenderBuckets {
     settings: BackpressureSettings,
-    shards: Box<[Mutex<HashMap<Address, Bucket, KeyState>>]>,
-    keys: KeyState,
+    shards: Sharded<HashMap<Address, Bucket, KeyState>>,
     shard_cap: usize,
     len: AtomicUsize,
 }
@@ -88,21 +86,12 @@ pub struct SenderBuckets {
 impl SenderBuckets {
     /// An empty table.
     pub fn new(settings: BackpressureSettings) -> SenderBuckets {
-        let keys = KeyState::new();
         SenderBuckets {
             settings,
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(HashMap::with_hasher(keys)))
-                .collect(),
-            keys,
+            shards: Sharded::new(SHARDS, HashMap::with_hasher),
             shard_cap: settings.max_senders.div_ceil(SHARDS).max(1),
             len: AtomicUsize::new(0),
         }
-    }
-
-    fn lock(&self, sender: &Address) -> MutexGuard<'_, HashMap<Address, Bucket, KeyState>> {
-        let index = (self.keys.hash_one(sender) >> 60) as usize % SHARDS;
-        lock(&self.shards[index])
     }
 
     /// If `sender` is backed off, for how many more ms.
@@ -111,7 +100,7 @@ impl SenderBuckets {
         if self.len.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        let shard = self.lock(sender);
+        let shard = self.shards.lock(sender);
         let bucket = shard.get(sender)?;
         (bucket.backoff_until > now).then(|| bucket.backoff_until - now)
     }
@@ -119,7 +108,7 @@ impl SenderBuckets {
     /// Charges one invalidation to `sender`.
     pub fn charge(&self, sender: Address, now: Millis) -> Charged {
         let s = &self.settings;
-        let mut shard = self.lock(&sender);
+        let mut shard = self.shards.lock(&sender);
         if !shard.contains_key(&sender) && shard.len() >= self.shard_cap {
             // Full: make room for an eighth of the shard in one pass, so an
             // insert pays O(1) amortized under a flood of fresh senders.
@@ -175,12 +164,11 @@ impl SenderBuckets {
 
     /// Drops senders that are back to a full bucket and no backoff.
     pub fn sweep(&self, now: Millis) {
-        for shard in self.shards.iter() {
-            let mut shard = lock(shard);
+        self.shards.for_each(|shard| {
             let before = shard.len();
             shard.retain(|_, bucket| !bucket.idle(now, &self.settings));
             self.len.fetch_sub(before - shard.len(), Ordering::Relaxed);
-        }
+        });
     }
 
     /// Senders tracked.

@@ -17,14 +17,14 @@
 //! ban expired recently) and only queue shaping applies.
 
 use std::collections::HashMap;
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 use alloy_primitives::B256;
 
+use crate::assertion::AssertionRef;
 use crate::keyed::KeyState;
-use crate::ttl::{Millis, lock};
+use crate::shard::Sharded;
+use crate::ttl::Millis;
 
 const SHARDS: usize = 64;
 /// Counters probed per key.
@@ -34,29 +34,6 @@ const COUNTERS_PER_ENTRY: usize = 8;
 /// Of a full shard, the share (1/n) evicted in one go, soonest to end first.
 const EVICT_FRACTION: usize = 8;
 
-/// One assertion an entry was banned under: an index into the assertion
-/// table and the assertion's version at the time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AssertionRef {
-    /// Index in the assertion table; `u32::MAX` for none.
-    pub index: u32,
-    /// The assertion version the ban belongs to.
-    pub version: u32,
-}
-
-impl AssertionRef {
-    /// No assertion.
-    pub const NONE: AssertionRef = AssertionRef {
-        index: u32::MAX,
-        version: 0,
-    };
-
-    /// Whether this names an assertion.
-    pub fn is_some(self) -> bool {
-        self.index != u32::MAX
-    }
-}
-
 /// A ban: until when, and under which assertions (the two most recent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ban {
@@ -64,8 +41,9 @@ pub struct Ban {
     pub expires: Millis,
     /// End of the suspect window after it.
     pub suspect_until: Millis,
-    /// Up to two assertions, most recent first.
-    pub assertions: [AssertionRef; 2],
+    /// Up to two assertions, most recent first; `None` where there is
+    /// none (a ban from a source that names no assertion).
+    pub assertions: [Option<AssertionRef>; 2],
 }
 
 /// What an insert did.
@@ -144,35 +122,20 @@ type Shard = HashMap<B256, Ban, KeyState>;
 #[derive(Debug)]
 pub struct DeniedSet {
     bloom: CountingBloom,
-    shards: Box<[Mutex<Shard>]>,
-    keys: KeyState,
+    shards: Sharded<Shard>,
     shard_cap: usize,
     len: AtomicUsize,
-    sweep_cursor: AtomicUsize,
 }
 
 impl DeniedSet {
     /// A set of at most `max_entries` fingerprints.
     pub fn new(max_entries: usize) -> DeniedSet {
-        let keys = KeyState::new();
         DeniedSet {
             bloom: CountingBloom::new(max_entries),
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(HashMap::with_hasher(keys)))
-                .collect(),
-            keys,
+            shards: Sharded::new(SHARDS, HashMap::with_hasher),
             shard_cap: max_entries.div_ceil(SHARDS).max(1),
             len: AtomicUsize::new(0),
-            sweep_cursor: AtomicUsize::new(0),
         }
-    }
-
-    fn lock(&self, index: usize) -> MutexGuard<'_, Shard> {
-        lock(&self.shards[index])
-    }
-
-    fn shard_of(&self, key: &B256) -> usize {
-        (self.keys.hash_one(key) >> 58) as usize % SHARDS
     }
 
     /// The entry for `key`, if any (banned or suspect; the caller compares
@@ -182,7 +145,7 @@ impl DeniedSet {
         if !self.bloom.may_contain(key) {
             return None;
         }
-        self.lock(self.shard_of(key)).get(key).copied()
+        self.shards.lock(key).get(key).copied()
     }
 
     /// Bans `key` until `expires` under `assertion`; a held key keeps the
@@ -191,42 +154,34 @@ impl DeniedSet {
     pub fn insert(
         &self,
         key: B256,
-        assertion: AssertionRef,
+        assertion: Option<AssertionRef>,
         expires: Millis,
         suspect_until: Millis,
         now: Millis,
     ) -> Inserted {
-        let mut shard = self.lock(self.shard_of(&key));
+        let mut shard = self.shards.lock(&key);
         self.insert_locked(&mut shard, key, assertion, expires, suspect_until, now)
     }
 
-    /// [`DeniedSet::insert`] for a batch, all with the same times: grouped
-    /// by shard, so each shard is locked once per batch and the map
-    /// accesses of one shard run back to back (their cache misses overlap).
-    /// Results in the batch's order; a key twice in the batch is New, then
-    /// Refreshed, as one by one.
+    /// [`DeniedSet::insert`] for a batch, all with the same times, grouped
+    /// by shard (each shard locked once). Results in the batch's order; a
+    /// key twice in the batch is New, then Refreshed, as one by one.
     pub fn insert_batch(
         &self,
-        items: &[(B256, AssertionRef)],
+        items: &[(B256, Option<AssertionRef>)],
         expires: Millis,
         suspect_until: Millis,
         now: Millis,
     ) -> Vec<Inserted> {
-        let mut order: Vec<(usize, usize)> = items
-            .iter()
-            .enumerate()
-            .map(|(i, (key, _))| (self.shard_of(key), i))
-            .collect();
-        order.sort_unstable();
         let mut out = vec![Inserted::Refreshed; items.len()];
-        for group in order.chunk_by(|a, b| a.0 == b.0) {
-            let mut shard = self.lock(group[0].0);
-            for &(_, i) in group {
+        self.shards.for_batch(
+            items,
+            |(key, _)| key,
+            |shard, i| {
                 let (key, assertion) = items[i];
-                out[i] =
-                    self.insert_locked(&mut shard, key, assertion, expires, suspect_until, now);
-            }
-        }
+                out[i] = self.insert_locked(shard, key, assertion, expires, suspect_until, now);
+            },
+        );
         out
     }
 
@@ -234,7 +189,7 @@ impl DeniedSet {
         &self,
         shard: &mut Shard,
         key: B256,
-        assertion: AssertionRef,
+        assertion: Option<AssertionRef>,
         expires: Millis,
         suspect_until: Millis,
         now: Millis,
@@ -255,7 +210,7 @@ impl DeniedSet {
             Ban {
                 expires,
                 suspect_until,
-                assertions: [assertion, AssertionRef::NONE],
+                assertions: [assertion, None],
             },
         );
         self.bloom.add(&key);
@@ -297,11 +252,9 @@ impl DeniedSet {
     /// many short steps. Returns the number removed.
     pub fn sweep(&self, shards: usize, mut dead: impl FnMut(&Ban) -> bool) -> usize {
         let mut removed = 0;
-        for _ in 0..shards.min(SHARDS) {
-            let index = self.sweep_cursor.fetch_add(1, Ordering::Relaxed) % SHARDS;
-            let mut shard = self.lock(index);
+        let bloom = &self.bloom;
+        self.shards.sweep_next(shards, |shard| {
             let before = shard.len();
-            let bloom = &self.bloom;
             shard.retain(|key, ban| {
                 let keep = !dead(ban);
                 if !keep {
@@ -310,18 +263,18 @@ impl DeniedSet {
                 keep
             });
             removed += before - shard.len();
-        }
+        });
         self.len.fetch_sub(removed, Ordering::Relaxed);
         removed
     }
 
     /// Every entry (for snapshots), shard by shard.
     pub fn for_each(&self, mut f: impl FnMut(&B256, &Ban)) {
-        for index in 0..SHARDS {
-            for (key, ban) in self.lock(index).iter() {
+        self.shards.for_each(|shard| {
+            for (key, ban) in shard.iter() {
                 f(key, ban);
             }
-        }
+        });
     }
 
     /// Entries held (banned or suspect).
@@ -343,10 +296,9 @@ mod tests {
         alloy_primitives::keccak256(i.to_be_bytes())
     }
 
-    const A: AssertionRef = AssertionRef {
-        index: 0,
-        version: 1,
-    };
+    fn a() -> Option<AssertionRef> {
+        AssertionRef::for_test(0, 1)
+    }
 
     #[test]
     fn bloom_never_forgets_a_held_key_through_churn() {
@@ -357,7 +309,7 @@ mod tests {
             set.sweep(SHARDS, |ban| ban.suspect_until <= now);
             for i in 0..2000 {
                 let end = round * 10 + 10;
-                set.insert(key(round * 10_000 + i), A, end, end, now);
+                set.insert(key(round * 10_000 + i), a(), end, end, now);
             }
             for i in 0..2000 {
                 assert!(set.get(&key(round * 10_000 + i)).is_some());
@@ -375,48 +327,94 @@ mod tests {
     #[test]
     fn a_batch_inserts_in_its_own_order() {
         let set = DeniedSet::new(1024);
-        let b = AssertionRef {
-            index: 1,
-            version: 1,
-        };
-        let batch = [(key(1), A), (key(2), A), (key(1), b)];
+        let b = AssertionRef::for_test(1, 2);
+        let batch = [(key(1), a()), (key(2), a()), (key(1), b)];
         assert_eq!(
             set.insert_batch(&batch, 100, 150, 0),
             vec![Inserted::New, Inserted::New, Inserted::Refreshed]
         );
-        assert_eq!(set.get(&key(1)).unwrap().assertions, [b, A]);
+        assert_eq!(set.get(&key(1)).unwrap().assertions, [b, a()]);
         assert_eq!(set.len(), 2);
     }
 
     #[test]
     fn refresh_keeps_later_expiry_and_both_assertions() {
         let set = DeniedSet::new(1024);
-        let b = AssertionRef {
-            index: 1,
-            version: 1,
-        };
-        assert_eq!(set.insert(key(1), A, 100, 150, 0), Inserted::New);
+        let b = AssertionRef::for_test(1, 2);
+        assert_eq!(set.insert(key(1), a(), 100, 150, 0), Inserted::New);
         assert_eq!(set.insert(key(1), b, 50, 60, 0), Inserted::Refreshed);
         let ban = set.get(&key(1)).unwrap();
         assert_eq!((ban.expires, ban.suspect_until), (100, 150));
-        assert_eq!(ban.assertions, [b, A]);
+        assert_eq!(ban.assertions, [b, a()]);
         assert_eq!(set.len(), 1);
+    }
+
+    /// `n` distinct keys that all land in shard `shard`.
+    fn keys_in_shard(set: &DeniedSet, shard: usize, n: usize, skip: &mut u64) -> Vec<B256> {
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            *skip += 1;
+            let k = key(*skip);
+            if set.shards.index_of(&k) == shard {
+                out.push(k);
+            }
+        }
+        out
     }
 
     #[test]
     fn full_shard_drops_dead_entries_first() {
-        let set = DeniedSet::new(SHARDS * 4);
-        for i in 0..(SHARDS as u64 * 16) {
-            set.insert(key(i), A, 10, 10, 0);
+        // Eight entries per shard: four dead by t=20, four live.
+        let set = DeniedSet::new(SHARDS * 8);
+        let mut skip = 0;
+        let (mut dead, mut live, mut fresh) = (Vec::new(), Vec::new(), Vec::new());
+        for shard in 0..SHARDS {
+            let keys = keys_in_shard(&set, shard, 9, &mut skip);
+            for k in &keys[..4] {
+                set.insert(*k, a(), 10, 10, 0);
+            }
+            for k in &keys[4..8] {
+                set.insert(*k, a(), 1000, 1000, 0);
+            }
+            dead.extend_from_slice(&keys[..4]);
+            live.extend_from_slice(&keys[4..8]);
+            fresh.push(keys[8]);
         }
-        assert!(set.len() <= SHARDS * 4);
-        // Later inserts push out the expired ones, never exceed the bound.
-        for i in 0..(SHARDS as u64 * 16) {
-            set.insert(key(100_000 + i), A, 1000, 1000, 20);
+        assert_eq!(set.len(), SHARDS * 8);
+        // Every shard is full: one more key each makes room, from the dead.
+        for k in &fresh {
+            set.insert(*k, a(), 2000, 2000, 20);
         }
-        assert!(set.len() <= SHARDS * 4);
+        for k in live.iter().chain(&fresh) {
+            assert!(
+                set.get(k).is_some(),
+                "a live entry was evicted while dead ones remained"
+            );
+        }
+        for k in &dead {
+            assert!(set.get(k).is_none(), "a dead entry survived the eviction");
+        }
+        assert_eq!(set.len(), SHARDS * 5);
         let mut counted = 0;
         set.for_each(|_, _| counted += 1);
         assert_eq!(counted, set.len());
+    }
+
+    #[test]
+    fn full_shard_of_live_entries_drops_the_soonest_to_end() {
+        let set = DeniedSet::new(SHARDS * 8);
+        let mut skip = 0;
+        let keys = keys_in_shard(&set, 3, 9, &mut skip);
+        for (i, k) in keys[..8].iter().enumerate() {
+            let end = 100 * (i as u64 + 1);
+            set.insert(*k, a(), end, end, 0);
+        }
+        set.insert(keys[8], a(), 5000, 5000, 50);
+        // The one ending first went; the latest-ending ones stay.
+        assert!(set.get(&keys[0]).is_none());
+        for k in &keys[2..] {
+            assert!(set.get(k).is_some());
+        }
+        assert!(set.len() <= 8);
     }
 }

@@ -1,29 +1,35 @@
 //! The screening state and its stages, cheapest first.
 //!
 //! [`Screen`] holds every cache; its `stage_*` methods are the steps of the
-//! request path, each a plain function of the [`Candidate`] so far and the
-//! time (the proxy composes them as tower layers; [`Screen::screen`] runs
-//! them in a row for tests and benches). [`Screen::apply`] is the one way
-//! state is learned: a batch of invalidations in one pass.
+//! request path, each a plain function of the [`Candidate`] so far. Their
+//! order is written once, in [`crate::stage::Stages`]: the proxy builds its
+//! tower stack from that list, and [`Screen::screen`] runs the same list in
+//! a row for tests and benches. [`Screen::apply`] is the one way state is
+//! learned: a batch of invalidations in one pass.
 //!
-//! 1. hex, then the tx hash straight from the raw bytes (no decoding);
+//! 1. hex, then the tx hash straight from the raw bytes (no decoding):
+//!    [`Screen::candidate`], which makes the [`Candidate`];
 //! 2. fast-reject: the hash in the recent-failure cache;
 //! 3. envelope decoding and the chain-id allow-list;
 //! 4. sender: cache by tx hash, else libsecp256k1 recovery;
 //! 5. sender backpressure;
 //! 6. fingerprint: denied (bloom, then map), assertion cooldown, queue
-//!    shaping of suspect fingerprints; then the pending attribution.
+//!    shaping of suspect fingerprints; then the pending attribution
+//!    ([`Screen::admit`]).
 
 use std::time::Instant;
 
 use alloy_primitives::{Address, B256};
 
-use crate::assertion::{Assertions, CallKey, CooldownCheck, CooldownSettings, Observed};
+use crate::assertion::{
+    AssertionKey, AssertionRef, Assertions, CallKey, CooldownCheck, CooldownSettings, Observed,
+};
 use crate::backpressure::{BackpressureSettings, Charged, SenderBuckets};
-use crate::denied::{AssertionRef, Ban, DeniedSet, Inserted};
+use crate::denied::{Ban, DeniedSet, Inserted};
 use crate::fingerprint::Fingerprint;
 use crate::recover::{SignatureError, recover_sender};
 use crate::snapshot::BanRecord;
+use crate::stage::{StageList, Stages};
 use crate::ttl::{Millis, TtlMap};
 use crate::tx::{DecodeError, Tx, check_chain_id, decode_hex, decode_with_hash, tx_hash};
 
@@ -85,6 +91,7 @@ impl Default for ScreenSettings {
                 duration: 300_000,
                 trickle_interval: 2_000,
                 max_assertions: 65_536,
+                idle: 3_600_000,
             },
         }
     }
@@ -249,10 +256,8 @@ pub struct Invalidation {
     pub target: Address,
     /// Selector (for cooldowns).
     pub selector: [u8; 4],
-    /// Assertion id.
-    pub assertion_id: B256,
-    /// Assertion version.
-    pub assertion_version: u64,
+    /// The assertion it failed; `None` when the source names none.
+    pub assertion: Option<AssertionKey>,
     /// The failing tx, when the sidecar knows it.
     pub tx_hash: Option<B256>,
     /// Its sender, when the sidecar knows it.
@@ -260,16 +265,15 @@ pub struct Invalidation {
 }
 
 impl Invalidation {
-    /// An invalidation of `tx` (sender known) under an assertion; `None`
-    /// for a contract creation, which has no fingerprint.
-    pub fn of(tx: &Tx, sender: Option<Address>, assertion_id: B256, version: u64) -> Option<Self> {
+    /// An invalidation of `tx` (sender known) under an assertion, if any;
+    /// `None` for a contract creation, which has no fingerprint.
+    pub fn of(tx: &Tx, sender: Option<Address>, assertion: Option<AssertionKey>) -> Option<Self> {
         let fp = Fingerprint::of(tx)?;
         Some(Invalidation {
             fingerprint: fp.hash,
             target: fp.target,
             selector: fp.selector,
-            assertion_id,
-            assertion_version: version,
+            assertion,
             tx_hash: Some(tx.hash),
             sender,
         })
@@ -330,7 +334,7 @@ pub struct Sizes {
 pub struct Screen {
     settings: ScreenSettings,
     epoch: Instant,
-    recent_failures: TtlMap<B256, u32>,
+    recent_failures: TtlMap<B256, Option<AssertionRef>>,
     senders: TtlMap<B256, Address>,
     buckets: SenderBuckets,
     denied: DeniedSet,
@@ -341,12 +345,18 @@ pub struct Screen {
 impl Screen {
     /// Empty state; `epoch` is time zero of [`Millis`].
     pub fn new(settings: ScreenSettings, epoch: Instant) -> Screen {
+        // An assertion leaves the table only once no ban can still name
+        // it: after the longest a ban lives, suspect window included.
+        let mut cooldown = settings.cooldown;
+        cooldown.idle = cooldown
+            .idle
+            .max(settings.denied_ttl.saturating_add(settings.suspect_window));
         Screen {
             recent_failures: TtlMap::new(settings.max_recent_failures),
             senders: TtlMap::new(settings.max_cached_senders),
             buckets: SenderBuckets::new(settings.backpressure),
             denied: DeniedSet::new(settings.max_denied),
-            assertions: Assertions::new(settings.cooldown),
+            assertions: Assertions::new(cooldown),
             pending: TtlMap::new(settings.max_pending),
             settings,
             epoch,
@@ -363,8 +373,9 @@ impl Screen {
         at.saturating_duration_since(self.epoch).as_millis() as Millis
     }
 
-    /// Stage 1: hex, and the tx hash from the raw bytes.
-    pub fn stage_hex(&self, param: &str, now: Millis) -> Result<Candidate, Rejection> {
+    /// Stage 1: hex, and the tx hash from the raw bytes: the candidate the
+    /// other stages ([`Stages`]) work on.
+    pub fn candidate(&self, param: &str, now: Millis) -> Result<Candidate, Rejection> {
         let raw = decode_hex(param).map_err(Rejection::Invalid)?;
         let hash = tx_hash(&raw);
         Ok(Candidate {
@@ -386,17 +397,29 @@ impl Screen {
             None => Ok(()),
             Some(assertion) => Err(Rejection::RecentFailure {
                 tx_hash: c.hash,
-                assertion: self.assertions.id(assertion),
+                assertion: assertion
+                    .and_then(|a| self.assertions.describe(a))
+                    .map(|k| k.id),
             }),
         }
     }
 
     /// Stage 3: the envelope and the chain id.
     pub fn stage_decode(&self, c: &mut Candidate) -> Result<(), Rejection> {
-        let tx = decode_with_hash(&c.raw, c.hash).map_err(Rejection::Invalid)?;
-        check_chain_id(&tx, &self.settings.chain_ids).map_err(Rejection::Invalid)?;
-        c.tx = Some(tx);
-        Ok(())
+        self.decoded(c).map(|_| ())
+    }
+
+    /// The decoded transaction: decoded here if no stage did yet, so a
+    /// stage that needs it never depends on running after the decoder.
+    fn decoded<'c>(&self, c: &'c mut Candidate) -> Result<&'c Tx, Rejection> {
+        match &mut c.tx {
+            Some(tx) => Ok(tx),
+            slot @ None => {
+                let tx = decode_with_hash(&c.raw, c.hash).map_err(Rejection::Invalid)?;
+                check_chain_id(&tx, &self.settings.chain_ids).map_err(Rejection::Invalid)?;
+                Ok(slot.insert(tx))
+            }
+        }
     }
 
     /// Stage 4: the sender, from the cache by tx hash or by recovery.
@@ -406,10 +429,7 @@ impl Screen {
             c.sender_cached = true;
             return Ok(());
         }
-        let Some(tx) = &c.tx else {
-            return Err(Rejection::Invalid(DecodeError::Empty));
-        };
-        let sender = recover_sender(tx).map_err(Rejection::Signature)?;
+        let sender = recover_sender(self.decoded(c)?).map_err(Rejection::Signature)?;
         self.senders
             .insert(c.hash, sender, c.now + self.settings.sender_cache_ttl);
         c.sender = Some(sender);
@@ -430,11 +450,8 @@ impl Screen {
 
     /// Stage 6: fingerprint checks: denied, cooldown, shaping.
     pub fn stage_fingerprint(&self, c: &mut Candidate) -> Result<(), Rejection> {
-        let Some(tx) = &c.tx else {
-            return Ok(());
-        };
         // Contract creations bypass.
-        let Some(fp) = Fingerprint::of(tx) else {
+        let Some(fp) = Fingerprint::of(self.decoded(c)?) else {
             return Ok(());
         };
         c.fingerprint = Some(fp);
@@ -462,7 +479,7 @@ impl Screen {
             } => {
                 return Err(Rejection::Cooldown {
                     fingerprint: fp.hash,
-                    assertion: self.assertions.id(assertion),
+                    assertion: self.assertions.describe(assertion).map(|k| k.id),
                     retry_after,
                 });
             }
@@ -502,14 +519,11 @@ impl Screen {
         }
     }
 
-    /// Every stage in a row (what the proxy's tower stack does).
+    /// Every stage in a row, in the order of [`Stages`] (what the proxy's
+    /// tower stack does).
     pub fn screen(&self, param: &str, now: Millis) -> Result<Admitted, Rejection> {
-        let mut c = self.stage_hex(param, now)?;
-        self.stage_fast_reject(&c)?;
-        self.stage_decode(&mut c)?;
-        self.stage_recover(&mut c)?;
-        self.stage_backpressure(&c)?;
-        self.stage_fingerprint(&mut c)?;
+        let mut c = self.candidate(param, now)?;
+        Stages::run(self, &mut c)?;
         Ok(self.admit(&c))
     }
 
@@ -518,13 +532,11 @@ impl Screen {
             return BanState::Dead;
         }
         // A ban of an outdated assertion version is lifted (and not even
-        // suspect: the assertion changed).
-        let live = ban
-            .assertions
-            .iter()
-            .filter(|a| a.is_some())
-            .any(|a| self.assertions.is_live(*a))
-            || !ban.assertions[0].is_some();
+        // suspect: the assertion changed). A ban under no assertion stays.
+        let live = match ban.assertions {
+            [None, None] => true,
+            named => named.iter().flatten().any(|a| self.assertions.is_live(*a)),
+        };
         if !live {
             BanState::Dead
         } else if ban.expires > now {
@@ -537,8 +549,8 @@ impl Screen {
     fn assertion_ids(&self, ban: &Ban) -> Vec<B256> {
         ban.assertions
             .iter()
-            .filter(|a| a.is_some())
-            .filter_map(|a| self.assertions.describe(*a).map(|(id, _)| id))
+            .flatten()
+            .filter_map(|a| self.assertions.describe(*a).map(|k| k.id))
             .collect()
     }
 
@@ -552,29 +564,27 @@ impl Screen {
         // 1. Assertions, in order (a bump mid-batch makes later items of
         //    the old version stale); one table lookup per run of the same
         //    assertion and version.
-        let mut last: Option<(B256, u64, Option<AssertionRef>)> = None;
-        let mut live: Vec<(usize, AssertionRef)> = Vec::with_capacity(batch.len());
+        //    A source that names no assertion bans under none.
+        let mut last: Option<(AssertionKey, Option<Option<AssertionRef>>)> = None;
+        let mut live: Vec<(usize, Option<AssertionRef>)> = Vec::with_capacity(batch.len());
         for (i, inv) in batch.iter().enumerate() {
+            let Some(key) = inv.assertion else {
+                live.push((i, None));
+                continue;
+            };
             let aref = match last {
-                Some((id, version, aref))
-                    if id == inv.assertion_id && version == inv.assertion_version =>
-                {
-                    aref
-                }
+                Some((seen, aref)) if seen == key => aref,
                 _ => {
-                    let aref = match self
-                        .assertions
-                        .observe(inv.assertion_id, inv.assertion_version)
-                    {
+                    let aref = match self.assertions.observe(key, now) {
                         Observed::Stale => None,
                         Observed::Bumped(aref) => {
                             applied.bumped += 1;
-                            Some(aref)
+                            Some(Some(aref))
                         }
-                        Observed::Current(aref) => Some(aref),
-                        Observed::Untracked => Some(AssertionRef::NONE),
+                        Observed::Current(aref) => Some(Some(aref)),
+                        Observed::Untracked => Some(None),
                     };
-                    last = Some((inv.assertion_id, inv.assertion_version, aref));
+                    last = Some((key, aref));
                     aref
                 }
             };
@@ -585,7 +595,7 @@ impl Screen {
         }
         // 2. Bans, grouped by shard.
         let expires = now + s.denied_ttl;
-        let items: Vec<(B256, AssertionRef)> = live
+        let items: Vec<(B256, Option<AssertionRef>)> = live
             .iter()
             .map(|&(i, aref)| (batch[i].fingerprint, aref))
             .collect();
@@ -599,10 +609,10 @@ impl Screen {
             match result {
                 Inserted::New => {
                     applied.banned += 1;
-                    if aref.is_some()
+                    if let Some(aref) = aref
                         && self
                             .assertions
-                            .note_failure(aref.index, (inv.target, inv.selector), now)
+                            .note_failure(aref, (inv.target, inv.selector), now)
                     {
                         applied.cooldowns += 1;
                     }
@@ -617,7 +627,7 @@ impl Screen {
                 None
             };
             if let Some(hash) = inv.tx_hash.or(pending.map(|p| p.tx_hash)) {
-                failures.push((hash, aref.index, now + s.recent_failure_ttl));
+                failures.push((hash, aref, now + s.recent_failure_ttl));
             }
             let sender = inv
                 .sender
@@ -639,7 +649,7 @@ impl Screen {
     }
 
     /// One step of background upkeep: sweeps `shards` shards of each cache
-    /// (round-robin) and finished cooldowns.
+    /// (round-robin), finished cooldowns and idle assertions.
     pub fn sweep(&self, now: Millis, shards: usize) {
         self.denied
             .sweep(shards, |ban| self.ban_state(ban, now) == BanState::Dead);
@@ -648,6 +658,12 @@ impl Screen {
         self.pending.sweep(now, shards);
         self.buckets.sweep(now);
         self.assertions.sweep(now);
+    }
+
+    /// Assertions evicted from the table so far (idle ones, by the sweep
+    /// or to make room for a new one).
+    pub fn assertions_evicted(&self) -> usize {
+        self.assertions.evicted()
     }
 
     /// Cache sizes.
@@ -674,7 +690,7 @@ impl Screen {
             let assertions = ban
                 .assertions
                 .iter()
-                .filter(|a| a.is_some())
+                .flatten()
                 .filter_map(|a| self.assertions.describe(*a))
                 .collect();
             out.push(BanRecord {
@@ -692,16 +708,14 @@ impl Screen {
     pub fn import_bans(&self, records: &[BanRecord], now: Millis) -> usize {
         let mut restored = 0;
         for r in records {
-            let refs: Vec<AssertionRef> = r
+            let refs: Vec<Option<AssertionRef>> = r
                 .assertions
                 .iter()
-                .filter_map(
-                    |(id, version)| match self.assertions.observe(*id, *version) {
-                        Observed::Current(a) | Observed::Bumped(a) => Some(a),
-                        Observed::Untracked => Some(AssertionRef::NONE),
-                        Observed::Stale => None,
-                    },
-                )
+                .filter_map(|key| match self.assertions.observe(*key, now) {
+                    Observed::Current(a) | Observed::Bumped(a) => Some(Some(a)),
+                    Observed::Untracked => Some(None),
+                    Observed::Stale => None,
+                })
                 .collect();
             if refs.is_empty() && !r.assertions.is_empty() {
                 continue;
@@ -713,13 +727,8 @@ impl Screen {
                     .insert(r.fingerprint, *aref, expires, suspect_until, now);
             }
             if refs.is_empty() {
-                self.denied.insert(
-                    r.fingerprint,
-                    AssertionRef::NONE,
-                    expires,
-                    suspect_until,
-                    now,
-                );
+                self.denied
+                    .insert(r.fingerprint, None, expires, suspect_until, now);
             }
             restored += 1;
         }

@@ -7,8 +7,6 @@
 //! multiply. Far cheaper than SipHash on 32 bytes.
 
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 const K0: u64 = 0x243f_6a88_85a3_08d3;
 const K1: u64 = 0x1319_8a2e_0370_7344;
@@ -26,20 +24,23 @@ pub struct KeyState {
 }
 
 impl KeyState {
-    /// A fresh random seed (time, address of a stack value and a process
-    /// counter, mixed; no RNG dependency needed for a hash seed).
+    /// A seed from the operating system's randomness, unknown to whoever
+    /// chooses the keys. Maps are made at start and on rare rebuilds, so
+    /// the system call is off the request path.
+    ///
+    /// Without an entropy source (which Linux always has: `getrandom(2)`,
+    /// else `/dev/urandom`) there is no safe seed, and a guessable one
+    /// would let an attacker pile keys into one bucket: refuse to go on.
     pub fn new() -> KeyState {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        let local = 0u8;
-        let addr = &local as *const u8 as u64;
-        let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-        KeyState {
-            seed: fold(nanos ^ K0, addr ^ K1) ^ fold(count ^ K1, nanos.rotate_left(17) ^ K0),
+        match getrandom::u64() {
+            Ok(seed) => KeyState::with_seed(seed),
+            Err(e) => panic!("no entropy source for hash seeds: {e}"),
         }
+    }
+
+    /// A fixed seed (tests and benches that need reproducible layouts).
+    pub const fn with_seed(seed: u64) -> KeyState {
+        KeyState { seed }
     }
 
     /// The 64-bit hash of `bytes`.

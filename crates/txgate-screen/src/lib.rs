@@ -16,8 +16,11 @@
 //! - [`assertion`]: assertion versions and cooldowns with a trickle.
 //! - [`engine`]: [`Screen`], the state and the stages in order, and
 //!   [`Screen::apply`] for batches of invalidations.
+//! - [`stage`]: the stages of the request path, and their order, written
+//!   once.
 //! - [`snapshot`]: the ban snapshot format (a restart forgets no ban).
-//! - [`keyed`]: the seeded hasher of every map.
+//! - [`keyed`]: the hasher of every map, seeded from the OS.
+//! - `shard`: the sharding shared by the maps.
 
 pub mod assertion;
 pub mod backpressure;
@@ -26,10 +29,13 @@ pub mod engine;
 pub mod fingerprint;
 pub mod keyed;
 pub mod recover;
+mod shard;
 pub mod snapshot;
+pub mod stage;
 pub mod ttl;
 pub mod tx;
 
+pub use assertion::AssertionKey;
 pub use engine::{
     Admitted, Applied, Candidate, Invalidation, Reason, Rejection, Screen, ScreenSettings, Sizes,
 };

@@ -17,26 +17,15 @@ const HALF_ORDER: [u8; 32] = [
 ];
 
 /// Why a signature is refused (-32602).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SignatureError {
     /// `s` in the upper half of the curve order.
+    #[error("invalid signature: s is in the upper half of the curve order")]
     HighS,
     /// `r` or `s` zero or out of range, or no key recovers.
+    #[error("invalid signature")]
     Invalid,
 }
-
-impl std::fmt::Display for SignatureError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SignatureError::HighS => {
-                f.write_str("invalid signature: s is in the upper half of the curve order")
-            }
-            SignatureError::Invalid => f.write_str("invalid signature"),
-        }
-    }
-}
-
-impl std::error::Error for SignatureError {}
 
 /// Recovers the sender of `tx`.
 pub fn recover_sender(tx: &Tx) -> Result<Address, SignatureError> {

@@ -20,6 +20,7 @@
 
 use alloy_primitives::{B256, keccak256};
 
+use crate::assertion::AssertionKey;
 use crate::ttl::Millis;
 
 const MAGIC: &[u8; 12] = b"TXGATE-BANS\0";
@@ -36,35 +37,26 @@ pub struct BanRecord {
     pub expires_in: Millis,
     /// Remaining time until the end of its suspect window.
     pub suspect_for: Millis,
-    /// Assertion ids and versions it was banned under.
-    pub assertions: Vec<(B256, u64)>,
+    /// The assertions it was banned under (empty: none named).
+    pub assertions: Vec<AssertionKey>,
 }
 
 /// Why a snapshot was not loaded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotError {
     /// Not a ban snapshot.
+    #[error("not a txgate ban snapshot")]
     BadMagic,
     /// A format this build does not read.
+    #[error("unsupported snapshot format {0}")]
     UnsupportedFormat(u32),
     /// Ends early, or a count larger than the bytes.
+    #[error("snapshot is truncated")]
     Truncated,
     /// The checksum does not match: corrupt.
+    #[error("snapshot checksum mismatch (corrupt)")]
     Checksum,
 }
-
-impl std::fmt::Display for SnapshotError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SnapshotError::BadMagic => f.write_str("not a txgate ban snapshot"),
-            SnapshotError::UnsupportedFormat(v) => write!(f, "unsupported snapshot format {v}"),
-            SnapshotError::Truncated => f.write_str("snapshot is truncated"),
-            SnapshotError::Checksum => f.write_str("snapshot checksum mismatch (corrupt)"),
-        }
-    }
-}
-
-impl std::error::Error for SnapshotError {}
 
 /// Encodes records.
 pub fn encode(records: &[BanRecord]) -> Vec<u8> {
@@ -78,9 +70,9 @@ pub fn encode(records: &[BanRecord]) -> Vec<u8> {
         out.extend_from_slice(&r.suspect_for.to_be_bytes());
         let n = r.assertions.len().min(MAX_ASSERTIONS);
         out.push(n as u8);
-        for (id, version) in &r.assertions[..n] {
-            out.extend_from_slice(id.as_slice());
-            out.extend_from_slice(&version.to_be_bytes());
+        for key in &r.assertions[..n] {
+            out.extend_from_slice(key.id.as_slice());
+            out.extend_from_slice(&key.version.to_be_bytes());
         }
     }
     let sum = keccak256(&out);
@@ -152,7 +144,10 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<BanRecord>, SnapshotError> {
         let mut assertions = Vec::with_capacity(n);
         for _ in 0..n {
             let id = r.b256()?;
-            assertions.push((id, r.u64()?));
+            assertions.push(AssertionKey {
+                id,
+                version: r.u64()?,
+            });
         }
         records.push(BanRecord {
             fingerprint,
@@ -178,7 +173,10 @@ mod tests {
                 expires_in: u64::from(i) * 1000,
                 suspect_for: u64::from(i) * 2000,
                 assertions: (0..(i % 3))
-                    .map(|j| (B256::repeat_byte(j), u64::from(j) + 1))
+                    .map(|j| AssertionKey {
+                        id: B256::repeat_byte(j),
+                        version: u64::from(j) + 1,
+                    })
                     .collect(),
             })
             .collect()

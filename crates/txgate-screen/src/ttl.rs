@@ -10,19 +10,10 @@
 //! the expiry.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash};
-use std::sync::{Mutex, MutexGuard};
+use std::hash::Hash;
 
 use crate::keyed::KeyState;
-
-/// Locks `mutex`. A panic elsewhere while holding a lock leaves plain
-/// cache data behind, still consistent enough to serve: take it.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    match mutex.lock() {
-        Ok(guard) => guard,
-        Err(poisoned) => poisoned.into_inner(),
-    }
-}
+use crate::shard::Sharded;
 
 /// Milliseconds since the screening state's epoch.
 pub type Millis = u64;
@@ -36,91 +27,71 @@ const SHARDS: usize = 64;
 struct Shard<K, V> {
     young: HashMap<K, (Millis, V), KeyState>,
     old: HashMap<K, (Millis, V), KeyState>,
+    keys: KeyState,
+}
+
+impl<K: Eq + Hash + Copy, V: Copy> Shard<K, V> {
+    fn insert(&mut self, generation_cap: usize, key: K, value: V, expires: Millis) {
+        if self.young.len() >= generation_cap && !self.young.contains_key(&key) {
+            let young = std::mem::replace(&mut self.young, HashMap::with_hasher(self.keys));
+            self.old = young;
+        }
+        // A stale copy left in `old` is harmless (`get` reads `young`
+        // first) and goes with its generation; not probing for it saves a
+        // cache miss per insert in a large map.
+        self.young.insert(key, (expires, value));
+    }
 }
 
 /// See the module docs.
 #[derive(Debug)]
 pub struct TtlMap<K, V> {
-    shards: Box<[Mutex<Shard<K, V>>]>,
-    keys: KeyState,
+    shards: Sharded<Shard<K, V>>,
     generation_cap: usize,
-    sweep_cursor: std::sync::atomic::AtomicUsize,
 }
 
 impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
     /// A map of at most about `max_entries` live entries.
     pub fn new(max_entries: usize) -> TtlMap<K, V> {
-        let keys = KeyState::new();
-        let generation_cap = (max_entries / SHARDS / 2).max(1);
-        let shards = (0..SHARDS)
-            .map(|_| {
-                Mutex::new(Shard {
-                    young: HashMap::with_hasher(keys),
-                    old: HashMap::with_hasher(keys),
-                })
-            })
-            .collect();
         TtlMap {
-            shards,
-            keys,
-            generation_cap,
-            sweep_cursor: std::sync::atomic::AtomicUsize::new(0),
+            shards: Sharded::new(SHARDS, |keys| Shard {
+                young: HashMap::with_hasher(keys),
+                old: HashMap::with_hasher(keys),
+                keys,
+            }),
+            generation_cap: (max_entries / SHARDS / 2).max(1),
         }
-    }
-
-    fn shard_index(&self, key: &K) -> usize {
-        // The top bits pick the shard; the maps use the low ones.
-        (self.keys.hash_one(key) >> 58) as usize % SHARDS
-    }
-
-    fn shard(&self, key: &K) -> MutexGuard<'_, Shard<K, V>> {
-        lock(&self.shards[self.shard_index(key)])
     }
 
     /// The live value under `key`.
     pub fn get(&self, key: &K, now: Millis) -> Option<V> {
-        let shard = self.shard(key);
+        let shard = self.shards.lock(key);
         let (expires, value) = shard.young.get(key).or_else(|| shard.old.get(key))?;
         (*expires > now).then_some(*value)
     }
 
     /// Inserts or replaces `key`, live until `expires`.
     pub fn insert(&self, key: K, value: V, expires: Millis) {
-        let mut shard = self.shard(&key);
-        self.insert_locked(&mut shard, key, value, expires);
+        self.shards
+            .lock(&key)
+            .insert(self.generation_cap, key, value, expires);
     }
 
     /// Inserts a batch, grouped by shard (each shard locked once).
     pub fn insert_batch(&self, items: &[(K, V, Millis)]) {
-        let mut order: Vec<(usize, usize)> = items
-            .iter()
-            .enumerate()
-            .map(|(i, (key, _, _))| (self.shard_index(key), i))
-            .collect();
-        order.sort_unstable();
-        for group in order.chunk_by(|a, b| a.0 == b.0) {
-            let mut shard = lock(&self.shards[group[0].0]);
-            for &(_, i) in group {
+        self.shards.for_batch(
+            items,
+            |(key, _, _)| key,
+            |shard, i| {
                 let (key, value, expires) = items[i];
-                self.insert_locked(&mut shard, key, value, expires);
-            }
-        }
-    }
-
-    fn insert_locked(&self, shard: &mut Shard<K, V>, key: K, value: V, expires: Millis) {
-        if shard.young.len() >= self.generation_cap && !shard.young.contains_key(&key) {
-            let young = std::mem::replace(&mut shard.young, HashMap::with_hasher(self.keys));
-            shard.old = young;
-        }
-        // A stale copy left in `old` is harmless (`get` reads `young`
-        // first) and goes with its generation; not probing for it saves a
-        // cache miss per insert in a large map.
-        shard.young.insert(key, (expires, value));
+                shard.insert(self.generation_cap, key, value, expires);
+            },
+        );
     }
 
     /// Removes `key`, returning its live value.
     pub fn remove(&self, key: &K, now: Millis) -> Option<V> {
-        let mut shard = self.shard(key);
+        let mut shard = self.shards.lock(key);
         let young = shard.young.remove(key);
         let old = shard.old.remove(key);
         young
@@ -131,26 +102,18 @@ impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
     /// Drops expired entries of `shards` shards, round-robin, so that a
     /// large map is swept in short steps.
     pub fn sweep(&self, now: Millis, shards: usize) {
-        for _ in 0..shards.min(SHARDS) {
-            let index = self
-                .sweep_cursor
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                % SHARDS;
-            let mut shard = lock(&self.shards[index]);
+        self.shards.sweep_next(shards, |shard| {
             shard.young.retain(|_, (expires, _)| *expires > now);
             shard.old.retain(|_, (expires, _)| *expires > now);
-        }
+        });
     }
 
     /// Entries held (live or not yet swept).
     pub fn len(&self) -> usize {
+        let mut len = 0;
         self.shards
-            .iter()
-            .map(|shard| {
-                let s = lock(shard);
-                s.young.len() + s.old.len()
-            })
-            .sum()
+            .for_each(|shard| len += shard.young.len() + shard.old.len());
+        len
     }
 
     /// Whether the map holds nothing.

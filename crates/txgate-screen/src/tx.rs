@@ -5,8 +5,6 @@
 //! EIP-7702. What screening needs is copied out once into [`Tx`]; the
 //! envelope itself is dropped.
 
-use std::fmt;
-
 use alloy_consensus::transaction::RlpEcdsaDecodableTx;
 use alloy_consensus::{
     SignableTransaction, Transaction, TxEip1559, TxEip2930, TxEip4844Variant, TxEip7702, TxLegacy,
@@ -65,48 +63,37 @@ impl Tx {
 }
 
 /// Why a raw transaction parameter is refused (-32602).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
     /// Not `0x`-prefixed even-length hex.
+    #[error("invalid hex: raw transaction must be 0x-prefixed hex")]
     BadHex,
     /// No bytes after `0x`.
+    #[error("empty raw transaction")]
     Empty,
     /// A type byte no upstream accepts.
+    #[error("unknown transaction type 0x{0:02x}")]
     UnknownType(u8),
     /// The RLP does not decode as that type.
+    #[error("invalid RLP: {0}")]
     BadRlp(&'static str),
     /// Bytes left over after the transaction.
+    #[error("invalid RLP: trailing bytes after the transaction")]
     TrailingBytes,
     /// A chain id outside the allow-list.
+    #[error("{}", wrong_chain_id(*got))]
     WrongChainId {
         /// The transaction's chain id (`None`: pre-EIP-155, no chain id).
         got: Option<u64>,
     },
 }
 
-impl fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DecodeError::BadHex => {
-                f.write_str("invalid hex: raw transaction must be 0x-prefixed hex")
-            }
-            DecodeError::Empty => f.write_str("empty raw transaction"),
-            DecodeError::UnknownType(t) => write!(f, "unknown transaction type 0x{t:02x}"),
-            DecodeError::BadRlp(why) => write!(f, "invalid RLP: {why}"),
-            DecodeError::TrailingBytes => {
-                f.write_str("invalid RLP: trailing bytes after the transaction")
-            }
-            DecodeError::WrongChainId { got: Some(id) } => {
-                write!(f, "chain id {id} is not accepted here")
-            }
-            DecodeError::WrongChainId { got: None } => {
-                f.write_str("transactions without a chain id (pre-EIP-155) are not accepted here")
-            }
-        }
+fn wrong_chain_id(got: Option<u64>) -> String {
+    match got {
+        Some(id) => format!("chain id {id} is not accepted here"),
+        None => "transactions without a chain id (pre-EIP-155) are not accepted here".into(),
     }
 }
-
-impl std::error::Error for DecodeError {}
 
 /// Nibble value of each byte, 0xff for a non-hex byte.
 const NIBBLE: [u8; 256] = {

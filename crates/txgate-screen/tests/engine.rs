@@ -10,8 +10,8 @@ use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Address, B256, Bytes, Signature, TxKind, U256, address};
 use secp256k1::{Message, SECP256K1, SecretKey};
 use txgate_screen::{
-    Invalidation, Millis, Reason, Rejection, Screen, ScreenSettings, decode, decode_hex,
-    recover_sender,
+    AssertionKey, Invalidation, Millis, Reason, Rejection, Screen, ScreenSettings, decode,
+    decode_hex, recover_sender,
 };
 
 const TARGET: Address = address!("0x5FbDB2315678afecb367f032d93F642f64180aa3");
@@ -64,7 +64,15 @@ fn honest_input(n: u8) -> Vec<u8> {
 fn invalidation_of(raw: &str, version: u64) -> Invalidation {
     let tx = decode(&decode_hex(raw).unwrap()).unwrap();
     let sender = recover_sender(&tx).unwrap();
-    Invalidation::of(&tx, Some(sender), ASSERTION, version).unwrap()
+    Invalidation::of(
+        &tx,
+        Some(sender),
+        Some(AssertionKey {
+            id: ASSERTION,
+            version,
+        }),
+    )
+    .unwrap()
 }
 
 fn screen(settings: ScreenSettings) -> Screen {
@@ -299,18 +307,18 @@ fn bad_input_is_refused_with_its_reason() {
 fn sender_cache_skips_recovery_and_contract_creation_bypasses_fingerprints() {
     let s = screen(ScreenSettings::default());
     let raw = raw_tx(&key(1), 0, &honest_input(1), 1);
-    let mut c = s.stage_hex(&raw, 0).unwrap();
+    let mut c = s.candidate(&raw, 0).unwrap();
     s.stage_decode(&mut c).unwrap();
     s.stage_recover(&mut c).unwrap();
     assert!(!c.sender_cached);
-    let mut again = s.stage_hex(&raw, 10).unwrap();
+    let mut again = s.candidate(&raw, 10).unwrap();
     s.stage_decode(&mut again).unwrap();
     s.stage_recover(&mut again).unwrap();
     assert!(again.sender_cached);
     assert_eq!(again.sender, c.sender);
     // Expires with its TTL.
     let ttl = s.settings().sender_cache_ttl;
-    let mut late = s.stage_hex(&raw, ttl).unwrap();
+    let mut late = s.candidate(&raw, ttl).unwrap();
     s.stage_decode(&mut late).unwrap();
     s.stage_recover(&mut late).unwrap();
     assert!(!late.sender_cached);
@@ -325,7 +333,13 @@ fn bans_survive_a_snapshot_round_trip_with_remaining_times() {
     let records = txgate_screen::snapshot::decode(&bytes).unwrap();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].expires_in, 128_000 - 30_000);
-    assert_eq!(records[0].assertions, vec![(ASSERTION, 1)]);
+    assert_eq!(
+        records[0].assertions,
+        vec![AssertionKey {
+            id: ASSERTION,
+            version: 1
+        }]
+    );
 
     // A new process: its clock starts anew.
     let restarted = screen(ScreenSettings::default());
@@ -348,4 +362,50 @@ fn reasons_are_indexed_by_discriminant() {
     for (i, r) in Reason::ALL.iter().enumerate() {
         assert_eq!(r.index(), i, "{}", r.as_str());
     }
+}
+
+/// Defect: a verdict that names no assertion was registered as assertion
+/// 0x00…00, which then showed in refusals and metrics as an assertion.
+#[test]
+fn a_deny_with_no_assertion_names_none() {
+    let s = screen(ScreenSettings::default());
+    let raw = raw_tx(&key(1), 0, &attack_input(), 1);
+    let mut inv = invalidation_of(&raw, 1);
+    inv.assertion = None;
+    let applied = s.apply(&[inv], 0);
+    assert_eq!(applied.banned, 1);
+    assert_eq!(s.sizes().assertions, 0, "no assertion entered the table");
+    match s.screen(&raw, 10) {
+        Err(Rejection::RecentFailure { assertion, .. }) => assert_eq!(assertion, None),
+        r => panic!("{r:?}"),
+    }
+    let other = raw_tx(&key(2), 0, &attack_input(), 1);
+    match s.screen(&other, 10) {
+        Err(Rejection::Denied { assertions, .. }) => assert!(assertions.is_empty()),
+        r => panic!("{r:?}"),
+    }
+    // An assertion's version bump never lifts a ban that named none.
+    let mut named = invalidation_of(&raw_tx(&key(3), 0, &honest_input(9), 1), 2);
+    named.assertion = Some(AssertionKey {
+        id: ASSERTION,
+        version: 2,
+    });
+    s.apply(&[named], 20);
+    assert_eq!(
+        reason(s.screen(&other, 30)),
+        Some(Reason::DeniedFingerprint)
+    );
+    // The snapshot keeps it with no assertion.
+    let records = s.export_bans(40);
+    let record = records
+        .iter()
+        .find(|r| r.assertions.is_empty())
+        .expect("the ban without an assertion is exported");
+    let restarted = screen(ScreenSettings::default());
+    assert_eq!(restarted.import_bans(std::slice::from_ref(record), 0), 1);
+    assert_eq!(restarted.sizes().assertions, 0);
+    assert_eq!(
+        reason(restarted.screen(&other, 1)),
+        Some(Reason::DeniedFingerprint)
+    );
 }

@@ -1,8 +1,17 @@
 //! The txgate daemon.
 //!
-//! Reads the config (file, then `TXGATE_*` environment, then flags), binds
-//! the client and admin listeners, serves until SIGTERM or SIGINT, drains
-//! the calls in flight and exits 0.
+//! Reads the config (file, then `TXGATE_*` environment, then flags), checks
+//! every setting with the same parsers `check-config` uses, binds the
+//! client and admin listeners, serves until SIGTERM or SIGINT, drains the
+//! calls in flight and exits 0.
+//!
+//! Exit codes:
+//! - 0: stopped by SIGTERM or SIGINT (calls in flight drained, or cut at
+//!   the end of the grace period);
+//! - 1: a part txgate cannot serve without failed (a worker thread, a
+//!   listener, the admin listener), or a listener could not be bound; the
+//!   log says which;
+//! - 2: a setting cannot work; one line names the setting and the value.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,7 +20,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use txgate_config::{Config, LogFormat};
 use txgate_proxy::server::Drained;
-use txgate_proxy::{Listeners, Proxy};
+use txgate_proxy::{Exit, Listeners, Proxy};
+
+/// A setting that cannot work.
+const EXIT_CONFIG: u8 = 2;
+/// A part txgate cannot serve without failed, or could not start.
+const EXIT_FAILED: u8 = 1;
 
 /// A screening JSON-RPC proxy in front of a rollup sequencer.
 #[derive(Debug, Parser)]
@@ -101,8 +115,40 @@ impl Cli {
             config.screen.snapshot_path = v.clone();
         }
         config.validate().map_err(|e| e.to_string())?;
+        preflight(&config)?;
         Ok(config)
     }
+}
+
+/// Checks of settings that depend on more than their value, run by
+/// `check-config` and the daemon alike, before anything listens.
+fn preflight(config: &Config) -> Result<(), String> {
+    if tracing_subscriber::EnvFilter::try_new(&config.log.level).is_err() {
+        return Err(format!(
+            "`log.level`: `{}` is not a log filter (RUST_LOG syntax, e.g. info or txgate_proxy=debug)",
+            config.log.level
+        ));
+    }
+    let snapshot = &config.screen.snapshot_path;
+    if config.screen.enabled && !snapshot.is_empty() {
+        let path = std::path::Path::new(snapshot);
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => std::path::Path::new("."),
+        };
+        if !dir.is_dir() {
+            return Err(format!(
+                "`screen.snapshot_path`: `{snapshot}`: directory `{}` does not exist",
+                dir.display()
+            ));
+        }
+        if path.is_dir() {
+            return Err(format!(
+                "`screen.snapshot_path`: `{snapshot}` is a directory, not a file"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn init_logging(config: &Config) {
@@ -131,7 +177,7 @@ fn main() -> ExitCode {
         Ok(config) => config,
         Err(e) => {
             eprintln!("txgate: configuration error: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_CONFIG);
         }
     };
     if let Some(Command::CheckConfig) = cli.command {
@@ -163,7 +209,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("txgate: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(EXIT_FAILED);
         }
     };
     let code = runtime.block_on(run(config));
@@ -177,12 +223,12 @@ async fn run(config: Config) -> ExitCode {
         Ok(listeners) => listeners,
         Err(e) => {
             tracing::error!(rpc = %config.server.listen, admin = %config.admin.listen, error = %e, "cannot bind");
-            return ExitCode::FAILURE;
+            return ExitCode::from(EXIT_FAILED);
         }
     };
     let (Ok(rpc_addr), Ok(admin_addr)) = (listeners.rpc_addr(), listeners.admin_addr()) else {
         tracing::error!("listeners have no local address");
-        return ExitCode::FAILURE;
+        return ExitCode::from(EXIT_FAILED);
     };
     let upstream_url = config.upstream.url.clone();
     let screening = screening_mode(&config);
@@ -190,16 +236,23 @@ async fn run(config: Config) -> ExitCode {
     let proxy = match Proxy::new(config) {
         Ok(proxy) => proxy,
         Err(e) => {
-            tracing::error!(error = %e, "cannot build the proxy");
-            return ExitCode::FAILURE;
+            eprintln!("txgate: configuration error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
         }
     };
     tracing::info!(rpc = %rpc_addr, admin = %admin_addr, upstream = %upstream_url, workers, screening, sidecar = %sidecar_url, "listening");
-    match proxy.run(listeners, shutdown_signal()).await {
+    let Exit { drained, fatal } = proxy.run(listeners, shutdown_signal()).await;
+    match drained {
         Drained::Clean => tracing::info!("drained; exiting"),
         Drained::TimedOut => tracing::warn!("grace period over; closing remaining connections"),
     }
-    ExitCode::SUCCESS
+    match fatal {
+        None => ExitCode::SUCCESS,
+        Some(fatal) => {
+            tracing::error!(part = %fatal.part, error = %fatal.error, "exiting after a failure");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
 }
 
 fn screening_mode(config: &Config) -> &'static str {

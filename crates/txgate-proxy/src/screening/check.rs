@@ -13,8 +13,9 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 use txgate_screen::Rejection;
+use txgate_screen::stage::Stage;
 
-use super::{Stage, Submission};
+use super::Submission;
 
 /// Builds [`Check`] services for stage `S`.
 #[derive(Debug)]
@@ -77,31 +78,31 @@ where
 {
     type Response = R;
     type Error = Rejection;
-    type Future = ResponseFuture<I::Future>;
+    type Future = ResponseFuture<I::Future, R>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut submission: Submission<'a>) -> Self::Future {
-        match S::check(&mut submission) {
+        match S::check(submission.screen, &mut submission.candidate) {
             Ok(()) => ResponseFuture::Inner {
                 future: self.inner.call(submission),
             },
             Err(rejection) => ResponseFuture::Rejected {
-                rejection: Some(rejection),
+                rejection: std::future::ready(Err(rejection)),
             },
         }
     }
 }
 
 pin_project! {
-    /// The inner service's future (`future`), or a rejection taken when
-    /// polled (`rejection`).
+    /// The inner service's future (`future`), or the stage's rejection,
+    /// ready at once (`rejection`).
     #[allow(missing_docs)]
     #[project = Projected]
     #[derive(Debug)]
-    pub enum ResponseFuture<F> {
+    pub enum ResponseFuture<F, R> {
         /// The stage passed.
         Inner {
             #[pin]
@@ -109,12 +110,12 @@ pin_project! {
         },
         /// The stage refused.
         Rejected {
-            rejection: Option<Rejection>,
+            rejection: std::future::Ready<Result<R, Rejection>>,
         },
     }
 }
 
-impl<F, R> Future for ResponseFuture<F>
+impl<F, R> Future for ResponseFuture<F, R>
 where
     F: Future<Output = Result<R, Rejection>>,
 {
@@ -123,9 +124,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
             Projected::Inner { future } => future.poll(cx),
-            Projected::Rejected { rejection } => Poll::Ready(Err(rejection
-                .take()
-                .unwrap_or(Rejection::Invalid(txgate_screen::DecodeError::Empty)))),
+            Projected::Rejected { rejection } => Pin::new(rejection).poll(cx),
         }
     }
 }

@@ -7,7 +7,7 @@
 //! "deny" answer bans the fingerprint like an invalidation and refuses the
 //! call; a late answer or an error forwards (fail open) and is counted.
 
-use std::future::Future;
+use std::future::{Future, Ready};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -18,12 +18,52 @@ use pin_project_lite::pin_project;
 use tonic::transport::Channel;
 use tower::Service;
 use txgate_proto::v1::rpc_proxy_heuristics_client::RpcProxyHeuristicsClient;
-use txgate_proto::{fingerprint_message, v1};
+use txgate_proto::{assertion_key, fingerprint_message, v1};
 use txgate_screen::ttl::TtlMap;
-use txgate_screen::{Invalidation, Millis, Rejection};
+use txgate_screen::{AssertionKey, Invalidation, Millis, Rejection};
 
-use super::{Passed, Submission};
+use super::{Cleared, Submission};
 use crate::metrics::Metrics;
+
+/// "Forward" verdicts by fingerprint, shared by every worker: bounded in
+/// entries (`sidecar.max_verdicts`; a full map drops its oldest first) and
+/// swept of expired entries by the upkeep task.
+#[derive(Debug)]
+pub struct VerdictCache {
+    forward: TtlMap<B256, ()>,
+}
+
+impl VerdictCache {
+    /// A cache of at most about `max_entries` verdicts.
+    pub fn new(max_entries: usize) -> VerdictCache {
+        VerdictCache {
+            forward: TtlMap::new(max_entries),
+        }
+    }
+
+    fn knows(&self, fingerprint: &B256, now: Millis) -> bool {
+        self.forward.get(fingerprint, now).is_some()
+    }
+
+    fn forward(&self, fingerprint: B256, until: Millis) {
+        self.forward.insert(fingerprint, (), until);
+    }
+
+    /// Drops expired verdicts of `shards` shards (round-robin).
+    pub fn sweep(&self, now: Millis, shards: usize) {
+        self.forward.sweep(now, shards);
+    }
+
+    /// Verdicts held (live or not yet swept).
+    pub fn len(&self) -> usize {
+        self.forward.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// The sidecar client and the verdict cache, shared by a worker's calls.
 #[derive(Debug)]
@@ -31,25 +71,25 @@ pub struct ProbeClient {
     client: RpcProxyHeuristicsClient<Channel>,
     timeout: Duration,
     verdict_ttl: Millis,
-    forward: Arc<TtlMap<B256, ()>>,
+    verdicts: Arc<VerdictCache>,
     metrics: Arc<Metrics>,
 }
 
 impl ProbeClient {
-    /// A client over `channel`; `forward` is the verdict cache shared by
-    /// every worker.
+    /// A client over `channel`; `verdicts` is the cache shared by every
+    /// worker.
     pub fn new(
         channel: Channel,
         timeout: Duration,
         verdict_ttl: Millis,
-        forward: Arc<TtlMap<B256, ()>>,
+        verdicts: Arc<VerdictCache>,
         metrics: Arc<Metrics>,
     ) -> ProbeClient {
         ProbeClient {
             client: RpcProxyHeuristicsClient::new(channel),
             timeout,
             verdict_ttl,
-            forward,
+            verdicts,
             metrics,
         }
     }
@@ -57,7 +97,7 @@ impl ProbeClient {
 
 enum Verdict {
     Forward(Millis),
-    Deny(Vec<v1::Assertion>),
+    Deny(Vec<AssertionKey>),
     Unknown,
 }
 
@@ -78,7 +118,7 @@ impl ProbeClient {
             Ok(Ok(answer)) => {
                 let answer = answer.into_inner();
                 if answer.forward {
-                    m[0].inc();
+                    m.forward.inc();
                     let ttl = if answer.ttl_ms == 0 {
                         self.verdict_ttl
                     } else {
@@ -86,17 +126,24 @@ impl ProbeClient {
                     };
                     Verdict::Forward(ttl)
                 } else {
-                    m[1].inc();
-                    Verdict::Deny(answer.assertions)
+                    m.deny.inc();
+                    // Assertions with a malformed id are left out; none
+                    // left means "no assertion", never a made-up one.
+                    let keys = answer
+                        .assertions
+                        .iter()
+                        .filter_map(|a| assertion_key(Some(a)).ok().flatten())
+                        .collect();
+                    Verdict::Deny(keys)
                 }
             }
             Ok(Err(status)) => {
-                m[3].inc();
+                m.error.inc();
                 tracing::debug!(code = ?status.code(), "ShouldForward failed; forwarding");
                 Verdict::Unknown
             }
             Err(_) => {
-                m[2].inc();
+                m.timeout.inc();
                 Verdict::Unknown
             }
         }
@@ -110,7 +157,7 @@ pub struct Probe {
     pub(super) client: Option<Arc<ProbeClient>>,
 }
 
-type Boxed<'a> = Pin<Box<dyn Future<Output = Result<Passed, Rejection>> + Send + 'a>>;
+type Boxed<'a> = Pin<Box<dyn Future<Output = Result<Cleared, Rejection>> + Send + 'a>>;
 
 pin_project! {
     /// Ready at once, or a probe in flight.
@@ -118,40 +165,33 @@ pin_project! {
     #[project = Projected]
     pub enum ProbeFuture<'a> {
         /// No question asked.
-        Ready { result: Option<Result<Passed, Rejection>> },
+        Ready { result: Ready<Result<Cleared, Rejection>> },
         /// Waiting for the sidecar.
         Probing { future: Boxed<'a> },
     }
 }
 
 impl Future for ProbeFuture<'_> {
-    type Output = Result<Passed, Rejection>;
+    type Output = Result<Cleared, Rejection>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
-            Projected::Ready { result } => Poll::Ready(
-                result
-                    .take()
-                    .unwrap_or(Err(Rejection::Invalid(txgate_screen::DecodeError::Empty))),
-            ),
+            Projected::Ready { result } => Pin::new(result).poll(cx),
             Projected::Probing { future } => future.as_mut().poll(cx),
         }
     }
 }
 
 /// Records the forward for attribution and says how it passed.
-pub fn admit(s: &Submission<'_>) -> Result<Passed, Rejection> {
-    match &s.candidate {
-        Some(c) => Ok(Passed {
-            admitted: s.screen.admit(c),
-            sender_cached: c.sender_cached,
-        }),
-        None => Err(Rejection::Invalid(txgate_screen::DecodeError::Empty)),
+fn admit(s: &Submission<'_>) -> Cleared {
+    Cleared {
+        admitted: s.screen.admit(&s.candidate),
+        sender_cached: s.candidate.sender_cached,
     }
 }
 
 impl<'a> Service<Submission<'a>> for Probe {
-    type Response = Passed;
+    type Response = Cleared;
     type Error = Rejection;
     type Future = ProbeFuture<'a>;
 
@@ -161,64 +201,53 @@ impl<'a> Service<Submission<'a>> for Probe {
 
     fn call(&mut self, s: Submission<'a>) -> Self::Future {
         let ready = |s: &Submission<'a>| ProbeFuture::Ready {
-            result: Some(admit(s)),
+            result: std::future::ready(Ok(admit(s))),
         };
         let Some(client) = self.client.clone() else {
             return ready(&s);
         };
-        let question = s.candidate.as_deref().and_then(|c| {
-            let fp = c.fingerprint.filter(|_| !c.suspect)?;
-            let known = client.forward.get(&fp.hash, s.now).is_some();
-            (!known).then(|| (fp, c.hash, c.sender, c.raw.clone()))
-        });
-        let Some((fp, tx_hash, sender, raw)) = question else {
+        let c = &s.candidate;
+        let question = c
+            .fingerprint
+            .filter(|fp| !c.suspect && !client.verdicts.knows(&fp.hash, c.now));
+        let Some(fp) = question else {
             return ready(&s);
         };
+        let (tx_hash, sender, now) = (c.hash, c.sender, c.now);
         let request = v1::ShouldForwardRequest {
             fingerprint: Some(fingerprint_message(&fp)),
             tx_hash: tx_hash.to_vec(),
             sender: sender.map(|a| a.to_vec()).unwrap_or_default(),
-            raw_tx: raw,
+            raw_tx: c.raw.clone(),
         };
         let asked = client.clone().ask(request);
         let future: Boxed<'a> = Box::pin(async move {
             match asked.await {
-                Verdict::Forward(ttl) => {
-                    client.forward.insert(fp.hash, (), s.now + ttl);
-                }
-                Verdict::Deny(assertions) => {
-                    let ids: Vec<(B256, u64)> = assertions
-                        .iter()
-                        .filter(|a| a.assertion_id.len() == 32)
-                        .map(|a| (B256::from_slice(&a.assertion_id), a.assertion_version))
-                        .collect();
-                    let ids = if ids.is_empty() {
-                        vec![(B256::ZERO, 0)]
-                    } else {
-                        ids
+                Verdict::Forward(ttl) => client.verdicts.forward(fp.hash, now + ttl),
+                Verdict::Deny(keys) => {
+                    let invalidation = |assertion| Invalidation {
+                        fingerprint: fp.hash,
+                        target: fp.target,
+                        selector: fp.selector,
+                        assertion,
+                        tx_hash: Some(tx_hash),
+                        sender,
                     };
-                    let batch: Vec<Invalidation> = ids
-                        .iter()
-                        .map(|(id, version)| Invalidation {
-                            fingerprint: fp.hash,
-                            target: fp.target,
-                            selector: fp.selector,
-                            assertion_id: *id,
-                            assertion_version: *version,
-                            tx_hash: Some(tx_hash),
-                            sender,
-                        })
-                        .collect();
-                    let applied = s.screen.apply(&batch, s.now);
+                    let batch: Vec<Invalidation> = if keys.is_empty() {
+                        vec![invalidation(None)]
+                    } else {
+                        keys.iter().map(|k| invalidation(Some(*k))).collect()
+                    };
+                    let applied = s.screen.apply(&batch, now);
                     client.metrics.screen.applied(&applied);
                     return Err(Rejection::Denied {
                         fingerprint: fp.hash,
-                        assertions: ids.into_iter().map(|(id, _)| id).collect(),
+                        assertions: keys.iter().map(|k| k.id).collect(),
                     });
                 }
                 Verdict::Unknown => {}
             }
-            admit(&s)
+            Ok(admit(&s))
         });
         ProbeFuture::Probing { future }
     }

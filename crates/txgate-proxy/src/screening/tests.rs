@@ -11,8 +11,12 @@ use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Address, B256, Bytes, Signature, TxKind, U256};
 use secp256k1::{Message, SECP256K1, SecretKey};
 use serde_json::value::RawValue;
+use txgate_screen::stage::{
+    CheckFingerprint, DecodeEnvelope, FastReject, RecoverSender, SenderBackpressure,
+};
 use txgate_screen::{
-    Invalidation, Reason, Rejection, Screen, ScreenSettings, decode, decode_hex, recover_sender,
+    AssertionKey, Invalidation, Reason, Rejection, Screen, ScreenSettings, decode, decode_hex,
+    recover_sender,
 };
 
 use super::*;
@@ -51,7 +55,11 @@ fn raw(seed: u8, nonce: u64, input: &[u8]) -> String {
 fn invalidation(raw: &str) -> Invalidation {
     let tx = decode(&decode_hex(raw).unwrap()).unwrap();
     let sender = recover_sender(&tx).unwrap();
-    Invalidation::of(&tx, Some(sender), B256::repeat_byte(0xa5), 1).unwrap()
+    let assertion = AssertionKey {
+        id: B256::repeat_byte(0xa5),
+        version: 1,
+    };
+    Invalidation::of(&tx, Some(sender), Some(assertion)).unwrap()
 }
 
 struct Harness {
@@ -76,9 +84,9 @@ impl Harness {
     }
 
     async fn submit(&self, raw: &str) -> Result<Admitted, Rejection> {
-        run(&self.stack, Submission::new(&self.screen, raw, self.now()))
+        screen(&self.stack, &self.screen, raw, self.now())
             .await
-            .map(|passed| passed.admitted)
+            .map(|cleared| cleared.admitted)
     }
 
     fn apply(&self, batch: &[Invalidation]) {
@@ -158,17 +166,105 @@ async fn backoff_lifts_after_its_window() {
     );
 }
 
+thread_local! {
+    /// The taps a call went through, in order.
+    static TAPS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A stage that only records that the call reached it.
+enum Tap<const N: usize> {}
+
+impl<const N: usize> Stage for Tap<N> {
+    const NAME: &'static str = "tap";
+    fn check(_: &Screen, _: &mut Candidate) -> Result<(), Rejection> {
+        TAPS.with(|t| t.borrow_mut().push(N));
+        Ok(())
+    }
+}
+
+/// The real stages, each followed by a tap, around the real probe.
+type Traced = (
+    Tap<0>,
+    (
+        FastReject,
+        (
+            Tap<1>,
+            (
+                DecodeEnvelope,
+                (
+                    Tap<2>,
+                    (
+                        RecoverSender,
+                        (
+                            Tap<3>,
+                            (
+                                SenderBackpressure,
+                                (Tap<4>, (CheckFingerprint, (Tap<5>, ()))),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    ),
+);
+
+/// Defect: this test only checked the reason, so a stack that ran the
+/// stages below a refusal would still have passed it. Every stage is
+/// followed by a tap: a refusal must leave every tap below it untouched.
 #[tokio::test(start_paused = true)]
 async fn bad_input_stops_at_the_first_stage() {
     let h = Harness::new(ScreenSettings::default());
-    for bad in ["0x", "0xzz", "abcd", "0x02", "0xf8"] {
+    let traced = <Traced as Layered>::layer(Probe::default());
+    let run = |param: &'static str| {
+        TAPS.with(|t| t.borrow_mut().clear());
+        let (screen, traced, now) = (&h.screen, &traced, h.now());
+        async move {
+            let result = screen_call(traced, screen, param, now).await;
+            (reason(result), TAPS.with(|t| t.borrow().clone()))
+        }
+    };
+    // Bad hex: refused before the stack, no stage runs.
+    for bad in ["0x", "0xzz", "abcd"] {
         assert_eq!(
-            reason(h.submit(bad).await),
-            Some(Reason::InvalidTransaction),
+            run(bad).await,
+            (Some(Reason::InvalidTransaction), vec![]),
             "{bad}"
         );
     }
-    assert!(h.screen.sizes().senders == 0);
+    // A bad envelope: refused by the decoder, nothing below it runs.
+    for bad in ["0x02", "0xf8"] {
+        assert_eq!(
+            run(bad).await,
+            (Some(Reason::InvalidTransaction), vec![0, 1]),
+            "{bad}"
+        );
+    }
+    // A good one runs through every stage, once each, in order.
+    let good: &'static str = Box::leak(raw(3, 0, &[1, 2, 3, 4]).into_boxed_str());
+    assert_eq!(run(good).await, (None, vec![0, 1, 2, 3, 4, 5]));
+    // A recently failed hash stops at the fast-reject: no decoding, no
+    // ECDSA (no sender cached), nothing below.
+    h.apply(&[invalidation(good)]);
+    let senders = h.screen.sizes().senders;
+    let pending = h.screen.sizes().pending;
+    assert_eq!(run(good).await, (Some(Reason::RecentFailure), vec![0]));
+    assert_eq!(h.screen.sizes().senders, senders);
+    assert_eq!(h.screen.sizes().pending, pending);
+}
+
+async fn screen_call<S>(
+    stack: &S,
+    screen_state: &Screen,
+    param: &str,
+    now: Millis,
+) -> Result<Admitted, Rejection>
+where
+    S: for<'a> Service<Submission<'a>, Response = Cleared, Error = Rejection> + Clone,
+{
+    screen(stack, screen_state, param, now)
+        .await
+        .map(|c| c.admitted)
 }
 
 #[test]

@@ -83,3 +83,54 @@ fn bad_flag_value_is_refused() {
     assert_ne!(code, 0);
     assert!(err.contains("log-format") || err.contains("xml"), "{err}");
 }
+
+/// Defect: `check-config` said "configuration ok" for an upstream URL the
+/// daemon could not use, and the daemon then logged an error and exited 0
+/// at once, so a supervisor with restart-on-failure never restarted it.
+#[test]
+fn a_bad_upstream_port_is_refused_before_listening() {
+    let url = "http://127.0.0.1:notaport";
+    let (code, out, err) = txgate(&["check-config", "--upstream", url], &[]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(!out.contains("configuration ok"), "{out}");
+    assert!(err.contains("upstream.url") && err.contains(url), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    let (code, _, err) = txgate(
+        &[
+            "--upstream",
+            url,
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("upstream.url") && err.contains(url), "{err}");
+    assert!(!err.contains("listening"), "{err}");
+}
+
+/// Every setting that cannot work is refused by `check-config` and the
+/// daemon alike, with exit 2 and the setting named.
+#[test]
+fn settings_that_cannot_work_are_refused_by_check_config() {
+    for (args, key) in [
+        (&["--upstream", "http://127.0.0.1:0"][..], "upstream.url"),
+        (&["--upstream", "http://:8545"][..], "upstream.url"),
+        (&["--sidecar", "http://127.0.0.1:99999"][..], "sidecar.url"),
+        (&["--log-level", "txgate=loud=yes"][..], "log.level"),
+        (
+            &["--ban-snapshot", "/nonexistent-dir/bans.bin"][..],
+            "screen.snapshot_path",
+        ),
+    ] {
+        let mut check = vec!["check-config"];
+        check.extend_from_slice(args);
+        let (code, _, err) = txgate(&check, &[]);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(key), "{args:?}: {err}");
+    }
+}

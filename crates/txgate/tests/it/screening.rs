@@ -29,7 +29,15 @@ const DEPOSIT: [u8; 4] = [0xd0, 0xe3, 0x0d, 0xb0];
 fn invalidation(raw: &str, with_sender: bool) -> Invalidation {
     let tx = decode(&decode_hex(raw).unwrap()).unwrap();
     let sender = recover_sender(&tx).unwrap();
-    let mut inv = Invalidation::of(&tx, Some(sender), ASSERTION, 1).unwrap();
+    let mut inv = Invalidation::of(
+        &tx,
+        Some(sender),
+        Some(txgate_screen::AssertionKey {
+            id: ASSERTION,
+            version: 1,
+        }),
+    )
+    .unwrap();
     if !with_sender {
         inv.sender = None;
         inv.tx_hash = None;

@@ -395,7 +395,41 @@ async fn a_restart_keeps_the_bans_and_a_corrupt_snapshot_is_skipped() {
     );
     assert_eq!(data["assertion_ids"][0], format!("0x{}", "d4".repeat(32)));
 
-    // A corrupt snapshot is reported and skipped; txgate serves.
+    // Defect: a damaged newest snapshot lost every ban. The restarted
+    // txgate writes its own snapshot at SIGTERM, keeping the first as the
+    // previous generation; the newest is then damaged: the next start
+    // restores the previous one, counts it and says so.
+    let mut again = again;
+    again.proc.signal(libc::SIGTERM);
+    assert!(again.proc.wait_timeout(Duration::from_secs(10)).is_some());
+    let prev = dir.join("bans.bin.prev");
+    assert!(prev.exists(), "the previous generation is kept");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    let restored = Txgate::start(&l.anvil.url, &["--ban-snapshot", &path_str]);
+    refused(
+        &send_raw(&restored.url, &copy).await,
+        200,
+        -32003,
+        "denied_fingerprint",
+    );
+    let m = restored.metrics().await;
+    assert_eq!(metric(&m, "txgate_ban_snapshot_fallbacks_total"), 1.0);
+    assert_eq!(
+        metric(
+            &m,
+            "txgate_ban_snapshot_load_failures_total{reason=\"unusable\"}"
+        ),
+        1.0
+    );
+    assert_eq!(metric(&m, "txgate_ban_snapshot_restored"), 1.0);
+    assert_eq!(readyz(&restored).await["snapshot"], "restored_previous");
+    drop(restored);
+
+    // A corrupt snapshot with no previous generation is reported and
+    // skipped; txgate serves without bans, and says so.
     let corrupt = dir.join("corrupt.bin");
     std::fs::write(&corrupt, b"TXGATE-BANS\0garbage").unwrap();
     let fresh = Txgate::start(&l.anvil.url, &["--ban-snapshot", corrupt.to_str().unwrap()]);
@@ -406,8 +440,65 @@ async fn a_restart_keeps_the_bans_and_a_corrupt_snapshot_is_skipped() {
     .await;
     assert_eq!(status, StatusCode::OK);
     let logs = fresh.drain_logs().join("\n");
-    assert!(logs.contains("ban snapshot unusable"), "{logs}");
+    assert!(logs.contains("ban snapshot refused"), "{logs}");
+    assert_eq!(readyz(&fresh).await["snapshot"], "failed");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+async fn readyz(txgate: &Txgate) -> serde_json::Value {
+    let (_, _, body) = get(&format!("{}/readyz", txgate.admin_url)).await;
+    serde_json::from_slice(&body).unwrap_or_default()
+}
+
+/// Defect: the calls of a JSON-RPC batch were screened one after the
+/// other, so a batch of N submissions that each wait for the sidecar's
+/// ShouldForward answer took N times its latency (40 × 50 ms: 2 s).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_waiting_on_should_forward_is_screened_concurrently() {
+    let l = setup(
+        "should_forward_delay_ms = 50",
+        "[sidecar]\nshould_forward = true\nshould_forward_timeout_ms = 400\n",
+    )
+    .await;
+    let eoas: Vec<Eoa> = (0..80).map(|i| Eoa::new(1000 + i)).collect();
+    let addresses: Vec<Address> = eoas.iter().map(|e| e.address).collect();
+    fund(&l.anvil.url, &addresses).await;
+    // Distinct unprotected targets: a fingerprint each, none judged yet,
+    // so every call waits for the sidecar's answer.
+    let batch = |eoas: &[Eoa], offset: u8| {
+        let calls: Vec<serde_json::Value> = eoas
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let to = Address::repeat_byte(offset.wrapping_add(i as u8));
+                json!({"jsonrpc": "2.0", "id": i, "method": "eth_sendRawTransaction",
+                    "params": [e.sign(0, to, &[], 1, TIP)]})
+            })
+            .collect();
+        serde_json::Value::Array(calls).to_string()
+    };
+    let timed = |url: String, body: String| async move {
+        let started = Instant::now();
+        let (status, answer) = crate::support::rpc_json(&url, &body).await;
+        assert_eq!(status, StatusCode::OK);
+        let answers = answer.as_array().cloned().unwrap_or_default();
+        assert_eq!(answers.len(), 40);
+        for a in &answers {
+            assert!(a["result"].is_string(), "{a}");
+        }
+        started.elapsed()
+    };
+    let node = timed(l.anvil.url.clone(), batch(&eoas[..40], 1)).await;
+    let through = timed(l.txgate.url.clone(), batch(&eoas[40..], 101)).await;
+    eprintln!("batch of 40: node {node:?}, through txgate {through:?}");
+    let m = l.txgate.metrics().await;
+    assert!(metric(&m, "txgate_should_forward_total{result=\"forward\"}") >= 40.0);
+    // Sequential screening costs at least 40 × 50 ms; concurrent screening
+    // about one answer. The bench (PERFORMANCE.md) measures the margin.
+    assert!(
+        through < node + Duration::from_millis(1000),
+        "node {node:?}, through txgate {through:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

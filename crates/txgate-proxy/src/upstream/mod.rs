@@ -23,7 +23,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use txgate_config::Config;
 
-use crate::h1::{ReadError, ResponseReader};
+mod h1;
+
+use self::h1::{ReadError, ResponseReader};
 use crate::metrics::{Metrics, UpstreamFailure};
 
 /// An upstream answer read in full.
@@ -82,40 +84,13 @@ struct Attempt {
 }
 
 impl Upstream {
-    /// Builds the client; the URL was checked by `Config::validate`.
+    /// Builds the client. `upstream.url` is parsed by
+    /// `UpstreamConfig::endpoint`, the same parser `Config::validate` uses.
     pub fn new(config: &Config, metrics: Arc<Metrics>) -> Result<Self, String> {
         let up = &config.upstream;
-        let rest = up
-            .url
-            .strip_prefix("http://")
-            .ok_or("upstream.url must start with http://")?;
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
-        };
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (
-                h,
-                p.parse::<u16>()
-                    .map_err(|_| format!("upstream.url: bad port in `{authority}`"))?,
-            ),
-            _ => (authority, 80),
-        };
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
-        if host.is_empty() {
-            return Err("upstream.url: no host".into());
-        }
-        HeaderValue::from_str(authority)
-            .map_err(|_| format!("upstream.url: bad host `{authority}`"))?;
-        if path
-            .bytes()
-            .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
-        {
-            return Err("upstream.url: bad path".into());
-        }
+        let endpoint = up.endpoint().map_err(|e| e.to_string())?;
+        let (host, port) = (endpoint.host().to_string(), endpoint.port());
+        let (authority, path) = (endpoint.authority(), endpoint.path());
         let head = format!(
             "POST {path} HTTP/1.1\r\nhost: {authority}\r\ncontent-type: application/json\r\ncontent-length: "
         )
@@ -163,9 +138,10 @@ impl Upstream {
         match &result {
             Ok(_) => inner
                 .metrics
-                .upstream_duration
+                .upstream
+                .duration
                 .observe(started.elapsed().as_secs_f64()),
-            Err(kind) => inner.metrics.upstream_failure(*kind),
+            Err(kind) => inner.metrics.upstream.failure(*kind),
         }
         result
     }

@@ -92,6 +92,14 @@ impl ResponseReader {
         let Some(head) = self.head.as_mut() else {
             return Ok(None);
         };
+        // Every byte after the head counts against the cap, framing
+        // included (chunk-size lines, extensions, trailers): an upstream
+        // cannot make txgate read without bound. The head has its own cap.
+        // A content-length body is bounded by its declared length, checked
+        // with the head; what follows it is not read.
+        if !matches!(head.framing, Framing::Length(_)) && buf.len() - head.start > max_body {
+            return Err(ReadError::TooLarge);
+        }
         match &mut head.framing {
             Framing::Length(len) => {
                 let end = head.start + *len;
@@ -356,6 +364,34 @@ mod tests {
             .unwrap_err(),
             ReadError::Malformed
         );
+    }
+
+    /// Defect: only body bytes counted against the response cap, so chunk
+    /// extensions, chunk-size lines and trailers could be sent without
+    /// bound.
+    #[test]
+    fn response_cap_counts_every_byte_read() {
+        let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        // A chunk-size line that never ends (an endless extension).
+        let mut wire = head.clone();
+        wire.extend_from_slice(b"1;");
+        wire.extend(std::iter::repeat_n(b'x', 1000));
+        assert_eq!(read(&wire, 64, 100).unwrap_err(), ReadError::TooLarge);
+        // Trailers that never end.
+        let mut wire = head.clone();
+        wire.extend_from_slice(b"0\r\n");
+        for _ in 0..100 {
+            wire.extend_from_slice(b"X-Pad: yyyyyyyy\r\n");
+        }
+        assert_eq!(read(&wire, 64, 100).unwrap_err(), ReadError::TooLarge);
+        // Many one-byte chunks: 50 body bytes, 300 bytes on the wire.
+        let mut wire = head;
+        for _ in 0..50 {
+            wire.extend_from_slice(b"1\r\na\r\n");
+        }
+        wire.extend_from_slice(b"0\r\n\r\n");
+        assert_eq!(read(&wire, 64, 100).unwrap_err(), ReadError::TooLarge);
+        assert_eq!(read(&wire, 64, 400).unwrap().body.len(), 50);
     }
 
     #[test]

@@ -1,0 +1,107 @@
+//! The gRPC service `txgate.sidecar.v1.RpcProxyHeuristics`.
+//!
+//! - `StreamInvalidations` streams every invalidation of the hub to every
+//!   subscriber.
+//! - `ShouldForward` answers from what the hub judged, and for a call to a
+//!   protected contract it has not judged, simulates it on the node with
+//!   `eth_call`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy_primitives::{Address, B256};
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status};
+use txgate_proto::v1;
+use txgate_proto::v1::rpc_proxy_heuristics_server::RpcProxyHeuristics;
+use txgate_screen::AssertionKey;
+
+use crate::hub::Hub;
+use crate::node::Node;
+
+/// The gRPC service: the hub, and the node to simulate calls on.
+#[derive(Debug)]
+pub(crate) struct Service {
+    hub: Arc<Hub>,
+    node: Node,
+}
+
+impl Service {
+    /// The service over `hub`, simulating unjudged calls on `node`.
+    pub(crate) fn new(hub: Arc<Hub>, node: Node) -> Service {
+        Service { hub, node }
+    }
+}
+
+type InvalidationStream = Pin<Box<dyn Stream<Item = Result<v1::Invalidation, Status>> + Send>>;
+
+fn deny(assertions: Vec<AssertionKey>) -> v1::ShouldForwardResponse {
+    v1::ShouldForwardResponse {
+        forward: false,
+        assertions: assertions
+            .into_iter()
+            .map(|a| v1::Assertion {
+                assertion_id: a.id.to_vec(),
+                assertion_version: a.version,
+            })
+            .collect(),
+        ttl_ms: 0,
+    }
+}
+
+#[tonic::async_trait]
+impl RpcProxyHeuristics for Service {
+    type StreamInvalidationsStream = InvalidationStream;
+
+    async fn stream_invalidations(
+        &self,
+        request: Request<()>,
+    ) -> Result<Response<InvalidationStream>, Status> {
+        tracing::info!(peer = ?request.remote_addr(), "subscriber joined");
+        let stream = self.hub.subscribe().map(Ok);
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn should_forward(
+        &self,
+        request: Request<v1::ShouldForwardRequest>,
+    ) -> Result<Response<v1::ShouldForwardResponse>, Status> {
+        let hub = &self.hub;
+        if hub.config.should_forward_delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(hub.config.should_forward_delay_ms)).await;
+        }
+        let request = request.into_inner();
+        let fp = request
+            .fingerprint
+            .as_ref()
+            .filter(|fp| fp.hash.len() == 32)
+            .ok_or_else(|| Status::invalid_argument("fingerprint hash must be 32 bytes"))?;
+        let hash = B256::from_slice(&fp.hash);
+        if let Some(assertions) = hub.verdict(&hash) {
+            return Ok(Response::new(deny(assertions)));
+        }
+        // Not judged yet: simulate a call to a protected contract.
+        let target = (fp.target.len() == 20).then(|| Address::from_slice(&fp.target));
+        if let Some(target) = target.filter(|t| hub.config.protects(*t))
+            && let Ok(raw) = txgate_screen::decode(&request.raw_tx)
+        {
+            let sender = (request.sender.len() == 20).then(|| Address::from_slice(&request.sender));
+            let reverted = self.node.simulate(&raw, sender).await.ok();
+            let violated: Vec<AssertionKey> = hub
+                .config
+                .violated(target, &raw.input, reverted)
+                .into_iter()
+                .map(|a| a.key())
+                .collect();
+            if !violated.is_empty() {
+                return Ok(Response::new(deny(violated)));
+            }
+        }
+        Ok(Response::new(v1::ShouldForwardResponse {
+            forward: true,
+            assertions: Vec::new(),
+            ttl_ms: 0,
+        }))
+    }
+}

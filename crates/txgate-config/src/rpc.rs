@@ -1,0 +1,113 @@
+//! `[rpc]`: JSON-RPC limits and the method policy.
+
+use serde::Deserialize;
+
+use crate::error::{ConfigError, require_positive};
+
+/// Default cap on a request body.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 5 * 1024 * 1024;
+/// Default cap on calls in one batch.
+pub const DEFAULT_MAX_BATCH_SIZE: usize = 100;
+/// Default method policy mode.
+pub const DEFAULT_METHOD_POLICY: PolicyMode = PolicyMode::Deny;
+/// Default denied methods (`*` matches any suffix).
+pub const DEFAULT_DENIED_METHODS: &[&str] =
+    &["admin_*", "debug_*", "personal_*", "miner_*", "engine_*"];
+
+/// Whether `rpc.methods` lists what is allowed or what is denied.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyMode {
+    /// Only the listed methods pass.
+    Allow,
+    /// Every method passes but the listed ones.
+    Deny,
+}
+
+/// JSON-RPC limits and method policy.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RpcConfig {
+    /// Request body size cap (HTTP 413 above it).
+    pub max_body_bytes: usize,
+    /// Calls per batch at most.
+    pub max_batch_size: usize,
+    /// `allow` or `deny`.
+    pub policy: PolicyMode,
+    /// Method names; a trailing `*` matches any suffix.
+    pub methods: Vec<String>,
+}
+
+impl RpcConfig {
+    /// Checks the `rpc.*` keys: positive limits, and `*` only at the end of
+    /// a method pattern (or alone).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        require_positive(&[
+            ("rpc.max_body_bytes", self.max_body_bytes as u64),
+            ("rpc.max_batch_size", self.max_batch_size as u64),
+        ])?;
+        for (i, m) in self.methods.iter().enumerate() {
+            let stem = m.strip_suffix('*').unwrap_or(m);
+            if stem.is_empty() && m != "*" || stem.contains('*') {
+                return Err(ConfigError::new(
+                    format!("rpc.methods[{i}]"),
+                    format!("`{m}`: `*` may only end a pattern"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Default for RpcConfig {
+    fn default() -> Self {
+        RpcConfig {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_batch_size: DEFAULT_MAX_BATCH_SIZE,
+            policy: DEFAULT_METHOD_POLICY,
+            methods: DEFAULT_DENIED_METHODS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(change: impl FnOnce(&mut RpcConfig)) -> String {
+        let mut c = RpcConfig::default();
+        change(&mut c);
+        c.validate().unwrap_err().key
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        RpcConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn each_rule_names_its_key() {
+        assert_eq!(refused(|c| c.max_body_bytes = 0), "rpc.max_body_bytes");
+        assert_eq!(refused(|c| c.max_batch_size = 0), "rpc.max_batch_size");
+        assert_eq!(
+            refused(|c| c.methods = vec!["eth_*call".into()]),
+            "rpc.methods[0]"
+        );
+        assert_eq!(
+            refused(|c| c.methods = vec!["eth_call".into(), "**".into()]),
+            "rpc.methods[1]"
+        );
+    }
+
+    #[test]
+    fn star_patterns() {
+        let c = RpcConfig {
+            methods: vec!["*".into(), "eth_*".into(), "net_version".into()],
+            ..RpcConfig::default()
+        };
+        c.validate().unwrap();
+    }
+}

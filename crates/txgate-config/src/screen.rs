@@ -1,0 +1,196 @@
+//! `[screen]`: screening of raw-transaction submissions, with its
+//! [`backpressure`] and [`cooldown`] subsections.
+
+pub mod backpressure;
+pub mod cooldown;
+
+use serde::Deserialize;
+
+use self::backpressure::BackpressureConfig;
+use self::cooldown::CooldownConfig;
+use crate::error::{ConfigError, require_positive};
+
+/// Default: screening on (`screen.enabled`).
+pub const DEFAULT_SCREEN_ENABLED: bool = true;
+/// Default: refuse for real, not monitor-only.
+pub const DEFAULT_MONITOR_ONLY: bool = false;
+/// Default: how long a denied fingerprint stays denied (DESIGN: 128 s).
+pub const DEFAULT_DENIED_TTL_SECS: u64 = 128;
+/// Default: how long a fingerprint stays suspect after its ban.
+pub const DEFAULT_SUSPECT_WINDOW_SECS: u64 = 128;
+/// Default: denied and suspect fingerprints held at most.
+pub const DEFAULT_MAX_DENIED: usize = 1_000_000;
+/// Default: how long a failed tx hash is refused outright.
+pub const DEFAULT_RECENT_FAILURE_TTL_SECS: u64 = 60;
+/// Default: failed tx hashes held at most.
+pub const DEFAULT_MAX_RECENT_FAILURES: usize = 1_000_000;
+/// Default: how long a recovered sender stays cached by tx hash.
+pub const DEFAULT_SENDER_CACHE_TTL_SECS: u64 = 300;
+/// Default: senders cached at most.
+pub const DEFAULT_MAX_CACHED_SENDERS: usize = 1_000_000;
+/// Default: how long a forward is remembered for attribution.
+pub const DEFAULT_PENDING_TIMEOUT_SECS: u64 = 30;
+/// Default: pending forwards remembered at most.
+pub const DEFAULT_MAX_PENDING: usize = 262_144;
+/// Default: how long one forward of a suspect fingerprint holds its slot.
+pub const DEFAULT_SHAPING_HOLD_MS: u64 = 4_000;
+/// Default: screened calls of one JSON-RPC batch screened concurrently at
+/// most. Only ShouldForward probes wait; 64 lets a typical batch ask the
+/// sidecar in one round trip while one batch still cannot open more than
+/// 64 probes at once.
+pub const DEFAULT_BATCH_CONCURRENCY: usize = 64;
+/// Default: no ban snapshot.
+pub const DEFAULT_SNAPSHOT_PATH: &str = "";
+/// Default: snapshot every 30 s (and at shutdown).
+pub const DEFAULT_SNAPSHOT_INTERVAL_SECS: u64 = 30;
+
+/// Screening of `eth_sendRawTransaction` and its siblings.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScreenConfig {
+    /// Screen at all; off forwards the screened methods like any other.
+    pub enabled: bool,
+    /// Count and log what would be refused, forward everything.
+    pub monitor_only: bool,
+    /// Accepted chain ids; empty accepts every chain id.
+    pub chain_ids: Vec<u64>,
+    /// How long a denied fingerprint stays denied.
+    pub denied_ttl_secs: u64,
+    /// How long a fingerprint stays suspect (shaped) after its ban.
+    pub suspect_window_secs: u64,
+    /// Denied and suspect fingerprints held at most.
+    pub max_denied: usize,
+    /// How long a failed tx hash is refused before any ECDSA.
+    pub recent_failure_ttl_secs: u64,
+    /// Failed tx hashes held at most.
+    pub max_recent_failures: usize,
+    /// How long a recovered sender stays cached by tx hash.
+    pub sender_cache_ttl_secs: u64,
+    /// Senders cached at most.
+    pub max_cached_senders: usize,
+    /// How long a forward is remembered to charge a later invalidation.
+    pub pending_timeout_secs: u64,
+    /// Pending forwards remembered at most.
+    pub max_pending: usize,
+    /// How long one forward of a suspect fingerprint holds its slot.
+    pub shaping_hold_ms: u64,
+    /// Screened calls of one JSON-RPC batch screened concurrently at most;
+    /// the others of the batch wait for a slot.
+    pub batch_concurrency: usize,
+    /// Sender backpressure.
+    pub backpressure: BackpressureConfig,
+    /// Assertion cooldowns.
+    pub cooldown: CooldownConfig,
+    /// File the denied set is written to (periodically and at shutdown)
+    /// and read from at start; empty: no snapshot.
+    pub snapshot_path: String,
+    /// Seconds between snapshots.
+    pub snapshot_interval_secs: u64,
+}
+
+impl ScreenConfig {
+    /// Checks the `screen.*` keys, `screen.backpressure.*` and
+    /// `screen.cooldown.*` included.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        require_positive(&[
+            ("screen.denied_ttl_secs", self.denied_ttl_secs),
+            ("screen.max_denied", self.max_denied as u64),
+            (
+                "screen.recent_failure_ttl_secs",
+                self.recent_failure_ttl_secs,
+            ),
+            (
+                "screen.max_recent_failures",
+                self.max_recent_failures as u64,
+            ),
+            ("screen.sender_cache_ttl_secs", self.sender_cache_ttl_secs),
+            ("screen.max_cached_senders", self.max_cached_senders as u64),
+            ("screen.pending_timeout_secs", self.pending_timeout_secs),
+            ("screen.max_pending", self.max_pending as u64),
+            ("screen.batch_concurrency", self.batch_concurrency as u64),
+            ("screen.snapshot_interval_secs", self.snapshot_interval_secs),
+        ])?;
+        self.backpressure.validate()?;
+        self.cooldown.validate()
+    }
+}
+
+impl Default for ScreenConfig {
+    fn default() -> Self {
+        ScreenConfig {
+            enabled: DEFAULT_SCREEN_ENABLED,
+            monitor_only: DEFAULT_MONITOR_ONLY,
+            chain_ids: Vec::new(),
+            denied_ttl_secs: DEFAULT_DENIED_TTL_SECS,
+            suspect_window_secs: DEFAULT_SUSPECT_WINDOW_SECS,
+            max_denied: DEFAULT_MAX_DENIED,
+            recent_failure_ttl_secs: DEFAULT_RECENT_FAILURE_TTL_SECS,
+            max_recent_failures: DEFAULT_MAX_RECENT_FAILURES,
+            sender_cache_ttl_secs: DEFAULT_SENDER_CACHE_TTL_SECS,
+            max_cached_senders: DEFAULT_MAX_CACHED_SENDERS,
+            pending_timeout_secs: DEFAULT_PENDING_TIMEOUT_SECS,
+            max_pending: DEFAULT_MAX_PENDING,
+            shaping_hold_ms: DEFAULT_SHAPING_HOLD_MS,
+            batch_concurrency: DEFAULT_BATCH_CONCURRENCY,
+            backpressure: BackpressureConfig::default(),
+            cooldown: CooldownConfig::default(),
+            snapshot_path: DEFAULT_SNAPSHOT_PATH.to_string(),
+            snapshot_interval_secs: DEFAULT_SNAPSHOT_INTERVAL_SECS,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Change = fn(&mut ScreenConfig);
+
+    #[test]
+    fn defaults_are_valid() {
+        ScreenConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn each_rule_names_its_key() {
+        let cases: [(Change, &str); 13] = [
+            (|c| c.denied_ttl_secs = 0, "screen.denied_ttl_secs"),
+            (|c| c.max_denied = 0, "screen.max_denied"),
+            (
+                |c| c.recent_failure_ttl_secs = 0,
+                "screen.recent_failure_ttl_secs",
+            ),
+            (|c| c.max_recent_failures = 0, "screen.max_recent_failures"),
+            (
+                |c| c.sender_cache_ttl_secs = 0,
+                "screen.sender_cache_ttl_secs",
+            ),
+            (|c| c.max_cached_senders = 0, "screen.max_cached_senders"),
+            (
+                |c| c.pending_timeout_secs = 0,
+                "screen.pending_timeout_secs",
+            ),
+            (|c| c.max_pending = 0, "screen.max_pending"),
+            (|c| c.batch_concurrency = 0, "screen.batch_concurrency"),
+            (
+                |c| c.snapshot_interval_secs = 0,
+                "screen.snapshot_interval_secs",
+            ),
+            // The subsections are checked too.
+            (|c| c.backpressure.tokens = 0, "screen.backpressure.tokens"),
+            (
+                |c| c.cooldown.max_assertions = 0,
+                "screen.cooldown.max_assertions",
+            ),
+            (
+                |c| c.cooldown.assertion_idle_secs = 0,
+                "screen.cooldown.assertion_idle_secs",
+            ),
+        ];
+        for (change, key) in cases {
+            let mut c = ScreenConfig::default();
+            change(&mut c);
+            assert_eq!(c.validate().unwrap_err().key, key);
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! `[screen.cooldown]`: assertion cooldowns.
+
+use serde::Deserialize;
+
+use crate::error::{ConfigError, require_positive};
+
+/// Default: distinct failing fingerprints that start a cooldown.
+pub const DEFAULT_COOLDOWN_DISTINCT_FINGERPRINTS: usize = 10;
+/// Default: cooldown length.
+pub const DEFAULT_COOLDOWN_SECS: u64 = 300;
+/// Default: one call per this interval passes during a cooldown.
+pub const DEFAULT_TRICKLE_INTERVAL_MS: u64 = 2_000;
+/// Default: assertions tracked at most.
+pub const DEFAULT_MAX_ASSERTIONS: usize = 65_536;
+/// Default: an assertion idle this long (no invalidation, no cooldown
+/// running) is evicted from the assertion table.
+pub const DEFAULT_ASSERTION_IDLE_SECS: u64 = 3_600;
+
+/// Assertion cooldowns.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CooldownConfig {
+    /// Distinct failing fingerprints under one assertion (within the denied
+    /// TTL) that start a cooldown; 0 turns cooldowns off.
+    pub distinct_fingerprints: usize,
+    /// Cooldown length.
+    pub duration_secs: u64,
+    /// During a cooldown, one matching call passes per this interval.
+    pub trickle_interval_ms: u64,
+    /// Assertions tracked at most.
+    pub max_assertions: usize,
+    /// An assertion with no invalidation for this long, and no cooldown
+    /// running, is evicted from the assertion table, so that new assertions
+    /// keep getting cooldown tracking.
+    pub assertion_idle_secs: u64,
+}
+
+impl CooldownConfig {
+    /// Checks the `screen.cooldown.*` keys.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        require_positive(&[
+            (
+                "screen.cooldown.trickle_interval_ms",
+                self.trickle_interval_ms,
+            ),
+            ("screen.cooldown.max_assertions", self.max_assertions as u64),
+            (
+                "screen.cooldown.assertion_idle_secs",
+                self.assertion_idle_secs,
+            ),
+        ])
+    }
+}
+
+impl Default for CooldownConfig {
+    fn default() -> Self {
+        CooldownConfig {
+            distinct_fingerprints: DEFAULT_COOLDOWN_DISTINCT_FINGERPRINTS,
+            duration_secs: DEFAULT_COOLDOWN_SECS,
+            trickle_interval_ms: DEFAULT_TRICKLE_INTERVAL_MS,
+            max_assertions: DEFAULT_MAX_ASSERTIONS,
+            assertion_idle_secs: DEFAULT_ASSERTION_IDLE_SECS,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Change = fn(&mut CooldownConfig);
+
+    #[test]
+    fn defaults_are_valid() {
+        CooldownConfig::default().validate().unwrap();
+        // 0 distinct fingerprints turns cooldowns off; it is not an error.
+        CooldownConfig {
+            distinct_fingerprints: 0,
+            ..CooldownConfig::default()
+        }
+        .validate()
+        .unwrap();
+    }
+
+    #[test]
+    fn each_rule_names_its_key() {
+        let cases: [(Change, &str); 3] = [
+            (
+                |c| c.trickle_interval_ms = 0,
+                "screen.cooldown.trickle_interval_ms",
+            ),
+            (|c| c.max_assertions = 0, "screen.cooldown.max_assertions"),
+            (
+                |c| c.assertion_idle_secs = 0,
+                "screen.cooldown.assertion_idle_secs",
+            ),
+        ];
+        for (change, key) in cases {
+            let mut c = CooldownConfig::default();
+            change(&mut c);
+            assert_eq!(c.validate().unwrap_err().key, key);
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! `[upstream]`: the node txgate forwards to.
+
+use serde::Deserialize;
+
+use crate::admission::AdmissionConfig;
+use crate::error::{ConfigError, require_positive};
+use crate::url::HttpUrl;
+
+/// Default upstream node.
+pub const DEFAULT_UPSTREAM: &str = "http://127.0.0.1:8546";
+/// Default upstream connect timeout.
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// Default upstream call timeout (headers and body).
+pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 10_000;
+/// Default cap on an upstream response body.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 128 * 1024 * 1024;
+/// Default idle keep-alive connections kept to the upstream (0: same as
+/// `admission.max_in_flight`).
+pub const DEFAULT_POOL_MAX_IDLE: usize = 0;
+/// Default idle time before a pooled upstream connection is closed.
+pub const DEFAULT_POOL_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// Default interval of the upstream health probe behind `/readyz`.
+pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 2_000;
+
+/// The upstream node.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// `http://host[:port][/path]` of the node (see [`HttpUrl`] for what is
+    /// accepted).
+    pub url: String,
+    /// TCP connect timeout.
+    pub connect_timeout_ms: u64,
+    /// Whole-call timeout: request sent, response headers and body read.
+    pub call_timeout_ms: u64,
+    /// Upstream response body cap.
+    pub max_response_bytes: usize,
+    /// Idle keep-alive connections kept; 0 means `admission.max_in_flight`.
+    pub pool_max_idle: usize,
+    /// Idle time before a pooled connection is closed.
+    pub pool_idle_timeout_ms: u64,
+    /// Interval of the health probe (`eth_chainId`) behind `/readyz`.
+    pub health_interval_ms: u64,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            url: DEFAULT_UPSTREAM.to_string(),
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            call_timeout_ms: DEFAULT_CALL_TIMEOUT_MS,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            pool_max_idle: DEFAULT_POOL_MAX_IDLE,
+            pool_idle_timeout_ms: DEFAULT_POOL_IDLE_TIMEOUT_MS,
+            health_interval_ms: DEFAULT_HEALTH_INTERVAL_MS,
+        }
+    }
+}
+
+impl UpstreamConfig {
+    /// `upstream.url` parsed: the one parser both `check-config` and the
+    /// upstream client use.
+    pub fn endpoint(&self) -> Result<HttpUrl, ConfigError> {
+        HttpUrl::parse(&self.url).map_err(|e| ConfigError::new("upstream.url", e))
+    }
+
+    /// The idle pool size to use, never below the in-flight cap.
+    pub fn effective_pool_max_idle(&self, admission: &AdmissionConfig) -> usize {
+        if self.pool_max_idle == 0 {
+            admission.max_in_flight
+        } else {
+            self.pool_max_idle
+        }
+    }
+
+    /// Checks the `upstream.*` keys on their own (`upstream.pool_max_idle`
+    /// is checked against `admission.max_in_flight` by
+    /// [`Config::validate`](crate::Config::validate)).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.endpoint()?;
+        require_positive(&[
+            ("upstream.connect_timeout_ms", self.connect_timeout_ms),
+            ("upstream.call_timeout_ms", self.call_timeout_ms),
+            (
+                "upstream.max_response_bytes",
+                self.max_response_bytes as u64,
+            ),
+            ("upstream.pool_idle_timeout_ms", self.pool_idle_timeout_ms),
+            ("upstream.health_interval_ms", self.health_interval_ms),
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Change = fn(&mut UpstreamConfig);
+
+    fn refused(change: impl FnOnce(&mut UpstreamConfig)) -> ConfigError {
+        let mut c = UpstreamConfig::default();
+        change(&mut c);
+        c.validate().unwrap_err()
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        UpstreamConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn each_rule_names_its_key() {
+        let cases: [(Change, &str); 6] = [
+            (|c| c.connect_timeout_ms = 0, "upstream.connect_timeout_ms"),
+            (|c| c.call_timeout_ms = 0, "upstream.call_timeout_ms"),
+            (|c| c.max_response_bytes = 0, "upstream.max_response_bytes"),
+            (
+                |c| c.pool_idle_timeout_ms = 0,
+                "upstream.pool_idle_timeout_ms",
+            ),
+            (|c| c.health_interval_ms = 0, "upstream.health_interval_ms"),
+            (|c| c.url = "https://x".into(), "upstream.url"),
+        ];
+        for (change, key) in cases {
+            assert_eq!(refused(change).key, key);
+        }
+    }
+
+    #[test]
+    fn unusable_urls_are_refused_naming_the_key() {
+        for url in [
+            "http://127.0.0.1:notaport",
+            "http://h:0",
+            "http://h:65536",
+            "http://",
+            "http:///x",
+            "https://x",
+            "http://user@h:1",
+            "http://h:1/a b",
+        ] {
+            let e = refused(|c| c.url = url.into());
+            assert_eq!(e.key, "upstream.url", "{url}: {e}");
+            assert!(e.message.contains(&format!("`{url}`")), "{url}: {e}");
+            assert!(e.to_string().starts_with("`upstream.url`: "), "{e}");
+        }
+    }
+
+    #[test]
+    fn usable_urls_are_parsed() {
+        for (url, host, port, path) in [
+            ("http://127.0.0.1:8546", "127.0.0.1", 8546, "/"),
+            (
+                "http://node.internal/rpc/v1",
+                "node.internal",
+                80,
+                "/rpc/v1",
+            ),
+            ("http://[::1]:9000/x", "::1", 9000, "/x"),
+        ] {
+            let c = UpstreamConfig {
+                url: url.into(),
+                ..UpstreamConfig::default()
+            };
+            c.validate().unwrap();
+            let e = c.endpoint().unwrap();
+            assert_eq!((e.host(), e.port(), e.path()), (host, port, path), "{url}");
+        }
+    }
+
+    #[test]
+    fn pool_defaults_to_in_flight_cap() {
+        let admission = AdmissionConfig::default();
+        let c = UpstreamConfig::default();
+        assert_eq!(
+            c.effective_pool_max_idle(&admission),
+            admission.max_in_flight
+        );
+        let c = UpstreamConfig {
+            pool_max_idle: 5_000,
+            ..UpstreamConfig::default()
+        };
+        assert_eq!(c.effective_pool_max_idle(&admission), 5_000);
+    }
+}

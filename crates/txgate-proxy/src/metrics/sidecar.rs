@@ -1,0 +1,98 @@
+//! Sidecar metrics: the invalidation stream, its queue and batches, and
+//! the ShouldForward probe.
+
+use prometheus::{Histogram, IntCounter, IntGauge};
+
+use super::registrar::Registrar;
+
+/// Lag buckets in seconds, 1 ms to 10 s.
+const LAG_BUCKETS: &[f64] = &[
+    0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// `txgate_should_forward_total{result}`: ShouldForward probes by outcome.
+#[derive(Debug)]
+pub struct ProbeCounters {
+    /// The sidecar said forward.
+    pub forward: IntCounter,
+    /// The sidecar said deny.
+    pub deny: IntCounter,
+    /// No answer within the deadline: forwarded.
+    pub timeout: IntCounter,
+    /// The call failed: forwarded.
+    pub error: IntCounter,
+}
+
+/// Sidecar link metrics.
+pub struct SidecarMetrics {
+    /// 1 while the invalidation stream is open.
+    pub up: IntGauge,
+    /// Stream (re)connection attempts that failed or streams that ended.
+    pub reconnects: IntCounter,
+    /// Invalidations received.
+    pub received: IntCounter,
+    /// Invalidations refused as malformed (counted and logged, not applied).
+    pub malformed: IntCounter,
+    /// Times the queue was full and the stream waited for room.
+    pub queue_full: IntCounter,
+    /// Invalidations queued, not yet applied.
+    pub queue_depth: IntGauge,
+    /// Batches applied.
+    pub batches: IntCounter,
+    /// Sidecar's observation to txgate's application, seconds.
+    pub lag: Histogram,
+    /// ShouldForward outcomes.
+    pub probe: ProbeCounters,
+}
+
+impl std::fmt::Debug for SidecarMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SidecarMetrics").finish_non_exhaustive()
+    }
+}
+
+impl SidecarMetrics {
+    pub(crate) fn new(r: &Registrar<'_>) -> SidecarMetrics {
+        let probe = r.counter_vec(
+            "should_forward_total",
+            "ShouldForward probes by outcome",
+            &["result"],
+        );
+        let result = |name: &str| probe.with_label_values(&[name]);
+        SidecarMetrics {
+            up: r.gauge("sidecar_up", "1 while the invalidation stream is open"),
+            reconnects: r.counter(
+                "sidecar_reconnects_total",
+                "Sidecar connection attempts that failed and streams that ended",
+            ),
+            received: r.counter(
+                "sidecar_invalidations_received_total",
+                "Invalidations received from the sidecar",
+            ),
+            malformed: r.counter(
+                "sidecar_invalidations_malformed_total",
+                "Invalidations refused as malformed (not applied)",
+            ),
+            queue_full: r.counter(
+                "sidecar_queue_full_total",
+                "Times the invalidation queue was full and the stream waited for room",
+            ),
+            queue_depth: r.gauge(
+                "sidecar_queue_depth",
+                "Invalidations received and not yet applied",
+            ),
+            batches: r.counter("sidecar_batches_total", "Batches of invalidations applied"),
+            lag: r.histogram(
+                "sidecar_lag_seconds",
+                "From the sidecar observing an invalidation to txgate applying it",
+                LAG_BUCKETS,
+            ),
+            probe: ProbeCounters {
+                forward: result("forward"),
+                deny: result("deny"),
+                timeout: result("timeout"),
+                error: result("error"),
+            },
+        }
+    }
+}

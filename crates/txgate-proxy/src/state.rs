@@ -1,0 +1,110 @@
+//! The screening state behind the request path: its settings from the
+//! config, the one way it learns ([`Invalidations`]), and its upkeep.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use txgate_config::ScreenConfig;
+use txgate_screen::assertion::CooldownSettings;
+use txgate_screen::backpressure::BackpressureSettings;
+use txgate_screen::{Applied, Invalidation, Screen, ScreenSettings};
+
+use crate::metrics::Metrics;
+use crate::screening::VerdictCache;
+
+/// Screening settings from the config's `[screen]` section.
+pub fn screen_settings(config: &ScreenConfig) -> ScreenSettings {
+    let secs = |s: u64| s.saturating_mul(1000);
+    ScreenSettings {
+        chain_ids: config.chain_ids.clone(),
+        denied_ttl: secs(config.denied_ttl_secs),
+        suspect_window: secs(config.suspect_window_secs),
+        max_denied: config.max_denied,
+        recent_failure_ttl: secs(config.recent_failure_ttl_secs),
+        max_recent_failures: config.max_recent_failures,
+        sender_cache_ttl: secs(config.sender_cache_ttl_secs),
+        max_cached_senders: config.max_cached_senders,
+        pending_timeout: secs(config.pending_timeout_secs),
+        max_pending: config.max_pending,
+        shaping_hold: config.shaping_hold_ms,
+        backpressure: BackpressureSettings {
+            capacity: f64::from(config.backpressure.tokens),
+            refill_per_sec: config.backpressure.refill_per_sec,
+            backoff_initial: config.backpressure.backoff_initial_ms,
+            backoff_max: config.backpressure.backoff_max_ms,
+            max_senders: config.backpressure.max_senders,
+        },
+        cooldown: CooldownSettings {
+            distinct_fingerprints: config.cooldown.distinct_fingerprints,
+            window: secs(config.denied_ttl_secs),
+            duration: secs(config.cooldown.duration_secs),
+            trickle_interval: config.cooldown.trickle_interval_ms,
+            max_assertions: config.cooldown.max_assertions,
+            idle: secs(config.cooldown.assertion_idle_secs),
+        },
+    }
+}
+
+/// The one way screening state is learned: batches of invalidations.
+/// Cheap to clone; shared with whatever delivers verdicts.
+#[derive(Debug, Clone)]
+pub struct Invalidations {
+    screen: Arc<Screen>,
+    metrics: Arc<Metrics>,
+}
+
+impl Invalidations {
+    /// Invalidations applied to `screen`, counted in `metrics`.
+    pub fn new(screen: Arc<Screen>, metrics: Arc<Metrics>) -> Invalidations {
+        Invalidations { screen, metrics }
+    }
+
+    /// Applies a batch in one pass (see [`Screen::apply`]) and counts what
+    /// it did.
+    pub fn apply(&self, batch: &[Invalidation]) -> Applied {
+        let now = self.screen.millis(tokio::time::Instant::now().into_std());
+        let applied = self.screen.apply(batch, now);
+        self.metrics.screen.applied(&applied);
+        applied
+    }
+
+    /// The metrics it counts in.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+}
+
+/// Background upkeep of the screening state, until `stop`: every tick,
+/// sweep one shard of each cache (a full pass every 64 ticks, each step
+/// short), finished cooldowns and idle assertions, and refresh the size
+/// gauges.
+pub async fn upkeep(
+    screen: Arc<Screen>,
+    verdicts: Option<Arc<VerdictCache>>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut evicted = screen.assertions_evicted();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let now = screen.millis(tokio::time::Instant::now().into_std());
+        screen.sweep(now, 1);
+        metrics.screen.sizes(&screen.sizes());
+        let total = screen.assertions_evicted();
+        metrics
+            .screen
+            .assertions_evicted
+            .inc_by(total.saturating_sub(evicted) as u64);
+        evicted = total;
+        if let Some(verdicts) = &verdicts {
+            verdicts.sweep(now, 1);
+            metrics.screen.entries.verdicts.set(verdicts.len() as i64);
+        }
+    }
+}

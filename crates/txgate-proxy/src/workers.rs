@@ -1,0 +1,159 @@
+//! The worker threads: one per client listener, each with its own
+//! single-threaded runtime and upstream pool, like nginx's workers, so a
+//! request never hops threads between the client socket and the upstream
+//! socket. Shared state (the admission counter, metrics, screening) is
+//! atomics and sharded locks.
+//!
+//! A worker that ends before it is asked to, or panics, is reported as a
+//! fatal failure ([`FatalGuard`]): the proxy cannot serve its share of the
+//! port without it.
+
+use std::io;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceBuilder;
+use txgate_config::Config;
+use txgate_screen::Screen;
+
+use crate::admission::AdmissionLayer;
+use crate::background::{FatalGuard, FatalSender};
+use crate::metrics::Metrics;
+use crate::rpc::RpcService;
+use crate::screening::{ProbeClient, VerdictCache};
+use crate::server::{self, Drained, ServerSettings};
+use crate::sidecar;
+use crate::upstream::Upstream;
+
+/// What every worker shares.
+#[derive(Debug, Clone)]
+pub(crate) struct Shared {
+    pub(crate) config: Arc<Config>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) admission: AdmissionLayer,
+    pub(crate) settings: ServerSettings,
+    pub(crate) screen: Option<Arc<Screen>>,
+    pub(crate) verdicts: Option<Arc<VerdictCache>>,
+}
+
+/// The running workers.
+#[derive(Debug)]
+pub(crate) struct Workers {
+    threads: Vec<JoinHandle<io::Result<Drained>>>,
+    stop: CancellationToken,
+}
+
+impl Workers {
+    /// Starts one worker per listener.
+    pub(crate) fn start(
+        listeners: Vec<std::net::TcpListener>,
+        shared: &Shared,
+        fatal: &FatalSender,
+    ) -> io::Result<Workers> {
+        let stop = CancellationToken::new();
+        let mut threads = Vec::with_capacity(listeners.len());
+        for (index, listener) in listeners.into_iter().enumerate() {
+            let (shared, stop) = (shared.clone(), stop.clone());
+            let guard = FatalGuard::new(format!("worker-{index}"), stop.clone(), fatal.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("txgate-worker-{index}"))
+                .spawn(move || {
+                    let mut guard = guard;
+                    let served = serve(listener, shared, stop);
+                    if let Err(e) = &served {
+                        guard.failed(e.to_string());
+                    }
+                    served
+                })?;
+            threads.push(thread);
+        }
+        Ok(Workers { threads, stop })
+    }
+
+    /// Stops accepting on every worker and waits for their connections to
+    /// drain (each within the grace period).
+    pub(crate) async fn drain(self) -> Drained {
+        self.stop.cancel();
+        let mut drained = Drained::Clean;
+        for thread in self.threads {
+            match tokio::task::spawn_blocking(move || thread.join()).await {
+                Ok(Ok(Ok(Drained::Clean))) => {}
+                Ok(Ok(Ok(Drained::TimedOut))) => drained = Drained::TimedOut,
+                Ok(Ok(Err(e))) => {
+                    tracing::error!(error = %e, "worker failed");
+                    drained = Drained::TimedOut;
+                }
+                _ => {
+                    tracing::error!("worker panicked");
+                    drained = Drained::TimedOut;
+                }
+            }
+        }
+        drained
+    }
+}
+
+/// One worker thread's life: its runtime, its upstream pool, its sidecar
+/// connection, its share of the port, until `stop`.
+fn serve(
+    listener: std::net::TcpListener,
+    shared: Shared,
+    stop: CancellationToken,
+) -> io::Result<Drained> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let Shared {
+        config,
+        metrics,
+        admission,
+        settings,
+        screen,
+        verdicts,
+    } = shared;
+    let drained = runtime.block_on(async move {
+        let listener = TcpListener::from_std(listener)?;
+        let upstream = Upstream::new(&config, metrics.clone()).map_err(io::Error::other)?;
+        // Each worker asks the sidecar over its own connection, from its
+        // own runtime; the verdicts are shared.
+        let probe = match verdicts {
+            Some(verdicts) => {
+                let channel = sidecar::channel(
+                    &config.sidecar.url,
+                    Duration::from_millis(config.sidecar.connect_timeout_ms),
+                )
+                .map_err(io::Error::other)?;
+                Some(Arc::new(ProbeClient::new(
+                    channel,
+                    Duration::from_millis(config.sidecar.should_forward_timeout_ms),
+                    config.sidecar.verdict_ttl_ms,
+                    verdicts,
+                    metrics.clone(),
+                )))
+            }
+            None => None,
+        };
+        let service = ServiceBuilder::new()
+            // One in-flight cap for the whole process, decided before the
+            // body is read.
+            .layer(admission)
+            // JSON-RPC: body cap, content type, framing, method policy,
+            // the screening stack for raw transactions, forwarding.
+            .service(RpcService::new(
+                &config,
+                upstream,
+                metrics.clone(),
+                screen,
+                probe,
+            ));
+        Ok::<_, io::Error>(
+            server::serve(listener, service, settings, metrics, stop.cancelled_owned()).await,
+        )
+    })?;
+    // Connections still open after the grace period are cut here.
+    runtime.shutdown_timeout(Duration::from_millis(50));
+    Ok(drained)
+}
