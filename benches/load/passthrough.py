@@ -13,8 +13,13 @@ with a warm-up excluded from every measurement. It prints req/s, p50 and p99
 for direct, nginx and txgate, the ratios txgate/nginx of each round, and the
 medians over rounds. Everything listens on loopback and stops by itself.
 
+With --baseline-bin PATH, a second txgate binary (for example the build
+of the previous commit) runs beside the current one as target "before", in
+the same interleaved rounds, and the ratios current/before are printed:
+the same-run comparison a change is kept or dropped by.
+
 Usage: benches/load/passthrough.py [--rounds 3] [--duration 5] [--warmup 1]
-                                   [--json results.json]
+                                   [--json results.json] [--baseline-bin PATH]
 Needs: nginx and h2load (Debian: nginx-light, nghttp2-client);
 scripts/install-bench-tools.sh installs them.
 """
@@ -124,6 +129,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=1, help="seconds of warm-up per run")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--baseline-bin", help="another txgate binary to measure as target 'before'")
     args = ap.parse_args()
 
     for tool in ("nginx", "h2load"):
@@ -138,7 +144,8 @@ def main():
     work = Path(tempfile.mkdtemp(prefix="txgate-load-"))
     (work / "body.json").write_bytes(BODY)
     ports = {"direct": free_port(), "nginx": free_port(), "txgate": free_port()}
-    admin_port = free_port()
+    if args.baseline_bin:
+        ports["before"] = free_port()
     procs = []
     try:
         responder = nginx_conf(
@@ -157,22 +164,27 @@ def main():
             procs.append(p)
         wait_port(ports["direct"], procs[0], "responder")
         wait_port(ports["nginx"], procs[1], "nginx")
-        tx = subprocess.Popen(
-            [str(txgate_bin), "--listen", f"127.0.0.1:{ports['txgate']}",
-             "--admin-listen", f"127.0.0.1:{admin_port}",
-             "--upstream", f"http://127.0.0.1:{ports['direct']}", "--log-level", "warn"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs.append(tx)
-        wait_port(ports["txgate"], tx, "txgate")
+        bins = {"txgate": txgate_bin}
+        if args.baseline_bin:
+            bins["before"] = Path(args.baseline_bin)
+        for name, binary in bins.items():
+            tx = subprocess.Popen(
+                [str(binary), "--listen", f"127.0.0.1:{ports[name]}",
+                 "--admin-listen", f"127.0.0.1:{free_port()}",
+                 "--upstream", f"http://127.0.0.1:{ports['direct']}", "--log-level", "warn"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(tx)
+            wait_port(ports[name], tx, name)
 
         cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
         print(f"machine: {os.cpu_count()} cores, {cpu}")
         print(f"h2load HTTP/1.1, {args.duration}s measured + {args.warmup}s warm-up per run, {args.rounds} rounds\n")
-        order = ["direct", "nginx", "txgate"]
+        order = ["direct", "nginx", "txgate"] + (["before"] if args.baseline_bin else [])
         results = []
         for rnd in range(args.rounds):
             # Rotate the order so no target always runs first or last.
-            rot = order[rnd % 3:] + order[:rnd % 3]
+            k = rnd % len(order)
+            rot = order[k:] + order[:k]
             row = {}
             for mode, conns in (("throughput", 50), ("latency", 1)):
                 for target in rot:
@@ -189,14 +201,19 @@ def main():
             ratio = row[(t, "txgate")]["rps"] / row[(t, "nginx")]["rps"]
             hop_n = row[(l, "nginx")]["p50_us"] - row[(l, "direct")]["p50_us"]
             hop_t = row[(l, "txgate")]["p50_us"] - row[(l, "direct")]["p50_us"]
-            print(f"  txgate/nginx throughput {ratio:.2f}x; added p50 per hop: nginx {hop_n} us, txgate {hop_t} us\n")
+            print(f"  txgate/nginx throughput {ratio:.2f}x; added p50 per hop: nginx {hop_n} us, txgate {hop_t} us")
+            if args.baseline_bin:
+                hop_b = row[(l, "before")]["p50_us"] - row[(l, "direct")]["p50_us"]
+                print(f"  txgate/before throughput {row[(t, 'txgate')]['rps'] / row[(t, 'before')]['rps']:.2f}x;"
+                      f" added p50 per hop: before {hop_b} us")
+            print()
 
         def med(mode, target, key):
             return statistics.median(r[(mode, target)][key] for r in results)
 
         ratios = [r[("throughput", "txgate")]["rps"] / r[("throughput", "nginx")]["rps"] for r in results]
         hops = {tg: [r[("latency", tg)]["p50_us"] - r[("latency", "direct")]["p50_us"] for r in results]
-                for tg in ("nginx", "txgate")}
+                for tg in order if tg != "direct"}
         summary = {
             "targets": {
                 tg: {
@@ -221,6 +238,11 @@ def main():
         print(f"  txgate/nginx throughput (median of per-round ratios): {summary['txgate_over_nginx_throughput_median']:.2f}x")
         print(f"  added p50 per hop (median): nginx {summary['added_p50_us_median']['nginx']:.0f} us,"
               f" txgate {summary['added_p50_us_median']['txgate']:.0f} us")
+        if args.baseline_bin:
+            before = [r[("throughput", "txgate")]["rps"] / r[("throughput", "before")]["rps"] for r in results]
+            summary["txgate_over_before_throughput_median"] = statistics.median(before)
+            print(f"  txgate/before throughput (median of per-round ratios): {statistics.median(before):.2f}x;"
+                  f" added p50 per hop: before {summary['added_p50_us_median']['before']:.0f} us")
         print(f"  non-2xx answers: {summary['errors']}")
         if args.json:
             Path(args.json).write_text(json.dumps(summary, indent=2))

@@ -24,8 +24,8 @@
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -33,9 +33,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
+use txgate_benches::procs::{HttpClient, free_port, post, root, spawn, wait_up};
 use txgate_benches::{Eoa, call, raw_hex};
 
 const GUARDED: &str = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
@@ -78,89 +78,6 @@ fn args() -> Args {
         }
     }
     a
-}
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Starts a child; with `TXGATE_BENCH_LOGS=DIR`, its stderr goes to
-/// `DIR/<name>.log` at info level.
-fn spawn(program: &Path, args: &[&str]) -> Proc {
-    let mut command = Command::new(program);
-    command.args(args).stdout(Stdio::null());
-    match std::env::var_os("TXGATE_BENCH_LOGS") {
-        Some(dir) => {
-            let name = program
-                .file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .to_string();
-            let file = std::fs::File::create(Path::new(&dir).join(format!("{name}.log"))).unwrap();
-            let level = std::env::var("TXGATE_BENCH_RUST_LOG").unwrap_or_else(|_| "info".into());
-            command.env("RUST_LOG", level).stderr(file);
-        }
-        None => {
-            command.env("RUST_LOG", "warn").stderr(Stdio::null());
-        }
-    }
-    Proc(
-        command
-            .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e}", program.display())),
-    )
-}
-
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-async fn post(client: &HttpClient, url: &str, body: String) -> Result<(u16, Value), String> {
-    let req = hyper::Request::post(url)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .map_err(|e| e.to_string())?;
-    let response = client.request(req).await.map_err(|e| e.to_string())?;
-    let status = response.status().as_u16();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-    Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
-}
-
-async fn wait_up(client: &HttpClient, url: &str) {
-    for _ in 0..400 {
-        if post(
-            client,
-            url,
-            json!({"jsonrpc":"2.0","id":1,"method":"eth_chainId"}).to_string(),
-        )
-        .await
-        .is_ok()
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("{url} did not come up");
 }
 
 /// An account of the run (keys apart from the other benches').

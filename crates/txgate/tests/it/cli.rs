@@ -134,3 +134,16 @@ fn settings_that_cannot_work_are_refused_by_check_config() {
         assert!(err.contains(key), "{args:?}: {err}");
     }
 }
+
+/// Defect: the ShouldForward verdict cache was fixed at 100,000 entries in
+/// the code; its size is a setting with the others now.
+#[test]
+fn the_verdict_cache_size_is_a_setting() {
+    let config = TempFile::new("[sidecar]\nmax_verdicts = 5000\n");
+    let (code, _, err) = txgate(&["check-config", "--config", config.arg()], &[]);
+    assert_eq!(code, 0, "{err}");
+    let config = TempFile::new("[sidecar]\nmax_verdicts = 0\n");
+    let (code, _, err) = txgate(&["check-config", "--config", config.arg()], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("sidecar.max_verdicts"), "{err}");
+}

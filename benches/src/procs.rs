@@ -1,0 +1,110 @@
+//! Processes and HTTP for the load tools: children killed on drop, free
+//! loopback ports, a JSON-RPC POST, waiting for an endpoint to answer.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+
+/// A child process, killed and reaped on drop.
+#[derive(Debug)]
+pub struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A free loopback port (bound and released; the caller binds it next).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free port: {e}"))
+}
+
+/// Starts a child; with `TXGATE_BENCH_LOGS=DIR`, its stderr goes to
+/// `DIR/<name>.log` at info level.
+pub fn spawn(program: &Path, args: &[&str]) -> Proc {
+    let mut command = Command::new(program);
+    command.args(args).stdout(Stdio::null());
+    match std::env::var_os("TXGATE_BENCH_LOGS") {
+        Some(dir) => {
+            let name = program
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .to_string();
+            let file = std::fs::File::create(Path::new(&dir).join(format!("{name}.log")))
+                .unwrap_or_else(|e| panic!("log file: {e}"));
+            let level = std::env::var("TXGATE_BENCH_RUST_LOG").unwrap_or_else(|_| "info".into());
+            command.env("RUST_LOG", level).stderr(file);
+        }
+        None => {
+            command.env("RUST_LOG", "warn").stderr(Stdio::null());
+        }
+    }
+    Proc(
+        command
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", program.display())),
+    )
+}
+
+/// The HTTP client of the load tools.
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A client keeping up to `idle` connections per host.
+pub fn client(idle: usize) -> HttpClient {
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(idle)
+        .build_http()
+}
+
+/// POSTs a JSON body; the status and the parsed answer (null if not JSON).
+pub async fn post(client: &HttpClient, url: &str, body: String) -> Result<(u16, Value), String> {
+    let req = hyper::Request::post(url)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| e.to_string())?;
+    let response = client.request(req).await.map_err(|e| e.to_string())?;
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+}
+
+/// Waits until `url` answers a JSON-RPC call (10 s at most).
+pub async fn wait_up(client: &HttpClient, url: &str) {
+    for _ in 0..400 {
+        if post(
+            client,
+            url,
+            json!({"jsonrpc":"2.0","id":1,"method":"eth_chainId"}).to_string(),
+        )
+        .await
+        .is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{url} did not come up");
+}
