@@ -44,8 +44,16 @@ pub struct LogConfig {
 
 impl LogConfig {
     /// Checks the `log.*` keys: serde checked the format; the filter is
-    /// read by the logger (`tracing_subscriber`), not by this crate.
+    /// parsed with the logger's own parser (`tracing_subscriber`), so what
+    /// passes here is what the daemon can use.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        tracing_subscriber::EnvFilter::try_new(&self.level).map_err(|_| ConfigError {
+            key: "log.level".into(),
+            message: format!(
+                "`{}` is not a log filter (RUST_LOG syntax, e.g. info or txgate_proxy=debug)",
+                self.level
+            ),
+        })?;
         Ok(())
     }
 }

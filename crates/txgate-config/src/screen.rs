@@ -111,7 +111,37 @@ impl ScreenConfig {
             ("screen.snapshot_interval_secs", self.snapshot_interval_secs),
         ])?;
         self.backpressure.validate()?;
-        self.cooldown.validate()
+        self.cooldown.validate()?;
+        self.validate_snapshot_path()
+    }
+
+    /// The snapshot is written beside its path: the directory must exist
+    /// (a setting that cannot work is refused before anything listens, not
+    /// found out at the first save).
+    fn validate_snapshot_path(&self) -> Result<(), ConfigError> {
+        let value = &self.snapshot_path;
+        if !self.enabled || value.is_empty() {
+            return Ok(());
+        }
+        let fail = |message: String| ConfigError {
+            key: "screen.snapshot_path".into(),
+            message,
+        };
+        let path = std::path::Path::new(value);
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => std::path::Path::new("."),
+        };
+        if !dir.is_dir() {
+            return Err(fail(format!(
+                "`{value}`: directory `{}` does not exist",
+                dir.display()
+            )));
+        }
+        if path.is_dir() {
+            return Err(fail(format!("`{value}` is a directory, not a file")));
+        }
+        Ok(())
     }
 }
 

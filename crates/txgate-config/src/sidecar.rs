@@ -25,6 +25,8 @@ pub const DEFAULT_SHOULD_FORWARD_TIMEOUT_MS: u64 = 20;
 pub const DEFAULT_VERDICT_TTL_MS: u64 = 10_000;
 /// Default: ShouldForward "forward" verdicts cached at most.
 pub const DEFAULT_MAX_VERDICTS: usize = 100_000;
+/// Default: ShouldForward questions in flight at most, process-wide.
+pub const DEFAULT_MAX_PROBES_IN_FLIGHT: usize = 256;
 
 /// The sidecar link (gRPC, `txgate.sidecar.v1`).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -54,6 +56,9 @@ pub struct SidecarConfig {
     pub verdict_ttl_ms: u64,
     /// ShouldForward "forward" verdicts cached at most.
     pub max_verdicts: usize,
+    /// ShouldForward questions in flight at most, across the process;
+    /// beyond it a call is forwarded without asking (counted).
+    pub max_probes_in_flight: usize,
 }
 
 impl SidecarConfig {
@@ -89,6 +94,10 @@ impl SidecarConfig {
                 self.should_forward_timeout_ms,
             ),
             ("sidecar.max_verdicts", self.max_verdicts as u64),
+            (
+                "sidecar.max_probes_in_flight",
+                self.max_probes_in_flight as u64,
+            ),
         ])?;
         require_at_least(
             "sidecar.reconnect_max_ms",
@@ -112,6 +121,7 @@ impl Default for SidecarConfig {
             should_forward_timeout_ms: DEFAULT_SHOULD_FORWARD_TIMEOUT_MS,
             verdict_ttl_ms: DEFAULT_VERDICT_TTL_MS,
             max_verdicts: DEFAULT_MAX_VERDICTS,
+            max_probes_in_flight: DEFAULT_MAX_PROBES_IN_FLIGHT,
         }
     }
 }
@@ -131,7 +141,7 @@ mod tests {
 
     #[test]
     fn each_rule_names_its_key() {
-        let cases: [(Change, &str); 11] = [
+        let cases: [(Change, &str); 12] = [
             (|c| c.url = "https://x".into(), "sidecar.url"),
             (|c| c.url = "http://".into(), "sidecar.url"),
             (
@@ -151,6 +161,10 @@ mod tests {
                 "sidecar.should_forward_timeout_ms",
             ),
             (|c| c.max_verdicts = 0, "sidecar.max_verdicts"),
+            (
+                |c| c.max_probes_in_flight = 0,
+                "sidecar.max_probes_in_flight",
+            ),
             (|c| c.reconnect_max_ms = 1, "sidecar.reconnect_max_ms"),
         ];
         for (change, key) in cases {

@@ -84,10 +84,16 @@ pub async fn serve(
         };
         let (stream, _) = match accepted {
             Ok(accepted) => accepted,
-            Err(e) => {
+            Err(e) if crate::server::accept_error_is_transient(&e) => {
                 tracing::warn!(error = %e, "admin accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
+            }
+            Err(e) => {
+                // The listener no longer works: this task ends, and its
+                // guard reports the admin listener as failed.
+                tracing::error!(error = %e, "admin listener failed");
+                return;
             }
         };
         let metrics = metrics.clone();

@@ -62,6 +62,11 @@ impl FatalSender {
 }
 
 impl FatalReceiver {
+    /// A failure already reported, if any.
+    pub fn try_recv(&mut self) -> Option<Fatal> {
+        self.0.try_recv().ok()
+    }
+
     /// The next failure (pending forever once every sender is gone).
     pub async fn recv(&mut self) -> Fatal {
         match self.0.recv().await {
@@ -219,29 +224,37 @@ mod tests {
 
     #[tokio::test]
     async fn stops_in_start_order_and_aborts_the_late() {
+        use std::sync::atomic::{AtomicBool, Ordering};
         let (fatal, _rx) = fatal_channel();
         let metrics = Arc::new(Metrics::new());
-        let order = Arc::new(Mutex::new(Vec::new()));
+        let first_done = Arc::new(AtomicBool::new(false));
+        let second_saw = Arc::new(Mutex::new(None));
         let mut background = Background::new(fatal, metrics.clone());
-        for name in ["first", "second"] {
-            let order = order.clone();
-            background.spawn(name, Role::Optional, Duration::from_secs(5), |stop| {
-                async move {
-                    stop.cancelled().await;
-                    // The first takes a while to finish; the second must
-                    // not have been asked before it is done.
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    order.lock().unwrap_or_else(|p| p.into_inner()).push(name);
-                }
-            });
-        }
+        let done = first_done.clone();
+        background.spawn("first", Role::Optional, Duration::from_secs(5), |stop| {
+            async move {
+                stop.cancelled().await;
+                // Takes a while to finish after being asked.
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                done.store(true, Ordering::SeqCst);
+            }
+        });
+        let (done, saw) = (first_done.clone(), second_saw.clone());
+        background.spawn("second", Role::Optional, Duration::from_secs(5), |stop| {
+            async move {
+                stop.cancelled().await;
+                // Asked only once the first has finished.
+                *saw.lock().unwrap_or_else(|p| p.into_inner()) = Some(done.load(Ordering::SeqCst));
+            }
+        });
         background.spawn("stuck", Role::Optional, Duration::from_millis(50), |_| {
             std::future::pending::<()>()
         });
         assert_eq!(background.stop().await, vec!["stuck"]);
         assert_eq!(
-            *order.lock().unwrap_or_else(|p| p.into_inner()),
-            vec!["first", "second"]
+            *second_saw.lock().unwrap_or_else(|p| p.into_inner()),
+            Some(true),
+            "the second task was asked to stop before the first had finished"
         );
         assert_eq!(metrics.process.tasks_stopped_late.get(), 1);
     }

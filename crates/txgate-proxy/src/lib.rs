@@ -69,6 +69,9 @@ pub enum BuildError {
     /// A setting that cannot work.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The upstream client cannot be built from `upstream.url`.
+    #[error("{0}")]
+    Upstream(String),
 }
 
 /// How a run ended.
@@ -99,10 +102,7 @@ impl Proxy {
         let metrics = Arc::new(Metrics::new());
         let readiness = Arc::new(Readiness::new(metrics.clone()));
         let probe_upstream =
-            Upstream::new(&config, metrics.clone()).map_err(|message| ConfigError {
-                key: "upstream.url".into(),
-                message,
-            })?;
+            Upstream::new(&config, metrics.clone()).map_err(BuildError::Upstream)?;
         let screen = config.screen.enabled.then(|| {
             Arc::new(Screen::new(
                 state::screen_settings(&config.screen),
@@ -117,7 +117,12 @@ impl Proxy {
         }
         // ShouldForward verdicts, shared by every worker.
         let verdicts = (screen.is_some() && sidecar_on(&config) && config.sidecar.should_forward)
-            .then(|| Arc::new(VerdictCache::new(config.sidecar.max_verdicts)));
+            .then(|| {
+                Arc::new(VerdictCache::new(
+                    config.sidecar.max_verdicts,
+                    config.sidecar.max_probes_in_flight,
+                ))
+            });
         Ok(Proxy {
             config: Arc::new(config),
             metrics,
@@ -153,7 +158,7 @@ impl Proxy {
         let background = match self.start_background(listeners.admin, &fatal) {
             Ok(background) => background,
             Err(failure) => {
-                workers.drain().await;
+                let _ = workers.drain().await;
                 return self.failed_to_start(&failure.part, failure.error).await;
             }
         };
@@ -162,12 +167,12 @@ impl Proxy {
             self.readiness.set_failed(&failure.part);
         }
         self.readiness.start_draining();
-        let drained = workers.drain().await;
+        let (drained, drain_failure) = workers.drain().await;
         background.stop().await;
-        Exit {
-            drained,
-            fatal: failure,
-        }
+        // A part that failed while draining (a worker, the admin listener)
+        // still makes the exit a failure.
+        let fatal = failure.or(drain_failure).or_else(|| failures.try_recv());
+        Exit { drained, fatal }
     }
 
     fn worker_share(&self) -> workers::Shared {
@@ -209,7 +214,11 @@ impl Proxy {
             part: "admin".into(),
             error: e.to_string(),
         })?;
-        let quick = Duration::from_secs(1);
+        // Stop deadlines: the stream and the queue drain in well under a
+        // second; the last snapshot of a million bans takes a few. The sum
+        // stays inside deploy/txgate.service's TimeoutStopSec with the
+        // default grace period.
+        let quick = Duration::from_secs(2);
         background.spawn("admin", Role::Essential, quick, |stop| {
             admin::serve(admin, metrics.clone(), readiness.clone(), stop)
         });
@@ -233,9 +242,14 @@ impl Proxy {
                 reconnect_initial: Duration::from_millis(config.sidecar.reconnect_initial_ms),
                 reconnect_max: Duration::from_millis(config.sidecar.reconnect_max_ms),
             };
-            background.spawn("sidecar-stream", Role::Optional, quick, |stop| {
-                sidecar::stream::run(settings, queue, metrics.clone(), readiness.clone(), stop)
-            });
+            background.spawn(
+                "sidecar-stream",
+                Role::Optional,
+                Duration::from_secs(5),
+                |stop| {
+                    sidecar::stream::run(settings, queue, metrics.clone(), readiness.clone(), stop)
+                },
+            );
             // Ends by itself once the stream is gone and the queue is empty.
             let invalidations = Invalidations::new(screen.clone(), metrics.clone());
             let batch_max = config.sidecar.batch_max;

@@ -41,14 +41,48 @@ pub enum Drained {
     TimedOut,
 }
 
+/// Whether an accept error passes by itself (the process or the system is
+/// out of a resource, or one connection died before it was accepted), as
+/// opposed to a listener that no longer works.
+pub fn accept_error_is_transient(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    if matches!(
+        e.kind(),
+        ConnectionAborted
+            | ConnectionReset
+            | ConnectionRefused
+            | Interrupted
+            | WouldBlock
+            | TimedOut
+    ) {
+        return true;
+    }
+    // EMFILE, ENFILE, ENOBUFS, ENOMEM, EPROTO, EPERM (a firewall refusing
+    // one connection), EAGAIN.
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::EMFILE
+                | libc::ENFILE
+                | libc::ENOBUFS
+                | libc::ENOMEM
+                | libc::EPROTO
+                | libc::EPERM
+                | libc::EAGAIN
+        )
+    )
+}
+
 /// Serves `service` on `listener` until `shutdown` completes, then drains.
+/// An accept error that does not pass by itself ends serving with that
+/// error (the caller reports the listener as failed).
 pub async fn serve<S>(
     listener: TcpListener,
     service: S,
     settings: ServerSettings,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
-) -> Drained
+) -> std::io::Result<Drained>
 where
     S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>
         + Clone
@@ -89,12 +123,13 @@ where
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
-                Err(e) => {
+                Err(e) if accept_error_is_transient(&e) => {
                     // Out of file descriptors and the like: back off, go on.
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
+                Err(e) => return Err(e),
             },
             () = &mut shutdown => break,
         };
@@ -124,8 +159,34 @@ where
         grace_ms = settings.grace_period.as_millis() as u64,
         "draining connections"
     );
-    match tokio::time::timeout(settings.grace_period, graceful.shutdown()).await {
-        Ok(()) => Drained::Clean,
-        Err(_) => Drained::TimedOut,
+    Ok(
+        match tokio::time::timeout(settings.grace_period, graceful.shutdown()).await {
+            Ok(()) => Drained::Clean,
+            Err(_) => Drained::TimedOut,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_errors_that_pass_and_those_that_do_not() {
+        for errno in [
+            libc::EMFILE,
+            libc::ENFILE,
+            libc::ENOBUFS,
+            libc::ECONNABORTED,
+        ] {
+            assert!(accept_error_is_transient(
+                &std::io::Error::from_raw_os_error(errno)
+            ));
+        }
+        for errno in [libc::EBADF, libc::EINVAL, libc::ENOTSOCK] {
+            assert!(!accept_error_is_transient(
+                &std::io::Error::from_raw_os_error(errno)
+            ));
+        }
     }
 }

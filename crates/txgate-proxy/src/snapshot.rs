@@ -8,7 +8,9 @@
 //! good snapshot at `<path>`, and a snapshot that is damaged later (disk,
 //! operator) still has the generation before it: a start reads `<path>`,
 //! and falls back to `<path>.prev` when it is missing or unusable. A first
-//! start (neither file) is not an error.
+//! start (neither file) is not an error. A file refused at start is moved
+//! aside to `<file>.unusable` (for the operator to look at), so that no
+//! later save rotates it over a good generation or replaces it unseen.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -85,7 +87,11 @@ pub fn load(path: &Path, screen: &Screen, metrics: &Metrics, readiness: &Readine
                     LoadError::Unreadable(_) => m.load_unreadable.inc(),
                     LoadError::Unusable(_) => m.load_unusable.inc(),
                 }
-                tracing::error!(path = %file.display(), error = %e, "ban snapshot refused");
+                let aside = sibling(&file, ".unusable");
+                let moved = std::fs::rename(&file, &aside).is_ok();
+                tracing::error!(path = %file.display(), error = %e,
+                    kept_as = %if moved { aside.display().to_string() } else { "(not moved)".into() },
+                    "ban snapshot refused");
             }
         }
     }
@@ -226,12 +232,22 @@ mod tests {
         assert_eq!(metrics.snapshot.load_fallback.get(), 1);
         assert_eq!(metrics.snapshot.restored.get(), 100);
         assert_eq!(readiness.snapshot(), SnapshotState::RestoredPrevious);
-        // Both damaged: nothing restored, said so.
+        // The damaged file is set aside: the next save does not rotate it
+        // over the good previous generation.
+        assert!(!path.exists());
+        assert!(dir.join("bans.bin.unusable").exists());
+        assert_eq!(save(&path, &screen_with_bans(120)).unwrap_or(0), 120);
+        let (target, metrics, readiness) = fresh();
+        assert_eq!(load(&previous(&path), &target, &metrics, &readiness), 100);
+        // Both damaged: nothing restored, said so, both set aside, and the
+        // saves that follow start afresh.
+        std::fs::write(&path, b"junk").unwrap_or_default();
         std::fs::write(previous(&path), b"junk").unwrap_or_default();
         let (target, metrics, readiness) = fresh();
         assert_eq!(load(&path, &target, &metrics, &readiness), 0);
         assert_eq!(metrics.snapshot.load_unusable.get(), 2);
         assert_eq!(readiness.snapshot(), SnapshotState::Failed);
+        assert!(!path.exists() && !previous(&path).exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -256,7 +272,8 @@ mod tests {
         // Stop while periodic saves of 50k bans run back to back.
         tokio::time::sleep(Duration::from_millis(30)).await;
         stop.cancel();
-        task.await.unwrap_or_default();
+        task.await
+            .unwrap_or_else(|e| panic!("snapshot task failed: {e}"));
         assert_eq!(metrics.snapshot.write_failed.get(), 0);
         assert!(metrics.snapshot.written.get() >= 1);
         assert!(!dir.join("bans.bin.tmp").exists());

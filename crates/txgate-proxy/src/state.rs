@@ -75,10 +75,10 @@ impl Invalidations {
     }
 }
 
-/// Background upkeep of the screening state, until `stop`: every tick,
+/// Background upkeep of the screening state, until `stop`: every 100 ms,
 /// sweep one shard of each cache (a full pass every 64 ticks, each step
-/// short), finished cooldowns and idle assertions, and refresh the size
-/// gauges.
+/// short), finished cooldowns and idle assertions; once a second, refresh
+/// the size gauges.
 pub async fn upkeep(
     screen: Arc<Screen>,
     verdicts: Option<Arc<VerdictCache>>,
@@ -87,14 +87,22 @@ pub async fn upkeep(
 ) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut evicted = screen.assertions_evicted();
-    loop {
+    // Evictions since the start, those of the snapshot import included.
+    let mut evicted = 0;
+    for round in 0u64.. {
         tokio::select! {
             () = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
         let now = screen.millis(tokio::time::Instant::now().into_std());
         screen.sweep(now, 1);
+        if let Some(verdicts) = &verdicts {
+            verdicts.sweep(now, 1);
+        }
+        // The gauges read every shard of every map: once a second.
+        if round % 10 != 0 {
+            continue;
+        }
         metrics.screen.sizes(&screen.sizes());
         let total = screen.assertions_evicted();
         metrics
@@ -103,7 +111,6 @@ pub async fn upkeep(
             .inc_by(total.saturating_sub(evicted) as u64);
         evicted = total;
         if let Some(verdicts) = &verdicts {
-            verdicts.sweep(now, 1);
             metrics.screen.entries.verdicts.set(verdicts.len() as i64);
         }
     }

@@ -20,7 +20,7 @@ use txgate_config::Config;
 use txgate_screen::Screen;
 
 use crate::admission::AdmissionLayer;
-use crate::background::{FatalGuard, FatalSender};
+use crate::background::{Fatal, FatalGuard, FatalSender};
 use crate::metrics::Metrics;
 use crate::rpc::RpcService;
 use crate::screening::{ProbeClient, VerdictCache};
@@ -74,25 +74,30 @@ impl Workers {
     }
 
     /// Stops accepting on every worker and waits for their connections to
-    /// drain (each within the grace period).
-    pub(crate) async fn drain(self) -> Drained {
+    /// drain (each within the grace period). A worker that failed or
+    /// panicked while draining is returned as a failure.
+    pub(crate) async fn drain(self) -> (Drained, Option<Fatal>) {
         self.stop.cancel();
         let mut drained = Drained::Clean;
-        for thread in self.threads {
-            match tokio::task::spawn_blocking(move || thread.join()).await {
-                Ok(Ok(Ok(Drained::Clean))) => {}
-                Ok(Ok(Ok(Drained::TimedOut))) => drained = Drained::TimedOut,
-                Ok(Ok(Err(e))) => {
-                    tracing::error!(error = %e, "worker failed");
+        let mut failure = None;
+        for (index, thread) in self.threads.into_iter().enumerate() {
+            let error = match tokio::task::spawn_blocking(move || thread.join()).await {
+                Ok(Ok(Ok(Drained::Clean))) => continue,
+                Ok(Ok(Ok(Drained::TimedOut))) => {
                     drained = Drained::TimedOut;
+                    continue;
                 }
-                _ => {
-                    tracing::error!("worker panicked");
-                    drained = Drained::TimedOut;
-                }
-            }
+                Ok(Ok(Err(e))) => e.to_string(),
+                _ => "panicked".to_string(),
+            };
+            tracing::error!(worker = index, error = %error, "worker failed while draining");
+            drained = Drained::TimedOut;
+            failure.get_or_insert(Fatal {
+                part: format!("worker-{index}"),
+                error,
+            });
         }
-        drained
+        (drained, failure)
     }
 }
 
@@ -149,9 +154,7 @@ fn serve(
                 screen,
                 probe,
             ));
-        Ok::<_, io::Error>(
-            server::serve(listener, service, settings, metrics, stop.cancelled_owned()).await,
-        )
+        server::serve(listener, service, settings, metrics, stop.cancelled_owned()).await
     })?;
     // Connections still open after the grace period are cut here.
     runtime.shutdown_timeout(Duration::from_millis(50));

@@ -178,6 +178,8 @@ pub struct Assertions {
     evicted: AtomicUsize,
     /// When the sweep last scanned for idle assertions (+1; 0: never).
     scanned: AtomicU64,
+    /// When a full table last found none idle (+1; 0: never).
+    full_scan: AtomicU64,
 }
 
 impl Assertions {
@@ -196,6 +198,7 @@ impl Assertions {
             active: AtomicUsize::new(0),
             evicted: AtomicUsize::new(0),
             scanned: AtomicU64::new(0),
+            full_scan: AtomicU64::new(0),
         }
     }
 
@@ -240,7 +243,7 @@ impl Assertions {
             self.active.store(cooled.len(), Ordering::Relaxed);
             return Observed::Bumped(AssertionRef { index, stamp });
         }
-        if table.live >= self.settings.max_assertions && !self.evict_one(&mut table, now) {
+        if table.live >= self.settings.max_assertions && !self.make_room(&mut table, now) {
             return Observed::Untracked;
         }
         let stamp = table.next_stamp();
@@ -268,7 +271,23 @@ impl Assertions {
     }
 
     /// A full table makes room for a new assertion: the one idle longest
-    /// goes, if any is idle enough. One scan; a full table is rare.
+    /// goes, if any is idle enough. A scan reads every slot under the lock
+    /// the request path also takes, so a table found with none idle is not
+    /// scanned again for `IDLE_SCAN_INTERVAL`: a flood of new ids into a
+    /// busy table costs one scan a second, not one per id.
+    fn make_room(&self, table: &mut Table, now: Millis) -> bool {
+        let last = self.full_scan.load(Ordering::Relaxed);
+        if last != 0 && now < (last - 1).saturating_add(IDLE_SCAN_INTERVAL) {
+            return false;
+        }
+        if self.evict_one(table, now) {
+            return true;
+        }
+        self.full_scan
+            .store(now.saturating_add(1), Ordering::Relaxed);
+        false
+    }
+
     fn evict_one(&self, table: &mut Table, now: Millis) -> bool {
         let oldest = table
             .entries

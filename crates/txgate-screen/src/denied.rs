@@ -41,8 +41,9 @@ pub struct Ban {
     pub expires: Millis,
     /// End of the suspect window after it.
     pub suspect_until: Millis,
-    /// Up to two assertions, most recent first; `None` where there is
-    /// none (a ban from a source that names no assertion).
+    /// Up to two assertions, most recent first. `[None, None]`: the ban
+    /// holds until its end whatever the assertions do (a verdict named no
+    /// assertion, or the assertion table was full).
     pub assertions: [Option<AssertionRef>; 2],
 }
 
@@ -197,8 +198,17 @@ impl DeniedSet {
         if let Some(ban) = shard.get_mut(&key) {
             ban.expires = ban.expires.max(expires);
             ban.suspect_until = ban.suspect_until.max(suspect_until);
-            if assertion.is_some() && ban.assertions[0] != assertion {
-                ban.assertions = [assertion, ban.assertions[0]];
+            match assertion {
+                // A verdict that names no assertion makes the ban hold until
+                // its end whatever happens to the assertions it also named
+                // (a bump or an eviction never lifts it).
+                None => ban.assertions = [None, None],
+                // Once unconditional, it stays so.
+                Some(_) if ban.assertions == [None, None] => {}
+                Some(_) if ban.assertions[0] != assertion => {
+                    ban.assertions = [assertion, ban.assertions[0]];
+                }
+                Some(_) => {}
             }
             return Inserted::Refreshed;
         }

@@ -3,8 +3,8 @@
 //! [`Screen`] holds every cache; its `stage_*` methods are the steps of the
 //! request path, each a plain function of the [`Candidate`] so far. Their
 //! order is written once, in [`crate::stage::Stages`]: the proxy builds its
-//! tower stack from that list, and [`Screen::screen`] runs the same list in
-//! a row for tests and benches. [`Screen::apply`] is the one way state is
+//! tower stack from that list, and `Screen::screen` (in [`crate::stage`])
+//! runs the same list in a row for tests and benches. [`Screen::apply`] is the one way state is
 //! learned: a batch of invalidations in one pass.
 //!
 //! 1. hex, then the tx hash straight from the raw bytes (no decoding):
@@ -29,7 +29,6 @@ use crate::denied::{Ban, DeniedSet, Inserted};
 use crate::fingerprint::Fingerprint;
 use crate::recover::{SignatureError, recover_sender};
 use crate::snapshot::BanRecord;
-use crate::stage::{StageList, Stages};
 use crate::ttl::{Millis, TtlMap};
 use crate::tx::{DecodeError, Tx, check_chain_id, decode_hex, decode_with_hash, tx_hash};
 
@@ -374,7 +373,7 @@ impl Screen {
     }
 
     /// Stage 1: hex, and the tx hash from the raw bytes: the candidate the
-    /// other stages ([`Stages`]) work on.
+    /// other stages ([`crate::stage::Stages`]) work on.
     pub fn candidate(&self, param: &str, now: Millis) -> Result<Candidate, Rejection> {
         let raw = decode_hex(param).map_err(Rejection::Invalid)?;
         let hash = tx_hash(&raw);
@@ -517,14 +516,6 @@ impl Screen {
             fingerprint: c.fingerprint.map(|fp| fp.hash),
             suspect: c.suspect,
         }
-    }
-
-    /// Every stage in a row, in the order of [`Stages`] (what the proxy's
-    /// tower stack does).
-    pub fn screen(&self, param: &str, now: Millis) -> Result<Admitted, Rejection> {
-        let mut c = self.candidate(param, now)?;
-        Stages::run(self, &mut c)?;
-        Ok(self.admit(&c))
     }
 
     fn ban_state(&self, ban: &Ban, now: Millis) -> BanState {

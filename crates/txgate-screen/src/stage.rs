@@ -9,7 +9,8 @@
 //! work on ([`Screen::candidate`]); the last, the pending attribution of a
 //! call that passed, is [`Screen::admit`].
 
-use crate::engine::{Candidate, Rejection, Screen};
+use crate::engine::{Admitted, Candidate, Rejection, Screen};
+use crate::ttl::Millis;
 
 /// One step of the screening path.
 pub trait Stage {
@@ -115,6 +116,16 @@ impl<H: Stage, T: StageList> StageList for (H, T) {
     fn names(out: &mut Vec<&'static str>) {
         out.push(H::NAME);
         T::names(out);
+    }
+}
+
+impl Screen {
+    /// Every stage in a row, in the order of [`Stages`] (what the proxy's
+    /// tower stack does), then the pending attribution.
+    pub fn screen(&self, param: &str, now: Millis) -> Result<Admitted, Rejection> {
+        let mut c = self.candidate(param, now)?;
+        Stages::run(self, &mut c)?;
+        Ok(self.admit(&c))
     }
 }
 

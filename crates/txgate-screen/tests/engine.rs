@@ -409,3 +409,29 @@ fn a_deny_with_no_assertion_names_none() {
         Some(Reason::DeniedFingerprint)
     );
 }
+
+/// A ban named by an assertion and by a verdict with none holds until its
+/// end: the assertion's version bump does not lift it.
+#[test]
+fn a_verdict_with_no_assertion_makes_a_ban_unconditional() {
+    let s = screen(ScreenSettings::default());
+    let raw = raw_tx(&key(1), 0, &attack_input(), 1);
+    s.apply(&[invalidation_of(&raw, 1)], 0);
+    let mut none = invalidation_of(&raw, 1);
+    none.assertion = None;
+    s.apply(&[none], 10);
+    // ASSERTION moves to version 2 (through another fingerprint).
+    let bump = invalidation_of(&raw_tx(&key(3), 0, &honest_input(9), 1), 2);
+    assert_eq!(s.apply(&[bump], 20).bumped, 1);
+    let other = raw_tx(&key(2), 0, &attack_input(), 1);
+    match s.screen(&other, 30) {
+        Err(Rejection::Denied { assertions, .. }) => assert!(assertions.is_empty()),
+        r => panic!("{r:?}"),
+    }
+    // Without the verdict that named none, the bump lifts it.
+    let s = screen(ScreenSettings::default());
+    s.apply(&[invalidation_of(&raw, 1)], 0);
+    let bump = invalidation_of(&raw_tx(&key(3), 0, &honest_input(9), 1), 2);
+    s.apply(&[bump], 20);
+    assert_eq!(reason(s.screen(&other, 30)), None);
+}

@@ -115,40 +115,8 @@ impl Cli {
             config.screen.snapshot_path = v.clone();
         }
         config.validate().map_err(|e| e.to_string())?;
-        preflight(&config)?;
         Ok(config)
     }
-}
-
-/// Checks of settings that depend on more than their value, run by
-/// `check-config` and the daemon alike, before anything listens.
-fn preflight(config: &Config) -> Result<(), String> {
-    if tracing_subscriber::EnvFilter::try_new(&config.log.level).is_err() {
-        return Err(format!(
-            "`log.level`: `{}` is not a log filter (RUST_LOG syntax, e.g. info or txgate_proxy=debug)",
-            config.log.level
-        ));
-    }
-    let snapshot = &config.screen.snapshot_path;
-    if config.screen.enabled && !snapshot.is_empty() {
-        let path = std::path::Path::new(snapshot);
-        let dir = match path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => std::path::Path::new("."),
-        };
-        if !dir.is_dir() {
-            return Err(format!(
-                "`screen.snapshot_path`: `{snapshot}`: directory `{}` does not exist",
-                dir.display()
-            ));
-        }
-        if path.is_dir() {
-            return Err(format!(
-                "`screen.snapshot_path`: `{snapshot}` is a directory, not a file"
-            ));
-        }
-    }
-    Ok(())
 }
 
 fn init_logging(config: &Config) {
@@ -219,26 +187,28 @@ fn main() -> ExitCode {
 
 async fn run(config: Config) -> ExitCode {
     let workers = config.server.effective_workers();
-    let listeners = match Listeners::bind(config.server.listen, config.admin.listen, workers) {
-        Ok(listeners) => listeners,
-        Err(e) => {
-            tracing::error!(rpc = %config.server.listen, admin = %config.admin.listen, error = %e, "cannot bind");
-            return ExitCode::from(EXIT_FAILED);
-        }
-    };
-    let (Ok(rpc_addr), Ok(admin_addr)) = (listeners.rpc_addr(), listeners.admin_addr()) else {
-        tracing::error!("listeners have no local address");
-        return ExitCode::from(EXIT_FAILED);
-    };
+    let (listen, admin) = (config.server.listen, config.admin.listen);
     let upstream_url = config.upstream.url.clone();
     let screening = screening_mode(&config);
     let sidecar_url = config.sidecar.url.clone();
+    // Everything that can refuse a setting runs before anything listens.
     let proxy = match Proxy::new(config) {
         Ok(proxy) => proxy,
         Err(e) => {
             eprintln!("txgate: configuration error: {e}");
             return ExitCode::from(EXIT_CONFIG);
         }
+    };
+    let listeners = match Listeners::bind(listen, admin, workers) {
+        Ok(listeners) => listeners,
+        Err(e) => {
+            tracing::error!(rpc = %listen, admin = %admin, error = %e, "cannot bind");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    let (Ok(rpc_addr), Ok(admin_addr)) = (listeners.rpc_addr(), listeners.admin_addr()) else {
+        tracing::error!("listeners have no local address");
+        return ExitCode::from(EXIT_FAILED);
     };
     tracing::info!(rpc = %rpc_addr, admin = %admin_addr, upstream = %upstream_url, workers, screening, sidecar = %sidecar_url, "listening");
     let Exit { drained, fatal } = proxy.run(listeners, shutdown_signal()).await;

@@ -21,6 +21,8 @@ pub struct ProbeCounters {
     pub timeout: IntCounter,
     /// The call failed: forwarded.
     pub error: IntCounter,
+    /// Not asked: `sidecar.max_probes_in_flight` questions were in flight.
+    pub saturated: IntCounter,
 }
 
 /// Sidecar link metrics.
@@ -92,6 +94,7 @@ impl SidecarMetrics {
                 deny: result("deny"),
                 timeout: result("timeout"),
                 error: result("error"),
+                saturated: result("saturated"),
             },
         }
     }

@@ -25,19 +25,23 @@ use txgate_screen::{AssertionKey, Invalidation, Millis, Rejection};
 use super::{Cleared, Submission};
 use crate::metrics::Metrics;
 
-/// "Forward" verdicts by fingerprint, shared by every worker: bounded in
-/// entries (`sidecar.max_verdicts`; a full map drops its oldest first) and
-/// swept of expired entries by the upkeep task.
+/// What every worker's probe shares: "forward" verdicts by fingerprint,
+/// bounded in entries (`sidecar.max_verdicts`; a full map drops its oldest
+/// first) and swept of expired entries by the upkeep task; and the
+/// process-wide cap on questions in flight (`sidecar.max_probes_in_flight`).
 #[derive(Debug)]
 pub struct VerdictCache {
     forward: TtlMap<B256, ()>,
+    in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 impl VerdictCache {
-    /// A cache of at most about `max_entries` verdicts.
-    pub fn new(max_entries: usize) -> VerdictCache {
+    /// A cache of at most about `max_entries` verdicts, and at most
+    /// `max_in_flight` questions at once.
+    pub fn new(max_entries: usize, max_in_flight: usize) -> VerdictCache {
         VerdictCache {
             forward: TtlMap::new(max_entries),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(max_in_flight)),
         }
     }
 
@@ -213,6 +217,12 @@ impl<'a> Service<Submission<'a>> for Probe {
         let Some(fp) = question else {
             return ready(&s);
         };
+        // Process-wide cap: beyond it, forward without asking (as on a
+        // timeout), so no client can make txgate flood the sidecar.
+        let Ok(permit) = client.verdicts.in_flight.clone().try_acquire_owned() else {
+            client.metrics.sidecar.probe.saturated.inc();
+            return ready(&s);
+        };
         let (tx_hash, sender, now) = (c.hash, c.sender, c.now);
         let request = v1::ShouldForwardRequest {
             fingerprint: Some(fingerprint_message(&fp)),
@@ -222,7 +232,9 @@ impl<'a> Service<Submission<'a>> for Probe {
         };
         let asked = client.clone().ask(request);
         let future: Boxed<'a> = Box::pin(async move {
-            match asked.await {
+            let verdict = asked.await;
+            drop(permit);
+            match verdict {
                 Verdict::Forward(ttl) => client.verdicts.forward(fp.hash, now + ttl),
                 Verdict::Deny(keys) => {
                     let invalidation = |assertion| Invalidation {
@@ -262,7 +274,7 @@ mod tests {
     /// a full cache drops its oldest first, and the upkeep sweeps it.
     #[test]
     fn verdict_cache_is_bounded_and_swept() {
-        let cache = VerdictCache::new(1024);
+        let cache = VerdictCache::new(1024, 1);
         for i in 0..100_000u64 {
             cache.forward(alloy_primitives::keccak256(i.to_be_bytes()), 1_000 + i);
         }

@@ -101,7 +101,14 @@ pub async fn run(
                 readiness.set_sidecar(SidecarLink::Up);
                 delay = settings.reconnect_initial;
                 match forward(response.into_inner(), &queue, &metrics, &stop).await {
-                    Ended::Stopped | Ended::Closed => return,
+                    Ended::Stopped => return,
+                    Ended::Closed => {
+                        // The worker is gone: nothing received is applied
+                        // any more, so the link is not up.
+                        tracing::error!("invalidation worker gone; sidecar stream closed");
+                        readiness.set_sidecar(SidecarLink::Down);
+                        return;
+                    }
                     Ended::Finished => tracing::warn!("sidecar ended the invalidation stream"),
                     Ended::Broken(status) => {
                         tracing::warn!(code = ?status.code(), "sidecar stream broke")

@@ -132,6 +132,22 @@ fn settings_that_cannot_work_are_refused_by_check_config() {
         let (code, _, err) = txgate(&check, &[]);
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(err.contains(key), "{args:?}: {err}");
+        // The daemon refuses the same setting, before listening.
+        let mut daemon = vec![
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ];
+        daemon.extend_from_slice(args);
+        let (code, _, err) = txgate(&daemon, &[]);
+        assert_eq!(code, 2, "daemon {args:?}: {err}");
+        assert!(
+            err.contains(key) && !err.contains("listening"),
+            "daemon {args:?}: {err}"
+        );
     }
 }
 

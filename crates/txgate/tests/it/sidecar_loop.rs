@@ -496,7 +496,7 @@ async fn a_batch_waiting_on_should_forward_is_screened_concurrently() {
     // Sequential screening costs at least 40 × 50 ms; concurrent screening
     // about one answer. The bench (PERFORMANCE.md) measures the margin.
     assert!(
-        through < node + Duration::from_millis(1000),
+        through < node + Duration::from_millis(600),
         "node {node:?}, through txgate {through:?}"
     );
 }
