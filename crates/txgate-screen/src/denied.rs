@@ -47,6 +47,9 @@ pub struct Ban {
     pub assertions: [Option<AssertionRef>; 2],
 }
 
+// A ban stays 32 bytes: "no assertion" rides in the stamp's niche.
+const _: () = assert!(std::mem::size_of::<Ban>() == 32);
+
 /// What an insert did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Inserted {

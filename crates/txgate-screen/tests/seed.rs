@@ -30,6 +30,9 @@ fn probe_hash() -> String {
             std::env::consts::ARCH,
             "-R",
             "faketime",
+            // -f: the clock stands still (without it, it starts there and
+            // runs on).
+            "-f",
             "2026-01-01 00:00:00",
         ])
         .arg(exe)
