@@ -32,10 +32,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
-use txgate_benches::procs::{HttpClient, free_port, post, root, spawn, wait_up};
+use txgate_benches::procs::{HttpClient, client, free_port, post, root, spawn, wait_up};
 use txgate_benches::{Eoa, call, raw_hex};
 
 const GUARDED: &str = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
@@ -176,9 +174,7 @@ async fn attack(
     connections: usize,
     seconds: u64,
 ) -> BTreeMap<String, u64> {
-    let client: HttpClient = Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(1024)
-        .build_http();
+    let client: HttpClient = client(1024);
     let attackers: Arc<Vec<Eoa>> = Arc::new((0..attackers).map(|i| eoa(100_000 + i)).collect());
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
@@ -265,9 +261,7 @@ async fn main() {
     }
     let tools = root().join(".tools/bin");
     let release = root().join("target/release");
-    let client: HttpClient = Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(1024)
-        .build_http();
+    let client: HttpClient = client(1024);
 
     let (anvil_port, grpc_port, sidecar_admin, rpc_port, admin_port) = (
         free_port(),
