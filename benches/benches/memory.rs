@@ -60,13 +60,53 @@ fn measure(n: usize) {
     drop(screen);
 }
 
+/// Resident memory per forwarded tx hash (the map a result stream
+/// resolves hashes through): `n` forwards into a map bounded at `max`.
+fn measure_forwarded(n: usize, max: usize) {
+    use txgate_screen::Fingerprint;
+    use txgate_screen::forwarded::{Forward, ForwardedMap};
+    let before = rss_bytes();
+    let map = ForwardedMap::new(max);
+    for i in 0..n as u64 {
+        let hash = alloy_primitives::keccak256(i.to_be_bytes());
+        let forward = Forward {
+            fingerprint: Fingerprint::from_parts(
+                alloy_primitives::Address::from_word(hash),
+                &hash[..8],
+                alloy_primitives::U256::from(i),
+                21_000 + i,
+            ),
+            sender: alloy_primitives::Address::from_word(alloy_primitives::keccak256(hash)),
+        };
+        map.insert(hash, &forward, u64::MAX, 0);
+    }
+    let after = rss_bytes();
+    let held = map.len();
+    println!(
+        "{n:>9} forwarded into a map of {max:>9}: held {held:>9}, RSS +{:>6.1} MiB, \
+         {:>6.1} B/entry (rings and indexes allocated: {:.1} B/entry)",
+        (after - before) as f64 / (1024.0 * 1024.0),
+        after.saturating_sub(before) as f64 / held as f64,
+        map.heap_bytes() as f64 / held as f64,
+    );
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
-    if let Some("--child") = args.next().as_deref() {
-        if let Some(n) = args.next().and_then(|v| v.parse().ok()) {
-            measure(n);
+    match args.next().as_deref() {
+        Some("--child") => {
+            if let Some(n) = args.next().and_then(|v| v.parse().ok()) {
+                measure(n);
+            }
+            return;
         }
-        return;
+        Some("--forwarded") => {
+            let n = args.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+            let max = args.next().and_then(|v| v.parse().ok()).unwrap_or(n);
+            measure_forwarded(n, max);
+            return;
+        }
+        _ => {}
     }
     // Criterion-style flags (`--bench`) are ignored; every size runs.
     let exe = std::env::current_exe().unwrap_or_default();
@@ -77,6 +117,22 @@ fn main() {
             .status();
         if !status.is_ok_and(|s| s.success()) {
             eprintln!("measurement for {n} failed");
+            std::process::exit(1);
+        }
+    }
+    // The default bound (screen.max_forwarded, 10,000 tx/s over 60 s),
+    // full; a tenth of it in use; and a map sized to what it holds.
+    println!("resident memory per forwarded tx hash (target <= 128 B)");
+    for (n, max) in [
+        (600_000usize, 600_000usize),
+        (60_000, 600_000),
+        (100_000, 100_000),
+    ] {
+        let status = Command::new(&exe)
+            .args(["--forwarded", &n.to_string(), &max.to_string()])
+            .status();
+        if !status.is_ok_and(|s| s.success()) {
+            eprintln!("forwarded measurement for {n} failed");
             std::process::exit(1);
         }
     }

@@ -1,14 +1,26 @@
-//! The admin endpoint: invalidations injected by tests and the demo.
+//! The admin endpoint: invalidations and results injected by tests and the
+//! demo.
 //!
 //! `POST /invalidations` takes one object or an array of them:
 //! - `{"raw_tx": "0x…", "assertion_id": "0x…", "assertion_version": 1}`:
 //!   the sidecar decodes the transaction and computes its fingerprint, tx
-//!   hash and sender with txgate's library;
+//!   hash and sender with txgate's library; besides the invalidation, it
+//!   publishes an `ASSERTION_FAILED` result for the tx hash on
+//!   `SubscribeResults` (at the latest block it published a result for)
+//!   and posts a failure report (`--report-url`);
 //! - `{"synthetic": N, "assertion_id": "0x…", "assertion_version": 1}`: N
-//!   random fingerprints (storm tests).
+//!   random fingerprints (storm tests; no result, no report).
 //!
 //! Answers `{"accepted": N, "fingerprints": [...]}` (fingerprints of raw
 //! transactions only), or 400 with the reason.
+//!
+//! `POST /results` publishes raw results on `SubscribeResults`, for tests
+//! (unknown hashes, statuses this build does not know): one object or an
+//! array of `{"tx_hash": "0x…32 bytes", "status": 5}`, with optional
+//! `"block_number"` (default: the latest block a result was published
+//! for), `"index"` (0), `"gas_used"` (0) and `"error"` (""). `status` is
+//! any integer (6 is sent as is). Nothing else happens: no invalidation,
+//! no report. Answers `{"accepted": N, "subscribers": S}`, or 400.
 //!
 //! Injections are paced to the slowest subscriber: when its buffer
 //! (`stream_buffer`) is full, the request waits for it to drain, so a storm
@@ -35,9 +47,12 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::net::TcpListener;
+use txgate_proto::transport_v1::ResultStatus;
 use txgate_screen::{AssertionKey, Fingerprint, decode, decode_hex, recover_sender};
 
 use crate::hub::Hub;
+use crate::report::{Reporter, TxEnv};
+use crate::results::{Executed, assertion_failure};
 
 /// Synthetic invalidations per request at most.
 const MAX_SYNTHETIC: u64 = 10_000_000;
@@ -62,9 +77,39 @@ struct Injected {
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-enum Body {
-    One(Injected),
-    Many(Vec<Injected>),
+enum Body<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+/// A raw result for `POST /results`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InjectedResult {
+    tx_hash: B256,
+    status: i32,
+    #[serde(default)]
+    block_number: Option<u64>,
+    #[serde(default)]
+    index: u64,
+    #[serde(default)]
+    gas_used: u64,
+    #[serde(default)]
+    error: String,
+}
+
+/// The shared state of the admin endpoint.
+#[derive(Debug, Clone)]
+pub(crate) struct Admin {
+    hub: Arc<Hub>,
+    reporter: Reporter,
+}
+
+impl Admin {
+    /// The endpoint over `hub`, reporting failures to `reporter`.
+    pub(crate) fn new(hub: Arc<Hub>, reporter: Reporter) -> Admin {
+        Admin { hub, reporter }
+    }
 }
 
 fn reply(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
@@ -91,26 +136,43 @@ async fn wait_for_room(hub: &Hub, pace: &mut Option<Duration>) {
 /// invalidation waits for room at the slowest subscriber (see
 /// [`Hub::room`]), so that a storm is not lost to a subscriber that is only
 /// slower than the storm; once a stalled subscriber was given up on,
-/// `pace` is cleared for the rest of the request. Returns the
+/// `pace` is cleared for the rest of the request. A raw transaction also
+/// gets an `ASSERTION_FAILED` result and a failure report. Returns the
 /// invalidations injected.
 async fn inject(
-    hub: &Hub,
+    admin: &Admin,
     item: &Injected,
     pace: &mut Option<Duration>,
     fingerprints: &mut Vec<String>,
 ) -> Result<u64, String> {
+    let hub = &*admin.hub;
     let assertion = AssertionKey {
         id: item.assertion_id,
         version: item.assertion_version,
     };
     match (&item.raw_tx, item.synthetic) {
         (Some(raw), None) => {
-            let tx =
-                decode(&decode_hex(raw).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+            let raw = decode_hex(raw).map_err(|e| e.to_string())?;
+            let tx = decode(&raw).map_err(|e| e.to_string())?;
             let sender = recover_sender(&tx).map_err(|e| e.to_string())?;
             let fp = Fingerprint::of(&tx).ok_or("a contract creation has no fingerprint")?;
+            let env = TxEnv::from_raw(&tx, &raw, sender);
             wait_for_room(hub, pace).await;
             hub.invalidate(&fp, assertion, Some(tx.hash), Some(sender), 0);
+            hub.results.publish(Executed {
+                block: hub.results.latest_block(),
+                index: 0,
+                tx_hash: tx.hash,
+                status: ResultStatus::AssertionFailed as i32,
+                gas_used: 0,
+                error: assertion_failure(&[assertion]),
+            });
+            match env {
+                Ok(env) => {
+                    admin.reporter.report(tx.hash, &env);
+                }
+                Err(e) => tracing::warn!(tx = %tx.hash, error = %e, "cannot report a failure"),
+            }
             fingerprints.push(format!("{}", fp.hash));
             Ok(1)
         }
@@ -138,37 +200,60 @@ async fn inject(
     }
 }
 
-async fn handle(
-    hub: Arc<Hub>,
+/// Reads a JSON body of one `T` or an array of them (at most 64 MiB).
+async fn items<T: for<'de> Deserialize<'de>>(
     req: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+) -> Result<Vec<T>, Response<Full<Bytes>>> {
+    let body = match Limited::new(req.into_body(), 64 << 20).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(_) => {
+            return Err(reply(
+                StatusCode::BAD_REQUEST,
+                json!({"error": "body unreadable or over 64 MiB"}),
+            ));
+        }
+    };
+    match serde_json::from_slice::<Body<T>>(&body) {
+        Ok(Body::One(item)) => Ok(vec![item]),
+        Ok(Body::Many(items)) => Ok(items),
+        Err(e) => Err(reply(
+            StatusCode::BAD_REQUEST,
+            json!({"error": e.to_string()}),
+        )),
+    }
+}
+
+/// Publishes raw results; returns the subscribers the last one reached.
+fn publish_results(hub: &Hub, items: Vec<InjectedResult>) -> usize {
+    let mut reached = 0;
+    for item in items {
+        reached = hub.results.publish(Executed {
+            block: item
+                .block_number
+                .unwrap_or_else(|| hub.results.latest_block()),
+            index: item.index,
+            tx_hash: item.tx_hash,
+            status: item.status,
+            gas_used: item.gas_used,
+            error: item.error,
+        });
+    }
+    reached
+}
+
+async fn handle(admin: Admin, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => Ok(reply(StatusCode::OK, json!({"ok": true}))),
         (&Method::POST, "/invalidations") => {
-            let body = match Limited::new(req.into_body(), 64 << 20).collect().await {
-                Ok(body) => body.to_bytes(),
-                Err(_) => {
-                    return Ok(reply(
-                        StatusCode::BAD_REQUEST,
-                        json!({"error": "body unreadable or over 64 MiB"}),
-                    ));
-                }
-            };
-            let items = match serde_json::from_slice::<Body>(&body) {
-                Ok(Body::One(item)) => vec![item],
-                Ok(Body::Many(items)) => items,
-                Err(e) => {
-                    return Ok(reply(
-                        StatusCode::BAD_REQUEST,
-                        json!({"error": e.to_string()}),
-                    ));
-                }
+            let items = match items::<Injected>(req).await {
+                Ok(items) => items,
+                Err(response) => return Ok(response),
             };
             let mut accepted = 0;
             let mut fingerprints = Vec::new();
             let mut pace = Some(ROOM_PATIENCE);
             for item in &items {
-                match inject(&hub, item, &mut pace, &mut fingerprints).await {
+                match inject(&admin, item, &mut pace, &mut fingerprints).await {
                     Ok(n) => accepted += n,
                     Err(e) => {
                         return Ok(reply(
@@ -181,6 +266,18 @@ async fn handle(
             Ok(reply(
                 StatusCode::OK,
                 json!({"accepted": accepted, "fingerprints": fingerprints}),
+            ))
+        }
+        (&Method::POST, "/results") => {
+            let items = match items::<InjectedResult>(req).await {
+                Ok(items) => items,
+                Err(response) => return Ok(response),
+            };
+            let accepted = items.len();
+            let subscribers = publish_results(&admin.hub, items);
+            Ok(reply(
+                StatusCode::OK,
+                json!({"accepted": accepted, "subscribers": subscribers}),
             ))
         }
         _ => Ok(reply(StatusCode::NOT_FOUND, json!({"error": "not found"}))),
@@ -252,13 +349,13 @@ where
 }
 
 /// Serves the admin endpoint forever.
-pub(crate) async fn serve(listener: TcpListener, hub: Arc<Hub>) {
+pub(crate) async fn serve(listener: TcpListener, admin: Admin) {
     accept_loop(
         || listener.accept(),
         |(stream, _)| {
-            let hub = hub.clone();
+            let admin = admin.clone();
             tokio::spawn(async move {
-                let service = service_fn(move |req| handle(hub.clone(), req));
+                let service = service_fn(move |req| handle(admin.clone(), req));
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
@@ -273,10 +370,13 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Instant;
 
+    use alloy_consensus::TxEip1559;
+    use alloy_primitives::{TxKind, U256};
     use tokio_stream::StreamExt;
 
     use super::*;
     use crate::config::Config;
+    use crate::testutil::{receiver, sign};
 
     fn storm(n: u64) -> Injected {
         serde_json::from_value(json!({"synthetic": n,
@@ -286,6 +386,146 @@ mod tests {
 
     fn hub(extra: &str) -> Arc<Hub> {
         Arc::new(Hub::new(Config::parse(extra).expect("config")))
+    }
+
+    fn admin(hub: &Arc<Hub>) -> Admin {
+        Admin::new(hub.clone(), Reporter::disabled())
+    }
+
+    fn raw_call(to: Address, input: &[u8]) -> Vec<u8> {
+        sign(TxEip1559 {
+            chain_id: 31337,
+            nonce: 4,
+            gas_limit: 90_000,
+            max_fee_per_gas: 2_000_000_000,
+            max_priority_fee_per_gas: 1_000_000_000,
+            to: TxKind::Call(to),
+            value: U256::from(5),
+            access_list: Default::default(),
+            input: input.to_vec().into(),
+        })
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_raw_tx_injection_is_also_a_result_and_a_report() {
+        let (addr, mut reports) = receiver(200, Duration::ZERO).await;
+        let hub = hub("");
+        let admin = Admin::new(
+            hub.clone(),
+            Reporter::new(&format!("http://{addr}/?token=t")).expect("reporter"),
+        );
+        hub.results.publish(Executed {
+            block: 12,
+            index: 0,
+            tx_hash: B256::ZERO,
+            status: 1,
+            gas_used: 0,
+            error: String::new(),
+        });
+        let results = hub.results.subscribe(Some(U256::from(12)));
+        let invalidations = hub.subscribe();
+        let raw = raw_call(Address::repeat_byte(0xc0), &[0xaa, 0x60, 0xe7, 0x33, 1]);
+        let item: Injected = serde_json::from_value(json!({
+            "raw_tx": format!("0x{}", alloy_primitives::hex::encode(&raw)),
+            "assertion_id": format!("0x{}", "b7".repeat(32)), "assertion_version": 2}))
+        .expect("item");
+        let mut fingerprints = Vec::new();
+        assert_eq!(
+            inject(&admin, &item, &mut None, &mut fingerprints).await,
+            Ok(1)
+        );
+        drop((hub, admin));
+        let tx = decode(&raw).expect("decodes");
+        let sender = recover_sender(&tx).expect("sender");
+        let invalidations: Vec<_> = invalidations.collect().await;
+        assert_eq!(invalidations.len(), 1);
+        assert_eq!(invalidations[0].tx_hash, Some(tx.hash));
+        let results: Vec<_> = results.collect().await;
+        assert_eq!(results.len(), 1, "at the latest block: not filtered out");
+        let id = results[0].tx_execution_id.clone().expect("id");
+        assert_eq!(id.tx_hash, tx.hash.to_vec());
+        assert_eq!(U256::from_be_slice(&id.block_number), U256::from(12));
+        assert_eq!(results[0].status, 5);
+        assert!(results[0].error.contains(&"b7".repeat(32)));
+        let (path, _, body) = tokio::time::timeout(Duration::from_secs(5), reports.recv())
+            .await
+            .expect("in time")
+            .expect("a report");
+        assert_eq!(path, "/report?token=t");
+        assert_eq!(body[0], json!(format!("{}", tx.hash)));
+        assert_eq!(
+            body[1]["caller"],
+            json!(sender),
+            "lowercase hex, as alloy serializes"
+        );
+        assert_eq!(body[1]["nonce"], json!(4));
+        assert_eq!(body[1]["value"], json!("0x5"));
+        assert_eq!(body[1]["gas_price"], json!(2_000_000_000u64));
+        assert_eq!(body[1]["gas_priority_fee"], json!(1_000_000_000u64));
+        assert_eq!(body[1]["chain_id"], json!(31337));
+    }
+
+    /// POSTs `body` to `path` on the admin endpoint at `addr`.
+    async fn post(
+        addr: std::net::SocketAddr,
+        path: &str,
+        body: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .build_http::<Full<Bytes>>();
+        let request = Request::post(format!("http://{addr}{path}"))
+            .body(Full::new(Bytes::from(body.to_string())))
+            .expect("request");
+        let response = client.request(request).await.expect("response");
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        (status, serde_json::from_slice(&body).unwrap_or_default())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn raw_results_are_published_as_given() {
+        let hub = hub("");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(serve(listener, admin(&hub)));
+        let mut results = Box::pin(hub.results.subscribe(None));
+        let unknown = format!("0x{}", "ee".repeat(32));
+        let (status, answer) = post(
+            addr,
+            "/results",
+            json!([
+                {"tx_hash": unknown, "status": 6},
+                {"tx_hash": unknown, "status": 5, "block_number": 3, "index": 2,
+                 "gas_used": 7, "error": "boom"},
+            ]),
+        )
+        .await;
+        assert_eq!(
+            (status, answer),
+            (200, json!({"accepted": 2, "subscribers": 1}))
+        );
+        let first = results.next().await.expect("a result");
+        assert_eq!(first.status, 6, "a status this build does not know, as is");
+        let id = first.tx_execution_id.expect("id");
+        assert_eq!((id.tx_hash, id.index), (vec![0xee; 32], 0));
+        assert_eq!(U256::from_be_slice(&id.block_number), U256::ZERO);
+        let second = results.next().await.expect("a result");
+        let id = second.tx_execution_id.expect("id");
+        assert_eq!(U256::from_be_slice(&id.block_number), U256::from(3));
+        assert_eq!(
+            (id.index, second.gas_used, second.error.as_str()),
+            (2, 7, "boom")
+        );
+        // One object works too; a short hash does not.
+        let one = json!({"tx_hash": unknown, "status": 1});
+        assert_eq!(post(addr, "/results", one).await.0, 200);
+        let short = json!({"tx_hash": "0x01", "status": 1});
+        assert_eq!(post(addr, "/results", short).await.0, 400);
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -302,7 +542,7 @@ mod tests {
             got
         });
         let mut pace = Some(Duration::from_secs(5));
-        let injected = inject(&hub, &storm(2_000), &mut pace, &mut Vec::new()).await;
+        let injected = inject(&admin(&hub), &storm(2_000), &mut pace, &mut Vec::new()).await;
         assert_eq!(injected, Ok(2_000));
         assert!(
             pace.is_some(),
@@ -318,7 +558,7 @@ mod tests {
         let _stalled = hub.subscribe();
         let started = Instant::now();
         let mut pace = Some(Duration::from_millis(20));
-        let injected = inject(&hub, &storm(1_000), &mut pace, &mut Vec::new()).await;
+        let injected = inject(&admin(&hub), &storm(1_000), &mut pace, &mut Vec::new()).await;
         assert_eq!(injected, Ok(1_000));
         assert_eq!(pace, None, "given up on once, for the rest of the request");
         assert!(
@@ -334,7 +574,7 @@ mod tests {
         let mut pace = Some(Duration::from_secs(5));
         let started = Instant::now();
         assert_eq!(
-            inject(&hub, &storm(1_000), &mut pace, &mut Vec::new()).await,
+            inject(&admin(&hub), &storm(1_000), &mut pace, &mut Vec::new()).await,
             Ok(1_000)
         );
         assert!(pace.is_some());

@@ -10,6 +10,10 @@
 //! # Invalidations buffered per subscriber; one further behind loses the
 //! # oldest, logged (default 16384).
 //! stream_buffer = 16384
+//! # Where failure reports go (see `report`): POST to this URL's host
+//! # with the path `/report`, the query kept, user-info as Basic auth.
+//! # `--report-url` overrides it; absent, nothing is reported.
+//! report_url = "http://127.0.0.1:8080/?token=abc"
 //! [[assertion]]
 //! id = "0x…32 bytes"
 //! version = 1
@@ -61,6 +65,9 @@ pub(crate) struct Config {
     /// loses the oldest (logged).
     #[serde(default = "default_stream_buffer")]
     pub(crate) stream_buffer: usize,
+    /// Where failure reports go (`--report-url` overrides it).
+    #[serde(default)]
+    pub(crate) report_url: Option<String>,
     /// The assertions.
     #[serde(default)]
     pub(crate) assertion: Vec<Assertion>,
@@ -86,6 +93,7 @@ impl Default for Config {
             judged_ttl_ms: DEFAULT_JUDGED_TTL_MS,
             judged_max: DEFAULT_JUDGED_MAX,
             stream_buffer: DEFAULT_STREAM_BUFFER,
+            report_url: None,
             assertion: Vec::new(),
         }
     }
@@ -241,5 +249,16 @@ mod tests {
         let config = Config::load(&path).expect("config/example-sidecar.toml");
         assert_eq!(config.assertion.len(), 2);
         assert_eq!(config.stream_buffer, DEFAULT_STREAM_BUFFER);
+        assert_eq!(config.report_url, None);
+    }
+
+    #[test]
+    fn the_report_url_is_a_config_key() {
+        let config =
+            Config::parse("report_url = \"http://u:p@127.0.0.1:9/?token=abc\"\n").expect("parses");
+        assert_eq!(
+            config.report_url.as_deref(),
+            Some("http://u:p@127.0.0.1:9/?token=abc")
+        );
     }
 }

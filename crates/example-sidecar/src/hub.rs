@@ -1,44 +1,59 @@
-//! The sidecar's state: what it judged, and the stream of invalidations to
-//! its subscribers.
+//! The sidecar's state: what it judged, the stream of invalidations to its
+//! subscribers, and the stream of results ([`crate::results`]).
 //!
-//! The hub knows nothing of the node or of gRPC: the watcher
-//! ([`crate::watch`]) and the admin endpoint ([`crate::admin`]) feed it,
-//! the gRPC service ([`crate::service`]) reads it.
+//! The hub knows nothing of the node, of HTTP or of any one protocol: the
+//! watcher ([`crate::watch`]) and the admin endpoint ([`crate::admin`])
+//! feed it; the gRPC services read it and put each invalidation in their
+//! own protocol's form (`txgate.sidecar.v1` in [`crate::service`],
+//! `rpcproxy.v1` in [`crate::rpcproxy`]), so every subscriber of either
+//! protocol gets the same invalidations.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use alloy_primitives::{Address, B256};
 use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_stream::{Stream, StreamExt};
-use txgate_proto::v1;
 use txgate_screen::{AssertionKey, Fingerprint};
 
 use crate::config::Config;
 use crate::judged::Judged;
+use crate::results::Results;
 
 /// How often a paced sender looks again for room in the stream buffer.
 const ROOM_POLL: Duration = Duration::from_millis(1);
+
+/// One invalidation, as every protocol needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Invalidated {
+    /// The fingerprint banned, with its parts.
+    pub(crate) fp: Fingerprint,
+    /// The assertion it failed.
+    pub(crate) assertion: AssertionKey,
+    /// The failing transaction, when known.
+    pub(crate) tx_hash: Option<B256>,
+    /// Its sender, when known.
+    pub(crate) sender: Option<Address>,
+    /// The block it failed in (0: injected).
+    pub(crate) block: u64,
+    /// When the sidecar learned it.
+    pub(crate) at: SystemTime,
+}
 
 /// Shared state.
 #[derive(Debug)]
 pub(crate) struct Hub {
     /// The configuration (assertions and limits).
     pub(crate) config: Config,
-    stream: broadcast::Sender<v1::Invalidation>,
+    /// Every executed transaction's result (`sidecar.transport.v1`).
+    pub(crate) results: Results,
+    stream: broadcast::Sender<Invalidated>,
     /// Invalidations buffered per subscriber, as configured.
     capacity: usize,
     /// Fingerprints judged invalid, with their assertions.
     judged: Mutex<Judged>,
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 impl Hub {
@@ -50,6 +65,7 @@ impl Hub {
         let judged = Judged::new(config.judged_ttl(), config.judged_max);
         Hub {
             config,
+            results: Results::default(),
             stream,
             capacity,
             judged: Mutex::new(judged),
@@ -69,9 +85,15 @@ impl Hub {
         if let Ok(mut judged) = self.judged.lock() {
             judged.record(fp.hash, assertion, Instant::now());
         }
-        let message =
-            txgate_proto::invalidation_message(fp, assertion, tx_hash, sender, block, unix_ms());
-        self.stream.send(message).unwrap_or(0)
+        let event = Invalidated {
+            fp: *fp,
+            assertion,
+            tx_hash,
+            sender,
+            block,
+            at: SystemTime::now(),
+        };
+        self.stream.send(event).unwrap_or(0)
     }
 
     /// Waits until every subscriber has room for another invalidation, so
@@ -116,7 +138,7 @@ impl Hub {
     /// A new subscriber's stream of every invalidation from now on. A
     /// subscriber more than `stream_buffer` behind loses the oldest; the
     /// loss is logged with its count and the stream goes on.
-    pub(crate) fn subscribe(&self) -> impl Stream<Item = v1::Invalidation> + Send + 'static {
+    pub(crate) fn subscribe(&self) -> impl Stream<Item = Invalidated> + Send + 'static {
         BroadcastStream::new(self.stream.subscribe()).filter_map(|item| match item {
             Ok(message) => Some(message),
             Err(BroadcastStreamRecvError::Lagged(n)) => {
@@ -132,6 +154,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::testutil::Logs;
 
     fn fp(i: u64) -> Fingerprint {
         Fingerprint::from_parts(
@@ -186,31 +209,10 @@ mod tests {
         assert_eq!(hub.stream.len(), 16_384);
     }
 
-    /// Captures log lines.
-    #[derive(Clone, Default)]
-    struct Logs(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Logs {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            if let Ok(mut logs) = self.0.lock() {
-                logs.extend_from_slice(buf);
-            }
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     #[tokio::test(flavor = "current_thread")]
     async fn broadcast_buffer_oversized_a_lagging_subscriber_loses_the_oldest_logged() {
         let logs = Logs::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let _guard = logs.capture();
 
         let hub = hub("stream_buffer = 8\n");
         let stream = hub.subscribe();
@@ -218,9 +220,9 @@ mod tests {
             hub.invalidate(&fp(i), key(), None, None, i);
         }
         drop(hub);
-        let got: Vec<u64> = stream.map(|m| m.l2_block_number).collect().await;
+        let got: Vec<u64> = stream.map(|m| m.block).collect().await;
         assert_eq!(got, (12..20).collect::<Vec<_>>(), "the newest 8 kept");
-        let logs = String::from_utf8(logs.0.lock().expect("lock").clone()).expect("utf-8");
+        let logs = logs.text();
         assert!(logs.contains("oldest invalidations lost"), "{logs}");
         assert!(logs.contains("lost=12"), "{logs}");
     }

@@ -16,6 +16,15 @@ use txgate_screen::Tx;
 /// How long one JSON-RPC call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What the sidecar reads of a receipt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Receipt {
+    /// Status 0.
+    pub(crate) reverted: bool,
+    /// Gas used by the transaction.
+    pub(crate) gas_used: u64,
+}
+
 /// A JSON-RPC client of the node.
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
@@ -84,13 +93,13 @@ impl Node {
         .await
     }
 
-    /// Whether each transaction of block `number` reverted, by lowercase
-    /// tx hash: every receipt of the block in one call
+    /// The receipt of each transaction of block `number`, by lowercase tx
+    /// hash: every receipt of the block in one call
     /// (`eth_getBlockReceipts`).
-    pub(crate) async fn reverted_in_block(
+    pub(crate) async fn receipts_in_block(
         &self,
         number: u64,
-    ) -> Result<HashMap<String, bool>, String> {
+    ) -> Result<HashMap<String, Receipt>, String> {
         let receipts = self
             .call("eth_getBlockReceipts", json!([format!("{number:#x}")]))
             .await?;
@@ -101,7 +110,10 @@ impl Node {
             .filter_map(|r| {
                 Some((
                     r["transactionHash"].as_str()?.to_lowercase(),
-                    hex_u64(&r["status"])? == 0,
+                    Receipt {
+                        reverted: hex_u64(&r["status"])? == 0,
+                        gas_used: hex_u64(&r["gasUsed"]).unwrap_or(0),
+                    },
                 ))
             })
             .collect())

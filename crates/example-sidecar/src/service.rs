@@ -1,14 +1,15 @@
-//! The gRPC service `txgate.sidecar.v1.RpcProxyHeuristics`.
+//! The gRPC service `txgate.sidecar.v1.RpcProxyHeuristics`, txgate's own
+//! protocol.
 //!
 //! - `StreamInvalidations` streams every invalidation of the hub to every
-//!   subscriber.
+//!   subscriber, with the failing tx hash and its sender when known.
 //! - `ShouldForward` answers from what the hub judged, and for a call to a
 //!   protected contract it has not judged, simulates it on the node with
 //!   `eth_call`.
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use alloy_primitives::{Address, B256};
 use tokio_stream::{Stream, StreamExt};
@@ -17,7 +18,7 @@ use txgate_proto::v1;
 use txgate_proto::v1::rpc_proxy_heuristics_server::RpcProxyHeuristics;
 use txgate_screen::AssertionKey;
 
-use crate::hub::Hub;
+use crate::hub::{Hub, Invalidated};
 use crate::node::Node;
 
 /// The gRPC service: the hub, and the node to simulate calls on.
@@ -35,6 +36,23 @@ impl Service {
 }
 
 type InvalidationStream = Pin<Box<dyn Stream<Item = Result<v1::Invalidation, Status>> + Send>>;
+
+/// The wire form of an invalidation in this protocol.
+pub(crate) fn invalidation_message(event: &Invalidated) -> v1::Invalidation {
+    let observed_at_ms = event
+        .at
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    txgate_proto::invalidation_message(
+        &event.fp,
+        event.assertion,
+        event.tx_hash,
+        event.sender,
+        event.block,
+        observed_at_ms,
+    )
+}
 
 fn deny(assertions: Vec<AssertionKey>) -> v1::ShouldForwardResponse {
     v1::ShouldForwardResponse {
@@ -59,7 +77,7 @@ impl RpcProxyHeuristics for Service {
         request: Request<()>,
     ) -> Result<Response<InvalidationStream>, Status> {
         tracing::info!(peer = ?request.remote_addr(), "subscriber joined");
-        let stream = self.hub.subscribe().map(Ok);
+        let stream = self.hub.subscribe().map(|e| Ok(invalidation_message(&e)));
         Ok(Response::new(Box::pin(stream)))
     }
 

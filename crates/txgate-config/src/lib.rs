@@ -21,16 +21,22 @@
 //!   [`screen::backpressure`] (`[screen.backpressure]`,
 //!   [`BackpressureConfig`]) and [`screen::cooldown`] (`[screen.cooldown]`,
 //!   [`CooldownConfig`]);
-//! * [`sidecar`]: `[sidecar]`, [`SidecarConfig`].
+//! * [`sidecar`]: `[sidecar]`, [`SidecarConfig`], its sources
+//!   (`[[sidecar.sources]]`, [`SourceConfig`], checked into [`Source`] by
+//!   [`SidecarConfig::sources`]) and their [`Protocol`];
+//! * [`aeges`]: `[aeges]`, [`AegesConfig`], the listener the Credible Layer
+//!   sidecar posts its failure reports to (source networks as [`IpNet`],
+//!   re-exported from the `ipnet` crate).
 //!
 //! And two shared by all of them:
 //!
 //! * [`error`]: [`ConfigError`], which names the key at fault;
-//! * [`url`]: [`HttpUrl`], the one parser of `upstream.url` and
-//!   `sidecar.url`, used by `check-config` and by the clients alike.
+//! * [`url`]: [`HttpUrl`], the one parser of `upstream.url` and the sidecar
+//!   URLs, used by `check-config` and by the clients alike.
 
 pub mod admin;
 pub mod admission;
+pub mod aeges;
 pub mod error;
 pub mod log;
 pub mod rpc;
@@ -48,6 +54,10 @@ use serde::Deserialize;
 
 pub use admin::{AdminConfig, DEFAULT_ADMIN_LISTEN};
 pub use admission::{AdmissionConfig, DEFAULT_MAX_IN_FLIGHT, DEFAULT_RETRY_AFTER_SECS};
+pub use aeges::{
+    AegesConfig, DEFAULT_AEGES_LISTEN, DEFAULT_AEGES_MAX_REPORT_BYTES, DEFAULT_AEGES_REPORT_ALLOW,
+    DEFAULT_AEGES_REPORT_TOKEN,
+};
 pub use error::ConfigError;
 pub use log::{DEFAULT_LOG_FORMAT, DEFAULT_LOG_LEVEL, LogConfig, LogFormat};
 pub use rpc::{
@@ -63,11 +73,12 @@ pub use screen::cooldown::{
     DEFAULT_COOLDOWN_SECS, DEFAULT_MAX_ASSERTIONS, DEFAULT_TRICKLE_INTERVAL_MS,
 };
 pub use screen::{
-    DEFAULT_BATCH_CONCURRENCY, DEFAULT_DENIED_TTL_SECS, DEFAULT_MAX_CACHED_SENDERS,
-    DEFAULT_MAX_DENIED, DEFAULT_MAX_PENDING, DEFAULT_MAX_RECENT_FAILURES, DEFAULT_MONITOR_ONLY,
-    DEFAULT_PENDING_TIMEOUT_SECS, DEFAULT_RECENT_FAILURE_TTL_SECS, DEFAULT_SCREEN_ENABLED,
-    DEFAULT_SENDER_CACHE_TTL_SECS, DEFAULT_SHAPING_HOLD_MS, DEFAULT_SNAPSHOT_INTERVAL_SECS,
-    DEFAULT_SNAPSHOT_PATH, DEFAULT_SUSPECT_WINDOW_SECS, ScreenConfig,
+    DEFAULT_BATCH_CONCURRENCY, DEFAULT_DENIED_TTL_SECS, DEFAULT_FORWARDED_TTL_SECS,
+    DEFAULT_MAX_CACHED_SENDERS, DEFAULT_MAX_DENIED, DEFAULT_MAX_FORWARDED, DEFAULT_MAX_PENDING,
+    DEFAULT_MAX_RECENT_FAILURES, DEFAULT_MONITOR_ONLY, DEFAULT_PENDING_TIMEOUT_SECS,
+    DEFAULT_RECENT_FAILURE_TTL_SECS, DEFAULT_SCREEN_ENABLED, DEFAULT_SENDER_CACHE_TTL_SECS,
+    DEFAULT_SHAPING_HOLD_MS, DEFAULT_SNAPSHOT_INTERVAL_SECS, DEFAULT_SNAPSHOT_PATH,
+    DEFAULT_SUSPECT_WINDOW_SECS, ScreenConfig,
 };
 pub use server::{
     DEFAULT_BODY_READ_TIMEOUT_MS, DEFAULT_HEADER_READ_TIMEOUT_MS, DEFAULT_HTTP2, DEFAULT_LISTEN,
@@ -78,7 +89,8 @@ pub use sidecar::{
     DEFAULT_MAX_PROBES_IN_FLIGHT, DEFAULT_MAX_VERDICTS, DEFAULT_SHOULD_FORWARD,
     DEFAULT_SHOULD_FORWARD_TIMEOUT_MS, DEFAULT_SIDECAR_BATCH_MAX, DEFAULT_SIDECAR_CHANNEL_CAPACITY,
     DEFAULT_SIDECAR_CONNECT_TIMEOUT_MS, DEFAULT_SIDECAR_RECONNECT_INITIAL_MS,
-    DEFAULT_SIDECAR_RECONNECT_MAX_MS, DEFAULT_SIDECAR_URL, DEFAULT_VERDICT_TTL_MS, SidecarConfig,
+    DEFAULT_SIDECAR_RECONNECT_MAX_MS, DEFAULT_SIDECAR_URL, DEFAULT_VERDICT_TTL_MS, Protocol,
+    SidecarConfig, Source, SourceConfig,
 };
 pub use upstream::{
     DEFAULT_CALL_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_HEALTH_INTERVAL_MS,
@@ -86,6 +98,10 @@ pub use upstream::{
     DEFAULT_UPSTREAM, UpstreamConfig,
 };
 pub use url::HttpUrl;
+
+/// A network of source addresses (`aeges.report_allow`), from the `ipnet`
+/// crate, re-exported so that users of this crate need not depend on it.
+pub use ipnet::IpNet;
 
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -107,8 +123,10 @@ pub struct Config {
     pub log: LogConfig,
     /// Screening of raw-transaction submissions.
     pub screen: ScreenConfig,
-    /// The sidecar that judges transactions.
+    /// The sidecars that judge transactions.
     pub sidecar: SidecarConfig,
+    /// The listener the Credible Layer sidecar posts failure reports to.
+    pub aeges: AegesConfig,
 }
 
 /// A default address constant, known to parse.
@@ -158,6 +176,7 @@ impl Config {
         self.log.validate()?;
         self.screen.validate()?;
         self.sidecar.validate()?;
+        self.aeges.validate()?;
 
         let pool_max_idle = self.upstream.pool_max_idle;
         let max_in_flight = self.admission.max_in_flight;
@@ -175,6 +194,21 @@ impl Config {
                 "admin.listen",
                 "must differ from server.listen",
             ));
+        }
+        if let Some(aeges) = self.aeges.listen_addr()?
+            && aeges.port() != 0
+        {
+            for (key, other) in [
+                ("server.listen", self.server.listen),
+                ("admin.listen", self.admin.listen),
+            ] {
+                if aeges == other {
+                    return Err(ConfigError::new(
+                        "aeges.listen",
+                        format!("must differ from {key}"),
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -201,6 +235,33 @@ mod tests {
         );
     }
 
+    /// The commented-out `[[sidecar.sources]]` example works as written
+    /// once uncommented, where it stands.
+    #[test]
+    fn shipped_sources_example_parses_when_uncommented() {
+        let text = include_str!("../../../config/txgate.toml");
+        let mut in_example = false;
+        let uncommented: String = text
+            .lines()
+            .map(|line| {
+                let bare = line.strip_prefix("# ").unwrap_or(line);
+                if bare == "[[sidecar.sources]]" {
+                    in_example = true;
+                } else if line.starts_with('[') {
+                    in_example = false;
+                }
+                if in_example { bare } else { line }
+            })
+            .fold(String::new(), |text, line| text + line + "\n");
+        let config = Config::from_toml(&uncommented).unwrap();
+        config.validate().unwrap();
+        let sources = config.sidecar.sources().unwrap();
+        assert_eq!(sources.len(), 2, "{sources:?}");
+        assert_eq!(sources[0].protocol, Protocol::RpcproxyV1);
+        assert!(sources[0].should_forward);
+        assert_eq!(sources[1].protocol, Protocol::TransportV1);
+    }
+
     #[test]
     fn unknown_keys_name_the_key() {
         let e = Config::from_toml("[server]\nlisten_addr = \"1.2.3.4:1\"\n").unwrap_err();
@@ -223,6 +284,22 @@ mod tests {
         assert_eq!(e.key, "screen.cooldown.duration_secs", "{e}");
         let e = Config::from_toml("[sidecar]\nmax_verdicts = -1\n").unwrap_err();
         assert_eq!(e.key, "sidecar.max_verdicts", "{e}");
+        let e = Config::from_toml(
+            "[[sidecar.sources]]\nurl = \"http://h:1\"\nprotocol = \"txgate.v1\"\n\
+             [[sidecar.sources]]\nurl = \"http://h:2\"\nprotocol = \"grpc\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "sidecar.sources[1].protocol", "{e}");
+        let e = Config::from_toml("[[sidecar.sources]]\nurl = \"http://h:1\"\n").unwrap_err();
+        assert!(e.key.starts_with("sidecar.sources[0]"), "{e}");
+        assert!(e.message.contains("protocol"), "{e}");
+        let e = Config::from_toml(
+            "[[sidecar.sources]]\nurl = \"http://h:1\"\nprotocol = \"txgate.v1\"\nforward = 1\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("forward"), "{e}");
+        let e = Config::from_toml("[aeges]\nreport_allow = \"127.0.0.1\"\n").unwrap_err();
+        assert_eq!(e.key, "aeges.report_allow", "{e}");
     }
 
     #[test]
@@ -235,6 +312,36 @@ mod tests {
         assert_eq!(c.screen.batch_concurrency, 4);
         assert_eq!(c.screen.cooldown.assertion_idle_secs, 60);
         assert_eq!(c.sidecar.max_verdicts, 10);
+    }
+
+    #[test]
+    fn sources_and_aeges_are_read() {
+        let c = Config::from_toml(
+            "[screen]\nforwarded_ttl_secs = 30\nmax_forwarded = 1000\n\
+             [sidecar]\nurl = \"\"\n\
+             [[sidecar.sources]]\nurl = \"http://127.0.0.1:50051\"\n\
+             protocol = \"rpcproxy.v1\"\nshould_forward = true\n\
+             [[sidecar.sources]]\nurl = \"http://127.0.0.1:50052\"\n\
+             protocol = \"sidecar.transport.v1\"\n\
+             [aeges]\nlisten = \"127.0.0.1:9546\"\nreport_token = \"s3cret\"\n\
+             report_allow = [\"10.0.0.0/8\", \"::1\"]\nmax_report_bytes = 4096\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.screen.forwarded_ttl_secs, 30);
+        assert_eq!(c.screen.max_forwarded, 1000);
+        let sources = c.sidecar.sources().unwrap();
+        assert_eq!(sources.len(), 2);
+        assert_eq!(sources[0].protocol, Protocol::RpcproxyV1);
+        assert!(sources[0].should_forward);
+        assert_eq!(sources[1].protocol, Protocol::TransportV1);
+        assert!(!sources[1].should_forward);
+        assert_eq!(
+            c.aeges.listen_addr().unwrap(),
+            Some(parse_addr("127.0.0.1:9546"))
+        );
+        assert_eq!(c.aeges.allow().unwrap().len(), 2);
+        assert_eq!(c.aeges.max_report_bytes, 4096);
     }
 
     #[test]
@@ -278,6 +385,43 @@ mod tests {
         let mut c = Config::default();
         c.sidecar.url = "http://h:0".into();
         assert_eq!(c.validate().unwrap_err().key, "sidecar.url");
+        let mut c = Config::default();
+        c.sidecar.should_forward = true;
+        assert_eq!(c.validate().unwrap_err().key, "sidecar.should_forward");
+        let mut c = Config::default();
+        c.sidecar.sources = vec![SourceConfig {
+            url: "http://h:1".into(),
+            protocol: Protocol::TransportV1,
+            should_forward: true,
+        }];
+        assert_eq!(
+            c.validate().unwrap_err().key,
+            "sidecar.sources[0].should_forward"
+        );
+        let mut c = Config::default();
+        c.screen.forwarded_ttl_secs = 0;
+        assert_eq!(c.validate().unwrap_err().key, "screen.forwarded_ttl_secs");
+        let mut c = Config::default();
+        c.screen.max_forwarded = 0;
+        assert_eq!(c.validate().unwrap_err().key, "screen.max_forwarded");
+        let mut c = Config::default();
+        c.aeges.listen = "anywhere".into();
+        assert_eq!(c.validate().unwrap_err().key, "aeges.listen");
+        let mut c = Config::default();
+        c.aeges.report_allow = vec!["10.0.0.0/40".into()];
+        assert_eq!(c.validate().unwrap_err().key, "aeges.report_allow");
+        let mut c = Config::default();
+        c.aeges.report_token = "two words".into();
+        assert_eq!(c.validate().unwrap_err().key, "aeges.report_token");
+        let mut c = Config::default();
+        c.aeges.max_report_bytes = 0;
+        assert_eq!(c.validate().unwrap_err().key, "aeges.max_report_bytes");
+        for other in [DEFAULT_LISTEN, DEFAULT_ADMIN_LISTEN] {
+            let mut c = Config::default();
+            c.aeges.listen = other.into();
+            let e = c.validate().unwrap_err();
+            assert_eq!(e.key, "aeges.listen", "{other}");
+        }
     }
 
     #[test]
@@ -290,6 +434,11 @@ mod tests {
         let mut c = Config::default();
         c.server.listen = parse_addr("127.0.0.1:0");
         c.admin.listen = c.server.listen;
+        c.aeges.listen = "127.0.0.1:0".into();
+        c.validate().unwrap();
+        // The Aeges listener on its own port.
+        let mut c = Config::default();
+        c.aeges.listen = "127.0.0.1:9546".into();
         c.validate().unwrap();
     }
 

@@ -32,6 +32,12 @@ pub const DEFAULT_MAX_CACHED_SENDERS: usize = 1_000_000;
 pub const DEFAULT_PENDING_TIMEOUT_SECS: u64 = 30;
 /// Default: pending forwards remembered at most.
 pub const DEFAULT_MAX_PENDING: usize = 262_144;
+/// Default: how long a forwarded tx hash is remembered with its
+/// fingerprint and sender.
+pub const DEFAULT_FORWARDED_TTL_SECS: u64 = 60;
+/// Default: forwarded tx hashes held at most; sized for 10,000 tx/s over
+/// 60 s.
+pub const DEFAULT_MAX_FORWARDED: usize = 600_000;
 /// Default: how long one forward of a suspect fingerprint holds its slot.
 pub const DEFAULT_SHAPING_HOLD_MS: u64 = 4_000;
 /// Default: screened calls of one JSON-RPC batch screened concurrently at
@@ -72,6 +78,12 @@ pub struct ScreenConfig {
     pub pending_timeout_secs: u64,
     /// Pending forwards remembered at most.
     pub max_pending: usize,
+    /// How long a forwarded tx hash is remembered with its fingerprint and
+    /// sender, for the sources that name only the hash (the Credible Layer
+    /// result stream).
+    pub forwarded_ttl_secs: u64,
+    /// Forwarded tx hashes held at most.
+    pub max_forwarded: usize,
     /// How long one forward of a suspect fingerprint holds its slot.
     pub shaping_hold_ms: u64,
     /// Screened calls of one JSON-RPC batch screened concurrently at most;
@@ -107,6 +119,8 @@ impl ScreenConfig {
             ("screen.max_cached_senders", self.max_cached_senders as u64),
             ("screen.pending_timeout_secs", self.pending_timeout_secs),
             ("screen.max_pending", self.max_pending as u64),
+            ("screen.forwarded_ttl_secs", self.forwarded_ttl_secs),
+            ("screen.max_forwarded", self.max_forwarded as u64),
             ("screen.batch_concurrency", self.batch_concurrency as u64),
             ("screen.snapshot_interval_secs", self.snapshot_interval_secs),
         ])?;
@@ -160,6 +174,8 @@ impl Default for ScreenConfig {
             max_cached_senders: DEFAULT_MAX_CACHED_SENDERS,
             pending_timeout_secs: DEFAULT_PENDING_TIMEOUT_SECS,
             max_pending: DEFAULT_MAX_PENDING,
+            forwarded_ttl_secs: DEFAULT_FORWARDED_TTL_SECS,
+            max_forwarded: DEFAULT_MAX_FORWARDED,
             shaping_hold_ms: DEFAULT_SHAPING_HOLD_MS,
             batch_concurrency: DEFAULT_BATCH_CONCURRENCY,
             backpressure: BackpressureConfig::default(),
@@ -183,7 +199,7 @@ mod tests {
 
     #[test]
     fn each_rule_names_its_key() {
-        let cases: [(Change, &str); 13] = [
+        let cases: [(Change, &str); 15] = [
             (|c| c.denied_ttl_secs = 0, "screen.denied_ttl_secs"),
             (|c| c.max_denied = 0, "screen.max_denied"),
             (
@@ -201,6 +217,8 @@ mod tests {
                 "screen.pending_timeout_secs",
             ),
             (|c| c.max_pending = 0, "screen.max_pending"),
+            (|c| c.forwarded_ttl_secs = 0, "screen.forwarded_ttl_secs"),
+            (|c| c.max_forwarded = 0, "screen.max_forwarded"),
             (|c| c.batch_concurrency = 0, "screen.batch_concurrency"),
             (
                 |c| c.snapshot_interval_secs = 0,

@@ -1,4 +1,24 @@
-//! `[sidecar]`: the gRPC link to the sidecar that judges transactions.
+//! `[sidecar]`: the gRPC links to the sidecars that judge transactions.
+//!
+//! txgate is a client of one or more sidecars, its *sources*, each speaking
+//! one [`Protocol`]:
+//!
+//! * `txgate.v1`: txgate's own protocol (`txgate.sidecar.v1`): a stream of
+//!   invalidations, and the ShouldForward question;
+//! * `rpcproxy.v1`: the reference screening proxy's protocol, the same two
+//!   methods with another wire form;
+//! * `sidecar.transport.v1`: the Credible Layer sidecar's result stream,
+//!   which names only the tx hash of a failed transaction (txgate looks the
+//!   hash up among the transactions it forwarded, see
+//!   `screen.forwarded_ttl_secs`), and has no ShouldForward.
+//!
+//! Sources are written as `[[sidecar.sources]]` entries ([`SourceConfig`]);
+//! `sidecar.url` is the short form of one `txgate.v1` source. Every other
+//! `sidecar.*` key applies to every source. [`SidecarConfig::sources`]
+//! gives the list, checked ([`Source`]): the one entry point for the
+//! clients.
+
+use std::fmt;
 
 use serde::Deserialize;
 
@@ -17,7 +37,8 @@ pub const DEFAULT_SIDECAR_RECONNECT_MAX_MS: u64 = 5_000;
 pub const DEFAULT_SIDECAR_CHANNEL_CAPACITY: usize = 65_536;
 /// Default: invalidations applied in one pass at most.
 pub const DEFAULT_SIDECAR_BATCH_MAX: usize = 4_096;
-/// Default: no ShouldForward probe.
+/// Default: the short-form source (`sidecar.url`) is not asked
+/// ShouldForward.
 pub const DEFAULT_SHOULD_FORWARD: bool = false;
 /// Default: ShouldForward deadline.
 pub const DEFAULT_SHOULD_FORWARD_TIMEOUT_MS: u64 = 20;
@@ -28,15 +49,104 @@ pub const DEFAULT_MAX_VERDICTS: usize = 100_000;
 /// Default: ShouldForward questions in flight at most, process-wide.
 pub const DEFAULT_MAX_PROBES_IN_FLIGHT: usize = 256;
 
-/// The sidecar link (gRPC, `txgate.sidecar.v1`).
+/// A sidecar protocol txgate speaks as a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+pub enum Protocol {
+    /// txgate's own protocol (`txgate.sidecar.v1`): invalidations and
+    /// ShouldForward.
+    #[serde(rename = "txgate.v1")]
+    TxgateV1,
+    /// The reference screening proxy's protocol (`rpcproxy.v1`):
+    /// invalidations and ShouldForward.
+    #[serde(rename = "rpcproxy.v1")]
+    RpcproxyV1,
+    /// The Credible Layer sidecar's result stream
+    /// (`sidecar.transport.v1`): failures by tx hash, no ShouldForward.
+    #[serde(rename = "sidecar.transport.v1")]
+    TransportV1,
+}
+
+impl Protocol {
+    /// Every protocol, in the order of [`Protocol::index`].
+    pub const ALL: [Protocol; 3] = [
+        Protocol::TxgateV1,
+        Protocol::RpcproxyV1,
+        Protocol::TransportV1,
+    ];
+
+    /// The name written in the config file (`txgate.v1`, `rpcproxy.v1`,
+    /// `sidecar.transport.v1`), also fit for a metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::TxgateV1 => "txgate.v1",
+            Protocol::RpcproxyV1 => "rpcproxy.v1",
+            Protocol::TransportV1 => "sidecar.transport.v1",
+        }
+    }
+
+    /// Whether the protocol has the ShouldForward question.
+    pub fn has_should_forward(self) -> bool {
+        match self {
+            Protocol::TxgateV1 | Protocol::RpcproxyV1 => true,
+            Protocol::TransportV1 => false,
+        }
+    }
+
+    /// Position in [`Protocol::ALL`] (for per-protocol arrays).
+    pub fn index(self) -> usize {
+        match self {
+            Protocol::TxgateV1 => 0,
+            Protocol::RpcproxyV1 => 1,
+            Protocol::TransportV1 => 2,
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One `[[sidecar.sources]]` entry, as written.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// `http://host:port` of the sidecar's gRPC server, no path; parsed like
+    /// `sidecar.url`.
+    pub url: String,
+    /// The protocol it speaks.
+    pub protocol: Protocol,
+    /// Ask this source ShouldForward (one source at most, and only one
+    /// whose protocol has it).
+    #[serde(default)]
+    pub should_forward: bool,
+}
+
+/// A source, checked: what [`SidecarConfig::sources`] gives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Source {
+    /// The sidecar's gRPC endpoint (its path is `/`).
+    pub url: HttpUrl,
+    /// The protocol it speaks.
+    pub protocol: Protocol,
+    /// Ask this source ShouldForward (true for one source at most).
+    pub should_forward: bool,
+}
+
+/// The sidecar links (gRPC).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct SidecarConfig {
-    /// `http://host:port` of the sidecar's gRPC server; empty: no sidecar.
-    /// Parsed like `upstream.url` (see [`HttpUrl`]), and takes no path: the
-    /// gRPC client would drop it.
+    /// Short form of one `txgate.v1` source: `http://host:port` of the
+    /// sidecar's gRPC server; empty: none. Parsed like `upstream.url` (see
+    /// [`HttpUrl`]), and takes no path: the gRPC client would drop it.
     pub url: String,
-    /// Connect timeout.
+    /// The sources, beside the short form (`[[sidecar.sources]]`).
+    /// Several sources of one protocol at different URLs are fine: txgate
+    /// deduplicates what they report by tx hash.
+    pub sources: Vec<SourceConfig>,
+    /// Connect timeout (every source).
     pub connect_timeout_ms: u64,
     /// First reconnect delay; doubled per failure, with jitter.
     pub reconnect_initial_ms: u64,
@@ -48,7 +158,9 @@ pub struct SidecarConfig {
     pub channel_capacity: usize,
     /// Invalidations applied in one pass at most.
     pub batch_max: usize,
-    /// Ask the sidecar about fingerprints with no local verdict.
+    /// Ask the short-form source (`sidecar.url`) about fingerprints with no
+    /// local verdict. Needs a `sidecar.url`; to ask a `[[sidecar.sources]]`
+    /// entry, set `should_forward` on that entry.
     pub should_forward: bool,
     /// Deadline of that question; late or failed answers forward.
     pub should_forward_timeout_ms: u64,
@@ -62,28 +174,85 @@ pub struct SidecarConfig {
 }
 
 impl SidecarConfig {
-    /// `sidecar.url` parsed; `None` when it is empty (no sidecar).
-    pub fn endpoint(&self) -> Result<Option<HttpUrl>, ConfigError> {
+    /// Every source, checked: the short form (`sidecar.url`, a `txgate.v1`
+    /// source asked ShouldForward when `sidecar.should_forward` is set)
+    /// first when it is not empty, then each `[[sidecar.sources]]` entry in
+    /// order. Empty: no sidecar.
+    ///
+    /// Refused, naming the key: a URL that does not parse or has a path;
+    /// `sidecar.should_forward` without `sidecar.url`; `should_forward` on
+    /// a protocol without ShouldForward; more than one source asked
+    /// ShouldForward; the same URL and protocol twice.
+    pub fn sources(&self) -> Result<Vec<Source>, ConfigError> {
+        let mut sources: Vec<Source> = Vec::with_capacity(self.sources.len() + 1);
+        // How each of `sources` is named in the file (its key, and its
+        // `should_forward` key), for the relations below.
+        let mut names: Vec<(String, String)> = Vec::with_capacity(self.sources.len() + 1);
         if self.url.is_empty() {
-            return Ok(None);
+            if self.should_forward {
+                return Err(ConfigError::new(
+                    "sidecar.should_forward",
+                    "is true but sidecar.url is empty: it asks the sidecar.url source; to ask \
+                     a [[sidecar.sources]] entry, set should_forward on that entry instead",
+                ));
+            }
+        } else {
+            sources.push(Source {
+                url: grpc_url("sidecar.url", &self.url)?,
+                protocol: Protocol::TxgateV1,
+                should_forward: self.should_forward,
+            });
+            names.push(("sidecar.url".into(), "sidecar.should_forward".into()));
         }
-        let url = HttpUrl::parse(&self.url).map_err(|e| ConfigError::new("sidecar.url", e))?;
-        if url.path() != "/" {
-            return Err(ConfigError::new(
-                "sidecar.url",
-                format!(
-                    "`{}` has a path (`{}`): a gRPC endpoint is http://host:port",
-                    self.url,
-                    url.path()
-                ),
-            ));
+        for (n, entry) in self.sources.iter().enumerate() {
+            let key = format!("sidecar.sources[{n}]");
+            let source = Source {
+                url: grpc_url(&format!("{key}.url"), &entry.url)?,
+                protocol: entry.protocol,
+                should_forward: entry.should_forward,
+            };
+            if source.should_forward && !source.protocol.has_should_forward() {
+                return Err(ConfigError::new(
+                    format!("{key}.should_forward"),
+                    format!(
+                        "protocol {} has no ShouldForward; set should_forward on a txgate.v1 \
+                         or rpcproxy.v1 source",
+                        source.protocol
+                    ),
+                ));
+            }
+            if source.should_forward
+                && let Some(i) = sources.iter().position(|s| s.should_forward)
+            {
+                return Err(ConfigError::new(
+                    format!("{key}.should_forward"),
+                    format!(
+                        "{} is already true: the ShouldForward probe asks one \
+                         sidecar; set should_forward on one source only",
+                        names[i].1
+                    ),
+                ));
+            }
+            if let Some(i) = sources.iter().position(|s| same_endpoint(s, &source)) {
+                return Err(ConfigError::new(
+                    key,
+                    format!(
+                        "`{}` with protocol {} is already a source ({}): each sidecar is \
+                         subscribed to once",
+                        entry.url, source.protocol, names[i].0
+                    ),
+                ));
+            }
+            sources.push(source);
+            names.push((key.clone(), format!("{key}.should_forward")));
         }
-        Ok(Some(url))
+        Ok(sources)
     }
 
-    /// Checks the `sidecar.*` keys.
+    /// Checks the `sidecar.*` keys, `sidecar.sources` included (see
+    /// [`SidecarConfig::sources`]).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.endpoint()?;
+        self.sources()?;
         require_positive(&[
             ("sidecar.connect_timeout_ms", self.connect_timeout_ms),
             ("sidecar.reconnect_initial_ms", self.reconnect_initial_ms),
@@ -108,10 +277,34 @@ impl SidecarConfig {
     }
 }
 
+/// A gRPC endpoint: an [`HttpUrl`] without a path (the gRPC client would
+/// drop it); errors name `key`.
+fn grpc_url(key: &str, value: &str) -> Result<HttpUrl, ConfigError> {
+    let url = HttpUrl::parse(value).map_err(|e| ConfigError::new(key, e))?;
+    if url.path() != "/" {
+        return Err(ConfigError::new(
+            key,
+            format!(
+                "`{value}` has a path (`{}`): a gRPC endpoint is http://host:port",
+                url.path()
+            ),
+        ));
+    }
+    Ok(url)
+}
+
+/// Same protocol, same host (names compare case-insensitively) and port.
+fn same_endpoint(a: &Source, b: &Source) -> bool {
+    a.protocol == b.protocol
+        && a.url.port() == b.url.port()
+        && a.url.host().eq_ignore_ascii_case(b.url.host())
+}
+
 impl Default for SidecarConfig {
     fn default() -> Self {
         SidecarConfig {
             url: DEFAULT_SIDECAR_URL.to_string(),
+            sources: Vec::new(),
             connect_timeout_ms: DEFAULT_SIDECAR_CONNECT_TIMEOUT_MS,
             reconnect_initial_ms: DEFAULT_SIDECAR_RECONNECT_INITIAL_MS,
             reconnect_max_ms: DEFAULT_SIDECAR_RECONNECT_MAX_MS,
@@ -132,16 +325,36 @@ mod tests {
 
     type Change = fn(&mut SidecarConfig);
 
+    fn entry(url: &str, protocol: Protocol, should_forward: bool) -> SourceConfig {
+        SourceConfig {
+            url: url.into(),
+            protocol,
+            should_forward,
+        }
+    }
+
+    fn refused(change: impl FnOnce(&mut SidecarConfig)) -> ConfigError {
+        let mut c = SidecarConfig::default();
+        change(&mut c);
+        let e = c.validate().unwrap_err();
+        assert_eq!(
+            c.sources().err(),
+            Some(e.clone()),
+            "validate and sources agree"
+        );
+        e
+    }
+
     #[test]
     fn defaults_are_valid_and_name_no_sidecar() {
         let c = SidecarConfig::default();
         c.validate().unwrap();
-        assert_eq!(c.endpoint().unwrap(), None);
+        assert_eq!(c.sources().unwrap(), Vec::new());
     }
 
     #[test]
     fn each_rule_names_its_key() {
-        let cases: [(Change, &str); 12] = [
+        let cases: [(Change, &str); 20] = [
             (|c| c.url = "https://x".into(), "sidecar.url"),
             (|c| c.url = "http://".into(), "sidecar.url"),
             (
@@ -149,6 +362,58 @@ mod tests {
                 "sidecar.url",
             ),
             (|c| c.url = "http://h:1/judge".into(), "sidecar.url"),
+            (|c| c.should_forward = true, "sidecar.should_forward"),
+            (
+                |c| c.sources = vec![entry("", Protocol::TxgateV1, false)],
+                "sidecar.sources[0].url",
+            ),
+            (
+                |c| {
+                    c.sources = vec![
+                        entry("http://a:1", Protocol::TxgateV1, false),
+                        entry("http://b:1/x", Protocol::RpcproxyV1, false),
+                    ]
+                },
+                "sidecar.sources[1].url",
+            ),
+            (
+                |c| c.sources = vec![entry("http://a:1", Protocol::TransportV1, true)],
+                "sidecar.sources[0].should_forward",
+            ),
+            (
+                |c| {
+                    c.url = "http://a:1".into();
+                    c.should_forward = true;
+                    c.sources = vec![entry("http://b:1", Protocol::RpcproxyV1, true)];
+                },
+                "sidecar.sources[0].should_forward",
+            ),
+            (
+                |c| {
+                    c.sources = vec![
+                        entry("http://a:1", Protocol::RpcproxyV1, true),
+                        entry("http://b:1", Protocol::TxgateV1, false),
+                        entry("http://c:1", Protocol::TxgateV1, true),
+                    ]
+                },
+                "sidecar.sources[2].should_forward",
+            ),
+            (
+                |c| {
+                    c.sources = vec![
+                        entry("http://a:1", Protocol::RpcproxyV1, false),
+                        entry("http://A:1/", Protocol::RpcproxyV1, false),
+                    ]
+                },
+                "sidecar.sources[1]",
+            ),
+            (
+                |c| {
+                    c.url = "http://a:1".into();
+                    c.sources = vec![entry("http://a:1", Protocol::TxgateV1, false)];
+                },
+                "sidecar.sources[0]",
+            ),
             (|c| c.connect_timeout_ms = 0, "sidecar.connect_timeout_ms"),
             (
                 |c| c.reconnect_initial_ms = 0,
@@ -170,7 +435,7 @@ mod tests {
         for (change, key) in cases {
             let mut c = SidecarConfig::default();
             change(&mut c);
-            assert_eq!(c.validate().unwrap_err().key, key);
+            assert_eq!(c.validate().unwrap_err().key, key, "{c:?}");
         }
     }
 
@@ -182,8 +447,127 @@ mod tests {
                 ..SidecarConfig::default()
             };
             c.validate().unwrap();
-            let e = c.endpoint().unwrap().unwrap();
-            assert_eq!(e.port(), 50051, "{url}");
+            let sources = c.sources().unwrap();
+            assert_eq!(sources.len(), 1, "{url}");
+            assert_eq!(sources[0].url.port(), 50051, "{url}");
+            assert_eq!(sources[0].protocol, Protocol::TxgateV1);
+            assert!(!sources[0].should_forward);
         }
+    }
+
+    #[test]
+    fn short_form_first_then_entries_in_order() {
+        let c = SidecarConfig {
+            url: "http://short:1".into(),
+            should_forward: true,
+            sources: vec![
+                entry("http://b:2", Protocol::TransportV1, false),
+                entry("http://a:3", Protocol::RpcproxyV1, false),
+                entry("http://c:4", Protocol::TxgateV1, false),
+            ],
+            ..SidecarConfig::default()
+        };
+        c.validate().unwrap();
+        let got: Vec<_> = c
+            .sources()
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.url.host().to_string(), s.protocol, s.should_forward))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("short".to_string(), Protocol::TxgateV1, true),
+                ("b".to_string(), Protocol::TransportV1, false),
+                ("a".to_string(), Protocol::RpcproxyV1, false),
+                ("c".to_string(), Protocol::TxgateV1, false),
+            ]
+        );
+        // Without the short form, the entries alone.
+        let c = SidecarConfig {
+            sources: vec![entry("http://a:3", Protocol::RpcproxyV1, true)],
+            ..SidecarConfig::default()
+        };
+        let sources = c.sources().unwrap();
+        assert_eq!(sources.len(), 1);
+        assert!(sources[0].should_forward);
+    }
+
+    #[test]
+    fn several_sidecars_of_one_protocol_are_fine() {
+        let c = SidecarConfig {
+            url: "http://a:1".into(),
+            sources: vec![
+                entry("http://b:1", Protocol::TxgateV1, false),
+                entry("http://a:2", Protocol::TxgateV1, false),
+                // Same address, another protocol: another service.
+                entry("http://a:1", Protocol::RpcproxyV1, false),
+                entry("http://t1:1", Protocol::TransportV1, false),
+                entry("http://t2:1", Protocol::TransportV1, false),
+            ],
+            ..SidecarConfig::default()
+        };
+        c.validate().unwrap();
+        assert_eq!(c.sources().unwrap().len(), 6);
+    }
+
+    #[test]
+    fn refusals_say_why() {
+        let e = refused(|c| c.should_forward = true);
+        assert!(e.message.contains("[[sidecar.sources]]"), "{e}");
+        let e = refused(|c| {
+            c.sources = vec![entry("http://a:1", Protocol::TransportV1, true)];
+        });
+        assert!(
+            e.message.contains("sidecar.transport.v1") && e.message.contains("no ShouldForward"),
+            "{e}"
+        );
+        let e = refused(|c| {
+            c.url = "http://a:1".into();
+            c.should_forward = true;
+            c.sources = vec![entry("http://b:1", Protocol::RpcproxyV1, true)];
+        });
+        assert!(
+            e.message.contains("sidecar.should_forward") && e.message.contains("one sidecar"),
+            "{e}"
+        );
+        let e = refused(|c| {
+            c.sources = vec![
+                entry("http://a:1", Protocol::RpcproxyV1, true),
+                entry("http://b:1", Protocol::TxgateV1, true),
+            ];
+        });
+        assert!(
+            e.message.contains("sidecar.sources[0].should_forward"),
+            "{e}"
+        );
+        let e = refused(|c| {
+            c.url = "http://a:1".into();
+            c.sources = vec![entry("http://a:1/", Protocol::TxgateV1, false)];
+        });
+        assert!(e.message.contains("sidecar.url"), "{e}");
+        let e = refused(|c| c.sources = vec![entry("http://a:1/x", Protocol::TxgateV1, false)]);
+        assert!(e.message.contains("path"), "{e}");
+    }
+
+    #[test]
+    fn protocols_are_read_by_name() {
+        for p in Protocol::ALL {
+            let entry: SourceConfig =
+                toml::from_str(&format!("url = \"http://h:1\"\nprotocol = \"{p}\"\n")).unwrap();
+            assert_eq!(entry.protocol, p);
+            assert!(!entry.should_forward, "should_forward defaults to false");
+            assert_eq!(Protocol::ALL[p.index()], p);
+            assert_eq!(p.to_string(), p.as_str());
+        }
+        let should_forward: Vec<_> = Protocol::ALL
+            .iter()
+            .map(|p| p.has_should_forward())
+            .collect();
+        assert_eq!(should_forward, [true, true, false]);
+        assert!(
+            toml::from_str::<SourceConfig>("url = \"http://h:1\"\nprotocol = \"grpc\"\n").is_err()
+        );
+        assert!(toml::from_str::<SourceConfig>("url = \"http://h:1\"\n").is_err());
     }
 }

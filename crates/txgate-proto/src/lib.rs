@@ -1,6 +1,12 @@
-//! txgate's sidecar protocol, `txgate.sidecar.v1` (see `proto/` and
-//! SIDECAR_API.md), and conversions between its messages and
-//! [`txgate_screen::Invalidation`].
+//! The wire formats txgate learns from (see `proto/` and SIDECAR_API.md),
+//! and their conversions into [`txgate_screen::Invalidation`]:
+//!
+//! - `txgate.sidecar.v1`, txgate's own protocol (this module's root);
+//! - `rpcproxy.v1`, the reference proxy's ([`rpcproxy`]);
+//! - `sidecar.transport.v1`, the Credible Layer sidecar's result stream
+//!   ([`results`]);
+//! - the Credible Layer sidecar's failure reports, JSON `[tx_hash, TxEnv]`
+//!   ([`report`]).
 
 use alloy_primitives::{Address, B256};
 use txgate_screen::{AssertionKey, Fingerprint, Invalidation};
@@ -9,6 +15,23 @@ use txgate_screen::{AssertionKey, Fingerprint, Invalidation};
 #[allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms)]
 pub mod v1 {
     tonic::include_proto!("txgate.sidecar.v1");
+}
+
+pub mod report;
+pub mod results;
+pub mod rpcproxy;
+
+/// Generated messages of `rpcproxy.v1`, client and server.
+#[allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms)]
+pub mod rpcproxy_v1 {
+    tonic::include_proto!("rpcproxy.v1");
+}
+
+/// Generated messages of `sidecar.transport.v1` (results only), client and
+/// server.
+#[allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms)]
+pub mod transport_v1 {
+    tonic::include_proto!("sidecar.transport.v1");
 }
 
 /// The schema version this build speaks.

@@ -47,6 +47,12 @@ pub fn route<B>(req: &Request<B>, metrics: &Metrics, readiness: &Readiness) -> R
                 "upstream": if readiness.upstream_up() { "up" } else { "down" },
                 "draining": readiness.draining(),
                 "sidecar": readiness.sidecar().as_str(),
+                "sidecars": readiness.sources().iter().map(|s| serde_json::json!({
+                    "protocol": s.protocol,
+                    "url": s.url,
+                    "link": s.link.as_str(),
+                    "error": s.error,
+                })).collect::<Vec<_>>(),
                 "snapshot": readiness.snapshot().as_str(),
                 "failed": readiness.failed(),
             });

@@ -15,7 +15,7 @@ use crate::upstream::Upstream;
 pub struct Readiness {
     upstream_up: AtomicBool,
     draining: AtomicBool,
-    sidecar: AtomicU8,
+    sources: Mutex<Vec<SourceState>>,
     snapshot: AtomicU8,
     /// The part whose failure ends the process, once one failed.
     failed: Mutex<Option<String>>,
@@ -66,9 +66,11 @@ impl SnapshotState {
 pub enum SidecarLink {
     /// No sidecar configured.
     Disabled,
-    /// Configured, stream not open.
+    /// Configured, stream not open (of every source, in the aggregate).
     Down,
-    /// Stream open.
+    /// Some sources' streams open, not all (aggregate only).
+    Partial,
+    /// Stream open (of every source, in the aggregate).
     Up,
 }
 
@@ -78,9 +80,24 @@ impl SidecarLink {
         match self {
             SidecarLink::Disabled => "disabled",
             SidecarLink::Down => "down",
+            SidecarLink::Partial => "partial",
             SidecarLink::Up => "up",
         }
     }
+}
+
+/// One sidecar source's link, as `/readyz` details it.
+#[derive(Debug, Clone)]
+pub struct SourceState {
+    /// Its protocol (`txgate.v1`, `rpcproxy.v1`, `sidecar.transport.v1`).
+    pub protocol: &'static str,
+    /// Its URL.
+    pub url: String,
+    /// Its stream.
+    pub link: SidecarLink,
+    /// Why it is down, when known (for example `unimplemented`: the server
+    /// does not speak the configured protocol).
+    pub error: Option<&'static str>,
 }
 
 impl Readiness {
@@ -89,7 +106,7 @@ impl Readiness {
         Readiness {
             upstream_up: AtomicBool::new(false),
             draining: AtomicBool::new(false),
-            sidecar: AtomicU8::new(0),
+            sources: Mutex::new(Vec::new()),
             snapshot: AtomicU8::new(0),
             failed: Mutex::new(None),
             metrics,
@@ -153,36 +170,81 @@ impl Readiness {
         }
     }
 
-    /// The sidecar link.
+    fn sources_lock(&self) -> std::sync::MutexGuard<'_, Vec<SourceState>> {
+        self.sources.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The sidecar links in one word: disabled (no source), up (every
+    /// source's stream open), down (none), partial.
     pub fn sidecar(&self) -> SidecarLink {
-        match self.sidecar.load(Ordering::Acquire) {
-            1 => SidecarLink::Down,
-            2 => SidecarLink::Up,
-            _ => SidecarLink::Disabled,
+        let sources = self.sources_lock();
+        let up = sources.iter().filter(|s| s.link == SidecarLink::Up).count();
+        match (sources.len(), up) {
+            (0, _) => SidecarLink::Disabled,
+            (n, up) if up == n => SidecarLink::Up,
+            (_, 0) => SidecarLink::Down,
+            _ => SidecarLink::Partial,
         }
     }
 
-    /// Records the sidecar link's state.
-    pub fn set_sidecar(&self, link: SidecarLink) {
-        let value = match link {
-            SidecarLink::Disabled => 0,
-            SidecarLink::Down => 1,
-            SidecarLink::Up => 2,
-        };
-        let was = self.sidecar.swap(value, Ordering::AcqRel);
+    /// Each source's link.
+    pub fn sources(&self) -> Vec<SourceState> {
+        self.sources_lock().clone()
+    }
+
+    /// Registers a sidecar source (down until its stream opens); returns
+    /// its index for [`Readiness::set_source`].
+    pub fn add_source(&self, protocol: &'static str, url: &str) -> usize {
+        let mut sources = self.sources_lock();
+        sources.push(SourceState {
+            protocol,
+            url: url.to_string(),
+            link: SidecarLink::Down,
+            error: None,
+        });
         self.metrics
             .sidecar
-            .up
+            .source_up
+            .with_label_values(&[protocol, url])
+            .set(0);
+        sources.len() - 1
+    }
+
+    /// Records a source's link, and why it is down when known; logs the
+    /// changes (not every retry).
+    pub fn set_source(&self, index: usize, link: SidecarLink, error: Option<&'static str>) {
+        let mut sources = self.sources_lock();
+        let Some(source) = sources.get_mut(index) else {
+            return;
+        };
+        let (was, was_error) = (source.link, source.error);
+        source.link = link;
+        source.error = error;
+        let (protocol, url) = (source.protocol, source.url.clone());
+        let up = sources.iter().filter(|s| s.link == SidecarLink::Up).count();
+        drop(sources);
+        self.metrics.sidecar.up.set(up as i64);
+        self.metrics
+            .sidecar
+            .source_up
+            .with_label_values(&[protocol, &url])
             .set(i64::from(link == SidecarLink::Up));
         match (was, link) {
-            (2, SidecarLink::Up) | (1, SidecarLink::Down) | (0, SidecarLink::Disabled) => {}
-            (_, SidecarLink::Up) => tracing::info!("sidecar stream open"),
+            (SidecarLink::Up, SidecarLink::Up) => {}
+            (_, SidecarLink::Up) => tracing::info!(protocol, url, "sidecar stream open"),
             // Lost after being up: the operator wants to know.
-            (2, SidecarLink::Down) => {
-                tracing::warn!("sidecar unreachable: forwarding (fail open), keeping learned bans")
-            }
-            (_, SidecarLink::Down) => tracing::info!("connecting to the sidecar"),
-            (_, SidecarLink::Disabled) => {}
+            (SidecarLink::Up, _) => tracing::warn!(
+                protocol,
+                url,
+                "sidecar unreachable: forwarding (fail open), keeping learned bans"
+            ),
+            _ if error != was_error && error == Some("unimplemented") => tracing::error!(
+                protocol,
+                url,
+                "the sidecar does not serve this protocol (gRPC UNIMPLEMENTED): check the \
+                 source's `protocol` in [sidecar]; forwarding (fail open), retrying with backoff"
+            ),
+            _ => {}
         }
     }
 

@@ -14,7 +14,10 @@
 //!
 //! Beside the request path:
 //!
-//! - [`sidecar`]: the invalidation stream and the batching worker.
+//! - [`sidecar`]: one stream per sidecar source (`txgate.v1`,
+//!   `rpcproxy.v1`, `sidecar.transport.v1`) and the batching worker.
+//! - [`aeges`]: the Aeges listener, where the Credible Layer sidecar posts
+//!   its failure reports.
 //! - [`snapshot`]: the ban snapshot on disk.
 //! - [`state`]: screening settings, invalidations, upkeep.
 //! - [`background`]: the one owner of every background task.
@@ -27,6 +30,7 @@
 
 pub mod admin;
 pub mod admission;
+pub mod aeges;
 pub mod background;
 pub mod health;
 mod listeners;
@@ -48,7 +52,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use txgate_config::{Config, ConfigError};
+use txgate_config::{Config, ConfigError, Source};
 use txgate_screen::Screen;
 
 pub use listeners::Listeners;
@@ -91,6 +95,7 @@ pub struct Proxy {
     readiness: Arc<Readiness>,
     screen: Option<Arc<Screen>>,
     verdicts: Option<Arc<VerdictCache>>,
+    sources: Vec<Source>,
     probe_upstream: Upstream,
 }
 
@@ -115,20 +120,25 @@ impl Proxy {
             }
             _ => readiness.set_snapshot(SnapshotState::Disabled),
         }
+        // Sources are learned from only while screening.
+        let sources = match &screen {
+            Some(_) => config.sidecar.sources()?,
+            None => Vec::new(),
+        };
         // ShouldForward verdicts, shared by every worker.
-        let verdicts = (screen.is_some() && sidecar_on(&config) && config.sidecar.should_forward)
-            .then(|| {
-                Arc::new(VerdictCache::new(
-                    config.sidecar.max_verdicts,
-                    config.sidecar.max_probes_in_flight,
-                ))
-            });
+        let verdicts = sources.iter().any(|s| s.should_forward).then(|| {
+            Arc::new(VerdictCache::new(
+                config.sidecar.max_verdicts,
+                config.sidecar.max_probes_in_flight,
+            ))
+        });
         Ok(Proxy {
             config: Arc::new(config),
             metrics,
             readiness,
             screen,
             verdicts,
+            sources,
             probe_upstream,
         })
     }
@@ -196,6 +206,7 @@ impl Proxy {
             },
             screen: self.screen.clone(),
             verdicts: self.verdicts.clone(),
+            probed: self.sources.iter().find(|s| s.should_forward).cloned(),
         }
     }
 
@@ -234,34 +245,7 @@ impl Proxy {
         background.spawn("upkeep", Role::Optional, quick, |stop| {
             state::upkeep(screen.clone(), verdicts, metrics.clone(), stop)
         });
-        if sidecar_on(config) {
-            let (queue, queued) = tokio::sync::mpsc::channel(config.sidecar.channel_capacity);
-            let settings = sidecar::stream::StreamSettings {
-                url: config.sidecar.url.clone(),
-                connect_timeout: Duration::from_millis(config.sidecar.connect_timeout_ms),
-                reconnect_initial: Duration::from_millis(config.sidecar.reconnect_initial_ms),
-                reconnect_max: Duration::from_millis(config.sidecar.reconnect_max_ms),
-            };
-            background.spawn(
-                "sidecar-stream",
-                Role::Optional,
-                Duration::from_secs(5),
-                |stop| {
-                    sidecar::stream::run(settings, queue, metrics.clone(), readiness.clone(), stop)
-                },
-            );
-            // Ends by itself once the stream is gone and the queue is empty.
-            let invalidations = Invalidations::new(screen.clone(), metrics.clone());
-            let batch_max = config.sidecar.batch_max;
-            background.spawn(
-                "invalidation-worker",
-                Role::Optional,
-                Duration::from_secs(10),
-                |_| sidecar::worker::run(queued, invalidations, batch_max),
-            );
-        } else {
-            readiness.set_sidecar(health::SidecarLink::Disabled);
-        }
+        self.start_learning(screen, &mut background)?;
         if let Some(path) = snapshot_path(config) {
             let interval = Duration::from_secs(config.screen.snapshot_interval_secs);
             background.spawn(
@@ -272,6 +256,82 @@ impl Proxy {
             );
         }
         Ok(background)
+    }
+
+    /// What learns bans: one stream per sidecar source and the Aeges
+    /// listener, all feeding one queue that the batch worker applies.
+    fn start_learning(
+        &self,
+        screen: &Arc<Screen>,
+        background: &mut Background,
+    ) -> Result<(), Fatal> {
+        let (config, metrics, readiness) = (&self.config, &self.metrics, &self.readiness);
+        let setting = |e: ConfigError| Fatal {
+            part: "aeges".into(),
+            error: e.to_string(),
+        };
+        let aeges = config.aeges.listen_addr().map_err(setting)?;
+        if self.sources.is_empty() && aeges.is_none() {
+            return Ok(());
+        }
+        let (queue, queued) = tokio::sync::mpsc::channel(config.sidecar.channel_capacity);
+        let sink = sidecar::stream::Sink {
+            queue: queue.clone(),
+            screen: screen.clone(),
+            metrics: metrics.clone(),
+        };
+        for source in &self.sources {
+            let url = format!("http://{}", source.url.authority());
+            let index = readiness.add_source(source.protocol.as_str(), &url);
+            let settings = sidecar::stream::StreamSettings {
+                protocol: source.protocol,
+                url,
+                connect_timeout: Duration::from_millis(config.sidecar.connect_timeout_ms),
+                reconnect_initial: Duration::from_millis(config.sidecar.reconnect_initial_ms),
+                reconnect_max: Duration::from_millis(config.sidecar.reconnect_max_ms),
+            };
+            let sink = sink.clone();
+            background.spawn(
+                "sidecar-stream",
+                Role::Optional,
+                Duration::from_secs(5),
+                |stop| sidecar::stream::run(settings, sink, readiness.clone(), index, stop),
+            );
+        }
+        drop(sink);
+        if let Some(addr) = aeges {
+            let listener = std::net::TcpListener::bind(addr)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .and_then(TcpListener::from_std)
+                .map_err(|e| Fatal {
+                    part: "aeges".into(),
+                    error: format!("cannot bind {addr}: {e}"),
+                })?;
+            let reports = Arc::new(aeges::Reports::new(
+                config.aeges.allow().map_err(setting)?,
+                Some(config.aeges.report_token.clone()),
+                config.aeges.max_report_bytes,
+                queue.clone(),
+                screen.clone(),
+                metrics.clone(),
+            ));
+            tracing::info!(aeges = %addr, "aeges listener: POST /report");
+            background.spawn("aeges", Role::Essential, Duration::from_secs(2), |stop| {
+                aeges::serve(listener, reports, stop)
+            });
+        }
+        drop(queue);
+        // Ends by itself once every source and the listener are gone and
+        // the queue is empty.
+        let invalidations = Invalidations::new(screen.clone(), metrics.clone());
+        let batch_max = config.sidecar.batch_max;
+        background.spawn(
+            "invalidation-worker",
+            Role::Optional,
+            Duration::from_secs(10),
+            |_| sidecar::worker::run(queued, invalidations, batch_max),
+        );
+        Ok(())
     }
 
     async fn failed_to_start(&self, part: &str, error: String) -> Exit {
@@ -297,10 +357,6 @@ async fn wait_for_stop(
         () = shutdown => None,
         failure = failures.recv() => Some(failure),
     }
-}
-
-fn sidecar_on(config: &Config) -> bool {
-    !config.sidecar.url.is_empty() && config.screen.enabled
 }
 
 fn snapshot_path(config: &Config) -> Option<PathBuf> {

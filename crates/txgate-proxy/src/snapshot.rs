@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use txgate_screen::Screen;
-use txgate_screen::snapshot::{SnapshotError, decode, encode};
+use txgate_screen::snapshot::{FORMAT, SnapshotError, decode, encode};
 
 use crate::health::{Readiness, SnapshotState};
 use crate::metrics::Metrics;
@@ -47,15 +47,24 @@ enum LoadError {
     Unusable(SnapshotError),
 }
 
-fn read(path: &Path, screen: &Screen) -> Result<Option<usize>, LoadError> {
+fn read(path: &Path, screen: &Screen, metrics: &Metrics) -> Result<Option<usize>, LoadError> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(LoadError::Unreadable(e)),
     };
-    let records = decode(&bytes).map_err(LoadError::Unusable)?;
+    let decoded = decode(&bytes).map_err(LoadError::Unusable)?;
     let now = screen.millis(tokio::time::Instant::now().into_std());
-    Ok(Some(screen.import_bans(&records, now)))
+    let restored = screen.import_bans(&decoded.records, now);
+    if decoded.format < FORMAT {
+        // See txgate_screen::snapshot: kept, not dropped; the ones the new
+        // fingerprint rule no longer produces lapse with their time.
+        metrics.snapshot.restored_old_format.set(restored as i64);
+        tracing::warn!(path = %path.display(), format = decoded.format, restored,
+            "ban snapshot of an older fingerprint rule: bans of calls with 4 bytes of calldata \
+             or fewer (or 2^32*50000 gas and more) can no longer match and lapse with their time");
+    }
+    Ok(Some(restored))
 }
 
 /// Loads the snapshot at `path` (else its previous generation) into
@@ -65,7 +74,7 @@ pub fn load(path: &Path, screen: &Screen, metrics: &Metrics, readiness: &Readine
     let m = &metrics.snapshot;
     let mut failed = false;
     for (file, fallback) in [(path.to_path_buf(), false), (previous(path), true)] {
-        match read(&file, screen) {
+        match read(&file, screen, metrics) {
             Ok(Some(restored)) => {
                 tracing::info!(path = %file.display(), restored, "ban snapshot loaded");
                 m.restored.set(restored as i64);

@@ -27,6 +27,8 @@ pub fn screen_settings(config: &ScreenConfig) -> ScreenSettings {
         max_cached_senders: config.max_cached_senders,
         pending_timeout: secs(config.pending_timeout_secs),
         max_pending: config.max_pending,
+        forwarded_ttl: secs(config.forwarded_ttl_secs),
+        max_forwarded: config.max_forwarded,
         shaping_hold: config.shaping_hold_ms,
         backpressure: BackpressureSettings {
             capacity: f64::from(config.backpressure.tokens),

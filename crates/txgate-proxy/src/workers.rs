@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
-use txgate_config::Config;
+use txgate_config::{Config, Source};
 use txgate_screen::Screen;
 
 use crate::admission::AdmissionLayer;
@@ -37,6 +37,8 @@ pub(crate) struct Shared {
     pub(crate) settings: ServerSettings,
     pub(crate) screen: Option<Arc<Screen>>,
     pub(crate) verdicts: Option<Arc<VerdictCache>>,
+    /// The source ShouldForward asks, if one does.
+    pub(crate) probed: Option<Source>,
 }
 
 /// The running workers.
@@ -118,28 +120,31 @@ fn serve(
         settings,
         screen,
         verdicts,
+        probed,
     } = shared;
     let drained = runtime.block_on(async move {
         let listener = TcpListener::from_std(listener)?;
         let upstream = Upstream::new(&config, metrics.clone()).map_err(io::Error::other)?;
         // Each worker asks the sidecar over its own connection, from its
         // own runtime; the verdicts are shared.
-        let probe = match verdicts {
-            Some(verdicts) => {
+        let probe = match (verdicts, probed) {
+            (Some(verdicts), Some(source)) => {
                 let channel = sidecar::channel(
-                    &config.sidecar.url,
+                    &format!("http://{}", source.url.authority()),
                     Duration::from_millis(config.sidecar.connect_timeout_ms),
                 )
                 .map_err(io::Error::other)?;
-                Some(Arc::new(ProbeClient::new(
+                ProbeClient::new(
+                    source.protocol,
                     channel,
                     Duration::from_millis(config.sidecar.should_forward_timeout_ms),
                     config.sidecar.verdict_ttl_ms,
                     verdicts,
                     metrics.clone(),
-                )))
+                )
+                .map(Arc::new)
             }
-            None => None,
+            _ => None,
         };
         let service = ServiceBuilder::new()
             // One in-flight cap for the whole process, decided before the

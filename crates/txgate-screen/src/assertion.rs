@@ -42,6 +42,32 @@ pub struct AssertionKey {
     pub version: u64,
 }
 
+impl AssertionKey {
+    /// The version that marks a [call key](AssertionKey::of_call).
+    pub const CALL_VERSION: u64 = u64::MAX;
+
+    /// The key that failures naming no assertion (the Credible Layer
+    /// sidecar's reports and results) are counted under for cooldowns:
+    /// the call, `keccak256("txgate.call" ‖ target ‖ selector)`, at
+    /// [`AssertionKey::CALL_VERSION`]. It never names a ban and is never
+    /// reported as an assertion id.
+    pub fn of_call(target: Address, selector: [u8; 4]) -> AssertionKey {
+        let mut preimage = [0u8; 11 + 20 + 4];
+        preimage[..11].copy_from_slice(b"txgate.call");
+        preimage[11..31].copy_from_slice(target.as_slice());
+        preimage[31..].copy_from_slice(&selector);
+        AssertionKey {
+            id: alloy_primitives::keccak256(preimage),
+            version: AssertionKey::CALL_VERSION,
+        }
+    }
+
+    /// Whether this is a call key rather than a sidecar's assertion.
+    pub fn is_call(&self) -> bool {
+        self.version == AssertionKey::CALL_VERSION
+    }
+}
+
 /// A ban's link to the assertion table: the slot, and the stamp the slot
 /// had when the ban was made. A version bump or an eviction gives the slot
 /// a new stamp, so every ban of the old one reads as retired at once,

@@ -17,6 +17,7 @@
 //!    shaping of suspect fingerprints; then the pending attribution
 //!    ([`Screen::admit`]).
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use alloy_primitives::{Address, B256};
@@ -27,6 +28,8 @@ use crate::assertion::{
 use crate::backpressure::{BackpressureSettings, Charged, SenderBuckets};
 use crate::denied::{Ban, DeniedSet, Inserted};
 use crate::fingerprint::Fingerprint;
+use crate::forwarded::{Forward, ForwardedMap};
+use crate::keyed::KeyState;
 use crate::recover::{SignatureError, recover_sender};
 use crate::snapshot::BanRecord;
 use crate::ttl::{Millis, TtlMap};
@@ -55,6 +58,11 @@ pub struct ScreenSettings {
     pub pending_timeout: Millis,
     /// Pending fingerprints held at most.
     pub max_pending: usize,
+    /// How long a forwarded tx hash is remembered with its fingerprint and
+    /// sender (for sources that name only the hash).
+    pub forwarded_ttl: Millis,
+    /// Forwarded tx hashes held at most.
+    pub max_forwarded: usize,
     /// How long one forward of a suspect fingerprint holds its slot.
     pub shaping_hold: Millis,
     /// Sender backpressure.
@@ -76,6 +84,8 @@ impl Default for ScreenSettings {
             max_cached_senders: 1_000_000,
             pending_timeout: 30_000,
             max_pending: 262_144,
+            forwarded_ttl: 60_000,
+            max_forwarded: 600_000,
             shaping_hold: 4_000,
             backpressure: BackpressureSettings {
                 capacity: 20.0,
@@ -300,13 +310,28 @@ pub struct Applied {
     pub untracked: usize,
     /// Cooldowns started.
     pub cooldowns: usize,
+    /// Failures of a tx hash already learned (from another source, or
+    /// twice in the batch): ban refreshed, nobody charged again, nothing
+    /// counted again.
+    pub duplicates: usize,
 }
 
+/// The latest forward of a fingerprint (for shaping, and for sources that
+/// name only the fingerprint); its sender is in the forwarded map.
 #[derive(Debug, Clone, Copy)]
 struct Pending {
     tx_hash: B256,
-    sender: Address,
     at: Millis,
+}
+
+/// A recently failed tx hash.
+#[derive(Debug, Clone, Copy)]
+struct Failure {
+    /// The assertion it failed, when named.
+    assertion: Option<AssertionRef>,
+    /// Whether its failure was charged and counted (false: only its hash
+    /// was known), so that the same failure from another source is not.
+    charged: bool,
 }
 
 /// Cache sizes, for gauges.
@@ -322,6 +347,8 @@ pub struct Sizes {
     pub backpressured: usize,
     /// Pending fingerprints.
     pub pending: usize,
+    /// Forwarded tx hashes remembered.
+    pub forwarded: usize,
     /// Calls in cooldown.
     pub cooldowns: usize,
     /// Assertions known.
@@ -333,12 +360,14 @@ pub struct Sizes {
 pub struct Screen {
     settings: ScreenSettings,
     epoch: Instant,
-    recent_failures: TtlMap<B256, Option<AssertionRef>>,
+    recent_failures: TtlMap<B256, Failure>,
     senders: TtlMap<B256, Address>,
     buckets: SenderBuckets,
     denied: DeniedSet,
     assertions: Assertions,
     pending: TtlMap<B256, Pending>,
+    forwarded: ForwardedMap,
+    batch_keys: KeyState,
 }
 
 impl Screen {
@@ -357,6 +386,8 @@ impl Screen {
             denied: DeniedSet::new(settings.max_denied),
             assertions: Assertions::new(cooldown),
             pending: TtlMap::new(settings.max_pending),
+            forwarded: ForwardedMap::new(settings.max_forwarded),
+            batch_keys: KeyState::new(),
             settings,
             epoch,
         }
@@ -394,9 +425,10 @@ impl Screen {
     pub fn stage_fast_reject(&self, c: &Candidate) -> Result<(), Rejection> {
         match self.recent_failures.get(&c.hash, c.now) {
             None => Ok(()),
-            Some(assertion) => Err(Rejection::RecentFailure {
+            Some(failure) => Err(Rejection::RecentFailure {
                 tx_hash: c.hash,
-                assertion: assertion
+                assertion: failure
+                    .assertion
                     .and_then(|a| self.assertions.describe(a))
                     .map(|k| k.id),
             }),
@@ -478,7 +510,11 @@ impl Screen {
             } => {
                 return Err(Rejection::Cooldown {
                     fingerprint: fp.hash,
-                    assertion: self.assertions.describe(assertion).map(|k| k.id),
+                    assertion: self
+                        .assertions
+                        .describe(assertion)
+                        .filter(|k| !k.is_call())
+                        .map(|k| k.id),
                     retry_after,
                 });
             }
@@ -496,7 +532,9 @@ impl Screen {
         Ok(())
     }
 
-    /// Last step: remember the forward for attribution (and for shaping).
+    /// Last step: remember the forward for attribution (by fingerprint,
+    /// for shaping and fingerprint-only sources; by tx hash, for
+    /// hash-only sources).
     pub fn admit(&self, c: &Candidate) -> Admitted {
         let sender = c.sender.unwrap_or(Address::ZERO);
         if let Some(fp) = &c.fingerprint {
@@ -504,10 +542,18 @@ impl Screen {
                 fp.hash,
                 Pending {
                     tx_hash: c.hash,
-                    sender,
                     at: c.now,
                 },
                 c.now + self.settings.pending_timeout,
+            );
+            self.forwarded.insert(
+                c.hash,
+                &Forward {
+                    fingerprint: *fp,
+                    sender,
+                },
+                c.now + self.settings.forwarded_ttl,
+                c.now,
             );
         }
         Admitted {
@@ -547,82 +593,120 @@ impl Screen {
 
     /// Applies a batch of invalidations in one pass: assertion versions,
     /// denied fingerprints (bloom and map), recent failures, sender
-    /// charges (from the invalidation, else from the pending attribution),
+    /// charges (from the invalidation, else from what was forwarded),
     /// cooldown accounting.
+    ///
+    /// One failure, one charge: a tx hash already learned (from any
+    /// source, or earlier in the batch) refreshes its ban but is neither
+    /// charged nor counted towards a cooldown again.
     pub fn apply(&self, batch: &[Invalidation], now: Millis) -> Applied {
         let s = &self.settings;
         let mut applied = Applied::default();
         // 1. Assertions, in order (a bump mid-batch makes later items of
         //    the old version stale); one table lookup per run of the same
-        //    assertion and version.
-        //    A source that names no assertion bans under none.
+        //    key. A source that names no assertion bans under none, and its
+        //    failures count towards a cooldown under the call's key.
         let mut last: Option<(AssertionKey, Option<Option<AssertionRef>>)> = None;
-        let mut live: Vec<(usize, Option<AssertionRef>)> = Vec::with_capacity(batch.len());
+        let mut observe = |key: AssertionKey, applied: &mut Applied| match last {
+            Some((seen, aref)) if seen == key => aref,
+            _ => {
+                let aref = match self.assertions.observe(key, now) {
+                    Observed::Stale => None,
+                    Observed::Bumped(aref) => {
+                        applied.bumped += 1;
+                        Some(Some(aref))
+                    }
+                    Observed::Current(aref) => Some(Some(aref)),
+                    Observed::Untracked => Some(None),
+                };
+                last = Some((key, aref));
+                aref
+            }
+        };
+        // (index, the ban's assertion, the cooldown's key)
+        let mut live: Vec<(usize, Option<AssertionRef>, Option<AssertionRef>)> =
+            Vec::with_capacity(batch.len());
         for (i, inv) in batch.iter().enumerate() {
-            let Some(key) = inv.assertion else {
-                live.push((i, None));
-                continue;
-            };
-            let aref = match last {
-                Some((seen, aref)) if seen == key => aref,
-                _ => {
-                    let aref = match self.assertions.observe(key, now) {
-                        Observed::Stale => None,
-                        Observed::Bumped(aref) => {
-                            applied.bumped += 1;
-                            Some(Some(aref))
-                        }
-                        Observed::Current(aref) => Some(Some(aref)),
-                        Observed::Untracked => Some(None),
-                    };
-                    last = Some((key, aref));
-                    aref
+            match inv.assertion {
+                Some(key) => match observe(key, &mut applied) {
+                    Some(aref) => live.push((i, aref, aref)),
+                    None => applied.stale += 1,
+                },
+                None => {
+                    let call = (inv.target != Address::ZERO)
+                        .then(|| {
+                            observe(
+                                AssertionKey::of_call(inv.target, inv.selector),
+                                &mut applied,
+                            )
+                        })
+                        .flatten()
+                        .flatten();
+                    live.push((i, None, call));
                 }
-            };
-            match aref {
-                Some(aref) => live.push((i, aref)),
-                None => applied.stale += 1,
             }
         }
         // 2. Bans, grouped by shard.
         let expires = now + s.denied_ttl;
         let items: Vec<(B256, Option<AssertionRef>)> = live
             .iter()
-            .map(|&(i, aref)| (batch[i].fingerprint, aref))
+            .map(|&(i, aref, _)| (batch[i].fingerprint, aref))
             .collect();
         let inserted = self
             .denied
             .insert_batch(&items, expires, expires + s.suspect_window, now);
-        // 3. Cooldown accounting, attribution, sender charges.
-        let mut failures = Vec::with_capacity(live.len());
-        for (&(i, aref), result) in live.iter().zip(inserted) {
+        // 3. Attribution, deduplication, cooldown accounting, charges.
+        let mut failures: Vec<(B256, Failure, Millis)> = Vec::with_capacity(live.len());
+        let mut in_batch: HashSet<B256, KeyState> =
+            HashSet::with_capacity_and_hasher(live.len(), self.batch_keys);
+        for (&(i, aref, cooldown), result) in live.iter().zip(inserted) {
             let inv = &batch[i];
-            match result {
-                Inserted::New => {
-                    applied.banned += 1;
-                    if let Some(aref) = aref
-                        && self
-                            .assertions
-                            .note_failure(aref, (inv.target, inv.selector), now)
-                    {
-                        applied.cooldowns += 1;
-                    }
-                }
-                Inserted::Refreshed => applied.refreshed += 1,
-            }
-            // The pending attribution fills in what the sidecar did not say
-            // (a v1 sidecar says both: no lookup, no cache miss).
-            let pending = if inv.tx_hash.is_none() || inv.sender.is_none() {
-                self.pending.remove(&inv.fingerprint, now)
+            let new_ban = result == Inserted::New;
+            if new_ban {
+                applied.banned += 1;
             } else {
-                None
-            };
-            if let Some(hash) = inv.tx_hash.or(pending.map(|p| p.tx_hash)) {
-                failures.push((hash, aref, now + s.recent_failure_ttl));
+                applied.refreshed += 1;
+            }
+            // What the source did not say comes from what was forwarded
+            // (a txgate.v1 sidecar says both: no lookup, no cache miss).
+            let hash = inv.tx_hash.or_else(|| {
+                self.pending
+                    .remove(&inv.fingerprint, now)
+                    .map(|p| p.tx_hash)
+            });
+            if let Some(hash) = hash {
+                let seen = !in_batch.insert(hash)
+                    || self
+                        .recent_failures
+                        .get(&hash, now)
+                        .is_some_and(|f| f.charged);
+                if seen {
+                    applied.duplicates += 1;
+                    continue;
+                }
+                failures.push((
+                    hash,
+                    Failure {
+                        assertion: aref,
+                        charged: true,
+                    },
+                    now + s.recent_failure_ttl,
+                ));
+            }
+            if new_ban
+                && let Some(cooldown) = cooldown
+                && self
+                    .assertions
+                    .note_failure(cooldown, (inv.target, inv.selector), now)
+            {
+                applied.cooldowns += 1;
             }
             let sender = inv
                 .sender
-                .or(pending.map(|p| p.sender))
+                .or_else(|| {
+                    hash.and_then(|h| self.forwarded.get(&h, now))
+                        .map(|f| f.sender)
+                })
                 .filter(|s| *s != Address::ZERO);
             if let Some(sender) = sender {
                 applied.charged += 1;
@@ -639,6 +723,31 @@ impl Screen {
         applied
     }
 
+    /// What was forwarded under `tx_hash` (fingerprint and sender), while
+    /// it is remembered: how a source that names only the hash is turned
+    /// into an [`Invalidation`].
+    pub fn forwarded(&self, tx_hash: &B256, now: Millis) -> Option<Forward> {
+        self.forwarded.get(tx_hash, now)
+    }
+
+    /// A failed tx hash txgate did not forward (or no longer remembers):
+    /// refused from now on by hash, before any ECDSA; nobody is charged.
+    /// Returns whether it was new.
+    pub fn fail_hash(&self, tx_hash: B256, now: Millis) -> bool {
+        if self.recent_failures.get(&tx_hash, now).is_some() {
+            return false;
+        }
+        self.recent_failures.insert(
+            tx_hash,
+            Failure {
+                assertion: None,
+                charged: false,
+            },
+            now + self.settings.recent_failure_ttl,
+        );
+        true
+    }
+
     /// One step of background upkeep: sweeps `shards` shards of each cache
     /// (round-robin), finished cooldowns and idle assertions.
     pub fn sweep(&self, now: Millis, shards: usize) {
@@ -647,6 +756,7 @@ impl Screen {
         self.recent_failures.sweep(now, shards);
         self.senders.sweep(now, shards);
         self.pending.sweep(now, shards);
+        self.forwarded.sweep(now, shards);
         self.buckets.sweep(now);
         self.assertions.sweep(now);
     }
@@ -665,6 +775,7 @@ impl Screen {
             senders: self.senders.len(),
             backpressured: self.buckets.len(),
             pending: self.pending.len(),
+            forwarded: self.forwarded.len(),
             cooldowns: self.assertions.cooldowns(),
             assertions: self.assertions.len(),
         }

@@ -27,6 +27,7 @@ pub mod backpressure;
 pub mod denied;
 pub mod engine;
 pub mod fingerprint;
+pub mod forwarded;
 pub mod keyed;
 pub mod recover;
 mod shard;

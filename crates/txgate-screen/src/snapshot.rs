@@ -2,16 +2,26 @@
 //! assertions, as bytes (the proxy writes them to a file and reads them back
 //! at start, so a restart forgets no live ban).
 //!
-//! Format 1, big-endian:
+//! Format 2, big-endian:
 //!
 //! ```text
 //! "TXGATE-BANS\0"  12 bytes magic
-//! format           u32 (1)
+//! format           u32 (2)
 //! count            u64
 //! count × record:  fingerprint (32) ‖ expires_in_ms u64 ‖ suspect_for_ms u64
 //!                  ‖ n u8 ‖ n × (assertion id (32) ‖ assertion version u64)
 //! keccak256 of everything above (32)
 //! ```
+//!
+//! Format 2 has format 1's layout; its fingerprints follow the reference
+//! proxy's rule (zero argument hash for calldata of 4 bytes or fewer, gas
+//! bucket truncated to 32 bits; see [`crate::fingerprint`]). A format 1
+//! snapshot is still read: its bans of calls with more than 4 bytes of
+//! calldata (and less than 2³²·50 000 gas) have the same hash under both
+//! rules and keep working; the others can no longer match any transaction
+//! and lapse with their remaining time. Dropping all of them would instead
+//! let an attack that was held back through the upgrade. The loader
+//! counts and logs the bans it restored from format 1.
 //!
 //! Times are relative (remaining at the time of writing), so a snapshot
 //! does not depend on clocks agreeing across restarts; the time the process
@@ -24,7 +34,10 @@ use crate::assertion::AssertionKey;
 use crate::ttl::Millis;
 
 const MAGIC: &[u8; 12] = b"TXGATE-BANS\0";
-const FORMAT: u32 = 1;
+/// The format this build writes.
+pub const FORMAT: u32 = 2;
+/// The oldest format this build reads.
+pub const OLDEST_FORMAT: u32 = 1;
 /// Assertions per record at most (the set keeps two).
 const MAX_ASSERTIONS: usize = 2;
 
@@ -105,8 +118,17 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// A decoded snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decoded {
+    /// Its format ([`OLDEST_FORMAT`] to [`FORMAT`]).
+    pub format: u32,
+    /// Its bans.
+    pub records: Vec<BanRecord>,
+}
+
 /// Decodes a snapshot; any damage is an error, never a panic.
-pub fn decode(bytes: &[u8]) -> Result<Vec<BanRecord>, SnapshotError> {
+pub fn decode(bytes: &[u8]) -> Result<Decoded, SnapshotError> {
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         return Err(SnapshotError::BadMagic);
     }
@@ -120,7 +142,7 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<BanRecord>, SnapshotError> {
     let mut format = [0u8; 4];
     format.copy_from_slice(r.take(4)?);
     let format = u32::from_be_bytes(format);
-    if format != FORMAT {
+    if !(OLDEST_FORMAT..=FORMAT).contains(&format) {
         return Err(SnapshotError::UnsupportedFormat(format));
     }
     if keccak256(body).as_slice() != sum {
@@ -159,7 +181,7 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<BanRecord>, SnapshotError> {
     if !r.bytes.is_empty() {
         return Err(SnapshotError::Truncated);
     }
-    Ok(records)
+    Ok(Decoded { format, records })
 }
 
 #[cfg(test)]
@@ -185,8 +207,9 @@ mod tests {
     #[test]
     fn round_trip() {
         let records = sample();
-        assert_eq!(decode(&encode(&records)), Ok(records));
-        assert_eq!(decode(&encode(&[])), Ok(vec![]));
+        let back = decode(&encode(&records)).map(|d| (d.format, d.records));
+        assert_eq!(back, Ok((FORMAT, records)));
+        assert_eq!(decode(&encode(&[])).map(|d| d.records), Ok(vec![]));
     }
 
     #[test]
@@ -201,5 +224,28 @@ mod tests {
             assert!(decode(&damaged).is_err(), "flip at {i}");
         }
         assert_eq!(decode(b"hello"), Err(SnapshotError::BadMagic));
+    }
+
+    /// Rewrites the format field (and the checksum) of a snapshot.
+    fn with_format(bytes: &[u8], format: u32) -> Vec<u8> {
+        let mut out = bytes[..bytes.len() - 32].to_vec();
+        out[12..16].copy_from_slice(&format.to_be_bytes());
+        let sum = keccak256(&out);
+        out.extend_from_slice(sum.as_slice());
+        out
+    }
+
+    #[test]
+    fn format_1_is_read_and_named_and_unknown_formats_are_refused() {
+        let records = sample();
+        let old = with_format(&encode(&records), 1);
+        assert_eq!(decode(&old), Ok(Decoded { format: 1, records }));
+        let future = with_format(&encode(&[]), FORMAT + 1);
+        assert_eq!(
+            decode(&future),
+            Err(SnapshotError::UnsupportedFormat(FORMAT + 1))
+        );
+        let zero = with_format(&encode(&[]), 0);
+        assert_eq!(decode(&zero), Err(SnapshotError::UnsupportedFormat(0)));
     }
 }

@@ -330,7 +330,7 @@ fn bans_survive_a_snapshot_round_trip_with_remaining_times() {
     let raw = raw_tx(&key(1), 0, &attack_input(), 1);
     s.apply(&[invalidation_of(&raw, 1)], 1_000);
     let bytes = txgate_screen::snapshot::encode(&s.export_bans(31_000));
-    let records = txgate_screen::snapshot::decode(&bytes).unwrap();
+    let records = txgate_screen::snapshot::decode(&bytes).unwrap().records;
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].expires_in, 128_000 - 30_000);
     assert_eq!(
@@ -374,7 +374,9 @@ fn a_deny_with_no_assertion_names_none() {
     inv.assertion = None;
     let applied = s.apply(&[inv], 0);
     assert_eq!(applied.banned, 1);
-    assert_eq!(s.sizes().assertions, 0, "no assertion entered the table");
+    // Only the call's cooldown key entered the table (never named in a
+    // refusal), not an assertion 0x00…00.
+    assert_eq!(s.sizes().assertions, 1, "the call key only");
     match s.screen(&raw, 10) {
         Err(Rejection::RecentFailure { assertion, .. }) => assert_eq!(assertion, None),
         r => panic!("{r:?}"),
@@ -434,4 +436,93 @@ fn a_verdict_with_no_assertion_makes_a_ban_unconditional() {
     let bump = invalidation_of(&raw_tx(&key(3), 0, &honest_input(9), 1), 2);
     s.apply(&[bump], 20);
     assert_eq!(reason(s.screen(&other, 30)), None);
+}
+
+/// The same failure arrives by a report (hash, fingerprint, sender), a
+/// result (hash only: resolved through what was forwarded) and a
+/// reference invalidation (fingerprint only): one charge, one count.
+#[test]
+fn one_failure_from_three_sources_is_charged_and_counted_once() {
+    let s = screen(ScreenSettings::default());
+    let raw = raw_tx(&key(1), 0, &attack_input(), 1);
+    let admitted = s.screen(&raw, 0).unwrap();
+    let fp = admitted.fingerprint.unwrap();
+    // The result stream names only the hash: what was forwarded says the rest.
+    let fwd = s.forwarded(&admitted.hash, 10).unwrap();
+    assert_eq!((fwd.fingerprint.hash, fwd.sender), (fp, admitted.sender));
+    let from_result = Invalidation {
+        fingerprint: fwd.fingerprint.hash,
+        target: fwd.fingerprint.target,
+        selector: fwd.fingerprint.selector,
+        assertion: None,
+        tx_hash: Some(admitted.hash),
+        sender: Some(fwd.sender),
+    };
+    let mut from_report = invalidation_of(&raw, 1);
+    from_report.assertion = None;
+    let from_reference = Invalidation {
+        tx_hash: None,
+        sender: None,
+        ..from_report
+    };
+    let first = s.apply(&[from_report, from_result], 20);
+    assert_eq!((first.banned, first.charged, first.duplicates), (1, 1, 1));
+    let later = s.apply(&[from_reference], 30);
+    assert_eq!((later.banned, later.charged, later.duplicates), (0, 0, 1));
+    assert_eq!(later.refreshed, 1, "the ban is still refreshed");
+    assert_eq!(reason(s.screen(&raw, 40)), Some(Reason::RecentFailure));
+}
+
+/// A failed hash txgate never forwarded is refused by hash at once; a
+/// later report of the same transaction still bans and charges.
+#[test]
+fn a_failed_unknown_hash_is_refused_and_a_later_report_still_charges() {
+    let s = screen(ScreenSettings::default());
+    let raw = raw_tx(&key(1), 0, &attack_input(), 1);
+    let hash = txgate_screen::tx_hash(&decode_hex(&raw).unwrap());
+    assert_eq!(s.forwarded(&hash, 0), None);
+    assert!(s.fail_hash(hash, 0));
+    assert!(!s.fail_hash(hash, 1), "once");
+    assert_eq!(reason(s.screen(&raw, 2)), Some(Reason::RecentFailure));
+    let mut report = invalidation_of(&raw, 1);
+    report.assertion = None;
+    let applied = s.apply(&[report], 3);
+    assert_eq!(
+        (applied.banned, applied.charged, applied.duplicates),
+        (1, 1, 0)
+    );
+    let other = raw_tx(&key(2), 0, &attack_input(), 1);
+    assert_eq!(reason(s.screen(&other, 4)), Some(Reason::DeniedFingerprint));
+}
+
+/// Reports and results name no assertion: their failures count towards a
+/// cooldown of the call (target and selector), and the refusal names no
+/// assertion.
+#[test]
+fn failures_without_an_assertion_start_a_cooldown_of_the_call() {
+    let settings = ScreenSettings::default();
+    let n = settings.cooldown.distinct_fingerprints;
+    let s = screen(settings);
+    let batch: Vec<Invalidation> = (0..n)
+        .map(|i| {
+            let mut input = attack_input();
+            input[4] = i as u8;
+            let mut inv = invalidation_of(&raw_tx(&key(i as u32), 0, &input, 1), 1);
+            inv.assertion = None;
+            inv
+        })
+        .collect();
+    let applied = s.apply(&batch, 0);
+    assert_eq!((applied.banned, applied.cooldowns), (n, 1));
+    let mut input = attack_input();
+    input[4] = 0xee;
+    match s.screen(&raw_tx(&key(999), 0, &input, 1), 10) {
+        Err(Rejection::Cooldown { assertion, .. }) => assert_eq!(assertion, None),
+        r => panic!("{r:?}"),
+    }
+    // Another selector on the same contract is not affected.
+    assert_eq!(
+        reason(s.screen(&raw_tx(&key(7), 0, &honest_input(1), 1), 20)),
+        None
+    );
 }

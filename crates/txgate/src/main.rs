@@ -2,7 +2,7 @@
 //!
 //! Reads the config (file, then `TXGATE_*` environment, then flags), checks
 //! every setting with the same parsers `check-config` uses, binds the
-//! client and admin listeners, serves until SIGTERM or SIGINT, drains the
+//! client and admin listeners (and the Aeges listener when set), serves until SIGTERM or SIGINT, drains the
 //! calls in flight and exits 0.
 //!
 //! Exit codes:
@@ -62,6 +62,20 @@ struct Cli {
     /// start [screen.snapshot_path].
     #[arg(long, env = "TXGATE_BAN_SNAPSHOT", global = true)]
     ban_snapshot: Option<String>,
+    /// Address for the Aeges listener, where the Credible Layer sidecar
+    /// posts failure reports; empty: off [aeges.listen]. Whoever can reach
+    /// it can ban traffic: keep it internal.
+    #[arg(long, env = "TXGATE_AEGES_LISTEN", global = true)]
+    aeges_listen: Option<String>,
+    /// Token an Aeges report must carry; empty: none [aeges.report_token].
+    /// Prefer the environment: a flag shows in the process list.
+    #[arg(
+        long,
+        env = "TXGATE_AEGES_REPORT_TOKEN",
+        global = true,
+        hide_env_values = true
+    )]
+    aeges_report_token: Option<String>,
     /// Screen, count and log, but forward everything [screen.monitor_only].
     #[arg(long, env = "TXGATE_MONITOR_ONLY", global = true)]
     monitor_only: bool,
@@ -114,6 +128,12 @@ impl Cli {
         if let Some(v) = &self.ban_snapshot {
             config.screen.snapshot_path = v.clone();
         }
+        if let Some(v) = &self.aeges_listen {
+            config.aeges.listen = v.clone();
+        }
+        if let Some(v) = &self.aeges_report_token {
+            config.aeges.report_token = v.clone();
+        }
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)
     }
@@ -159,14 +179,15 @@ fn main() -> ExitCode {
             config.rpc.policy, config.rpc.methods
         );
         println!("  screening     {}", screening_mode(&config));
-        println!(
-            "  sidecar       {}",
-            if config.sidecar.url.is_empty() {
-                "none"
-            } else {
-                &config.sidecar.url
-            }
-        );
+        let sources = sidecar_sources(&config);
+        if sources.is_empty() {
+            println!("  sidecar       none");
+        }
+        for (n, source) in sources.iter().enumerate() {
+            let label = if n == 0 { "sidecar" } else { "" };
+            println!("  {label:<13} {source}");
+        }
+        println!("  aeges         {}", aeges_listener(&config));
         return ExitCode::SUCCESS;
     }
     init_logging(&config);
@@ -190,7 +211,11 @@ async fn run(config: Config) -> ExitCode {
     let (listen, admin) = (config.server.listen, config.admin.listen);
     let upstream_url = config.upstream.url.clone();
     let screening = screening_mode(&config);
-    let sidecar_url = config.sidecar.url.clone();
+    let sidecar = match sidecar_sources(&config) {
+        sources if sources.is_empty() => "none".to_string(),
+        sources => sources.join(", "),
+    };
+    let aeges = aeges_listener(&config);
     // Everything that can refuse a setting runs before anything listens.
     let proxy = match Proxy::new(config) {
         Ok(proxy) => proxy,
@@ -210,7 +235,7 @@ async fn run(config: Config) -> ExitCode {
         tracing::error!("listeners have no local address");
         return ExitCode::from(EXIT_FAILED);
     };
-    tracing::info!(rpc = %rpc_addr, admin = %admin_addr, upstream = %upstream_url, workers, screening, sidecar = %sidecar_url, "listening");
+    tracing::info!(rpc = %rpc_addr, admin = %admin_addr, upstream = %upstream_url, workers, screening, sidecar = %sidecar, aeges = %aeges, "listening");
     let Exit { drained, fatal } = proxy.run(listeners, shutdown_signal()).await;
     match drained {
         Drained::Clean => tracing::info!("drained; exiting"),
@@ -231,6 +256,53 @@ fn screening_mode(config: &Config) -> &'static str {
         (true, true) => "monitor-only",
         (true, false) => "on",
     }
+}
+
+/// The sidecar sources, one line each: URL, protocol, and whether it is
+/// asked ShouldForward. The config is validated: the list parses.
+fn sidecar_sources(config: &Config) -> Vec<String> {
+    config
+        .sidecar
+        .sources()
+        .unwrap_or_default()
+        .iter()
+        .map(|source| {
+            format!(
+                "http://{} {}{}",
+                source.url.authority(),
+                source.protocol,
+                if source.should_forward {
+                    " should_forward"
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect()
+}
+
+/// The Aeges listener: its address, whether a token is set (never the
+/// token) and the allowed networks; "off" without one.
+fn aeges_listener(config: &Config) -> String {
+    let aeges = &config.aeges;
+    let Ok(Some(listen)) = aeges.listen_addr() else {
+        return "off".to_string();
+    };
+    let allow: Vec<String> = aeges
+        .allow()
+        .unwrap_or_default()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    format!(
+        "{listen} token {} allow [{}]",
+        if aeges.report_token.is_empty() {
+            "none"
+        } else {
+            "set"
+        },
+        allow.join(", ")
+    )
 }
 
 /// Completes on SIGTERM or SIGINT.

@@ -12,6 +12,7 @@
 //! - [`snapshot`]: ban snapshot writes and loads.
 //! - [`process`]: background tasks and fatal failures.
 
+pub mod aeges;
 pub mod http;
 pub mod process;
 mod registrar;
@@ -22,6 +23,7 @@ pub mod upstream;
 
 use prometheus::{Encoder, Registry, TextEncoder};
 
+pub use aeges::AegesMetrics;
 pub use http::{HttpMetrics, KNOWN_METHODS, Outcome};
 pub use process::ProcessMetrics;
 pub use screen::{ClearedAs, ScreenMetrics};
@@ -46,6 +48,8 @@ pub struct Metrics {
     pub snapshot: SnapshotMetrics,
     /// Background tasks and fatal failures.
     pub process: ProcessMetrics,
+    /// The Aeges listener.
+    pub aeges: AegesMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -68,8 +72,10 @@ impl Metrics {
             SnapshotMetrics::new(&r),
             ProcessMetrics::new(&r),
         );
+        let aeges = AegesMetrics::new(&r);
         Metrics {
             registry,
+            aeges,
             http,
             upstream,
             screen,

@@ -58,6 +58,8 @@ pub struct CacheGauges {
     pub backpressured_senders: IntGauge,
     /// Forwards remembered for attribution.
     pub pending: IntGauge,
+    /// Forwarded tx hashes remembered (for hash-only sources).
+    pub forwarded: IntGauge,
     /// Calls in cooldown.
     pub cooldowns: IntGauge,
     /// Assertions in the table.
@@ -75,6 +77,7 @@ impl CacheGauges {
             senders: g("senders"),
             backpressured_senders: g("backpressured_senders"),
             pending: g("pending"),
+            forwarded: g("forwarded"),
             cooldowns: g("cooldowns"),
             assertions: g("assertions"),
             verdicts: g("verdicts"),
@@ -103,6 +106,9 @@ pub struct InvalidationCounters {
     pub sender_untracked: IntCounter,
     /// Cooldowns started.
     pub cooldown_started: IntCounter,
+    /// Failures of a tx hash already learned from another source (or
+    /// twice): not charged or counted again.
+    pub duplicate: IntCounter,
 }
 
 /// Screening metrics, every label set created up front.
@@ -185,6 +191,7 @@ impl ScreenMetrics {
                 sender_backoff: counter("sender_backoff"),
                 sender_untracked: counter("sender_untracked"),
                 cooldown_started: counter("cooldown_started"),
+                duplicate: counter("duplicate"),
             },
             assertions_evicted: r.counter(
                 "screen_assertions_evicted_total",
@@ -217,6 +224,7 @@ impl ScreenMetrics {
         set(&e.senders, sizes.senders);
         set(&e.backpressured_senders, sizes.backpressured);
         set(&e.pending, sizes.pending);
+        set(&e.forwarded, sizes.forwarded);
         set(&e.cooldowns, sizes.cooldowns);
         set(&e.assertions, sizes.assertions);
     }
@@ -234,5 +242,6 @@ impl ScreenMetrics {
         add(&c.sender_backoff, a.backoffs);
         add(&c.sender_untracked, a.untracked);
         add(&c.cooldown_started, a.cooldowns);
+        add(&c.duplicate, a.duplicates);
     }
 }

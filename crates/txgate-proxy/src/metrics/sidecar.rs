@@ -1,7 +1,8 @@
 //! Sidecar metrics: the invalidation stream, its queue and batches, and
 //! the ShouldForward probe.
 
-use prometheus::{Histogram, IntCounter, IntGauge};
+use prometheus::{Histogram, IntCounter, IntGauge, IntGaugeVec};
+use txgate_proto::results::Status;
 
 use super::registrar::Registrar;
 
@@ -23,12 +24,30 @@ pub struct ProbeCounters {
     pub error: IntCounter,
     /// Not asked: `sidecar.max_probes_in_flight` questions were in flight.
     pub saturated: IntCounter,
+    /// The sidecar had no opinion (`rpcproxy.v1` UNKNOWN): forwarded.
+    pub unknown: IntCounter,
+}
+
+/// The result stream (`sidecar.transport.v1`).
+#[derive(Debug)]
+pub struct ResultCounters {
+    /// `txgate_sidecar_results_total{status}`, indexed by [`Status::index`].
+    pub by_status: [IntCounter; Status::ALL.len()],
+    /// Assertion failures of a hash txgate forwarded (banned, charged).
+    pub known: IntCounter,
+    /// Assertion failures of a hash txgate did not forward or no longer
+    /// remembers (refused by hash only).
+    pub unknown: IntCounter,
+    /// Assertion failures without a 32-byte tx hash.
+    pub malformed: IntCounter,
 }
 
 /// Sidecar link metrics.
 pub struct SidecarMetrics {
-    /// 1 while the invalidation stream is open.
+    /// Sources whose stream is open.
     pub up: IntGauge,
+    /// 1 while a source's stream is open, by protocol and url.
+    pub source_up: IntGaugeVec,
     /// Stream (re)connection attempts that failed or streams that ended.
     pub reconnects: IntCounter,
     /// Invalidations received.
@@ -45,6 +64,8 @@ pub struct SidecarMetrics {
     pub lag: Histogram,
     /// ShouldForward outcomes.
     pub probe: ProbeCounters,
+    /// The result stream.
+    pub results: ResultCounters,
 }
 
 impl std::fmt::Debug for SidecarMetrics {
@@ -61,8 +82,23 @@ impl SidecarMetrics {
             &["result"],
         );
         let result = |name: &str| probe.with_label_values(&[name]);
+        let statuses = r.counter_vec(
+            "sidecar_results_total",
+            "Transaction results from the sidecar's result stream, by status",
+            &["status"],
+        );
+        let failures = r.counter_vec(
+            "sidecar_result_failures_total",
+            "Assertion failures from the result stream, by what txgate knew of the hash",
+            &["hash"],
+        );
         SidecarMetrics {
-            up: r.gauge("sidecar_up", "1 while the invalidation stream is open"),
+            up: r.gauge("sidecar_up", "Sidecar sources whose stream is open"),
+            source_up: r.gauge_vec(
+                "sidecar_source_up",
+                "1 while this sidecar source's stream is open",
+                &["protocol", "url"],
+            ),
             reconnects: r.counter(
                 "sidecar_reconnects_total",
                 "Sidecar connection attempts that failed and streams that ended",
@@ -95,6 +131,13 @@ impl SidecarMetrics {
                 timeout: result("timeout"),
                 error: result("error"),
                 saturated: result("saturated"),
+                unknown: result("unknown"),
+            },
+            results: ResultCounters {
+                by_status: Status::ALL.map(|s| statuses.with_label_values(&[s.as_str()])),
+                known: failures.with_label_values(&["forwarded"]),
+                unknown: failures.with_label_values(&["unknown"]),
+                malformed: failures.with_label_values(&["malformed"]),
             },
         }
     }

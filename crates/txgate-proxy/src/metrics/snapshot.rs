@@ -20,6 +20,10 @@ pub struct SnapshotMetrics {
     /// Starts that restored the previous snapshot because the newest was
     /// missing or unusable.
     pub load_fallback: IntCounter,
+    /// Bans restored at start from a snapshot of an older fingerprint
+    /// rule (format 1): those of calls with 4 bytes of calldata or fewer
+    /// can no longer match and lapse with their remaining time.
+    pub restored_old_format: IntGauge,
 }
 
 impl std::fmt::Debug for SnapshotMetrics {
@@ -49,6 +53,10 @@ impl SnapshotMetrics {
             ),
             load_unreadable: loads.with_label_values(&["unreadable"]),
             load_unusable: loads.with_label_values(&["unusable"]),
+            restored_old_format: r.gauge(
+                "ban_snapshot_restored_old_format",
+                "Bans restored at start from a snapshot of an older fingerprint rule (format 1)",
+            ),
             load_fallback: r.counter(
                 "ban_snapshot_fallbacks_total",
                 "Starts that restored the previous snapshot because the newest was unusable",

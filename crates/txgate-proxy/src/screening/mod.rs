@@ -170,4 +170,4 @@ pub fn raw_param(params: Option<&RawValue>) -> Option<Cow<'_, str>> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -13,14 +13,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use alloy_primitives::B256;
+use alloy_primitives::{Address, B256};
 use pin_project_lite::pin_project;
 use tonic::transport::Channel;
 use tower::Service;
-use txgate_proto::v1::rpc_proxy_heuristics_client::RpcProxyHeuristicsClient;
-use txgate_proto::{assertion_key, fingerprint_message, v1};
+use txgate_config::Protocol;
+use txgate_proto::rpcproxy_v1::rpc_proxy_heuristics_client::RpcProxyHeuristicsClient as RpcproxyClient;
+use txgate_proto::v1::rpc_proxy_heuristics_client::RpcProxyHeuristicsClient as TxgateClient;
+use txgate_proto::{assertion_key, fingerprint_message, rpcproxy, rpcproxy_v1, v1};
 use txgate_screen::ttl::TtlMap;
-use txgate_screen::{AssertionKey, Invalidation, Millis, Rejection};
+use txgate_screen::{AssertionKey, Fingerprint, Invalidation, Millis, Rejection};
 
 use super::{Cleared, Submission};
 use crate::metrics::Metrics;
@@ -69,10 +71,25 @@ impl VerdictCache {
     }
 }
 
+/// A ShouldForward client of one of the two protocols that have it.
+#[derive(Debug, Clone)]
+enum Asker {
+    Txgate(TxgateClient<Channel>),
+    Rpcproxy(RpcproxyClient<Channel>),
+}
+
+/// What a question carries.
+struct Question {
+    fingerprint: Fingerprint,
+    tx_hash: B256,
+    sender: Option<Address>,
+    raw_tx: Vec<u8>,
+}
+
 /// The sidecar client and the verdict cache, shared by a worker's calls.
 #[derive(Debug)]
 pub struct ProbeClient {
-    client: RpcProxyHeuristicsClient<Channel>,
+    client: Asker,
     timeout: Duration,
     verdict_ttl: Millis,
     verdicts: Arc<VerdictCache>,
@@ -80,22 +97,29 @@ pub struct ProbeClient {
 }
 
 impl ProbeClient {
-    /// A client over `channel`; `verdicts` is the cache shared by every
-    /// worker.
+    /// A client of `protocol` over `channel`; `verdicts` is the cache
+    /// shared by every worker. `None` for a protocol without ShouldForward
+    /// (which the config refuses).
     pub fn new(
+        protocol: Protocol,
         channel: Channel,
         timeout: Duration,
         verdict_ttl: Millis,
         verdicts: Arc<VerdictCache>,
         metrics: Arc<Metrics>,
-    ) -> ProbeClient {
-        ProbeClient {
-            client: RpcProxyHeuristicsClient::new(channel),
+    ) -> Option<ProbeClient> {
+        let client = match protocol {
+            Protocol::TxgateV1 => Asker::Txgate(TxgateClient::new(channel)),
+            Protocol::RpcproxyV1 => Asker::Rpcproxy(RpcproxyClient::new(channel)),
+            Protocol::TransportV1 => return None,
+        };
+        Some(ProbeClient {
+            client,
             timeout,
             verdict_ttl,
             verdicts,
             metrics,
-        }
+        })
     }
 }
 
@@ -108,21 +132,43 @@ enum Verdict {
 impl ProbeClient {
     /// The question, as a `'static` future (it owns its client handle), so
     /// that it is `Send` whatever the submission's lifetime.
-    fn ask(
-        self: Arc<Self>,
-        request: v1::ShouldForwardRequest,
-    ) -> Pin<Box<dyn Future<Output = Verdict> + Send>> {
-        Box::pin(async move { self.ask_inner(request).await })
+    fn ask(self: Arc<Self>, question: Question) -> Pin<Box<dyn Future<Output = Verdict> + Send>> {
+        Box::pin(async move {
+            let m = &self.metrics.sidecar.probe;
+            let asked = tokio::time::timeout(self.timeout, self.ask_inner(question)).await;
+            match asked {
+                Ok(Ok(verdict)) => {
+                    match verdict {
+                        Verdict::Forward(_) => m.forward.inc(),
+                        Verdict::Deny(_) => m.deny.inc(),
+                        Verdict::Unknown => m.unknown.inc(),
+                    }
+                    verdict
+                }
+                Ok(Err(status)) => {
+                    m.error.inc();
+                    tracing::debug!(code = ?status.code(), "ShouldForward failed; forwarding");
+                    Verdict::Unknown
+                }
+                Err(_) => {
+                    m.timeout.inc();
+                    Verdict::Unknown
+                }
+            }
+        })
     }
 
-    async fn ask_inner(&self, request: v1::ShouldForwardRequest) -> Verdict {
-        let mut client = self.client.clone();
-        let m = &self.metrics.sidecar.probe;
-        match tokio::time::timeout(self.timeout, client.should_forward(request)).await {
-            Ok(Ok(answer)) => {
-                let answer = answer.into_inner();
-                if answer.forward {
-                    m.forward.inc();
+    async fn ask_inner(&self, q: Question) -> Result<Verdict, tonic::Status> {
+        match self.client.clone() {
+            Asker::Txgate(mut client) => {
+                let request = v1::ShouldForwardRequest {
+                    fingerprint: Some(fingerprint_message(&q.fingerprint)),
+                    tx_hash: q.tx_hash.to_vec(),
+                    sender: q.sender.map(|a| a.to_vec()).unwrap_or_default(),
+                    raw_tx: q.raw_tx,
+                };
+                let answer = client.should_forward(request).await?.into_inner();
+                Ok(if answer.forward {
                     let ttl = if answer.ttl_ms == 0 {
                         self.verdict_ttl
                     } else {
@@ -130,25 +176,29 @@ impl ProbeClient {
                     };
                     Verdict::Forward(ttl)
                 } else {
-                    m.deny.inc();
                     // Assertions with a malformed id are left out; none
                     // left means "no assertion", never a made-up one.
-                    let keys = answer
-                        .assertions
-                        .iter()
-                        .filter_map(|a| assertion_key(Some(a)).ok().flatten())
-                        .collect();
-                    Verdict::Deny(keys)
-                }
+                    Verdict::Deny(
+                        answer
+                            .assertions
+                            .iter()
+                            .filter_map(|a| assertion_key(Some(a)).ok().flatten())
+                            .collect(),
+                    )
+                })
             }
-            Ok(Err(status)) => {
-                m.error.inc();
-                tracing::debug!(code = ?status.code(), "ShouldForward failed; forwarding");
-                Verdict::Unknown
-            }
-            Err(_) => {
-                m.timeout.inc();
-                Verdict::Unknown
+            Asker::Rpcproxy(mut client) => {
+                let request = rpcproxy_v1::ShouldForwardRequest {
+                    fingerprint: Some(rpcproxy::fingerprint_message(&q.fingerprint)),
+                };
+                let answer = client.should_forward(request).await?.into_inner();
+                Ok(match rpcproxy::verdict(&answer) {
+                    Ok(rpcproxy::Verdict::Allow) => Verdict::Forward(self.verdict_ttl),
+                    Ok(rpcproxy::Verdict::Deny(key)) => Verdict::Deny(key.into_iter().collect()),
+                    // A deny with a malformed assertion id bans under none.
+                    Err(_) => Verdict::Deny(Vec::new()),
+                    Ok(rpcproxy::Verdict::Unknown) => Verdict::Unknown,
+                })
             }
         }
     }
@@ -224,13 +274,12 @@ impl<'a> Service<Submission<'a>> for Probe {
             return ready(&s);
         };
         let (tx_hash, sender, now) = (c.hash, c.sender, c.now);
-        let request = v1::ShouldForwardRequest {
-            fingerprint: Some(fingerprint_message(&fp)),
-            tx_hash: tx_hash.to_vec(),
-            sender: sender.map(|a| a.to_vec()).unwrap_or_default(),
+        let asked = client.clone().ask(Question {
+            fingerprint: fp,
+            tx_hash,
+            sender,
             raw_tx: c.raw.clone(),
-        };
-        let asked = client.clone().ask(request);
+        });
         let future: Boxed<'a> = Box::pin(async move {
             let verdict = asked.await;
             drop(permit);

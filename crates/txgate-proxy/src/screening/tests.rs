@@ -25,7 +25,7 @@ fn key(seed: u8) -> SecretKey {
     SecretKey::from_byte_array([seed; 32]).unwrap()
 }
 
-fn raw(seed: u8, nonce: u64, input: &[u8]) -> String {
+pub(crate) fn raw(seed: u8, nonce: u64, input: &[u8]) -> String {
     let tx = TxEip1559 {
         chain_id: 31337,
         nonce,

@@ -1,24 +1,34 @@
-//! The sidecar link: the invalidation stream, the batching worker that
-//! applies it, and the channel the ShouldForward probe uses.
+//! The sidecar links: one stream per configured source, the batching
+//! worker that applies what they learn, and the channel the ShouldForward
+//! probe uses.
 //!
 //! ```text
-//! sidecar ──gRPC stream──▶ stream::run ──bounded queue──▶ worker::run ──▶ Screen::apply
+//! source ──gRPC stream──▶ stream::run ──bounded queue──▶ worker::run ──▶ Screen::apply
+//!   (txgate.v1 / rpcproxy.v1: invalidations;
+//!    sidecar.transport.v1: every tx's result, failures resolved by hash)
+//! Aeges listener ──POST /report──────────▶ (same queue)
 //! ```
 //!
-//! - [`stream`] subscribes, converts each message, and queues it. It
-//!   reconnects with capped exponential backoff and jitter, and reports the
-//!   link in `/readyz` and metrics. While it is down, screening keeps
-//!   everything it learned and forwards the rest (fail open). Asked to
-//!   stop, it stops between two messages: a message it received is always
-//!   queued first.
+//! - [`protocol`] subscribes in each protocol and turns its messages into
+//!   one [`stream::Message`] type.
+//! - [`stream`] keeps one subscription per source, converts each message,
+//!   and queues it. It reconnects with capped exponential backoff and
+//!   jitter, and reports each source's link in `/readyz` and metrics (a
+//!   server that does not speak the configured protocol answers gRPC
+//!   UNIMPLEMENTED: one clear log line, the source marked down, retried).
+//!   While links are down, screening keeps everything it learned and
+//!   forwards the rest (fail open). Asked to stop, it stops between two
+//!   messages: a message it received is always queued first.
 //! - The queue is bounded. When it is full the stream waits for room
 //!   before reading the next message, so HTTP/2 flow control slows the
 //!   sidecar: nothing is dropped, and the wait is counted.
 //! - [`worker`] takes whatever is queued (up to `batch_max`) and applies it
 //!   in one pass, so a storm turns into few large batches and request
-//!   handling never waits for it. It ends once the stream is gone and the
-//!   queue is empty.
+//!   handling never waits for it. The same failure arriving from several
+//!   sources is charged and counted once (the engine deduplicates by tx
+//!   hash). It ends once every source is gone and the queue is empty.
 
+pub mod protocol;
 pub mod stream;
 pub mod worker;
 

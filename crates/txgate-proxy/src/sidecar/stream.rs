@@ -1,5 +1,5 @@
-//! The invalidation stream: subscribe, convert, queue; reconnect with
-//! capped exponential backoff and jitter.
+//! One source's stream: subscribe, convert, queue; reconnect with capped
+//! exponential backoff and jitter.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -7,18 +7,22 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures_util::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tonic::Status;
 use tonic::transport::Endpoint;
-use txgate_proto::v1::rpc_proxy_heuristics_client::RpcProxyHeuristicsClient;
-use txgate_proto::{to_invalidation, v1};
-use txgate_screen::Invalidation;
+use tonic::{Code, Status};
+use txgate_config::Protocol;
+use txgate_proto::Malformed;
+use txgate_proto::results::{Outcome, Status as ResultStatus};
+use txgate_screen::{Invalidation, Screen};
 
+use super::protocol;
 use crate::health::{Readiness, SidecarLink};
 use crate::metrics::Metrics;
 
-/// Stream settings.
+/// One source's settings.
 #[derive(Debug, Clone)]
 pub struct StreamSettings {
+    /// Its protocol.
+    pub protocol: Protocol,
     /// `http://host:port`.
     pub url: String,
     /// Connect timeout.
@@ -27,6 +31,34 @@ pub struct StreamSettings {
     pub reconnect_initial: Duration,
     /// Longest reconnect delay.
     pub reconnect_max: Duration,
+}
+
+/// A message of any protocol.
+#[derive(Debug, Clone)]
+pub enum Message {
+    /// An invalidation (`txgate.v1`, `rpcproxy.v1`).
+    Invalidation {
+        /// As screening state.
+        invalidation: Invalidation,
+        /// When the sidecar observed it (Unix ms), if it says.
+        observed_ms: Option<u64>,
+    },
+    /// A transaction's result (`sidecar.transport.v1`).
+    Result(Outcome),
+    /// A message that cannot be used.
+    Malformed(Malformed),
+}
+
+/// Where what a stream learns goes: the batch worker's queue, and the
+/// screening state (to resolve a failed tx hash into what was forwarded).
+#[derive(Debug, Clone)]
+pub struct Sink {
+    /// The batch worker's queue.
+    pub queue: mpsc::Sender<Invalidation>,
+    /// The screening state.
+    pub screen: Arc<Screen>,
+    /// Counted here.
+    pub metrics: Arc<Metrics>,
 }
 
 fn unix_ms() -> u64 {
@@ -60,64 +92,69 @@ pub enum Ended {
     Broken(Status),
 }
 
-/// Subscribes to the sidecar's invalidations and queues them until `stop`
-/// is cancelled, reconnecting whenever the stream ends or breaks.
+/// Subscribes to one source and queues what it learns until `stop` is
+/// cancelled, reconnecting whenever the stream ends or breaks. `index` is
+/// the source's place in `/readyz`.
 pub async fn run(
     settings: StreamSettings,
-    queue: mpsc::Sender<Invalidation>,
-    metrics: Arc<Metrics>,
+    sink: Sink,
     readiness: Arc<Readiness>,
+    index: usize,
     stop: CancellationToken,
 ) {
-    let m = &metrics.sidecar;
+    let m = &sink.metrics.sidecar;
+    let protocol = settings.protocol.as_str();
     let mut delay = settings.reconnect_initial;
-    readiness.set_sidecar(SidecarLink::Down);
     loop {
         let endpoint = match Endpoint::from_shared(settings.url.clone()) {
             Ok(endpoint) => endpoint
                 .connect_timeout(settings.connect_timeout)
                 .tcp_nodelay(true),
             Err(e) => {
-                tracing::error!(error = %e, "sidecar url is not usable; no invalidations");
+                tracing::error!(protocol, error = %e, "sidecar url is not usable; nothing learned from it");
                 return;
             }
         };
         let subscribed = tokio::select! {
             () = stop.cancelled() => return,
             subscribed = async {
-                let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
-                RpcProxyHeuristicsClient::new(channel)
-                    .stream_invalidations(())
-                    .await
-                    .map_err(|status| {
-                        tracing::warn!(code = ?status.code(), message = status.message(),
-                            "sidecar refused the subscription");
-                        status.to_string()
-                    })
+                let channel = endpoint.connect().await.map_err(|e| Status::unavailable(e.to_string()))?;
+                protocol::subscribe(settings.protocol, channel).await
             } => subscribed,
         };
-        match subscribed {
-            Ok(response) => {
-                readiness.set_sidecar(SidecarLink::Up);
+        let error = match subscribed {
+            Ok(messages) => {
+                readiness.set_source(index, SidecarLink::Up, None);
                 delay = settings.reconnect_initial;
-                match forward(response.into_inner(), &queue, &metrics, &stop).await {
+                match forward(messages, &sink, &stop).await {
                     Ended::Stopped => return,
                     Ended::Closed => {
                         // The worker is gone: nothing received is applied
                         // any more, so the link is not up.
-                        tracing::error!("invalidation worker gone; sidecar stream closed");
-                        readiness.set_sidecar(SidecarLink::Down);
+                        tracing::error!(
+                            protocol,
+                            "invalidation worker gone; sidecar stream closed"
+                        );
+                        readiness.set_source(index, SidecarLink::Down, Some("closed"));
                         return;
                     }
-                    Ended::Finished => tracing::warn!("sidecar ended the invalidation stream"),
+                    Ended::Finished => {
+                        tracing::warn!(protocol, url = settings.url, "sidecar ended the stream");
+                        Some("ended")
+                    }
                     Ended::Broken(status) => {
-                        tracing::warn!(code = ?status.code(), "sidecar stream broke")
+                        tracing::warn!(protocol, url = settings.url, code = ?status.code(), "sidecar stream broke");
+                        Some("broken")
                     }
                 }
             }
-            Err(e) => tracing::debug!(error = %e, "sidecar connect failed"),
-        }
-        readiness.set_sidecar(SidecarLink::Down);
+            Err(status) if status.code() == Code::Unimplemented => Some("unimplemented"),
+            Err(status) => {
+                tracing::debug!(protocol, code = ?status.code(), error = status.message(), "sidecar subscription failed");
+                Some("unreachable")
+            }
+        };
+        readiness.set_source(index, SidecarLink::Down, error);
         m.reconnects.inc();
         tokio::select! {
             () = stop.cancelled() => return,
@@ -130,14 +167,9 @@ pub async fn run(
 /// Queues every message of one subscription. `stop` is checked only
 /// between messages: a message read from the stream is always queued (or
 /// the worker is gone), so nothing received is lost at shutdown.
-pub async fn forward<S>(
-    mut stream: S,
-    queue: &mpsc::Sender<Invalidation>,
-    metrics: &Metrics,
-    stop: &CancellationToken,
-) -> Ended
+pub async fn forward<S>(mut stream: S, sink: &Sink, stop: &CancellationToken) -> Ended
 where
-    S: Stream<Item = Result<v1::Invalidation, Status>> + Unpin,
+    S: Stream<Item = Result<Message, Status>> + Unpin,
 {
     loop {
         let next = tokio::select! {
@@ -147,7 +179,7 @@ where
         };
         match next {
             Some(Ok(message)) => {
-                if !enqueue(&message, queue, metrics).await {
+                if !enqueue(message, sink).await {
                     return Ended::Closed;
                 }
             }
@@ -157,26 +189,76 @@ where
     }
 }
 
-/// Converts and queues one message; false when the worker is gone.
-async fn enqueue(
-    message: &v1::Invalidation,
-    queue: &mpsc::Sender<Invalidation>,
-    metrics: &Metrics,
-) -> bool {
-    let m = &metrics.sidecar;
-    m.received.inc();
-    let invalidation = match to_invalidation(message) {
-        Ok(inv) => inv,
-        Err(e) => {
+/// Handles one message; false when the worker is gone.
+async fn enqueue(message: Message, sink: &Sink) -> bool {
+    let m = &sink.metrics.sidecar;
+    let invalidation = match message {
+        Message::Invalidation {
+            invalidation,
+            observed_ms,
+        } => {
+            m.received.inc();
+            if let Some(at) = observed_ms {
+                let lag = unix_ms().saturating_sub(at);
+                m.lag.observe(lag as f64 / 1000.0);
+            }
+            invalidation
+        }
+        Message::Result(outcome) => match outcome {
+            Outcome::Ignored(status) => {
+                m.results.by_status[status.index()].inc();
+                return true;
+            }
+            Outcome::Malformed => {
+                m.results.by_status[ResultStatus::AssertionFailed.index()].inc();
+                m.results.malformed.inc();
+                tracing::warn!("assertion failure without a 32-byte tx hash in the result stream");
+                return true;
+            }
+            Outcome::AssertionFailed(hash) => {
+                m.results.by_status[ResultStatus::AssertionFailed.index()].inc();
+                let now = sink.screen.millis(tokio::time::Instant::now().into_std());
+                match sink.screen.forwarded(&hash, now) {
+                    Some(forward) => {
+                        m.results.known.inc();
+                        let fp = forward.fingerprint;
+                        Invalidation {
+                            fingerprint: fp.hash,
+                            target: fp.target,
+                            selector: fp.selector,
+                            assertion: None,
+                            tx_hash: Some(hash),
+                            sender: Some(forward.sender),
+                        }
+                    }
+                    None => {
+                        // Not forwarded by this instance (or forgotten):
+                        // refuse the hash itself at once.
+                        m.results.unknown.inc();
+                        sink.screen.fail_hash(hash, now);
+                        return true;
+                    }
+                }
+            }
+        },
+        Message::Malformed(e) => {
+            m.received.inc();
             m.malformed.inc();
             tracing::warn!(error = %e, "malformed invalidation from the sidecar, not applied");
             return true;
         }
     };
-    if message.observed_at > 0 {
-        let lag = unix_ms().saturating_sub(message.observed_at);
-        m.lag.observe(lag as f64 / 1000.0);
-    }
+    queue(invalidation, &sink.queue, &sink.metrics).await
+}
+
+/// Queues one invalidation, waiting for room when the queue is full
+/// (counted); false when the worker is gone.
+pub async fn queue(
+    invalidation: Invalidation,
+    queue: &mpsc::Sender<Invalidation>,
+    metrics: &Metrics,
+) -> bool {
+    let m = &metrics.sidecar;
     match queue.try_send(invalidation) {
         Ok(()) => {}
         Err(mpsc::error::TrySendError::Full(invalidation)) => {
@@ -197,8 +279,8 @@ async fn enqueue(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use txgate_proto::invalidation_message;
-    use txgate_screen::{AssertionKey, Fingerprint};
+    use txgate_proto::{invalidation_message, to_invalidation, v1};
+    use txgate_screen::{AssertionKey, Fingerprint, ScreenSettings};
 
     #[test]
     fn jitter_stays_within_a_quarter() {
@@ -208,7 +290,25 @@ mod tests {
         }
     }
 
-    fn message(i: u8) -> v1::Invalidation {
+    fn message(i: u8) -> Message {
+        Message::Invalidation {
+            invalidation: to_invalidation(&wire(i)).unwrap_or_else(|e| panic!("{e}")),
+            observed_ms: None,
+        }
+    }
+
+    fn sink(queue: mpsc::Sender<Invalidation>, metrics: Arc<Metrics>) -> Sink {
+        Sink {
+            queue,
+            screen: Arc::new(Screen::new(
+                ScreenSettings::default(),
+                std::time::Instant::now(),
+            )),
+            metrics,
+        }
+    }
+
+    fn wire(i: u8) -> v1::Invalidation {
         let fp = Fingerprint::from_parts(
             alloy_primitives::Address::repeat_byte(i),
             &[1, 2, 3, 4],
@@ -227,18 +327,13 @@ mod tests {
     /// Stopped now, it queues what it holds first.
     #[tokio::test]
     async fn a_stop_never_loses_a_received_message() {
-        let metrics = Metrics::new();
+        let metrics = Arc::new(Metrics::new());
         let (queue, mut rx) = mpsc::channel(1);
+        let sink = sink(queue, metrics.clone());
         let stop = CancellationToken::new();
-        let messages: Vec<Result<v1::Invalidation, Status>> =
-            (0..10).map(|i| Ok(message(i))).collect();
+        let messages: Vec<Result<Message, Status>> = (0..10).map(|i| Ok(message(i))).collect();
         let drained = {
-            let forwarding = forward(
-                futures_util::stream::iter(messages),
-                &queue,
-                &metrics,
-                &stop,
-            );
+            let forwarding = forward(futures_util::stream::iter(messages), &sink, &stop);
             tokio::pin!(forwarding);
             // The first message fills the queue; the second waits for room.
             assert!(
@@ -259,7 +354,7 @@ mod tests {
             assert!(matches!(forwarding.await, Ended::Stopped));
             drained
         };
-        drop(queue);
+        drop(sink);
         let applied = drained.await.unwrap_or(0);
         assert_eq!(
             applied as u64,
@@ -267,5 +362,51 @@ mod tests {
             "every message received was queued"
         );
         assert_eq!(applied, 2, "no message read after the stop");
+    }
+
+    /// A result names only the hash: an assertion failure of a hash this
+    /// instance forwarded is queued as an invalidation of its fingerprint
+    /// and sender; of a hash it did not forward, the hash is refused at
+    /// once; every result is counted by status.
+    #[tokio::test]
+    async fn results_are_resolved_through_what_was_forwarded() {
+        use crate::screening::tests::raw;
+        use txgate_proto::results::{Outcome, Status as S};
+        let metrics = Arc::new(Metrics::new());
+        let (queue, mut rx) = mpsc::channel(8);
+        let sink = sink(queue, metrics.clone());
+        let now = sink.screen.millis(tokio::time::Instant::now().into_std());
+        let forwarded = sink
+            .screen
+            .screen(&raw(1, 0, &[0xde, 0xad, 0xbe, 0xef, 1]), now)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let unknown = alloy_primitives::B256::repeat_byte(0x42);
+        let results = vec![
+            Ok(Message::Result(Outcome::Ignored(S::Success))),
+            Ok(Message::Result(Outcome::Ignored(S::Unknown))),
+            Ok(Message::Result(Outcome::AssertionFailed(forwarded.hash))),
+            Ok(Message::Result(Outcome::AssertionFailed(unknown))),
+        ];
+        let stop = CancellationToken::new();
+        assert!(matches!(
+            forward(futures_util::stream::iter(results), &sink, &stop).await,
+            Ended::Finished
+        ));
+        let inv = rx.try_recv().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(inv.fingerprint, forwarded.fingerprint.unwrap_or_default());
+        assert_eq!(
+            (inv.tx_hash, inv.sender),
+            (Some(forwarded.hash), Some(forwarded.sender))
+        );
+        assert!(rx.try_recv().is_err(), "the unknown hash is not queued");
+        assert!(
+            !sink.screen.fail_hash(unknown, now),
+            "it is refused already"
+        );
+        let r = &metrics.sidecar.results;
+        assert_eq!(r.by_status[S::Success.index()].get(), 1);
+        assert_eq!(r.by_status[S::Unknown.index()].get(), 1);
+        assert_eq!(r.by_status[S::AssertionFailed.index()].get(), 2);
+        assert_eq!((r.known.get(), r.unknown.get()), (1, 1));
     }
 }

@@ -163,3 +163,90 @@ fn the_verdict_cache_size_is_a_setting() {
     assert_eq!(code, 2);
     assert!(err.contains("sidecar.max_verdicts"), "{err}");
 }
+
+/// The Aeges listener and the sidecar sources are shown by `check-config`;
+/// the report token never is, only whether it is set.
+#[test]
+fn check_config_shows_aeges_and_sources_but_never_the_token() {
+    let config = TempFile::new(
+        "[[sidecar.sources]]\nurl = \"http://127.0.0.1:50051\"\nprotocol = \"rpcproxy.v1\"\n\
+         should_forward = true\n\
+         [[sidecar.sources]]\nurl = \"http://127.0.0.1:50052\"\n\
+         protocol = \"sidecar.transport.v1\"\n",
+    );
+    let (code, out, err) = txgate(
+        &[
+            "check-config",
+            "--config",
+            config.arg(),
+            "--aeges-listen",
+            "127.0.0.1:9546",
+        ],
+        &[("TXGATE_AEGES_REPORT_TOKEN", "hunter2-token")],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("http://127.0.0.1:50051 rpcproxy.v1 should_forward")
+            && out.contains("http://127.0.0.1:50052 sidecar.transport.v1"),
+        "{out}"
+    );
+    assert!(
+        out.contains("127.0.0.1:9546") && out.contains("token set"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("hunter2") && !err.contains("hunter2"),
+        "{out}{err}"
+    );
+    let (code, out, err) = txgate(&["check-config"], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("aeges         off"), "{out}");
+}
+
+/// The Aeges and sidecar-source settings that cannot work are refused by
+/// `check-config` and the daemon alike, naming the setting.
+#[test]
+fn aeges_and_source_settings_that_cannot_work_are_refused() {
+    let should_forward = TempFile::new("[sidecar]\nshould_forward = true\n");
+    let transport = TempFile::new(
+        "[[sidecar.sources]]\nurl = \"http://127.0.0.1:50052\"\n\
+         protocol = \"sidecar.transport.v1\"\nshould_forward = true\n",
+    );
+    for (args, key) in [
+        (&["--aeges-listen", "anywhere"][..], "aeges.listen"),
+        (&["--aeges-listen", "127.0.0.1:9545"][..], "aeges.listen"),
+        (
+            &["--aeges-report-token", "two words"][..],
+            "aeges.report_token",
+        ),
+        (
+            &["--config", should_forward.arg()][..],
+            "sidecar.should_forward",
+        ),
+        (
+            &["--config", transport.arg()][..],
+            "sidecar.sources[0].should_forward",
+        ),
+    ] {
+        let mut check = vec!["check-config"];
+        check.extend_from_slice(args);
+        let (code, _, err) = txgate(&check, &[]);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(key), "{args:?}: {err}");
+        let mut daemon = vec![
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:9545",
+            "--log-format",
+            "json",
+        ];
+        daemon.extend_from_slice(args);
+        let (code, _, err) = txgate(&daemon, &[]);
+        assert_eq!(code, 2, "daemon {args:?}: {err}");
+        assert!(
+            err.contains(key) && !err.contains("listening"),
+            "daemon {args:?}: {err}"
+        );
+    }
+}

@@ -5,6 +5,7 @@
 
 mod bad_input;
 mod cli;
+mod credible;
 mod faults;
 mod passthrough;
 mod screening;

@@ -604,6 +604,16 @@ impl Sidecar {
     /// Starts the example sidecar on `grpc_port` (0: a free one) watching
     /// `node`, with the assertions in `config` (TOML text).
     pub async fn start(node: &str, config: &TempFile, grpc_port: u16) -> Sidecar {
+        Sidecar::start_with(node, config, grpc_port, &[]).await
+    }
+
+    /// [`Sidecar::start`] with more flags (`--report-url`, `--protocols`…).
+    pub async fn start_with(
+        node: &str,
+        config: &TempFile,
+        grpc_port: u16,
+        extra: &[&str],
+    ) -> Sidecar {
         let grpc_port = if grpc_port == 0 {
             free_port()
         } else {
@@ -621,6 +631,7 @@ impl Sidecar {
                 "--config",
                 config.arg(),
             ])
+            .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null())

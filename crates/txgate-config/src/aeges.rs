@@ -1,0 +1,336 @@
+//! `[aeges]`: the Aeges listener, where the Credible Layer sidecar posts
+//! its failure reports (`POST /report`; the sidecar's `aeges_url` setting
+//! points here).
+//!
+//! A report bans traffic, so whoever can post one can ban honest
+//! transactions: the defaults are closed. The listener is off until
+//! `aeges.listen` is set, and then takes reports only from the addresses in
+//! `aeges.report_allow` (loopback by default) and, when `aeges.report_token`
+//! is set, only with that token.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+
+use ipnet::IpNet;
+use serde::Deserialize;
+
+use crate::error::{ConfigError, require_positive};
+
+/// Default: no Aeges listener.
+pub const DEFAULT_AEGES_LISTEN: &str = "";
+/// Default: no report token.
+pub const DEFAULT_AEGES_REPORT_TOKEN: &str = "";
+/// Default: reports taken from loopback only.
+pub const DEFAULT_AEGES_REPORT_ALLOW: [&str; 2] = ["127.0.0.0/8", "::1/128"];
+/// Default: report body cap in bytes. A report carries the failed
+/// transaction's TxEnv; with the largest calldata a 128 KiB transaction
+/// can carry, hex-encoded, that is about 256 KiB.
+pub const DEFAULT_AEGES_MAX_REPORT_BYTES: usize = 262_144;
+
+/// Longest report token, in bytes.
+const MAX_TOKEN_BYTES: usize = 256;
+
+/// The Aeges listener.
+#[derive(Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AegesConfig {
+    /// `host:port` to listen on, an IP address and a port like
+    /// `server.listen`; empty: no listener.
+    pub listen: String,
+    /// Token a report must carry; empty: none asked. Visible ASCII, at most
+    /// 256 bytes. Never printed ([`fmt::Debug`] shows whether it is set).
+    pub report_token: String,
+    /// Source addresses allowed to post, as CIDRs (`10.0.0.0/8`,
+    /// `fd00::/8`); a bare address is that address alone (`/32`, `/128`).
+    /// Others are refused. Empty: nobody.
+    pub report_allow: Vec<String>,
+    /// Report body cap in bytes.
+    pub max_report_bytes: usize,
+}
+
+impl AegesConfig {
+    /// `aeges.listen` parsed; `None` when it is empty (no listener).
+    pub fn listen_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        if self.listen.is_empty() {
+            return Ok(None);
+        }
+        self.listen.parse().map(Some).map_err(|_| {
+            ConfigError::new(
+                "aeges.listen",
+                format!(
+                    "`{}` is not an IP address and port (`127.0.0.1:9546`, `[::1]:9546`); \
+                     empty turns the listener off",
+                    self.listen
+                ),
+            )
+        })
+    }
+
+    /// `aeges.report_allow` parsed, each network truncated to its prefix
+    /// (`10.1.2.3/8` is `10.0.0.0/8`), a bare address as `/32` or `/128`.
+    pub fn allow(&self) -> Result<Vec<IpNet>, ConfigError> {
+        self.report_allow
+            .iter()
+            .enumerate()
+            .map(|(n, entry)| {
+                parse_net(entry).ok_or_else(|| {
+                    ConfigError::new(
+                        "aeges.report_allow",
+                        format!(
+                            "entry {n}, `{entry}`, is neither a CIDR (`10.0.0.0/8`, \
+                             `fd00::/8`) nor an IP address"
+                        ),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Checks the `aeges.*` keys (`aeges.listen` is checked against the
+    /// other listeners by [`Config::validate`](crate::Config::validate)).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.listen_addr()?;
+        self.validate_token()?;
+        self.allow()?;
+        require_positive(&[("aeges.max_report_bytes", self.max_report_bytes as u64)])
+    }
+
+    /// The token is compared with what a URL carries: visible ASCII only,
+    /// and bounded. The messages never quote it.
+    fn validate_token(&self) -> Result<(), ConfigError> {
+        let token = &self.report_token;
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(ConfigError::new(
+                "aeges.report_token",
+                format!("is {} bytes long; at most {MAX_TOKEN_BYTES}", token.len()),
+            ));
+        }
+        if let Some(at) = token.bytes().position(|b| !(0x21..=0x7e).contains(&b)) {
+            return Err(ConfigError::new(
+                "aeges.report_token",
+                format!(
+                    "byte {at} is not visible ASCII: the token may hold only printable \
+                     ASCII characters, no spaces or control characters"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A CIDR, or a bare address as a network of that address alone.
+fn parse_net(s: &str) -> Option<IpNet> {
+    match s.parse::<IpNet>() {
+        Ok(net) => Some(net.trunc()),
+        Err(_) => s.parse::<IpAddr>().ok().map(IpNet::from),
+    }
+}
+
+impl fmt::Debug for AegesConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AegesConfig")
+            .field("listen", &self.listen)
+            .field(
+                "report_token",
+                &if self.report_token.is_empty() {
+                    "none"
+                } else {
+                    "set"
+                },
+            )
+            .field("report_allow", &self.report_allow)
+            .field("max_report_bytes", &self.max_report_bytes)
+            .finish()
+    }
+}
+
+impl Default for AegesConfig {
+    fn default() -> Self {
+        AegesConfig {
+            listen: DEFAULT_AEGES_LISTEN.to_string(),
+            report_token: DEFAULT_AEGES_REPORT_TOKEN.to_string(),
+            report_allow: DEFAULT_AEGES_REPORT_ALLOW.map(String::from).to_vec(),
+            max_report_bytes: DEFAULT_AEGES_MAX_REPORT_BYTES,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Change = fn(&mut AegesConfig);
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn defaults_are_valid_and_closed() {
+        let c = AegesConfig::default();
+        c.validate().unwrap();
+        assert_eq!(c.listen_addr().unwrap(), None);
+        assert!(c.report_token.is_empty());
+        let allow = c.allow().unwrap();
+        assert_eq!(allow.len(), 2);
+        for addr in ["127.0.0.1", "127.255.0.9", "::1"] {
+            assert!(allow.iter().any(|n| n.contains(&ip(addr))), "{addr}");
+        }
+        for addr in ["10.0.0.1", "192.168.1.1", "::2", "fe80::1", "0.0.0.0"] {
+            assert!(!allow.iter().any(|n| n.contains(&ip(addr))), "{addr}");
+        }
+    }
+
+    #[test]
+    fn each_rule_names_its_key() {
+        let cases: [(Change, &str); 11] = [
+            (|c| c.listen = "nowhere".into(), "aeges.listen"),
+            (|c| c.listen = "127.0.0.1".into(), "aeges.listen"),
+            (|c| c.listen = "localhost:9546".into(), "aeges.listen"),
+            (|c| c.listen = "::1:9546".into(), "aeges.listen"),
+            (
+                |c| c.report_allow = vec!["10.0.0.0/33".into()],
+                "aeges.report_allow",
+            ),
+            (
+                |c| c.report_allow = vec!["::/129".into()],
+                "aeges.report_allow",
+            ),
+            (
+                |c| c.report_allow = vec!["127.0.0.1".into(), "host.internal".into()],
+                "aeges.report_allow",
+            ),
+            (
+                |c| c.report_allow = vec![String::new()],
+                "aeges.report_allow",
+            ),
+            (
+                |c| c.report_token = "has space".into(),
+                "aeges.report_token",
+            ),
+            (|c| c.report_token = "x".repeat(257), "aeges.report_token"),
+            (|c| c.max_report_bytes = 0, "aeges.max_report_bytes"),
+        ];
+        for (change, key) in cases {
+            let mut c = AegesConfig::default();
+            change(&mut c);
+            assert_eq!(c.validate().unwrap_err().key, key, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn listen_is_parsed_like_the_other_listeners() {
+        for (listen, want) in [
+            ("127.0.0.1:9546", "127.0.0.1:9546"),
+            ("[::1]:9546", "[::1]:9546"),
+            ("0.0.0.0:0", "0.0.0.0:0"),
+        ] {
+            let c = AegesConfig {
+                listen: listen.into(),
+                ..AegesConfig::default()
+            };
+            c.validate().unwrap();
+            assert_eq!(c.listen_addr().unwrap().unwrap().to_string(), want);
+        }
+    }
+
+    #[test]
+    fn cidrs_v4_v6_and_bare_addresses() {
+        let c = AegesConfig {
+            report_allow: vec![
+                "10.1.0.0/16".into(),
+                "fd00:1::/32".into(),
+                "192.0.2.7".into(),
+                "2001:db8::5".into(),
+                // Host bits are dropped: this is 172.16.0.0/12.
+                "172.16.5.4/12".into(),
+            ],
+            ..AegesConfig::default()
+        };
+        c.validate().unwrap();
+        let allow = c.allow().unwrap();
+        let nets: Vec<String> = allow.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            nets,
+            [
+                "10.1.0.0/16",
+                "fd00:1::/32",
+                "192.0.2.7/32",
+                "2001:db8::5/128",
+                "172.16.0.0/12"
+            ]
+        );
+        let allowed = |addr: &str| allow.iter().any(|n| n.contains(&ip(addr)));
+        for addr in [
+            "10.1.255.255",
+            "fd00:1:ffff::1",
+            "192.0.2.7",
+            "2001:db8::5",
+            "172.31.0.1",
+        ] {
+            assert!(allowed(addr), "{addr}");
+        }
+        for addr in [
+            "10.2.0.0",
+            "fd00:2::1",
+            "192.0.2.8",
+            "2001:db8::6",
+            "172.32.0.1",
+            "127.0.0.1",
+        ] {
+            assert!(!allowed(addr), "{addr}");
+        }
+        // The error names the entry, not just the key.
+        let c = AegesConfig {
+            report_allow: vec!["127.0.0.1".into(), "10.0.0.0/8/8".into()],
+            ..AegesConfig::default()
+        };
+        let e = c.allow().unwrap_err();
+        assert!(
+            e.message.contains("entry 1") && e.message.contains("10.0.0.0/8/8"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn tokens_are_visible_ascii_and_never_shown() {
+        for token in ["s3cret", "!~", &"x".repeat(256)] {
+            let c = AegesConfig {
+                report_token: token.to_string(),
+                ..AegesConfig::default()
+            };
+            c.validate().unwrap();
+        }
+        for token in ["tab\there", "new\nline", "caf\u{e9}-secret", "nul\0"] {
+            let c = AegesConfig {
+                report_token: token.to_string(),
+                ..AegesConfig::default()
+            };
+            let e = c.validate().unwrap_err();
+            assert_eq!(e.key, "aeges.report_token");
+            assert!(!e.to_string().contains(token), "{e}");
+        }
+        let c = AegesConfig {
+            report_token: "hunter2-secret".into(),
+            ..AegesConfig::default()
+        };
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("hunter2") && shown.contains("set"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn the_section_is_read_from_toml() {
+        let c: AegesConfig = toml::from_str(
+            "listen = \"127.0.0.1:9546\"\nreport_token = \"t\"\n\
+             report_allow = [\"10.0.0.0/8\"]\nmax_report_bytes = 1024\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.report_allow, ["10.0.0.0/8"]);
+        assert_eq!(c.max_report_bytes, 1024);
+        assert!(toml::from_str::<AegesConfig>("token = \"t\"\n").is_err());
+    }
+}

@@ -1,0 +1,63 @@
+//! Subscribing in each protocol txgate speaks, and each protocol's
+//! messages as one [`Message`] type.
+
+use std::pin::Pin;
+
+use futures_util::{Stream, StreamExt};
+use tonic::Status;
+use tonic::transport::Channel;
+use txgate_config::Protocol;
+use txgate_proto::rpcproxy_v1::rpc_proxy_heuristics_client::RpcProxyHeuristicsClient as RpcproxyClient;
+use txgate_proto::transport_v1::SubscribeResultsRequest;
+use txgate_proto::transport_v1::sidecar_transport_client::SidecarTransportClient;
+use txgate_proto::v1::rpc_proxy_heuristics_client::RpcProxyHeuristicsClient as TxgateClient;
+use txgate_proto::{results, rpcproxy, rpcproxy_v1, to_invalidation};
+
+use super::stream::Message;
+
+/// A subscription's messages.
+pub type Messages = Pin<Box<dyn Stream<Item = Result<Message, Status>> + Send>>;
+
+/// Subscribes to what `protocol` streams over `channel`.
+pub async fn subscribe(protocol: Protocol, channel: Channel) -> Result<Messages, Status> {
+    Ok(match protocol {
+        Protocol::TxgateV1 => {
+            let stream = TxgateClient::new(channel)
+                .stream_invalidations(())
+                .await?
+                .into_inner();
+            Box::pin(stream.map(|item| {
+                item.map(|msg| match to_invalidation(&msg) {
+                    Ok(invalidation) => Message::Invalidation {
+                        invalidation,
+                        observed_ms: (msg.observed_at > 0).then_some(msg.observed_at),
+                    },
+                    Err(e) => Message::Malformed(e),
+                })
+            }))
+        }
+        Protocol::RpcproxyV1 => {
+            let stream = RpcproxyClient::new(channel)
+                .stream_invalidations(rpcproxy_v1::Empty {})
+                .await?
+                .into_inner();
+            Box::pin(stream.map(|item| {
+                item.map(|msg| match rpcproxy::to_invalidation(&msg) {
+                    Ok(invalidation) => Message::Invalidation {
+                        invalidation,
+                        observed_ms: rpcproxy::observed_at_ms(&msg),
+                    },
+                    Err(e) => Message::Malformed(e),
+                })
+            }))
+        }
+        Protocol::TransportV1 => {
+            // Live results only, from now on (no `from_block`).
+            let stream = SidecarTransportClient::new(channel)
+                .subscribe_results(SubscribeResultsRequest { from_block: None })
+                .await?
+                .into_inner();
+            Box::pin(stream.map(|item| item.map(|r| Message::Result(results::classify(&r)))))
+        }
+    })
+}

@@ -1,0 +1,301 @@
+//! What txgate forwarded recently, by tx hash: the fingerprint's parts and
+//! the sender, so that a source that names only a tx hash (the Credible
+//! Layer sidecar's result stream) can still ban the fingerprint and charge
+//! the sender.
+//!
+//! Every entry lives the same time and arrives in time order, so each
+//! shard is a ring in insertion order (the oldest entry is at the head and
+//! expires first) with a hash index of ring positions. An entry costs its
+//! 105 bytes in the ring plus a 4-byte position in the index (at the
+//! index's load factor), with no per-entry allocation; a full shard drops
+//! its oldest entry. The fingerprint itself is not stored: it is
+//! recomputed from its parts (one keccak) when a failure names the hash.
+
+use alloy_primitives::{Address, B256};
+use hashbrown::HashTable;
+
+use crate::fingerprint::Fingerprint;
+use crate::keyed::KeyState;
+use crate::shard::Sharded;
+use crate::ttl::Millis;
+
+/// Shards (a power of two).
+const SHARDS: usize = 64;
+
+/// What was forwarded under a tx hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Forward {
+    /// The transaction's fingerprint (parts included).
+    pub fingerprint: Fingerprint,
+    /// Its sender.
+    pub sender: Address,
+}
+
+/// One ring slot, bytes only (no padding): 105 bytes.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    tx_hash: [u8; 32],
+    target: [u8; 20],
+    selector: [u8; 4],
+    arg_hash16: [u8; 16],
+    value_bucket: u8,
+    gas_bucket: [u8; 4],
+    sender: [u8; 20],
+    expires: [u8; 8],
+}
+
+impl Slot {
+    fn new(tx_hash: B256, fwd: &Forward, expires: Millis) -> Slot {
+        let fp = &fwd.fingerprint;
+        Slot {
+            tx_hash: tx_hash.0,
+            target: fp.target.0.0,
+            selector: fp.selector,
+            arg_hash16: fp.arg_hash16,
+            // At most 26 (a U256 has 256 bits).
+            value_bucket: fp.value_bucket.min(255) as u8,
+            gas_bucket: fp.gas_bucket.to_be_bytes(),
+            sender: fwd.sender.0.0,
+            expires: expires.to_le_bytes(),
+        }
+    }
+
+    fn expires(&self) -> Millis {
+        Millis::from_le_bytes(self.expires)
+    }
+
+    fn forward(&self) -> Forward {
+        Forward {
+            fingerprint: Fingerprint::from_components(
+                Address::from(self.target),
+                self.selector,
+                self.arg_hash16,
+                u64::from(self.value_bucket),
+                u32::from_be_bytes(self.gas_bucket),
+            ),
+            sender: Address::from(self.sender),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Shard {
+    /// Insertion order; `head` is the oldest, the ring is full at `cap`.
+    ring: Vec<Slot>,
+    head: usize,
+    len: usize,
+    cap: usize,
+    /// Ring positions, by tx hash.
+    index: HashTable<u32>,
+    keys: KeyState,
+}
+
+impl Shard {
+    fn hash(&self, tx_hash: &[u8; 32]) -> u64 {
+        self.keys.hash_bytes(tx_hash)
+    }
+
+    fn find(&self, tx_hash: &[u8; 32]) -> Option<usize> {
+        let ring = &self.ring;
+        self.index
+            .find(self.hash(tx_hash), |&i| {
+                ring[i as usize].tx_hash == *tx_hash
+            })
+            .map(|&i| i as usize)
+    }
+
+    /// Drops the oldest entry.
+    fn pop(&mut self) {
+        let slot = self.head;
+        let hash = self.hash(&self.ring[slot].tx_hash);
+        if let Ok(entry) = self.index.find_entry(hash, |&i| i as usize == slot) {
+            entry.remove();
+        }
+        self.head = (self.head + 1) % self.cap;
+        self.len -= 1;
+    }
+
+    fn expire(&mut self, now: Millis) {
+        while self.len > 0 && self.ring[self.head].expires() <= now {
+            self.pop();
+        }
+    }
+
+    fn insert(&mut self, slot: Slot, now: Millis) {
+        self.expire(now);
+        if self.len == self.cap {
+            self.pop();
+        }
+        let pos = (self.head + self.len) % self.cap;
+        if pos == self.ring.len() {
+            // Grows to `cap` and no further (doubling, then exactly).
+            if self.ring.len() == self.ring.capacity() {
+                let want = (self.ring.len() * 2).max(16).min(self.cap);
+                self.ring.reserve_exact(want - self.ring.len());
+            }
+            self.ring.push(slot);
+        } else {
+            self.ring[pos] = slot;
+        }
+        self.len += 1;
+        let hash = self.hash(&slot.tx_hash);
+        let ring = &self.ring;
+        let keys = self.keys;
+        // The same hash forwarded again: the index follows the newest slot
+        // (the older one leaves the index, and the ring in its turn).
+        match self.index.find_mut(hash, |&i| {
+            i as usize != pos && ring[i as usize].tx_hash == slot.tx_hash
+        }) {
+            Some(i) => *i = pos as u32,
+            None => {
+                self.index.insert_unique(hash, pos as u32, |&i| {
+                    keys.hash_bytes(&ring[i as usize].tx_hash)
+                });
+            }
+        }
+    }
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct ForwardedMap {
+    shards: Sharded<Shard>,
+}
+
+impl ForwardedMap {
+    /// A map of at most about `max_entries` (spread over the shards).
+    pub fn new(max_entries: usize) -> ForwardedMap {
+        let cap = max_entries.div_ceil(SHARDS).clamp(1, u32::MAX as usize);
+        ForwardedMap {
+            shards: Sharded::new(SHARDS, |keys| Shard {
+                ring: Vec::new(),
+                head: 0,
+                len: 0,
+                cap,
+                index: HashTable::new(),
+                keys,
+            }),
+        }
+    }
+
+    /// Remembers a forward of `tx_hash` until `expires`.
+    pub fn insert(&self, tx_hash: B256, forward: &Forward, expires: Millis, now: Millis) {
+        self.shards
+            .lock(&tx_hash)
+            .insert(Slot::new(tx_hash, forward, expires), now);
+    }
+
+    /// What was forwarded under `tx_hash`, if it is still remembered.
+    pub fn get(&self, tx_hash: &B256, now: Millis) -> Option<Forward> {
+        let shard = self.shards.lock(tx_hash);
+        let slot = &shard.ring[shard.find(&tx_hash.0)?];
+        (slot.expires() > now).then(|| slot.forward())
+    }
+
+    /// Drops expired entries of `shards` shards (round-robin).
+    pub fn sweep(&self, now: Millis, shards: usize) {
+        self.shards.sweep_next(shards, |s| s.expire(now));
+    }
+
+    /// Entries held (expired ones not yet swept included).
+    pub fn len(&self) -> usize {
+        let mut n = 0;
+        self.shards.for_each(|s| n += s.len);
+        n
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes held by the rings and indexes (capacity, not just use).
+    pub fn heap_bytes(&self) -> usize {
+        let mut n = 0;
+        self.shards.for_each(|s| {
+            n += s.ring.capacity() * size_of::<Slot>() + s.index.allocation_size();
+        });
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy_primitives::U256;
+
+    fn fwd(i: u64) -> (B256, Forward) {
+        let fp = Fingerprint::from_parts(
+            Address::repeat_byte(1),
+            &i.to_be_bytes(),
+            U256::from(i),
+            21_000 + i,
+        );
+        let hash = B256::from(U256::from(i).wrapping_mul(U256::from(0x9e37_79b9_u64)));
+        (
+            hash,
+            Forward {
+                fingerprint: fp,
+                sender: Address::repeat_byte(i as u8),
+            },
+        )
+    }
+
+    #[test]
+    fn a_slot_is_105_bytes() {
+        assert_eq!(size_of::<Slot>(), 105);
+    }
+
+    #[test]
+    fn entries_come_back_whole_until_they_expire() {
+        // Room for 64 per shard: 500 entries never fill one (the seed, so
+        // the spread, is random).
+        let map = ForwardedMap::new(SHARDS * 64);
+        for i in 0..500 {
+            let (h, f) = fwd(i);
+            map.insert(h, &f, 1_000 + i, 0);
+        }
+        for i in 0..500 {
+            let (h, f) = fwd(i);
+            assert_eq!(map.get(&h, 999), Some(f), "{i}");
+        }
+        assert_eq!(map.get(&fwd(10).0, 1_010), None);
+        assert_eq!(map.get(&fwd(11).0, 1_010), Some(fwd(11).1));
+        map.sweep(1_250, SHARDS);
+        assert_eq!(map.len(), 249);
+        assert_eq!(map.get(&fwd(9_999).0, 0), None);
+    }
+
+    #[test]
+    fn a_full_map_drops_its_oldest_first() {
+        let map = ForwardedMap::new(SHARDS * 4);
+        for i in 0..10_000 {
+            let (h, f) = fwd(i);
+            map.insert(h, &f, u64::MAX, i);
+        }
+        assert!(map.len() <= SHARDS * 4);
+        // The newest of each shard are kept: the last four overall (no more
+        // than a shard holds, wherever they land) are all there.
+        for i in 9_996..10_000 {
+            assert!(map.get(&fwd(i).0, 0).is_some(), "{i}");
+        }
+        let kept = (0..10_000)
+            .filter(|&i| map.get(&fwd(i).0, 0).is_some())
+            .count();
+        assert_eq!(kept, map.len());
+    }
+
+    #[test]
+    fn a_hash_forwarded_twice_keeps_its_newest_entry() {
+        let map = ForwardedMap::new(SHARDS * 2);
+        let (h, f) = fwd(1);
+        let (_, g) = fwd(2);
+        map.insert(h, &f, 100, 0);
+        map.insert(h, &g, 200, 1);
+        assert_eq!(map.get(&h, 150), Some(g));
+        // The older copy leaving the ring does not take the index with it.
+        map.sweep(150, SHARDS);
+        assert_eq!(map.get(&h, 150), Some(g));
+        assert_eq!(map.get(&h, 200), None);
+    }
+}
