@@ -121,9 +121,18 @@ impl Proxy {
             _ => readiness.set_snapshot(SnapshotState::Disabled),
         }
         // Sources are learned from only while screening.
+        let sources = config.sidecar.sources()?;
+        let learning = !sources.is_empty() || config.aeges.listen_addr()?.is_some();
         let sources = match &screen {
-            Some(_) => config.sidecar.sources()?,
-            None => Vec::new(),
+            Some(_) => sources,
+            None => {
+                if learning {
+                    tracing::warn!(
+                        "screening is off: the sidecar sources and the aeges listener are not started"
+                    );
+                }
+                Vec::new()
+            }
         };
         // ShouldForward verdicts, shared by every worker.
         let verdicts = sources.iter().any(|s| s.should_forward).then(|| {

@@ -21,9 +21,16 @@ use tokio_util::sync::CancellationToken;
 
 pub use report::Reports;
 
-/// Serves the Aeges endpoints until `stop` is cancelled; connections in
-/// flight finish their request.
+/// Connections open at once at most; beyond it a new one is closed at
+/// once (counted). A sidecar posts one report at a time.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// Serves the Aeges endpoints until `stop` is cancelled. Then every
+/// connection finishes the request it is on and closes (a sidecar keeps
+/// its connection alive between reports), so that the last handle on the
+/// batch worker's queue goes and the worker can drain and end.
 pub async fn serve(listener: TcpListener, reports: Arc<Reports>, stop: CancellationToken) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => return,
@@ -43,19 +50,169 @@ pub async fn serve(listener: TcpListener, reports: Arc<Reports>, stop: Cancellat
                 return;
             }
         };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            reports.metrics().aeges.connections_refused.inc();
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let reports = reports.clone();
+        let stop = stop.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let service = hyper::service::service_fn(move |req| {
                 let reports = reports.clone();
                 async move { Ok::<_, Infallible>(reports.handle(peer.ip(), req).await) }
             });
             let io = hyper_util::rt::TokioIo::new(stream);
-            let _ = hyper::server::conn::http1::Builder::new()
+            let connection = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(5))
-                .serve_connection(io, service)
-                .await;
+                .serve_connection(io, service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                () = stop.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use txgate_screen::{Screen, ScreenSettings};
+
+    use crate::metrics::Metrics;
+
+    /// Defect found in review: a sidecar's keep-alive connection held the
+    /// queue open after the stop, so the batch worker could not drain and
+    /// end until its deadline. Stopped now, idle connections close.
+    #[tokio::test]
+    async fn a_stop_closes_kept_alive_connections_and_releases_the_queue() {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let (queue, mut rx) = tokio::sync::mpsc::channel(4);
+        let allow = vec!["127.0.0.0/8".parse().unwrap_or_else(|e| panic!("{e}"))];
+        let screen = Arc::new(Screen::new(
+            ScreenSettings::default(),
+            std::time::Instant::now(),
+        ));
+        let reports = Arc::new(Reports::new(
+            allow,
+            None,
+            4096,
+            queue,
+            screen,
+            Arc::new(Metrics::new()),
+        ));
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve(listener, reports, stop.clone()));
+        let body = format!(
+            r#"["0x{}",{{"caller":"0x{}","kind":"0x{}","gas_limit":21000,"data":"0x"}}]"#,
+            "11".repeat(32),
+            "22".repeat(20),
+            "33".repeat(20)
+        );
+        let mut conn = tokio::net::TcpStream::connect(addr)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let request = format!(
+            "POST /report HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        conn.write_all(request.as_bytes())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut answer = [0u8; 64];
+        let n = conn
+            .read(&mut answer)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            answer[..n].starts_with(b"HTTP/1.1 200"),
+            "{:?}",
+            String::from_utf8_lossy(&answer[..n])
+        );
+        assert!(rx.recv().await.is_some(), "the report was queued");
+        // The connection stays open; the stop must still release the queue.
+        stop.cancel();
+        let closed = tokio::time::timeout(Duration::from_secs(2), rx.recv()).await;
+        assert!(matches!(closed, Ok(None)), "the queue was released");
+        assert!(server.await.is_ok());
+    }
+
+    /// A body that never finishes arriving gets 408 after the body timeout,
+    /// and the connection cap closes what is over it.
+    #[tokio::test]
+    async fn a_slow_body_gets_408_and_connections_are_capped() {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let (queue, _rx) = tokio::sync::mpsc::channel(4);
+        let allow = vec!["127.0.0.0/8".parse().unwrap_or_else(|e| panic!("{e}"))];
+        let screen = Arc::new(Screen::new(
+            ScreenSettings::default(),
+            std::time::Instant::now(),
+        ));
+        let metrics = Arc::new(Metrics::new());
+        let reports = Arc::new(Reports::new(
+            allow,
+            None,
+            4096,
+            queue,
+            screen,
+            metrics.clone(),
+        ));
+        let stop = CancellationToken::new();
+        let _server = tokio::spawn(serve(listener, reports, stop.clone()));
+        let mut slow = tokio::net::TcpStream::connect(addr)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        slow.write_all(b"POST /report HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n[")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut answer = [0u8; 64];
+        let started = std::time::Instant::now();
+        let n = tokio::time::timeout(
+            report::BODY_TIMEOUT + Duration::from_secs(2),
+            slow.read(&mut answer),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("no answer"))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            answer[..n].starts_with(b"HTTP/1.1 408"),
+            "{:?}",
+            String::from_utf8_lossy(&answer[..n])
+        );
+        assert!(started.elapsed() >= report::BODY_TIMEOUT - Duration::from_millis(100));
+        assert_eq!(metrics.aeges.timeout.get(), 1);
+        // MAX_CONNECTIONS held open: the next one is closed at once.
+        let mut held = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            held.push(
+                tokio::net::TcpStream::connect(addr)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}")),
+            );
+        }
+        let mut over = tokio::net::TcpStream::connect(addr)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let closed = tokio::time::timeout(Duration::from_secs(2), over.read(&mut answer)).await;
+        assert!(
+            matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+            "closed: {closed:?}"
+        );
+        assert!(metrics.aeges.connections_refused.get() >= 1);
+        stop.cancel();
     }
 }

@@ -36,6 +36,8 @@ use crate::rescue::Body;
 
 /// How long a report waits for room in a full queue before 503.
 const QUEUE_WAIT: Duration = Duration::from_secs(1);
+/// How long the body may take to arrive once the headers are in (408).
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the report handler needs; shared by every connection.
 #[derive(Debug)]
@@ -67,6 +69,11 @@ impl Reports {
             screen,
             metrics,
         }
+    }
+
+    /// The metrics it counts in.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// Answers one request from `peer`.
@@ -106,10 +113,16 @@ impl Reports {
             m.too_large.inc();
             return answer(StatusCode::PAYLOAD_TOO_LARGE, "report too large");
         }
-        let body = match Limited::new(req.into_body(), self.max_bytes)
-            .collect()
-            .await
-        {
+        let read = tokio::time::timeout(
+            BODY_TIMEOUT,
+            Limited::new(req.into_body(), self.max_bytes).collect(),
+        )
+        .await;
+        let Ok(read) = read else {
+            m.timeout.inc();
+            return answer(StatusCode::REQUEST_TIMEOUT, "report body too slow");
+        };
+        let body = match read {
             Ok(body) => body.to_bytes(),
             Err(e) if e.is::<http_body_util::LengthLimitError>() => {
                 m.too_large.inc();

@@ -22,6 +22,10 @@ pub struct AegesMetrics {
     pub unavailable: IntCounter,
     /// Another path or method (404, 405).
     pub not_found: IntCounter,
+    /// Refused: the body took longer than 5 s to arrive (408).
+    pub timeout: IntCounter,
+    /// Connections closed at once: `aeges::MAX_CONNECTIONS` were open.
+    pub connections_refused: IntCounter,
     /// `txgate_aeges_report_invalid_total{reason}`.
     pub invalid: IntCounterVec,
 }
@@ -49,6 +53,11 @@ impl AegesMetrics {
             malformed: result("malformed"),
             unavailable: result("unavailable"),
             not_found: result("not_found"),
+            timeout: result("timeout"),
+            connections_refused: r.counter(
+                "aeges_connections_refused_total",
+                "Connections to the Aeges listener closed at once: too many open",
+            ),
             invalid: r.counter_vec(
                 "aeges_report_invalid_total",
                 "Failure reports refused as malformed, by reason",

@@ -60,7 +60,7 @@ pub struct SidecarMetrics {
     pub queue_depth: IntGauge,
     /// Batches applied.
     pub batches: IntCounter,
-    /// Sidecar's observation to txgate's application, seconds.
+    /// Sidecar's observation to txgate reading it, seconds.
     pub lag: Histogram,
     /// ShouldForward outcomes.
     pub probe: ProbeCounters,
@@ -122,7 +122,7 @@ impl SidecarMetrics {
             batches: r.counter("sidecar_batches_total", "Batches of invalidations applied"),
             lag: r.histogram(
                 "sidecar_lag_seconds",
-                "From the sidecar observing an invalidation to txgate applying it",
+                "From the sidecar observing an invalidation to txgate reading it",
                 LAG_BUCKETS,
             ),
             probe: ProbeCounters {
