@@ -17,7 +17,6 @@
 //!    shaping of suspect fingerprints; then the pending attribution
 //!    ([`Screen::admit`]).
 
-use std::collections::HashSet;
 use std::time::Instant;
 
 use alloy_primitives::{Address, B256};
@@ -29,7 +28,6 @@ use crate::backpressure::{BackpressureSettings, Charged, SenderBuckets};
 use crate::denied::{Ban, DeniedSet, Inserted};
 use crate::fingerprint::Fingerprint;
 use crate::forwarded::{Forward, ForwardedMap};
-use crate::keyed::KeyState;
 use crate::recover::{SignatureError, recover_sender};
 use crate::snapshot::BanRecord;
 use crate::ttl::{Millis, TtlMap};
@@ -367,7 +365,6 @@ pub struct Screen {
     assertions: Assertions,
     pending: TtlMap<B256, Pending>,
     forwarded: ForwardedMap,
-    batch_keys: KeyState,
 }
 
 impl Screen {
@@ -387,7 +384,6 @@ impl Screen {
             assertions: Assertions::new(cooldown),
             pending: TtlMap::new(settings.max_pending),
             forwarded: ForwardedMap::new(settings.max_forwarded),
-            batch_keys: KeyState::new(),
             settings,
             epoch,
         }
@@ -655,11 +651,42 @@ impl Screen {
         let inserted = self
             .denied
             .insert_batch(&items, expires, expires + s.suspect_window, now);
-        // 3. Attribution, deduplication, cooldown accounting, charges.
-        let mut failures: Vec<(B256, Failure, Millis)> = Vec::with_capacity(live.len());
-        let mut in_batch: HashSet<B256, KeyState> =
-            HashSet::with_capacity_and_hasher(live.len(), self.batch_keys);
-        for (&(i, aref, cooldown), result) in live.iter().zip(inserted) {
+        // 3. Attribution: what the source did not say comes from what was
+        //    forwarded (a txgate.v1 sidecar says both: no lookup).
+        let hashes: Vec<Option<B256>> = live
+            .iter()
+            .map(|&(i, _, _)| {
+                let inv = &batch[i];
+                inv.tx_hash.or_else(|| {
+                    self.pending
+                        .remove(&inv.fingerprint, now)
+                        .map(|p| p.tx_hash)
+                })
+            })
+            .collect();
+        // 4. Recent failures, grouped by shard; what each replaced tells
+        //    a failure already learned (and charged) from a new one, at no
+        //    extra lookup.
+        let failures: Vec<(B256, Failure, Millis)> = live
+            .iter()
+            .zip(&hashes)
+            .filter_map(|(&(_, aref, _), hash)| {
+                hash.map(|h| {
+                    let failure = Failure {
+                        assertion: aref,
+                        charged: true,
+                    };
+                    (h, failure, now + s.recent_failure_ttl)
+                })
+            })
+            .collect();
+        applied.recent_failures = failures.len();
+        let mut replaced = self
+            .recent_failures
+            .insert_batch_replacing(&failures, now)
+            .into_iter();
+        // 5. Cooldown accounting and charges, once per failure.
+        for ((&(i, aref, cooldown), result), hash) in live.iter().zip(inserted).zip(hashes) {
             let inv = &batch[i];
             let new_ban = result == Inserted::New;
             if new_ban {
@@ -667,31 +694,19 @@ impl Screen {
             } else {
                 applied.refreshed += 1;
             }
-            // What the source did not say comes from what was forwarded
-            // (a txgate.v1 sidecar says both: no lookup, no cache miss).
-            let hash = inv.tx_hash.or_else(|| {
-                self.pending
-                    .remove(&inv.fingerprint, now)
-                    .map(|p| p.tx_hash)
-            });
-            if let Some(hash) = hash {
-                let seen = !in_batch.insert(hash)
-                    || self
-                        .recent_failures
-                        .get(&hash, now)
-                        .is_some_and(|f| f.charged);
-                if seen {
-                    applied.duplicates += 1;
-                    continue;
+            let earlier = match hash {
+                Some(_) => replaced.next().flatten().filter(|f| f.charged),
+                None => None,
+            };
+            if let (Some(earlier), Some(hash)) = (earlier, hash) {
+                applied.duplicates += 1;
+                // Keep the assertion the first source named, if this one
+                // names none (a refusal of the hash names it).
+                if earlier.assertion.is_some() && aref.is_none() {
+                    self.recent_failures
+                        .insert(hash, earlier, now + s.recent_failure_ttl);
                 }
-                failures.push((
-                    hash,
-                    Failure {
-                        assertion: aref,
-                        charged: true,
-                    },
-                    now + s.recent_failure_ttl,
-                ));
+                continue;
             }
             if new_ban
                 && let Some(cooldown) = cooldown
@@ -717,9 +732,6 @@ impl Screen {
                 }
             }
         }
-        // 4. Recent failures, grouped by shard.
-        applied.recent_failures = failures.len();
-        self.recent_failures.insert_batch(&failures);
         applied
     }
 

@@ -31,7 +31,14 @@ struct Shard<K, V> {
 }
 
 impl<K: Eq + Hash + Copy, V: Copy> Shard<K, V> {
-    fn insert(&mut self, generation_cap: usize, key: K, value: V, expires: Millis) {
+    /// Inserts; returns what the young generation held under `key`.
+    fn insert(
+        &mut self,
+        generation_cap: usize,
+        key: K,
+        value: V,
+        expires: Millis,
+    ) -> Option<(Millis, V)> {
         if self.young.len() >= generation_cap && !self.young.contains_key(&key) {
             let young = std::mem::replace(&mut self.young, HashMap::with_hasher(self.keys));
             self.old = young;
@@ -39,7 +46,7 @@ impl<K: Eq + Hash + Copy, V: Copy> Shard<K, V> {
         // A stale copy left in `old` is harmless (`get` reads `young`
         // first) and goes with its generation; not probing for it saves a
         // cache miss per insert in a large map.
-        self.young.insert(key, (expires, value));
+        self.young.insert(key, (expires, value))
     }
 }
 
@@ -87,6 +94,27 @@ impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
                 shard.insert(self.generation_cap, key, value, expires);
             },
         );
+    }
+
+    /// Inserts a batch like [`TtlMap::insert_batch`] and returns, for each
+    /// item in order, the live value it replaced, as far as the young
+    /// generation knows (an item replaces an earlier one of the same batch
+    /// too). Costs nothing over the insert: the replaced value comes from
+    /// the same probe. A value only in the old generation (older than the
+    /// last turnover) is not seen.
+    pub fn insert_batch_replacing(&self, items: &[(K, V, Millis)], now: Millis) -> Vec<Option<V>> {
+        let mut replaced = vec![None; items.len()];
+        self.shards.for_batch(
+            items,
+            |(key, _, _)| key,
+            |shard, i| {
+                let (key, value, expires) = items[i];
+                replaced[i] = shard
+                    .insert(self.generation_cap, key, value, expires)
+                    .and_then(|(was, v)| (was > now).then_some(v));
+            },
+        );
+        replaced
     }
 
     /// Removes `key`, returning its live value.

@@ -467,6 +467,15 @@ fn one_failure_from_three_sources_is_charged_and_counted_once() {
     };
     let first = s.apply(&[from_report, from_result], 20);
     assert_eq!((first.banned, first.charged, first.duplicates), (1, 1, 1));
+    // A source naming the assertion first, then one naming none: the
+    // refusal of the hash still names the assertion.
+    let named_first = invalidation_of(&raw, 1);
+    let again = s.apply(&[named_first, from_result], 25);
+    assert_eq!((again.charged, again.duplicates), (0, 2));
+    match s.screen(&raw, 26) {
+        Err(Rejection::RecentFailure { assertion, .. }) => assert_eq!(assertion, Some(ASSERTION)),
+        r => panic!("{r:?}"),
+    }
     let later = s.apply(&[from_reference], 30);
     assert_eq!((later.banned, later.charged, later.duplicates), (0, 0, 1));
     assert_eq!(later.refreshed, 1, "the ban is still refreshed");

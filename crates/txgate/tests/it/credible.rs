@@ -340,3 +340,55 @@ async fn a_source_of_another_protocol_forwards_and_says_why() {
     let m = w.txgate.metrics().await;
     assert_eq!(metric(&m, "txgate_sidecar_up"), 0.0);
 }
+
+/// ShouldForward in the reference protocol: DENY bans and refuses at once
+/// (a forbidden selector), UNKNOWN forwards and is counted (a call to a
+/// contract the sidecar could only judge by simulating), ALLOW forwards
+/// and is cached (a call to an unprotected target).
+#[tokio::test(flavor = "multi_thread")]
+async fn should_forward_in_rpcproxy_v1_denies_allows_and_forwards_unknowns() {
+    let w = world(
+        &[],
+        "[[sidecar.sources]]\nurl = \"{grpc}\"\nprotocol = \"rpcproxy.v1\"\nshould_forward = true\n",
+    )
+    .await;
+    wait_linked(&w.txgate).await;
+    let (a, b) = (Eoa::new(41), Eoa::new(42));
+    fund(&w.anvil.url, &[a.address, b.address]).await;
+    // sweep(uint256) is forbidden by an assertion: DENY, refused, banned.
+    let mut sweep = vec![0xaa, 0x60, 0xe7, 0x33];
+    sweep.extend_from_slice(&[0u8; 32]);
+    let data = refused(
+        &send_raw(&w.txgate.url, &a.sign(0, w.contract, &sweep, 0, TIP)).await,
+        200,
+        -32003,
+        "denied_fingerprint",
+    );
+    assert_eq!(
+        data["assertion_ids"][0],
+        "0x00000000000000000000000000000000000000000000000000000000000000a2"
+    );
+    // poke(1) to the protected contract: UNKNOWN, forwarded.
+    accepted(&send_raw(&w.txgate.url, &b.sign(0, w.contract, &poke(1), 0, TIP)).await);
+    // A transfer to an unprotected address: ALLOW, forwarded, cached.
+    let elsewhere = Address::repeat_byte(0x77);
+    accepted(&send_raw(&w.txgate.url, &b.sign(1, elsewhere, &[], 1, TIP)).await);
+    let m = w.txgate.metrics().await;
+    let probe = |r: &str| {
+        metric(
+            &m,
+            &format!("txgate_should_forward_total{{result=\"{r}\"}}"),
+        )
+    };
+    assert_eq!(
+        (probe("deny"), probe("unknown"), probe("forward")),
+        (1.0, 1.0, 1.0)
+    );
+    // The same calldata from another account is refused by the ban alone.
+    refused(
+        &send_raw(&w.txgate.url, &b.sign(2, w.contract, &sweep, 0, TIP)).await,
+        200,
+        -32003,
+        "denied_fingerprint",
+    );
+}
