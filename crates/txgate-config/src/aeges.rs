@@ -23,9 +23,11 @@ pub const DEFAULT_AEGES_REPORT_TOKEN: &str = "";
 /// Default: reports taken from loopback only.
 pub const DEFAULT_AEGES_REPORT_ALLOW: [&str; 2] = ["127.0.0.0/8", "::1/128"];
 /// Default: report body cap in bytes. A report carries the failed
-/// transaction's TxEnv; with the largest calldata a 128 KiB transaction
-/// can carry, hex-encoded, that is about 256 KiB.
-pub const DEFAULT_AEGES_MAX_REPORT_BYTES: usize = 262_144;
+/// transaction's TxEnv as JSON: a 128 KiB transaction's calldata doubles
+/// as hex, and access and authorization lists grow two to three times
+/// from RLP to JSON (an attacker can pad an access list without changing
+/// the fingerprint), so 1 MiB keeps every report of a valid transaction.
+pub const DEFAULT_AEGES_MAX_REPORT_BYTES: usize = 1_048_576;
 
 /// Longest report token, in bytes.
 const MAX_TOKEN_BYTES: usize = 256;
@@ -89,7 +91,19 @@ impl AegesConfig {
     /// Checks the `aeges.*` keys (`aeges.listen` is checked against the
     /// other listeners by [`Config::validate`](crate::Config::validate)).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.listen_addr()?;
+        // Closed by default: a listener other hosts can reach needs a token.
+        if let Some(addr) = self.listen_addr()?
+            && !addr.ip().is_loopback()
+            && self.report_token.is_empty()
+        {
+            return Err(ConfigError::new(
+                "aeges.report_token",
+                format!(
+                    "aeges.listen {addr} can be reached from other hosts, and whoever can \
+                     post a report there can ban traffic: set a token"
+                ),
+            ));
+        }
         self.validate_token()?;
         self.allow()?;
         require_positive(&[("aeges.max_report_bytes", self.max_report_bytes as u64)])
@@ -105,12 +119,15 @@ impl AegesConfig {
                 format!("is {} bytes long; at most {MAX_TOKEN_BYTES}", token.len()),
             ));
         }
-        if let Some(at) = token.bytes().position(|b| !(0x21..=0x7e).contains(&b)) {
+        // Unreserved URL characters only: the sidecar's URL carries the
+        // token, and anything else would be percent-encoded on the way.
+        let unreserved = |b: u8| b.is_ascii_alphanumeric() || b"-._~".contains(&b);
+        if let Some(at) = token.bytes().position(|b| !unreserved(b)) {
             return Err(ConfigError::new(
                 "aeges.report_token",
                 format!(
-                    "byte {at} is not visible ASCII: the token may hold only printable \
-                     ASCII characters, no spaces or control characters"
+                    "byte {at} is not allowed: the token may hold only letters, digits \
+                     and `-._~` (it travels in a URL)"
                 ),
             ));
         }
@@ -183,7 +200,10 @@ mod tests {
 
     #[test]
     fn each_rule_names_its_key() {
-        let cases: [(Change, &str); 11] = [
+        let cases: [(Change, &str); 13] = [
+            // Reachable from other hosts without a token: refused.
+            (|c| c.listen = "0.0.0.0:9546".into(), "aeges.report_token"),
+            (|c| c.listen = "10.1.2.3:9546".into(), "aeges.report_token"),
             (|c| c.listen = "nowhere".into(), "aeges.listen"),
             (|c| c.listen = "127.0.0.1".into(), "aeges.listen"),
             (|c| c.listen = "localhost:9546".into(), "aeges.listen"),
@@ -227,6 +247,8 @@ mod tests {
         ] {
             let c = AegesConfig {
                 listen: listen.into(),
+                // Not loopback: it needs a token.
+                report_token: "t0ken".into(),
                 ..AegesConfig::default()
             };
             c.validate().unwrap();
@@ -294,14 +316,22 @@ mod tests {
 
     #[test]
     fn tokens_are_visible_ascii_and_never_shown() {
-        for token in ["s3cret", "!~", &"x".repeat(256)] {
+        for token in ["s3cret", "a-b.c_d~e", &"x".repeat(256)] {
             let c = AegesConfig {
                 report_token: token.to_string(),
                 ..AegesConfig::default()
             };
             c.validate().unwrap();
         }
-        for token in ["tab\there", "new\nline", "caf\u{e9}-secret", "nul\0"] {
+        for token in [
+            "tab\there",
+            "new\nline",
+            "caf\u{e9}-secret",
+            "nul\0",
+            "a&b",
+            "p%41ss",
+            "x#y",
+        ] {
             let c = AegesConfig {
                 report_token: token.to_string(),
                 ..AegesConfig::default()

@@ -221,14 +221,16 @@ impl Readiness {
         source.link = link;
         source.error = error;
         let (protocol, url) = (source.protocol, source.url.clone());
+        // The gauges are set under the lock, so two sources changing at
+        // once cannot leave a stale count.
         let up = sources.iter().filter(|s| s.link == SidecarLink::Up).count();
-        drop(sources);
         self.metrics.sidecar.up.set(up as i64);
         self.metrics
             .sidecar
             .source_up
             .with_label_values(&[protocol, &url])
             .set(i64::from(link == SidecarLink::Up));
+        drop(sources);
         match (was, link) {
             (SidecarLink::Up, SidecarLink::Up) => {}
             (_, SidecarLink::Up) => tracing::info!(protocol, url, "sidecar stream open"),
@@ -243,6 +245,14 @@ impl Readiness {
                 url,
                 "the sidecar does not serve this protocol (gRPC UNIMPLEMENTED): check the \
                  source's `protocol` in [sidecar]; forwarding (fail open), retrying with backoff"
+            ),
+            // Never reached yet, or a new reason: one line per change, not
+            // per retry.
+            _ if error != was_error && error.is_some() => tracing::warn!(
+                protocol,
+                url,
+                reason = error.unwrap_or_default(),
+                "sidecar source down: forwarding (fail open), retrying with backoff"
             ),
             _ => {}
         }

@@ -165,6 +165,8 @@ struct Table {
     /// The last stamp handed out.
     stamp: u32,
     live: usize,
+    /// Live entries that are call keys (failures naming no assertion).
+    calls: usize,
 }
 
 impl Table {
@@ -190,6 +192,9 @@ impl Table {
             self.by_id.remove(&entry.key.id);
             self.free.push(index);
             self.live -= 1;
+            if entry.key.is_call() {
+                self.calls -= 1;
+            }
         }
     }
 }
@@ -219,6 +224,7 @@ impl Assertions {
                 free: Vec::new(),
                 stamp: 0,
                 live: 0,
+                calls: 0,
             }),
             cooled: Mutex::new(HashMap::with_hasher(KeyState::new())),
             active: AtomicUsize::new(0),
@@ -269,6 +275,12 @@ impl Assertions {
             self.active.store(cooled.len(), Ordering::Relaxed);
             return Observed::Bumped(AssertionRef { index, stamp });
         }
+        // Call keys (whose selectors an attacker can vary through a proxy
+        // contract) may take at most half the table, so they can never
+        // crowd out the sidecar's own assertions.
+        if key.is_call() && table.calls >= self.settings.max_assertions / 2 {
+            return Observed::Untracked;
+        }
         if table.live >= self.settings.max_assertions && !self.make_room(&mut table, now) {
             return Observed::Untracked;
         }
@@ -293,6 +305,9 @@ impl Assertions {
         };
         table.by_id.insert(key.id, index);
         table.live += 1;
+        if key.is_call() {
+            table.calls += 1;
+        }
         Observed::Current(AssertionRef { index, stamp })
     }
 
@@ -498,6 +513,29 @@ mod tests {
             Observed::Current(r) => r,
             other => panic!("expected Current, got {other:?}"),
         }
+    }
+
+    /// Call keys take at most half the table: a flood of failing calls with
+    /// fresh selectors cannot crowd the sidecar's assertions out.
+    #[test]
+    fn call_keys_take_at_most_half_the_table() {
+        let a = Assertions::new(settings());
+        for i in 0..20u8 {
+            let call = AssertionKey::of_call(Address::repeat_byte(i), [i; 4]);
+            let observed = a.observe(call, 0);
+            assert_eq!(
+                matches!(observed, Observed::Current(_)),
+                i < 4,
+                "{i}: {observed:?}"
+            );
+        }
+        for i in 0..4u8 {
+            current(&a, B256::repeat_byte(i), 1, 0);
+        }
+        assert_eq!(a.len(), 8);
+        // A known call key is still found.
+        let known = AssertionKey::of_call(Address::repeat_byte(0), [0; 4]);
+        assert!(matches!(a.observe(known, 1), Observed::Current(_)));
     }
 
     #[test]

@@ -664,17 +664,31 @@ impl Screen {
                 })
             })
             .collect();
-        // 4. Recent failures, grouped by shard; what each replaced tells
-        //    a failure already learned (and charged) from a new one, at no
-        //    extra lookup.
-        let failures: Vec<(B256, Failure, Millis)> = live
+        let senders: Vec<Option<Address>> = live
             .iter()
             .zip(&hashes)
-            .filter_map(|(&(_, aref, _), hash)| {
+            .map(|(&(i, _, _), hash)| {
+                batch[i]
+                    .sender
+                    .or_else(|| {
+                        hash.and_then(|h| self.forwarded.get(&h, now))
+                            .map(|f| f.sender)
+                    })
+                    .filter(|s| *s != Address::ZERO)
+            })
+            .collect();
+        // 4. Recent failures, grouped by shard; what each replaced tells
+        //    a failure already learned (and charged) from a new one, at no
+        //    extra lookup. A failure with nobody to charge is recorded as
+        //    not charged, so a later source that names the sender does.
+        let failures: Vec<(B256, Failure, Millis)> = live
+            .iter()
+            .zip(hashes.iter().zip(&senders))
+            .filter_map(|(&(_, aref, _), (hash, sender))| {
                 hash.map(|h| {
                     let failure = Failure {
                         assertion: aref,
-                        charged: true,
+                        charged: sender.is_some(),
                     };
                     (h, failure, now + s.recent_failure_ttl)
                 })
@@ -686,7 +700,9 @@ impl Screen {
             .insert_batch_replacing(&failures, now)
             .into_iter();
         // 5. Cooldown accounting and charges, once per failure.
-        for ((&(i, aref, cooldown), result), hash) in live.iter().zip(inserted).zip(hashes) {
+        for (((&(i, aref, cooldown), result), hash), sender) in
+            live.iter().zip(inserted).zip(hashes).zip(senders)
+        {
             let inv = &batch[i];
             let new_ban = result == Inserted::New;
             if new_ban {
@@ -716,13 +732,6 @@ impl Screen {
             {
                 applied.cooldowns += 1;
             }
-            let sender = inv
-                .sender
-                .or_else(|| {
-                    hash.and_then(|h| self.forwarded.get(&h, now))
-                        .map(|f| f.sender)
-                })
-                .filter(|s| *s != Address::ZERO);
             if let Some(sender) = sender {
                 applied.charged += 1;
                 match self.buckets.charge(sender, now) {
@@ -746,18 +755,18 @@ impl Screen {
     /// refused from now on by hash, before any ECDSA; nobody is charged.
     /// Returns whether it was new.
     pub fn fail_hash(&self, tx_hash: B256, now: Millis) -> bool {
-        if self.recent_failures.get(&tx_hash, now).is_some() {
-            return false;
-        }
-        self.recent_failures.insert(
+        // One lock for the check and the insert: a failure the batch
+        // worker records meanwhile (charged, with its assertion) is never
+        // overwritten.
+        self.recent_failures.insert_if_absent(
             tx_hash,
             Failure {
                 assertion: None,
                 charged: false,
             },
             now + self.settings.recent_failure_ttl,
-        );
-        true
+            now,
+        )
     }
 
     /// One step of background upkeep: sweeps `shards` shards of each cache

@@ -123,6 +123,13 @@ impl Shard {
 
     fn insert(&mut self, slot: Slot, now: Millis) {
         self.expire(now);
+        // A transaction sent again while remembered keeps its first entry
+        // (a resend flood must not push others' entries out).
+        if let Some(i) = self.find(&slot.tx_hash)
+            && self.ring[i].expires() > now
+        {
+            return;
+        }
         if self.len == self.cap {
             self.pop();
         }
@@ -286,16 +293,20 @@ mod tests {
     }
 
     #[test]
-    fn a_hash_forwarded_twice_keeps_its_newest_entry() {
+    fn a_hash_forwarded_again_keeps_its_first_entry_until_it_expires() {
         let map = ForwardedMap::new(SHARDS * 2);
         let (h, f) = fwd(1);
         let (_, g) = fwd(2);
         map.insert(h, &f, 100, 0);
-        map.insert(h, &g, 200, 1);
-        assert_eq!(map.get(&h, 150), Some(g));
-        // The older copy leaving the ring does not take the index with it.
-        map.sweep(150, SHARDS);
-        assert_eq!(map.get(&h, 150), Some(g));
-        assert_eq!(map.get(&h, 200), None);
+        // A resend while remembered takes no second slot.
+        for t in 1..50 {
+            map.insert(h, &g, 100 + t, t);
+        }
+        assert_eq!(map.len(), 1);
+        assert_eq!(map.get(&h, 99), Some(f));
+        // Once it expired, a new forward is remembered.
+        map.insert(h, &g, 300, 150);
+        assert_eq!(map.get(&h, 299), Some(g));
+        assert_eq!(map.get(&h, 300), None);
     }
 }

@@ -117,6 +117,21 @@ impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
         replaced
     }
 
+    /// Inserts `key` unless it holds a live value, under one lock; returns
+    /// whether it inserted.
+    pub fn insert_if_absent(&self, key: K, value: V, expires: Millis, now: Millis) -> bool {
+        let mut shard = self.shards.lock(&key);
+        let live = shard
+            .young
+            .get(&key)
+            .or_else(|| shard.old.get(&key))
+            .is_some_and(|(e, _)| *e > now);
+        if !live {
+            shard.insert(self.generation_cap, key, value, expires);
+        }
+        !live
+    }
+
     /// Removes `key`, returning its live value.
     pub fn remove(&self, key: &K, now: Millis) -> Option<V> {
         let mut shard = self.shards.lock(key);
@@ -153,6 +168,41 @@ impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_insert_reports_what_it_replaced() {
+        let map: TtlMap<u64, u8> = TtlMap::new(SHARDS * 2 * 4);
+        map.insert(1, 10, 100);
+        map.insert(2, 20, 5);
+        let replaced = map.insert_batch_replacing(
+            &[(1, 11, 200), (2, 21, 200), (3, 30, 200), (3, 31, 200)],
+            10,
+        );
+        // 1 was live; 2 had expired; 3 replaces the batch's own earlier 3.
+        assert_eq!(replaced, vec![Some(10), None, None, Some(30)]);
+        assert_eq!(map.get(&3, 10), Some(31));
+        assert!(map.insert_if_absent(4, 40, 200, 10));
+        assert!(!map.insert_if_absent(4, 41, 200, 10));
+        assert_eq!(map.get(&4, 10), Some(40));
+        assert!(map.insert_if_absent(4, 42, 300, 250), "expired: replaced");
+    }
+
+    /// What sits only in the old generation (before the last turnover of
+    /// its shard) is not reported: the documented limit of deduplication.
+    #[test]
+    fn the_old_generation_is_not_seen_by_a_batch_insert() {
+        let map: TtlMap<u64, u8> = TtlMap::new(SHARDS * 2);
+        // One entry per generation per shard: the second insert into a
+        // shard turns the first into the old generation.
+        map.insert(7, 1, 1_000);
+        let shard = map.shards.index_of(&7u64);
+        let other = (8..10_000u64)
+            .find(|k| map.shards.index_of(k) == shard)
+            .unwrap_or(0);
+        map.insert(other, 2, 1_000);
+        assert_eq!(map.get(&7, 0), Some(1), "still live, in the old generation");
+        assert_eq!(map.insert_batch_replacing(&[(7, 3, 1_000)], 0), vec![None]);
+    }
 
     #[test]
     fn entries_expire_at_their_deadline() {

@@ -482,6 +482,25 @@ fn one_failure_from_three_sources_is_charged_and_counted_once() {
     assert_eq!(reason(s.screen(&raw, 40)), Some(Reason::RecentFailure));
 }
 
+/// A failure nobody could be charged for (the source named no sender and
+/// this instance did not forward it) is not "charged": a later report of
+/// the same transaction, which names the sender, charges it.
+#[test]
+fn a_failure_with_no_sender_known_does_not_swallow_a_later_charge() {
+    let s = screen(ScreenSettings::default());
+    let raw = raw_tx(&key(1), 0, &attack_input(), 1);
+    let mut bare = invalidation_of(&raw, 1);
+    bare.sender = None;
+    let first = s.apply(&[bare], 0);
+    assert_eq!((first.banned, first.charged), (1, 0));
+    let mut report = invalidation_of(&raw, 1);
+    report.assertion = None;
+    let later = s.apply(&[report], 10);
+    assert_eq!((later.charged, later.duplicates), (1, 0));
+    let again = s.apply(&[report], 20);
+    assert_eq!((again.charged, again.duplicates), (0, 1));
+}
+
 /// A failed hash txgate never forwarded is refused by hash at once; a
 /// later report of the same transaction still bans and charges.
 #[test]

@@ -50,6 +50,13 @@ pub async fn serve(listener: TcpListener, reports: Arc<Reports>, stop: Cancellat
                 return;
             }
         };
+        // Outsiders are answered and closed at once: they never hold a
+        // connection slot the sidecar needs.
+        if !reports.allows(peer.ip()) {
+            reports.metrics().aeges.refused_source.inc();
+            tokio::spawn(refuse(stream));
+            continue;
+        }
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             reports.metrics().aeges.connections_refused.inc();
             drop(stream);
@@ -79,6 +86,15 @@ pub async fn serve(listener: TcpListener, reports: Arc<Reports>, stop: Cancellat
             }
         });
     }
+}
+
+/// A canned 403 for a peer outside the allow-list, then close.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    const FORBIDDEN: &[u8] = b"HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\n\
+        content-length: 19\r\nconnection: close\r\n\r\nsource not allowed\n";
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(FORBIDDEN)).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.shutdown()).await;
 }
 
 #[cfg(test)]
@@ -213,6 +229,75 @@ mod tests {
             "closed: {closed:?}"
         );
         assert!(metrics.aeges.connections_refused.get() >= 1);
+        stop.cancel();
+    }
+
+    /// A peer outside the allow-list is answered 403 and closed at accept:
+    /// however many connect, none takes a slot from the sidecar.
+    #[tokio::test]
+    async fn outsiders_are_closed_at_accept_and_take_no_slot() {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let (queue, _rx) = tokio::sync::mpsc::channel(4);
+        let allow = vec!["127.0.0.1/32".parse().unwrap_or_else(|e| panic!("{e}"))];
+        let screen = Arc::new(Screen::new(
+            ScreenSettings::default(),
+            std::time::Instant::now(),
+        ));
+        let metrics = Arc::new(Metrics::new());
+        let reports = Arc::new(Reports::new(
+            allow,
+            None,
+            4096,
+            queue,
+            screen,
+            metrics.clone(),
+        ));
+        let stop = CancellationToken::new();
+        let _server = tokio::spawn(serve(listener, reports, stop.clone()));
+        let mut outsiders = Vec::new();
+        for _ in 0..MAX_CONNECTIONS + 10 {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap_or_else(|e| panic!("{e}"));
+            socket
+                .bind("127.0.0.2:0".parse().unwrap_or_else(|e| panic!("{e}")))
+                .unwrap_or_else(|e| panic!("{e}"));
+            let mut conn = socket.connect(addr).await.unwrap_or_else(|e| panic!("{e}"));
+            let mut answer = Vec::new();
+            let read =
+                tokio::time::timeout(Duration::from_secs(2), conn.read_to_end(&mut answer)).await;
+            assert!(matches!(read, Ok(Ok(_))), "closed: {read:?}");
+            assert!(
+                answer.starts_with(b"HTTP/1.1 403"),
+                "{:?}",
+                String::from_utf8_lossy(&answer)
+            );
+            outsiders.push(conn);
+        }
+        // The sidecar still gets in.
+        let mut inside = tokio::net::TcpStream::connect(addr)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        inside
+            .write_all(b"GET /report HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut answer = [0u8; 32];
+        let n = inside
+            .read(&mut answer)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            answer[..n].starts_with(b"HTTP/1.1 405"),
+            "{:?}",
+            String::from_utf8_lossy(&answer[..n])
+        );
+        assert_eq!(
+            metrics.aeges.refused_source.get(),
+            (MAX_CONNECTIONS + 10) as u64
+        );
+        assert_eq!(metrics.aeges.connections_refused.get(), 0);
         stop.cancel();
     }
 }

@@ -71,6 +71,12 @@ impl Reports {
         }
     }
 
+    /// Whether `peer` may post at all.
+    pub fn allows(&self, peer: IpAddr) -> bool {
+        let peer = canonical(peer);
+        self.allow.iter().any(|net| net.contains(&peer))
+    }
+
     /// The metrics it counts in.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
@@ -93,8 +99,7 @@ impl Reports {
         }
         // Cheapest first, all before the body: who, then the token, then
         // the declared size.
-        let peer = canonical(peer);
-        if !self.allow.iter().any(|net| net.contains(&peer)) {
+        if !self.allows(peer) {
             m.refused_source.inc();
             return answer(StatusCode::FORBIDDEN, "source not allowed");
         }
@@ -171,13 +176,13 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Whether the request carries `token`: `?token=`, Basic (user or
-/// password), or Bearer.
+/// Whether the request carries `token`: the first `token=` of the query,
+/// Basic (user or password), or Bearer.
 fn authorized<B>(req: &Request<B>, token: &str) -> bool {
     let from_query = req.uri().query().is_some_and(|q| {
         q.split('&')
-            .filter_map(|pair| pair.strip_prefix("token="))
-            .any(|v| equal(v.as_bytes(), token.as_bytes()))
+            .find_map(|pair| pair.strip_prefix("token="))
+            .is_some_and(|v| equal(v.as_bytes(), token.as_bytes()))
     });
     if from_query {
         return true;
@@ -205,9 +210,17 @@ fn authorized<B>(req: &Request<B>, token: &str) -> bool {
     false
 }
 
-/// Compares in time independent of where the first difference is.
+/// Compares the keccak256 of both, in time independent of where they
+/// differ and of their lengths.
 fn equal(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    let (a, b) = (
+        alloy_primitives::keccak256(a),
+        alloy_primitives::keccak256(b),
+    );
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 fn answer(status: StatusCode, line: &str) -> Response<Body> {
@@ -216,6 +229,12 @@ fn answer(status: StatusCode, line: &str) -> Response<Body> {
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    // A refusal closes the connection: a refused peer holds no slot.
+    if status != StatusCode::OK {
+        response
+            .headers_mut()
+            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
     response
 }
 

@@ -212,7 +212,15 @@ async fn enqueue(message: Message, sink: &Sink) -> bool {
             Outcome::Malformed => {
                 m.results.by_status[ResultStatus::AssertionFailed.index()].inc();
                 m.results.malformed.inc();
-                tracing::warn!("assertion failure without a 32-byte tx hash in the result stream");
+                // Logged on the 1st, 2nd, 4th, 8th… only: a broken sidecar
+                // at stream rate must not flood the log.
+                let n = m.results.malformed.get();
+                if n.is_power_of_two() {
+                    tracing::warn!(
+                        malformed = n,
+                        "assertion failure without a 32-byte tx hash in the result stream"
+                    );
+                }
                 return true;
             }
             Outcome::AssertionFailed(hash) => {

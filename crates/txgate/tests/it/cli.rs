@@ -127,28 +127,33 @@ fn settings_that_cannot_work_are_refused_by_check_config() {
             "screen.snapshot_path",
         ),
     ] {
-        let mut check = vec!["check-config"];
-        check.extend_from_slice(args);
-        let (code, _, err) = txgate(&check, &[]);
-        assert_eq!(code, 2, "{args:?}: {err}");
-        assert!(err.contains(key), "{args:?}: {err}");
-        // The daemon refuses the same setting, before listening.
-        let mut daemon = vec![
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-        ];
-        daemon.extend_from_slice(args);
-        let (code, _, err) = txgate(&daemon, &[]);
-        assert_eq!(code, 2, "daemon {args:?}: {err}");
-        assert!(
-            err.contains(key) && !err.contains("listening"),
-            "daemon {args:?}: {err}"
-        );
+        refused_by_check_config_and_daemon(args, key, "127.0.0.1:0");
     }
+}
+
+/// `check-config` with `args` exits 2 naming `key`, and so does the daemon,
+/// before listening (its admin listener at `admin`).
+fn refused_by_check_config_and_daemon(args: &[&str], key: &str, admin: &str) {
+    let mut check = vec!["check-config"];
+    check.extend_from_slice(args);
+    let (code, _, err) = txgate(&check, &[]);
+    assert_eq!(code, 2, "{args:?}: {err}");
+    assert!(err.contains(key), "{args:?}: {err}");
+    let mut daemon = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        admin,
+        "--log-format",
+        "json",
+    ];
+    daemon.extend_from_slice(args);
+    let (code, _, err) = txgate(&daemon, &[]);
+    assert_eq!(code, 2, "daemon {args:?}: {err}");
+    assert!(
+        err.contains(key) && !err.contains("listening"),
+        "daemon {args:?}: {err}"
+    );
 }
 
 /// Defect: the ShouldForward verdict cache was fixed at 100,000 entries in
@@ -228,25 +233,8 @@ fn aeges_and_source_settings_that_cannot_work_are_refused() {
             "sidecar.sources[0].should_forward",
         ),
     ] {
-        let mut check = vec!["check-config"];
-        check.extend_from_slice(args);
-        let (code, _, err) = txgate(&check, &[]);
-        assert_eq!(code, 2, "{args:?}: {err}");
-        assert!(err.contains(key), "{args:?}: {err}");
-        let mut daemon = vec![
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:9545",
-            "--log-format",
-            "json",
-        ];
-        daemon.extend_from_slice(args);
-        let (code, _, err) = txgate(&daemon, &[]);
-        assert_eq!(code, 2, "daemon {args:?}: {err}");
-        assert!(
-            err.contains(key) && !err.contains("listening"),
-            "daemon {args:?}: {err}"
-        );
+        // The admin address the aeges listener is refused to share; the
+        // daemon refuses before binding anything.
+        refused_by_check_config_and_daemon(args, key, "127.0.0.1:9545");
     }
 }

@@ -119,9 +119,15 @@ async fn outsiders_and_wrong_tokens_change_nothing() {
         send(&r, LOCAL, bearer_wrong, b.clone()).await,
         StatusCode::UNAUTHORIZED
     );
+    // Only the first `token` of a query counts: no guessing many at once.
+    let many = post(&format!("/report?token=guess&token={TOKEN}"), b.clone());
+    assert_eq!(
+        send(&r, LOCAL, many, b.clone()).await,
+        StatusCode::UNAUTHORIZED
+    );
     assert!(rx.try_recv().is_err(), "nothing queued");
     assert_eq!(r.metrics.aeges.refused_source.get(), 2);
-    assert_eq!(r.metrics.aeges.refused_token.get(), 3);
+    assert_eq!(r.metrics.aeges.refused_token.get(), 4);
 }
 
 #[tokio::test]
