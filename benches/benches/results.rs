@@ -7,7 +7,11 @@
 //!
 //! The mix: 99% successes and reverts, 1% assertion failures, each with a
 //! 32-byte block number and tx hash, as the sidecar sends them. The
-//! baseline in the same run is prost's decode alone.
+//! baseline in the same run is prost's decode alone. `through_forward`
+//! adds what txgate does per message after tonic hands it over: the
+//! stream adapter, `sidecar::stream::forward` (its stop check, the
+//! per-status counters, the forwarded-map lookup and the hash refusal for
+//! each failure). Not included: tonic's HTTP/2 framing and buffering.
 //!
 //! `cargo bench -p txgate-benches --bench results`
 
@@ -17,8 +21,13 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use prost::Message;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 use txgate_proto::results::{Outcome, Status, classify};
 use txgate_proto::transport_v1::{TransactionResult, TxExecutionId};
+use txgate_proxy::metrics::Metrics;
+use txgate_proxy::sidecar::stream::{Message as Learned, Sink, forward};
+use txgate_screen::{Screen, ScreenSettings};
 
 const N: usize = 100_000;
 
@@ -83,6 +92,30 @@ fn bench(c: &mut Criterion) {
             }
         });
         black_box((counts, failed));
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (queue, _rx) = tokio::sync::mpsc::channel(1024);
+    let sink = Sink {
+        queue,
+        screen: Arc::new(Screen::new(
+            ScreenSettings::default(),
+            std::time::Instant::now(),
+        )),
+        metrics: Arc::new(Metrics::new()),
+    };
+    let stop = CancellationToken::new();
+    group.bench_function("through_forward", |b| {
+        b.iter(|| {
+            let stream = futures_util::stream::iter(messages.iter().map(|m| {
+                TransactionResult::decode(m.as_slice())
+                    .map(|r| Learned::Result(classify(&r)))
+                    .map_err(|e| tonic::Status::internal(e.to_string()))
+            }));
+            runtime.block_on(forward(stream, &sink, &stop))
+        })
     });
     group.finish();
 }
