@@ -695,12 +695,20 @@ impl Screen {
             })
             .collect();
         applied.recent_failures = failures.len();
+        // A copy keeps what an earlier one knew: charged, and the
+        // assertion it named if this one names none.
         let mut replaced = self
             .recent_failures
-            .insert_batch_replacing(&failures, now)
+            .insert_batch_merging(&failures, now, |earlier, new| match earlier {
+                Some(e) => Failure {
+                    assertion: new.assertion.or(e.assertion),
+                    charged: new.charged || e.charged,
+                },
+                None => new,
+            })
             .into_iter();
         // 5. Cooldown accounting and charges, once per failure.
-        for (((&(i, aref, cooldown), result), hash), sender) in
+        for (((&(i, _, cooldown), result), hash), sender) in
             live.iter().zip(inserted).zip(hashes).zip(senders)
         {
             let inv = &batch[i];
@@ -714,14 +722,8 @@ impl Screen {
                 Some(_) => replaced.next().flatten().filter(|f| f.charged),
                 None => None,
             };
-            if let (Some(earlier), Some(hash)) = (earlier, hash) {
+            if earlier.is_some() {
                 applied.duplicates += 1;
-                // Keep the assertion the first source named, if this one
-                // names none (a refusal of the hash names it).
-                if earlier.assertion.is_some() && aref.is_none() {
-                    self.recent_failures
-                        .insert(hash, earlier, now + s.recent_failure_ttl);
-                }
                 continue;
             }
             if new_ban

@@ -50,6 +50,26 @@ impl<K: Eq + Hash + Copy, V: Copy> Shard<K, V> {
     }
 }
 
+impl<K: Eq + Hash + Copy, V: Copy> Shard<K, V> {
+    /// Inserts `merge(live value in young, value)`; returns that live value.
+    fn merge(
+        &mut self,
+        generation_cap: usize,
+        (key, value, expires): (K, V, Millis),
+        now: Millis,
+        merge: impl Fn(Option<V>, V) -> V,
+    ) -> Option<V> {
+        if let Some((was, v)) = self.young.get_mut(&key) {
+            let live = (*was > now).then_some(*v);
+            *v = merge(live, value);
+            *was = expires;
+            return live;
+        }
+        self.insert(generation_cap, key, merge(None, value), expires);
+        None
+    }
+}
+
 /// See the module docs.
 #[derive(Debug)]
 pub struct TtlMap<K, V> {
@@ -96,23 +116,24 @@ impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
         );
     }
 
-    /// Inserts a batch like [`TtlMap::insert_batch`] and returns, for each
-    /// item in order, the live value it replaced, as far as the young
-    /// generation knows (an item replaces an earlier one of the same batch
-    /// too). Costs nothing over the insert: the replaced value comes from
-    /// the same probe. A value only in the old generation (older than the
-    /// last turnover) is not seen.
-    pub fn insert_batch_replacing(&self, items: &[(K, V, Millis)], now: Millis) -> Vec<Option<V>> {
+    /// Inserts a batch like [`TtlMap::insert_batch`], each value merged
+    /// with the live one it replaces (`merge(live, new)`), and returns, for
+    /// each item in order, that live value, as far as the young generation
+    /// knows (an item replaces an earlier one of the same batch too). Costs
+    /// nothing over the insert: the replaced value comes from the same
+    /// probe. A value only in the old generation (older than the last
+    /// turnover) is not seen.
+    pub fn insert_batch_merging(
+        &self,
+        items: &[(K, V, Millis)],
+        now: Millis,
+        merge: impl Fn(Option<V>, V) -> V,
+    ) -> Vec<Option<V>> {
         let mut replaced = vec![None; items.len()];
         self.shards.for_batch(
             items,
             |(key, _, _)| key,
-            |shard, i| {
-                let (key, value, expires) = items[i];
-                replaced[i] = shard
-                    .insert(self.generation_cap, key, value, expires)
-                    .and_then(|(was, v)| (was > now).then_some(v));
-            },
+            |shard, i| replaced[i] = shard.merge(self.generation_cap, items[i], now, &merge),
         );
         replaced
     }
@@ -174,9 +195,10 @@ mod tests {
         let map: TtlMap<u64, u8> = TtlMap::new(SHARDS * 2 * 4);
         map.insert(1, 10, 100);
         map.insert(2, 20, 5);
-        let replaced = map.insert_batch_replacing(
+        let replaced = map.insert_batch_merging(
             &[(1, 11, 200), (2, 21, 200), (3, 30, 200), (3, 31, 200)],
             10,
+            |_, new| new,
         );
         // 1 was live; 2 had expired; 3 replaces the batch's own earlier 3.
         assert_eq!(replaced, vec![Some(10), None, None, Some(30)]);
@@ -201,7 +223,10 @@ mod tests {
             .unwrap_or(0);
         map.insert(other, 2, 1_000);
         assert_eq!(map.get(&7, 0), Some(1), "still live, in the old generation");
-        assert_eq!(map.insert_batch_replacing(&[(7, 3, 1_000)], 0), vec![None]);
+        assert_eq!(
+            map.insert_batch_merging(&[(7, 3, 1_000)], 0, |_, new| new),
+            vec![None]
+        );
     }
 
     #[test]

@@ -499,6 +499,12 @@ fn a_failure_with_no_sender_known_does_not_swallow_a_later_charge() {
     assert_eq!((later.charged, later.duplicates), (1, 0));
     let again = s.apply(&[report], 20);
     assert_eq!((again.charged, again.duplicates), (0, 1));
+    // A copy without a sender after the charge does not make it chargeable
+    // again.
+    let mut bare_again = invalidation_of(&raw, 1);
+    bare_again.sender = None;
+    let late = s.apply(&[bare_again, report], 30);
+    assert_eq!((late.charged, late.duplicates), (0, 2));
 }
 
 /// A failed hash txgate never forwarded is refused by hash at once; a
