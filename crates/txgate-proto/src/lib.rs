@@ -6,7 +6,9 @@
 //! - `sidecar.transport.v1`, the Credible Layer sidecar's result stream
 //!   ([`results`]);
 //! - the Credible Layer sidecar's failure reports, JSON `[tx_hash, TxEnv]`
-//!   ([`report`]).
+//!   ([`report`]);
+//! - `aeges.v1`, the question the sequencer's pool plugin asks about each
+//!   transaction entering the pool ([`aeges`]).
 
 use alloy_primitives::{Address, B256};
 use txgate_screen::{AssertionKey, Fingerprint, Invalidation};
@@ -17,6 +19,7 @@ pub mod v1 {
     tonic::include_proto!("txgate.sidecar.v1");
 }
 
+pub mod aeges;
 pub mod report;
 pub mod results;
 pub mod rpcproxy;
@@ -32,6 +35,13 @@ pub mod rpcproxy_v1 {
 #[allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms)]
 pub mod transport_v1 {
     tonic::include_proto!("sidecar.transport.v1");
+}
+
+/// Generated messages of `aeges.v1`, the pool plugin's service, client
+/// and server.
+#[allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms)]
+pub mod aeges_v1 {
+    tonic::include_proto!("aeges.v1");
 }
 
 /// The schema version this build speaks.

@@ -267,6 +267,54 @@ impl Proxy {
         Ok(background)
     }
 
+    /// The Aeges listener on `addr`: failure reports onto `queue`, and the
+    /// pool's questions judged against `screen`.
+    fn start_aeges(
+        &self,
+        addr: std::net::SocketAddr,
+        queue: tokio::sync::mpsc::Sender<txgate_screen::Invalidation>,
+        screen: &Arc<Screen>,
+        background: &mut Background,
+    ) -> Result<(), Fatal> {
+        let (config, metrics) = (&self.config, &self.metrics);
+        let fatal = |error: String| Fatal {
+            part: "aeges".into(),
+            error,
+        };
+        let setting = |e: ConfigError| fatal(e.to_string());
+        let listener = std::net::TcpListener::bind(addr)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .and_then(TcpListener::from_std)
+            .map_err(|e| fatal(format!("cannot bind {addr}: {e}")))?;
+        let reports = aeges::Reports::new(
+            config.aeges.allow().map_err(setting)?,
+            Some(config.aeges.report_token.clone()),
+            config.aeges.max_report_bytes,
+            queue,
+            screen.clone(),
+            metrics.clone(),
+        );
+        let verifier = aeges::Verifier::new(
+            aeges::VerifySettings {
+                allow: config.aeges.verify_allow().map_err(setting)?,
+                max_bytes: config.aeges.max_verify_bytes,
+                max_in_flight: config.aeges.max_in_flight,
+                monitor_only: config.screen.monitor_only,
+            },
+            screen.clone(),
+            metrics.clone(),
+        );
+        let served = Arc::new(aeges::Aeges { reports, verifier });
+        tracing::info!(
+            aeges = %addr,
+            "aeges listener: POST /report, gRPC aeges.v1.AegesService/VerifyTransaction"
+        );
+        background.spawn("aeges", Role::Essential, Duration::from_secs(2), |stop| {
+            aeges::serve(listener, served, stop)
+        });
+        Ok(())
+    }
+
     /// What learns bans: one stream per sidecar source and the Aeges
     /// listener, all feeding one queue that the batch worker applies.
     fn start_learning(
@@ -309,25 +357,7 @@ impl Proxy {
         }
         drop(sink);
         if let Some(addr) = aeges {
-            let listener = std::net::TcpListener::bind(addr)
-                .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .and_then(TcpListener::from_std)
-                .map_err(|e| Fatal {
-                    part: "aeges".into(),
-                    error: format!("cannot bind {addr}: {e}"),
-                })?;
-            let reports = Arc::new(aeges::Reports::new(
-                config.aeges.allow().map_err(setting)?,
-                Some(config.aeges.report_token.clone()),
-                config.aeges.max_report_bytes,
-                queue.clone(),
-                screen.clone(),
-                metrics.clone(),
-            ));
-            tracing::info!(aeges = %addr, "aeges listener: POST /report");
-            background.spawn("aeges", Role::Essential, Duration::from_secs(2), |stop| {
-                aeges::serve(listener, reports, stop)
-            });
+            self.start_aeges(addr, queue.clone(), screen, background)?;
         }
         drop(queue);
         // Ends by itself once every source and the listener are gone and

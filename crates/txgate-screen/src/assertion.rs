@@ -436,6 +436,27 @@ impl Assertions {
         }
     }
 
+    /// The cooldown decision [`Assertions::check`] would make, without
+    /// making it: an open trickle slot reads as [`CooldownCheck::Trickle`]
+    /// and stays open. For questions that must not change what the
+    /// request path decides next (the pool's `VerifyTransaction`).
+    #[inline]
+    pub fn peek(&self, call: &CallKey, now: Millis) -> CooldownCheck {
+        if self.active.load(Ordering::Relaxed) == 0 {
+            return CooldownCheck::Clear;
+        }
+        let cooled = self.cooled();
+        match cooled.get(call) {
+            None => CooldownCheck::Clear,
+            Some(c) if c.until <= now => CooldownCheck::Clear,
+            Some(c) if c.next_trickle <= now => CooldownCheck::Trickle(c.assertion),
+            Some(c) => CooldownCheck::Refuse {
+                assertion: c.assertion,
+                retry_after: c.next_trickle - now,
+            },
+        }
+    }
+
     /// Ends finished cooldowns and evicts idle assertions; returns how
     /// many assertions left the table.
     pub fn sweep(&self, now: Millis) -> usize {

@@ -33,6 +33,10 @@ use crate::snapshot::BanRecord;
 use crate::ttl::{Millis, TtlMap};
 use crate::tx::{DecodeError, Tx, check_chain_id, decode_hex, decode_with_hash, tx_hash};
 
+mod pool;
+
+pub use pool::{PoolTx, PoolVerdict};
+
 /// Every tunable of screening, in milliseconds and entry counts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScreenSettings {

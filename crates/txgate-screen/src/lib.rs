@@ -38,7 +38,8 @@ pub mod tx;
 
 pub use assertion::AssertionKey;
 pub use engine::{
-    Admitted, Applied, Candidate, Invalidation, Reason, Rejection, Screen, ScreenSettings, Sizes,
+    Admitted, Applied, Candidate, Invalidation, PoolTx, PoolVerdict, Reason, Rejection, Screen,
+    ScreenSettings, Sizes,
 };
 pub use fingerprint::Fingerprint;
 pub use recover::{SignatureError, recover_sender};

@@ -73,7 +73,7 @@ impl Reports {
 
     /// Whether `peer` may post at all.
     pub fn allows(&self, peer: IpAddr) -> bool {
-        let peer = canonical(peer);
+        let peer = super::canonical(peer);
         self.allow.iter().any(|net| net.contains(&peer))
     }
 
@@ -165,14 +165,6 @@ impl Reports {
         }
         m.accepted.inc();
         answer(StatusCode::OK, "ok")
-    }
-}
-
-/// An IPv4 peer seen through an IPv6 socket is checked as IPv4.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
     }
 }
 

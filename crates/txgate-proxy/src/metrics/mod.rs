@@ -11,6 +11,8 @@
 //! - [`sidecar`]: the invalidation stream and the ShouldForward probe.
 //! - [`snapshot`]: ban snapshot writes and loads.
 //! - [`process`]: background tasks and fatal failures.
+//! - [`aeges`], [`verify`]: the Aeges listener's reports and pool
+//!   questions.
 
 pub mod aeges;
 pub mod http;
@@ -20,6 +22,7 @@ pub mod screen;
 pub mod sidecar;
 pub mod snapshot;
 pub mod upstream;
+pub mod verify;
 
 use prometheus::{Encoder, Registry, TextEncoder};
 
@@ -30,6 +33,7 @@ pub use screen::{ClearedAs, ScreenMetrics};
 pub use sidecar::SidecarMetrics;
 pub use snapshot::SnapshotMetrics;
 pub use upstream::{UpstreamFailure, UpstreamMetrics};
+pub use verify::VerifyMetrics;
 
 use registrar::Registrar;
 
@@ -48,8 +52,10 @@ pub struct Metrics {
     pub snapshot: SnapshotMetrics,
     /// Background tasks and fatal failures.
     pub process: ProcessMetrics,
-    /// The Aeges listener.
+    /// The Aeges listener: failure reports.
     pub aeges: AegesMetrics,
+    /// The Aeges listener: the pool's questions.
+    pub verify: VerifyMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -72,10 +78,11 @@ impl Metrics {
             SnapshotMetrics::new(&r),
             ProcessMetrics::new(&r),
         );
-        let aeges = AegesMetrics::new(&r);
+        let (aeges, verify) = (AegesMetrics::new(&r), VerifyMetrics::new(&r));
         Metrics {
             registry,
             aeges,
+            verify,
             http,
             upstream,
             screen,
