@@ -19,10 +19,10 @@ use crate::support::{
     send_raw,
 };
 
-const TIP: u128 = 1_000_000_000;
+pub(crate) const TIP: u128 = 1_000_000_000;
 const TOKEN: &str = "report-token-7f3a";
 
-fn poke(x: u64) -> Vec<u8> {
+pub(crate) fn poke(x: u64) -> Vec<u8> {
     let mut input = vec![0x32, 0x14, 0x5f, 0x90];
     input.extend_from_slice(&[0u8; 24]);
     input.extend_from_slice(&x.to_be_bytes());
@@ -39,19 +39,19 @@ fn sidecar_config() -> TempFile {
     )
 }
 
-struct World {
-    anvil: Anvil,
-    _sidecar: Sidecar,
+pub(crate) struct World {
+    pub(crate) anvil: Anvil,
+    pub(crate) _sidecar: Sidecar,
     _sidecar_config: TempFile,
-    txgate: Txgate,
+    pub(crate) txgate: Txgate,
     _config: TempFile,
-    contract: Address,
+    pub(crate) contract: Address,
 }
 
 /// anvil, the example sidecar (`sidecar_args` added), txgate with
 /// `txgate_config` (`{grpc}` replaced by the sidecar's gRPC URL), and the
 /// Guarded contract deployed through txgate.
-async fn world(sidecar_args: &[&str], txgate_config: &str) -> World {
+pub(crate) async fn world(sidecar_args: &[&str], txgate_config: &str) -> World {
     let anvil = Anvil::start().await;
     let sidecar_config = sidecar_config();
     let sidecar = Sidecar::start_with(&anvil.url, &sidecar_config, 0, sidecar_args).await;
@@ -80,7 +80,7 @@ async fn readyz(txgate: &Txgate) -> serde_json::Value {
     serde_json::from_slice(&body).unwrap_or_default()
 }
 
-async fn wait_linked(txgate: &Txgate) {
+pub(crate) async fn wait_linked(txgate: &Txgate) {
     let up = eventually(Duration::from_secs(10), || async {
         readyz(txgate).await["sidecar"] == "up"
     })

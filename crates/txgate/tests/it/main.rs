@@ -8,6 +8,7 @@ mod cli;
 mod credible;
 mod faults;
 mod passthrough;
+mod pool;
 mod screening;
 mod sidecar_loop;
 mod support;
