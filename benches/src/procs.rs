@@ -16,6 +16,13 @@ use serde_json::{Value, json};
 #[derive(Debug)]
 pub struct Proc(Child);
 
+impl Proc {
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.0.kill();

@@ -284,7 +284,6 @@ impl Proxy {
         let setting = |e: ConfigError| fatal(e.to_string());
         let listener = std::net::TcpListener::bind(addr)
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
-            .and_then(TcpListener::from_std)
             .map_err(|e| fatal(format!("cannot bind {addr}: {e}")))?;
         let reports = aeges::Reports::new(
             config.aeges.allow().map_err(setting)?,
@@ -309,8 +308,8 @@ impl Proxy {
             aeges = %addr,
             "aeges listener: POST /report, gRPC aeges.v1.AegesService/VerifyTransaction"
         );
-        background.spawn("aeges", Role::Essential, Duration::from_secs(2), |stop| {
-            aeges::serve(listener, served, stop)
+        background.spawn("aeges", Role::Essential, Duration::from_secs(3), |stop| {
+            aeges::serve_on_own_thread(listener, served, stop)
         });
         Ok(())
     }

@@ -79,15 +79,63 @@ fn is_grpc<B>(req: &http::Request<B>) -> bool {
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
+/// How long, after the stop, open connections get to finish the request
+/// they are on.
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// [`serve`] on a thread of its own with a single-threaded runtime, like
+/// the client port's workers: a connection, its HTTP/2 streams and their
+/// answers stay on one thread, with no wake-up crossing threads per call.
+/// Ends when the thread does (after `stop`, or if it fails).
+pub async fn serve_on_own_thread(
+    listener: std::net::TcpListener,
+    aeges: Arc<Aeges>,
+    stop: CancellationToken,
+) {
+    let (done, ended) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("aeges".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    tracing::error!(error = %e, "aeges runtime failed to start");
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                match TcpListener::from_std(listener) {
+                    Ok(listener) => serve(listener, aeges, stop).await,
+                    Err(e) => tracing::error!(error = %e, "aeges listener failed"),
+                }
+            });
+            let _ = done.send(());
+        });
+    if let Err(e) = thread {
+        tracing::error!(error = %e, "aeges thread failed to start");
+        return;
+    }
+    // Sent or dropped (a panic): either way the listener is gone.
+    let _ = ended.await;
+}
+
 /// Serves the Aeges endpoints until `stop` is cancelled. Then every
 /// connection finishes the request it is on and closes (a sidecar keeps
 /// its connection alive between reports), so that the last handle on the
-/// batch worker's queue goes and the worker can drain and end.
+/// batch worker's queue goes and the worker can drain and end; this
+/// returns once they have (or after [`DRAIN`]).
 pub async fn serve(listener: TcpListener, aeges: Arc<Aeges>, stop: CancellationToken) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let accepted = tokio::select! {
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => {
+                let all = MAX_CONNECTIONS as u32;
+                let _ = tokio::time::timeout(DRAIN, slots.acquire_many(all)).await;
+                return;
+            }
             accepted = listener.accept() => accepted,
         };
         let (stream, peer): (_, SocketAddr) = match accepted {
