@@ -7,16 +7,21 @@
 //! same bans, one after the other (the order alternates): txgate's Aeges
 //! listener (release build, bans posted to its `/report` first), and a
 //! plain tonic server around the same screening engine (this binary with
-//! `--serve-tonic`), the baseline of what a stock gRPC server costs. For
+//! `--serve-tonic`, on a single-threaded runtime as txgate's listener is),
+//! the baseline of what a stock gRPC server costs. For
 //! each: latency from send to answer (p50, p99, p99.9), the load client's
 //! own CPU per call (hyper's HTTP/2 client, requests encoded up front),
 //! the server's CPU per call (utime+stime from /proc),
-//! errors. A tenth of the calls carry banned calldata. Target: txgate's
+//! errors. A tenth of the calls carry banned calldata. Calls are sent one
+//! by one when due (to within 50 µs), as transactions reach a pool;
+//! `--bursts` sends those due each millisecond together (20 at 20 000/s).
+//! `--pin` puts the client on CPU 0 and the servers on CPU 1 (`taskset`). Target: txgate's
 //! p99 ≤ 1 ms at 20 000 calls/s.
 //!
 //! `cargo build --release -p txgate -p txgate-benches &&
 //!  target/release/aeges_load` (or `benches/load/aeges_load.sh`); flags:
-//! `--rate N` (20000), `--seconds S` (3), `--rounds R` (5).
+//! `--rate N` (20000), `--seconds S` (3), `--rounds R` (5), `--bursts`,
+//! `--pin`.
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
@@ -45,6 +50,17 @@ struct Args {
     seconds: u64,
     rounds: usize,
     serve_tonic: Option<u16>,
+    pin: bool,
+    pacing: Pacing,
+}
+
+/// How calls are spread over time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pacing {
+    /// Each call when due, to within 50 µs (default).
+    Smooth,
+    /// The calls due each millisecond together (`--bursts`).
+    Millisecond,
 }
 
 fn args() -> Args {
@@ -53,6 +69,8 @@ fn args() -> Args {
         seconds: 3,
         rounds: 5,
         serve_tonic: None,
+        pin: false,
+        pacing: Pacing::Smooth,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -62,6 +80,8 @@ fn args() -> Args {
             "--seconds" => a.seconds = value(),
             "--rounds" => a.rounds = value() as usize,
             "--serve-tonic" => a.serve_tonic = Some(value() as u16),
+            "--pin" => a.pin = true,
+            "--bursts" => a.pacing = Pacing::Millisecond,
             "--bench" => {}
             other => panic!("unknown flag {other}"),
         }
@@ -177,7 +197,11 @@ fn serve_tonic(port: u16) {
         })
         .collect();
     screen.apply(&bans, 0);
-    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // One thread, as txgate's Aeges listener runs: the same footing.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async move {
         tonic::transport::Server::builder()
             .add_service(AegesServiceServer::new(Tonic { screen }))
@@ -185,6 +209,26 @@ fn serve_tonic(port: u16) {
             .await
             .unwrap();
     });
+}
+
+/// Whether the machine has CPUs enough to keep client and servers apart.
+fn pinning() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
+}
+
+/// Pins process `pid` (all its threads) to `cpus`, with `taskset`.
+fn pin(cpus: &str, pid: u32) {
+    if !pinning() {
+        return;
+    }
+    let status = std::process::Command::new("taskset")
+        .args(["-a", "-c", "-p", cpus, &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status();
+    assert!(
+        status.is_ok_and(|s| s.success()),
+        "taskset failed (util-linux)"
+    );
 }
 
 /// utime + stime of `pid` in seconds.
@@ -274,9 +318,25 @@ async fn call(mut send: Sender, n: u64, body: Bytes) -> Result<bool, String> {
     Ok(answer.denied)
 }
 
-/// `count` calls at `rate` on one connection, from a sender thread that
-/// hands each call to the client runtime when it is due.
-async fn load(port: u16, server_pid: &str, rate: u64, count: u64, first: u64) -> Round {
+/// `count` calls at `rate` on one connection, paced as `pacing` says.
+async fn load(
+    pacing: Pacing,
+    port: u16,
+    server_pid: &str,
+    rate: u64,
+    count: u64,
+    first: u64,
+) -> Round {
+    match pacing {
+        Pacing::Smooth => load_smooth(port, server_pid, rate, count, first).await,
+        Pacing::Millisecond => load_bursts(port, server_pid, rate, count, first).await,
+    }
+}
+
+/// Smooth pacing: a pacing thread hands each call to the client runtime
+/// when it is due (checked every 50 µs), as transactions reach a pool one
+/// by one.
+async fn load_smooth(port: u16, server_pid: &str, rate: u64, count: u64, first: u64) -> Round {
     let send = connect(port).await;
     // Encoded up front: the client's CPU is the connection's, not protobuf's.
     let bodies: Vec<Bytes> = (first..first + count).map(framed).collect();
@@ -336,6 +396,63 @@ async fn load(port: u16, server_pid: &str, rate: u64, count: u64, first: u64) ->
     }
 }
 
+/// Millisecond pacing: one task sends, every millisecond (the timer's
+/// grain), the calls then due (20 at 20 000/s), and takes the answers.
+async fn load_bursts(port: u16, server_pid: &str, rate: u64, count: u64, first: u64) -> Round {
+    let send = connect(port).await;
+    // Encoded up front: the client's CPU is the connection's, not protobuf's.
+    let bodies: Vec<Bytes> = (first..first + count).map(framed).collect();
+    let (client_cpu, server_cpu) = (cpu_seconds("self"), cpu_seconds(server_pid));
+    let mut in_flight = futures_util::stream::FuturesUnordered::new();
+    let mut bodies = bodies.into_iter();
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let (mut sent, mut latencies, mut errors, mut denied) =
+        (0u64, Vec::with_capacity(count as usize), 0usize, 0usize);
+    let started = Instant::now();
+    while latencies.len() + errors < count as usize {
+        tokio::select! {
+            _ = tick.tick(), if sent < count => {
+                let due = ((started.elapsed().as_secs_f64() * rate as f64) as u64).min(count);
+                while sent < due {
+                    let (n, body, send) = (first + sent, bodies.next().expect("body"), send.clone());
+                    let at = Instant::now();
+                    in_flight.push(async move {
+                        let answer = call(send, n, body).await;
+                        (at.elapsed().as_micros() as u32, answer)
+                    });
+                    sent += 1;
+                }
+            }
+            Some((us, answer)) = futures_util::StreamExt::next(&mut in_flight) => match answer {
+                Ok(d) => {
+                    latencies.push(us);
+                    denied += usize::from(d);
+                }
+                Err(_) => errors += 1,
+            },
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let (client_cpu, server_cpu) = (
+        cpu_seconds("self") - client_cpu,
+        cpu_seconds(server_pid) - server_cpu,
+    );
+    let l = &mut latencies;
+    l.sort_unstable();
+    let at = |p: f64| l[((l.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0;
+    Round {
+        p50: at(0.5),
+        p99: at(0.99),
+        p999: at(0.999),
+        client_us: client_cpu * 1e6 / count as f64,
+        server_us: server_cpu * 1e6 / count as f64,
+        rate: count as f64 / elapsed,
+        errors,
+        denied_share: denied as f64 / l.len().max(1) as f64,
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -343,6 +460,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn summary(name: &str, rounds: &[Round]) -> Round {
     let m = |f: fn(&Round) -> f64| median(rounds.iter().map(f).collect());
+    let p99s: Vec<String> = rounds.iter().map(|r| format!("{:.3}", r.p99)).collect();
+    println!("  {name:<8} p99 per round (ms): {}", p99s.join(", "));
     let r = Round {
         p50: m(|r| r.p50),
         p99: m(|r| r.p99),
@@ -374,10 +493,15 @@ fn main() {
         serve_tonic(port);
         return;
     }
+    // `--pin`: the pool plugin runs on the sequencer's host, not txgate's;
+    // the load client is pinned to CPU 0 and the servers to CPU 1, so that
+    // the client's CPU does not queue theirs.
+    if a.pin {
+        pin("0", std::process::id());
+    }
     // The load client: one runtime thread for the connection and the
-    // answers, one pacing thread that sends each call when it is due.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+    // answers (and, with smooth pacing, one thread that paces the calls).
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
@@ -411,6 +535,10 @@ async fn run(a: Args) {
         &release.join("aeges_load"),
         &["--serve-tonic", &tonic_port.to_string()],
     );
+    if a.pin {
+        pin("1", txgate.pid());
+        pin("1", tonic.pid());
+    }
     let (txgate_pid, tonic_pid) = (txgate.pid().to_string(), tonic.pid().to_string());
     // txgate learns the bans from reports, as from the sidecar.
     let http = client(4);
@@ -429,8 +557,12 @@ async fn run(a: Args) {
     let count = a.rate * a.seconds;
     println!(
         "VerifyTransaction over loopback, one HTTP/2 connection, {} calls/s for {} s, \
-         {} interleaved rounds (medians; target: txgate p99 <= 1 ms)",
-        a.rate, a.seconds, a.rounds
+         {} interleaved rounds, {:?} pacing{} (medians; target: txgate p99 <= 1 ms)",
+        a.rate,
+        a.seconds,
+        a.rounds,
+        a.pacing,
+        if a.pin { ", pinned" } else { "" }
     );
     let (mut ours, mut base) = (Vec::new(), Vec::new());
     let mut first = 1u64 << 20;
@@ -447,9 +579,9 @@ async fn run(a: Args) {
                 (tonic_port, &tonic_pid)
             };
             // Warm-up: the connection, the caches.
-            let _ = load(port, pid, a.rate, a.rate / 10, first).await;
+            let _ = load(a.pacing, port, pid, a.rate, a.rate / 10, first).await;
             first += a.rate;
-            let r = load(port, pid, a.rate, count, first).await;
+            let r = load(a.pacing, port, pid, a.rate, count, first).await;
             first += count;
             if is_txgate {
                 ours.push(r)

@@ -288,20 +288,21 @@ fn aeges_listener(config: &Config) -> String {
     let Ok(Some(listen)) = aeges.listen_addr() else {
         return "off".to_string();
     };
-    let allow: Vec<String> = aeges
-        .allow()
-        .unwrap_or_default()
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+    let nets = |nets: Vec<txgate_config::IpNet>| {
+        nets.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     format!(
-        "{listen} token {} allow [{}]",
+        "{listen} reports: token {} allow [{}]; pool questions: allow [{}]",
         if aeges.report_token.is_empty() {
             "none"
         } else {
             "set"
         },
-        allow.join(", ")
+        nets(aeges.allow().unwrap_or_default()),
+        nets(aeges.verify_allow().unwrap_or_default()),
     )
 }
 
