@@ -276,7 +276,7 @@ async fn connect(port: u16) -> Sender {
 fn framed(n: u64) -> Bytes {
     let message = VerifyTransactionRequest {
         event_id: n,
-        transaction: Some(transaction(n, n % 10 == 0)),
+        transaction: Some(transaction(n, n.is_multiple_of(10))),
     }
     .encode_to_vec();
     let mut out = Vec::with_capacity(5 + message.len());

@@ -10,9 +10,9 @@
 //! `aeges.verify_allow` is answered 403 and closed at accept; then every
 //! request is checked, cheapest first, before its body is read.
 //!
-//! - [`report`]: `POST /report`.
-//! - [`verify`]: `aeges.v1.AegesService/VerifyTransaction`.
-//! - [`grpc`]: unary gRPC framing over hyper's HTTP/2.
+//! - [`report`] answers `POST /report`;
+//! - [`verify`] answers `aeges.v1.AegesService/VerifyTransaction`;
+//! - [`grpc`] frames unary gRPC calls over hyper's HTTP/2.
 
 pub mod grpc;
 pub mod report;
