@@ -12,15 +12,17 @@
 //! - `judge_clean` / `judge_banned`: [`Screen::judge`] on an already
 //!   decoded transaction (fingerprint not banned / banned);
 //! - `verdict_clean` / `verdict_banned`: the whole verdict as the server
-//!   runs it after HTTP/2: the serialized request decoded and checked,
-//!   judged, a transaction let in remembered by its hash, the answer
-//!   serialized. Target: median ≤ 2 µs for both.
+//!   runs it once HTTP/2 has delivered the message (`Verifier::answer`):
+//!   the serialized request decoded and checked, judged, counted, a
+//!   transaction let in remembered by its hash, the answer serialized and
+//!   framed with its trailers. Target: median ≤ 2 µs for both.
 //!
 //! `cargo bench -p txgate-benches --bench verify`
 
 #![allow(missing_docs)]
 
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alloy_primitives::{Address, B256, U256, keccak256};
@@ -29,9 +31,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use prost::Message;
 use txgate_benches::{Eoa, random_invalidations};
 use txgate_proto::aeges_v1::{Transaction, VerifyTransactionRequest};
-use txgate_screen::{
-    Fingerprint, Invalidation, PoolVerdict, Screen, ScreenSettings, decode, recover_sender,
-};
+use txgate_proxy::aeges::{Verifier, VerifySettings};
+use txgate_proxy::metrics::Metrics;
+use txgate_screen::{Fingerprint, Invalidation, Screen, ScreenSettings, decode, recover_sender};
 
 const TARGET: Address = Address::repeat_byte(0x5f);
 const DISTINCT: u64 = 4096;
@@ -113,22 +115,19 @@ fn screen() -> Screen {
     screen
 }
 
-/// The server's verdict after HTTP/2: decode, judge, remember, answer.
-fn verdict(screen: &Screen, message: Bytes, now: u64) -> Vec<u8> {
-    let request = match txgate_proto::aeges::decode(message) {
-        Ok(request) => request,
-        Err(e) => panic!("{e}"),
-    };
-    let tx = request.tx();
-    let verdict = screen.judge(&tx, now);
-    if let PoolVerdict::Allow(Some(fp)) = verdict {
-        screen.remember_pooled(&tx, &fp, now);
-    }
-    txgate_proto::aeges::encode(request.event_id, verdict.denied())
-}
-
 fn verify(c: &mut Criterion) {
-    let screen = screen();
+    let screen = Arc::new(screen());
+    let verifier = Verifier::new(
+        VerifySettings {
+            allow: Vec::new(),
+            max_bytes: 1 << 20,
+            max_in_flight: 1024,
+            monitor_only: false,
+        },
+        screen.clone(),
+        Arc::new(Metrics::new()),
+    );
+    let at = Instant::now();
     let clean: Vec<Bytes> = (0..DISTINCT).map(|n| request(n, false)).collect();
     let banned: Vec<Bytes> = (0..DISTINCT).map(|n| request(n, true)).collect();
     let decoded =
@@ -164,10 +163,10 @@ fn verify(c: &mut Criterion) {
         b.iter(|| screen.judge(black_box(&banned_tx[next()].tx()), 1))
     });
     g.bench_function("verdict_clean", |b| {
-        b.iter(|| verdict(&screen, black_box(clean[next()].clone()), 1))
+        b.iter(|| verifier.answer(black_box(clean[next()].clone()), at))
     });
     g.bench_function("verdict_banned", |b| {
-        b.iter(|| verdict(&screen, black_box(banned[next()].clone()), 1))
+        b.iter(|| verifier.answer(black_box(banned[next()].clone()), at))
     });
     g.finish();
     black_box(B256::ZERO);

@@ -133,9 +133,24 @@ pub fn decode(bytes: bytes::Bytes) -> Result<Request, Invalid> {
     })
 }
 
-/// A `VerifyTransactionResponse`, serialized (at most 13 bytes).
+/// Longest serialized `VerifyTransactionResponse`: two tags, a 10-byte
+/// varint and a bool.
+pub const MAX_RESPONSE_BYTES: usize = 13;
+
+/// A `VerifyTransactionResponse`, serialized into `out`; returns its
+/// length (at most [`MAX_RESPONSE_BYTES`]). No allocation.
+pub fn encode_into(event_id: u64, denied: bool, out: &mut [u8; MAX_RESPONSE_BYTES]) -> usize {
+    let mut rest = &mut out[..];
+    // Cannot fail: the buffer holds the longest message.
+    let _ = VerifyTransactionResponse { event_id, denied }.encode(&mut rest);
+    MAX_RESPONSE_BYTES - rest.len()
+}
+
+/// A `VerifyTransactionResponse`, serialized.
 pub fn encode(event_id: u64, denied: bool) -> Vec<u8> {
-    VerifyTransactionResponse { event_id, denied }.encode_to_vec()
+    let mut out = [0u8; MAX_RESPONSE_BYTES];
+    let n = encode_into(event_id, denied, &mut out);
+    out[..n].to_vec()
 }
 
 #[cfg(test)]
@@ -239,7 +254,15 @@ mod tests {
     #[test]
     fn the_answer_echoes_the_event_id() {
         let bytes = encode(u64::MAX, true);
-        assert!(bytes.len() <= 13);
+        assert_eq!(bytes.len(), MAX_RESPONSE_BYTES);
+        assert_eq!(
+            bytes,
+            VerifyTransactionResponse {
+                event_id: u64::MAX,
+                denied: true
+            }
+            .encode_to_vec()
+        );
         let back = VerifyTransactionResponse::decode(&bytes[..]).unwrap();
         assert_eq!((back.event_id, back.denied), (u64::MAX, true));
         // proto3: a zero id and `false` are not on the wire at all.

@@ -29,6 +29,8 @@ pub enum Code {
     Ok = 0,
     /// A bad request: no verdict.
     InvalidArgument = 3,
+    /// The caller reset the call.
+    Cancelled = 1,
     /// The request's body did not arrive in time.
     DeadlineExceeded = 4,
     /// The peer may not ask.
@@ -43,6 +45,7 @@ impl Code {
     fn header(self) -> HeaderValue {
         HeaderValue::from_static(match self {
             Code::Ok => "0",
+            Code::Cancelled => "1",
             Code::InvalidArgument => "3",
             Code::DeadlineExceeded => "4",
             Code::PermissionDenied => "7",
@@ -92,14 +95,14 @@ fn grpc_response(body: GrpcBody) -> Response<GrpcBody> {
 
 /// The answer to a call: `message` framed, status OK in the trailers.
 pub fn ok(message: &[u8]) -> Response<GrpcBody> {
-    let mut framed = BytesMut::with_capacity(5 + message.len());
-    framed.extend_from_slice(&[0]);
+    let mut framed = Vec::with_capacity(5 + message.len());
+    framed.push(0);
     framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
     framed.extend_from_slice(message);
     let mut trailers = HeaderMap::with_capacity(1);
     trailers.insert("grpc-status", Code::Ok.header());
     grpc_response(GrpcBody {
-        data: Some(framed.freeze()),
+        data: Some(framed.into()),
         trailers: Some(trailers),
     })
 }
@@ -139,6 +142,9 @@ pub enum ReadError {
     Framing(Framing),
     /// Its body took longer than the timeout.
     Timeout,
+    /// The body could not be read: the caller reset the call, or the
+    /// connection broke.
+    Body,
 }
 
 /// Reads the one message of a unary call: the 5-byte prefix first, so a
@@ -167,7 +173,7 @@ where
     loop {
         let frame = match body.frame().await {
             None => break,
-            Some(Err(_)) => return refuse(Framing::Body),
+            Some(Err(_)) => return Err(ReadError::Body),
             Some(Ok(frame)) => frame,
         };
         let Ok(data) = frame.into_data() else {
@@ -182,6 +188,9 @@ where
             None if got.is_empty() => single = Some(data),
             None => got.extend_from_slice(&data),
             Some(first) => {
+                // Room for the whole message when its length is known.
+                let want = declared.map_or(0, |len| 5 + len);
+                got.reserve(want.max(first.len() + data.len()));
                 got.extend_from_slice(&first);
                 got.extend_from_slice(&data);
             }
@@ -201,6 +210,10 @@ where
                 return refuse(Framing::TooLarge);
             }
             declared = Some(len);
+            // Room for exactly the message, never a doubling past it.
+            if single.is_none() {
+                got.reserve((5 + len).saturating_sub(got.len()));
+            }
         }
         if let Some(len) = declared
             && have > 5 + len

@@ -112,6 +112,9 @@ pub async fn serve_on_own_thread(
                     Err(e) => tracing::error!(error = %e, "aeges listener failed"),
                 }
             });
+            // Connections still draining after `DRAIN` go with the
+            // runtime, and with them their handles on the queue.
+            drop(runtime);
             let _ = done.send(());
         });
     if let Err(e) = thread {
@@ -131,12 +134,16 @@ pub async fn serve(listener: TcpListener, aeges: Arc<Aeges>, stop: CancellationT
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let accepted = tokio::select! {
-            () = stop.cancelled() => {
-                let all = MAX_CONNECTIONS as u32;
-                let _ = tokio::time::timeout(DRAIN, slots.acquire_many(all)).await;
-                return;
-            }
-            accepted = listener.accept() => accepted,
+            () = stop.cancelled() => None,
+            accepted = listener.accept() => Some(accepted),
+        };
+        let Some(accepted) = accepted else {
+            // Closed first: a client reconnecting is refused at once (the
+            // pool plugin then fails open at once, not at its deadline).
+            drop(listener);
+            let all = MAX_CONNECTIONS as u32;
+            let _ = tokio::time::timeout(DRAIN, slots.acquire_many(all)).await;
+            return;
         };
         let (stream, peer): (_, SocketAddr) = match accepted {
             Ok(accepted) => accepted,
@@ -169,6 +176,12 @@ pub async fn serve(listener: TcpListener, aeges: Arc<Aeges>, stop: CancellationT
         let stop = stop.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            // hyper-util's protocol detection has no timeout of its own: a
+            // peer that never sends its first bytes would keep its slot.
+            if !preface_arrives(&stream).await {
+                aeges.metrics().aeges.connections_idle.inc();
+                return;
+            }
             let service = hyper::service::service_fn(move |req| {
                 let aeges = aeges.clone();
                 async move {
@@ -177,6 +190,12 @@ pub async fn serve(listener: TcpListener, aeges: Arc<Aeges>, stop: CancellationT
                             .verifier
                             .handle(peer.ip(), req)
                             .await
+                            .map(Either::Right)
+                    } else if req.version() == http::Version::HTTP_2 {
+                        // Reports are HTTP/1.1, one at a time per
+                        // connection: their memory bound holds.
+                        aeges.metrics().aeges.not_found.inc();
+                        grpc::http_status(http::StatusCode::HTTP_VERSION_NOT_SUPPORTED)
                             .map(Either::Right)
                     } else {
                         aeges.reports.handle(peer.ip(), req).await.map(Either::Left)
@@ -209,6 +228,38 @@ pub async fn serve(listener: TcpListener, aeges: Arc<Aeges>, stop: CancellationT
             }
         });
     }
+}
+
+/// The HTTP/2 connection preface, which tells HTTP/2 from HTTP/1.1.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// How long a new connection may take to show which protocol it speaks.
+const PREFACE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether, within [`PREFACE_TIMEOUT`], the peer sends enough to tell its
+/// protocol: the whole HTTP/2 preface, or bytes that cannot begin it.
+async fn preface_arrives(stream: &tokio::net::TcpStream) -> bool {
+    let wait = async {
+        let mut buf = [0u8; 24];
+        let mut seen = 0;
+        loop {
+            let n = match stream.peek(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => n,
+            };
+            if n >= PREFACE.len() || buf[..n] != PREFACE[..n] {
+                return true;
+            }
+            if n == seen {
+                // Nothing new since the last look: peek returns at once
+                // while bytes wait, so pause instead of spinning.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            seen = n;
+        }
+    };
+    tokio::time::timeout(PREFACE_TIMEOUT, wait)
+        .await
+        .unwrap_or(false)
 }
 
 /// A canned 403 for a peer outside the allow-list, then close.

@@ -25,8 +25,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, Request, Response};
 use txgate_config::IpNet;
-use txgate_proto::aeges::{VERIFY_PATH, decode, encode};
-use txgate_screen::{PoolVerdict, Screen};
+use txgate_proto::aeges::{MAX_RESPONSE_BYTES, VERIFY_PATH, decode, encode_into};
+use txgate_screen::{Fingerprint, PoolVerdict, Screen};
 
 use super::grpc::{self, Code, GrpcBody, ReadError};
 use crate::metrics::Metrics;
@@ -112,6 +112,10 @@ impl Verifier {
                 m.timeout.inc();
                 return grpc::status(Code::DeadlineExceeded, "request body too slow");
             }
+            Err(ReadError::Body) => {
+                m.cancelled.inc();
+                return grpc::status(Code::Cancelled, "request body not read");
+            }
             Err(ReadError::Framing(f)) => {
                 m.framing(f);
                 return match f {
@@ -130,9 +134,10 @@ impl Verifier {
         answer
     }
 
-    /// The verdict on one message, answered (the histogram is the
-    /// caller's).
-    fn answer(&self, message: Bytes, at: std::time::Instant) -> Response<GrpcBody> {
+    /// The verdict on one message (the gRPC frame's payload) judged at
+    /// `at`, answered: what a call costs once HTTP/2 has delivered it (the
+    /// histogram is the caller's). Public for the benches.
+    pub fn answer(&self, message: Bytes, at: std::time::Instant) -> Response<GrpcBody> {
         let m = &self.metrics.verify;
         let request = match decode(message) {
             Ok(request) => request,
@@ -154,11 +159,21 @@ impl Verifier {
                 !self.monitor_only
             }
         };
-        if !denied && let Some(fp) = verdict.fingerprint() {
+        if !denied {
             // It enters the pool: a failure naming its hash must find it.
-            self.screen.remember_pooled(&tx, &fp, now);
+            // (A would-be denial by hash or sender computed no
+            // fingerprint.)
+            let fingerprint = verdict.fingerprint().or_else(|| {
+                tx.to
+                    .map(|to| Fingerprint::from_parts(to, tx.payload, tx.value, tx.gas_limit))
+            });
+            if let Some(fp) = fingerprint {
+                self.screen.remember_pooled(&tx, &fp, now);
+            }
         }
-        grpc::ok(&encode(request.event_id, denied))
+        let mut answer = [0u8; MAX_RESPONSE_BYTES];
+        let n = encode_into(request.event_id, denied, &mut answer);
+        grpc::ok(&answer[..n])
     }
 
     /// A slot among `max_in_flight`, released when dropped.

@@ -26,6 +26,9 @@ pub struct AegesMetrics {
     pub timeout: IntCounter,
     /// Connections closed at once: `aeges::MAX_CONNECTIONS` were open.
     pub connections_refused: IntCounter,
+    /// Connections closed because they did not show their protocol (the
+    /// first bytes) within 5 s.
+    pub connections_idle: IntCounter,
     /// `txgate_aeges_report_invalid_total{reason}`.
     pub invalid: IntCounterVec,
 }
@@ -57,6 +60,10 @@ impl AegesMetrics {
             connections_refused: r.counter(
                 "aeges_connections_refused_total",
                 "Connections to the Aeges listener closed at once: too many open",
+            ),
+            connections_idle: r.counter(
+                "aeges_connections_idle_total",
+                "Connections to the Aeges listener closed: nothing arrived within 5 s",
             ),
             invalid: r.counter_vec(
                 "aeges_report_invalid_total",

@@ -44,24 +44,16 @@ pub enum Framing {
     /// The body ends inside the gRPC frame, or carries more than one
     /// message.
     Frame,
-    /// The body could not be read.
-    Body,
 }
 
 impl Framing {
-    const ALL: [Framing; 4] = [
-        Framing::TooLarge,
-        Framing::Compressed,
-        Framing::Frame,
-        Framing::Body,
-    ];
+    const ALL: [Framing; 3] = [Framing::TooLarge, Framing::Compressed, Framing::Frame];
 
     fn as_str(self) -> &'static str {
         match self {
             Framing::TooLarge => "too_large",
             Framing::Compressed => "compressed",
             Framing::Frame => "frame",
-            Framing::Body => "body",
         }
     }
 }
@@ -84,6 +76,9 @@ pub struct VerifyMetrics {
     pub exhausted: IntCounter,
     /// `…{result="timeout"}`: the body did not arrive in time.
     pub timeout: IntCounter,
+    /// `…{result="cancelled"}`: the caller reset the call (its deadline)
+    /// or the connection broke before the body was in.
+    pub cancelled: IntCounter,
     /// `…{result="unimplemented"}`: another gRPC method.
     pub unimplemented: IntCounter,
     /// Denials (and would-be denials) by reason, in [`DENY_REASONS`] order.
@@ -107,7 +102,8 @@ impl VerifyMetrics {
         let results = r.counter_vec(
             "aeges_verify_total",
             "Pool questions (VerifyTransaction) by result: allowed, denied, would_deny \
-             (monitor-only), invalid, refused_source, exhausted, timeout, unimplemented",
+             (monitor-only), invalid, refused_source, exhausted, timeout, cancelled, \
+             unimplemented",
             &["result"],
         );
         let result = |name: &str| results.with_label_values(&[name]);
@@ -119,7 +115,8 @@ impl VerifyMetrics {
         );
         let invalid = r.counter_vec(
             "aeges_verify_invalid_total",
-            "Pool questions refused as malformed (INVALID_ARGUMENT), by reason",
+            "Pool questions refused as malformed, by reason (INVALID_ARGUMENT; a \
+             compressed message, UNIMPLEMENTED)",
             &["reason"],
         );
         VerifyMetrics {
@@ -130,6 +127,7 @@ impl VerifyMetrics {
             refused_source: result("refused_source"),
             exhausted: result("exhausted"),
             timeout: result("timeout"),
+            cancelled: result("cancelled"),
             unimplemented: result("unimplemented"),
             denials: DENY_REASONS
                 .iter()

@@ -135,6 +135,65 @@ async fn monitor_only_answers_false_and_counts_what_it_would_deny() {
     let v = &f.metrics.verify;
     assert_eq!((v.would_deny.get(), v.denied.get()), (1, 0));
     assert_eq!(v.denials(Reason::RecentFailure), 1);
+    // Answered `false`, it enters the pool: remembered like any other,
+    // though the would-be denial (by hash) computed no fingerprint.
+    let now = f.screen.millis(std::time::Instant::now());
+    let remembered = f.screen.forwarded(&B256::repeat_byte(9), now).unwrap();
+    assert_eq!(remembered.sender, Address::repeat_byte(0xa1));
+}
+
+/// gRPC needs HTTP/2: over HTTP/1.1 it is refused (505), and a request
+/// that is not gRPC over HTTP/2 is not taken as a report (505 too).
+#[tokio::test]
+async fn grpc_over_http1_and_reports_over_http2_are_refused() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let f = Fixture::start(Options::default()).await;
+    let mut conn = super::super::tests::connect_from("127.0.0.1", f.addr).await;
+    let request = format!(
+        "POST {} HTTP/1.1\r\nhost: x\r\ncontent-type: application/grpc\r\n\
+         content-length: 0\r\n\r\n",
+        txgate_proto::aeges::VERIFY_PATH
+    );
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = [0u8; 32];
+    let n = conn.read(&mut answer).await.unwrap();
+    assert!(
+        answer[..n].starts_with(b"HTTP/1.1 505"),
+        "{:?}",
+        String::from_utf8_lossy(&answer[..n])
+    );
+    let mut send = h2(&f, "127.0.0.1").await;
+    let report = http::Request::post("http://aeges/report")
+        .header("content-type", "application/json")
+        .body(http_body_util::Empty::<Bytes>::new().boxed_unsync())
+        .unwrap();
+    let answer = send.send_request(report).await.unwrap();
+    assert_eq!(
+        answer.status(),
+        http::StatusCode::HTTP_VERSION_NOT_SUPPORTED
+    );
+    assert_eq!(
+        f.metrics.aeges.accepted.get() + f.metrics.aeges.malformed.get(),
+        0
+    );
+}
+
+/// A connection that never shows its protocol is closed after 5 s and
+/// gives its slot back.
+#[tokio::test]
+async fn a_silent_connection_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let f = Fixture::start(Options::default()).await;
+    let mut silent = super::super::tests::connect_from("127.0.0.1", f.addr).await;
+    // Two bytes of the HTTP/2 preface, then nothing.
+    silent.write_all(b"PR").await.unwrap();
+    let mut buf = [0u8; 8];
+    let closed = tokio::time::timeout(Duration::from_secs(8), silent.read(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "closed: {closed:?}"
+    );
+    assert_eq!(f.metrics.aeges.connections_idle.get(), 1);
 }
 
 /// Every malformed question is `INVALID_ARGUMENT` with a short message,
