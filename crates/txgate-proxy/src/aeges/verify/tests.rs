@@ -339,3 +339,57 @@ async fn limits_methods_and_sources() {
     );
     assert_eq!(v.in_flight.get(), 0);
 }
+
+/// A stop lets a call already in flight finish: its body, arriving after
+/// the stop, is still judged and answered; a new connection is refused.
+#[tokio::test]
+async fn a_stop_answers_the_calls_in_flight() {
+    use prost::Message;
+    let f = Fixture::start(Options::default()).await;
+    let mut send = h2(&f, "127.0.0.1").await;
+    let (body_tx, body_rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+    let frames = futures_util::stream::unfold(body_rx, |mut rx| async move {
+        rx.recv().await.map(|b| {
+            (
+                Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(b)),
+                rx,
+            )
+        })
+    });
+    let pending = send.send_request(grpc_request(
+        txgate_proto::aeges::VERIFY_PATH,
+        http_body_util::StreamBody::new(frames).boxed_unsync(),
+    ));
+    let pending = tokio::spawn(pending);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    f.stop.cancel();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The listener is closed: a new connection is refused at once.
+    assert!(tokio::net::TcpStream::connect(f.addr).await.is_err());
+    let message = VerifyTransactionRequest {
+        event_id: 77,
+        transaction: Some(tx(5, 6, &attack())),
+    }
+    .encode_to_vec();
+    let mut framed = vec![0];
+    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&message);
+    body_tx.send(framed.into()).await.unwrap();
+    drop(body_tx);
+    let answer = tokio::time::timeout(Duration::from_secs(3), pending)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let collected = answer.into_body().collect().await.unwrap();
+    assert_eq!(
+        collected
+            .trailers()
+            .and_then(|t| t.get("grpc-status"))
+            .map(|v| v.to_str().unwrap()),
+        Some("0")
+    );
+    let bytes = collected.to_bytes();
+    let response = txgate_proto::aeges_v1::VerifyTransactionResponse::decode(&bytes[5..]).unwrap();
+    assert_eq!((response.event_id, response.denied), (77, false));
+}
