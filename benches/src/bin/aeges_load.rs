@@ -377,23 +377,11 @@ async fn load_smooth(port: u16, server_pid: &str, rate: u64, count: u64, first: 
     }
     let elapsed = started.elapsed().as_secs_f64();
     let _ = pacer.join();
-    let (client_cpu, server_cpu) = (
+    let cpu = (
         cpu_seconds("self") - client_cpu,
         cpu_seconds(server_pid) - server_cpu,
     );
-    let l = &mut latencies;
-    l.sort_unstable();
-    let at = |p: f64| l[((l.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0;
-    Round {
-        p50: at(0.5),
-        p99: at(0.99),
-        p999: at(0.999),
-        client_us: client_cpu * 1e6 / count as f64,
-        server_us: server_cpu * 1e6 / count as f64,
-        rate: count as f64 / elapsed,
-        errors,
-        denied_share: denied as f64 / l.len().max(1) as f64,
-    }
+    round(latencies, errors, denied, cpu, count, elapsed)
 }
 
 /// Millisecond pacing: one task sends, every millisecond (the timer's
@@ -434,10 +422,22 @@ async fn load_bursts(port: u16, server_pid: &str, rate: u64, count: u64, first: 
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let (client_cpu, server_cpu) = (
+    let cpu = (
         cpu_seconds("self") - client_cpu,
         cpu_seconds(server_pid) - server_cpu,
     );
+    round(latencies, errors, denied, cpu, count, elapsed)
+}
+
+/// A round's figures: `cpu` is (client, server) seconds over the round.
+fn round(
+    mut latencies: Vec<u32>,
+    errors: usize,
+    denied: usize,
+    cpu: (f64, f64),
+    count: u64,
+    elapsed: f64,
+) -> Round {
     let l = &mut latencies;
     l.sort_unstable();
     let at = |p: f64| l[((l.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0;
@@ -445,8 +445,8 @@ async fn load_bursts(port: u16, server_pid: &str, rate: u64, count: u64, first: 
         p50: at(0.5),
         p99: at(0.99),
         p999: at(0.999),
-        client_us: client_cpu * 1e6 / count as f64,
-        server_us: server_cpu * 1e6 / count as f64,
+        client_us: cpu.0 * 1e6 / count as f64,
+        server_us: cpu.1 * 1e6 / count as f64,
         rate: count as f64 / elapsed,
         errors,
         denied_share: denied as f64 / l.len().max(1) as f64,

@@ -30,7 +30,7 @@ impl ClearedAs {
 }
 
 /// Screening time buckets in seconds, 1 µs to 10 ms.
-const SCREEN_BUCKETS: &[f64] = &[
+pub(super) const SCREEN_BUCKETS: &[f64] = &[
     0.000_001,
     0.000_002_5,
     0.000_005,

@@ -7,23 +7,6 @@ use txgate_screen::Reason;
 
 use super::registrar::Registrar;
 
-/// Verdict time buckets in seconds, 1 µs to 10 ms: a verdict takes
-/// microseconds; the plugin's deadline is 500 ms.
-const VERIFY_BUCKETS: &[f64] = &[
-    0.000_001,
-    0.000_002_5,
-    0.000_005,
-    0.000_01,
-    0.000_025,
-    0.000_05,
-    0.000_1,
-    0.000_25,
-    0.000_5,
-    0.001,
-    0.002_5,
-    0.01,
-];
-
 /// The reasons a transaction is denied in the pool ([`Reason`]s the pool
 /// path can give; decoding and signatures are the pool's own).
 pub const DENY_REASONS: [Reason; 4] = [
@@ -144,7 +127,9 @@ impl VerifyMetrics {
             duration: r.histogram(
                 "aeges_verify_duration_seconds",
                 "Pool question time, request head to answer",
-                VERIFY_BUCKETS,
+                // A verdict takes microseconds, like a screening decision;
+                // the plugin's deadline is 500 ms.
+                super::screen::SCREEN_BUCKETS,
             ),
             in_flight: r.gauge(
                 "aeges_verify_in_flight",
