@@ -1,50 +1,42 @@
-//! txgate's request path, outermost first.
+//! txgate's request path, outermost first; the folders follow it.
 //!
-//! - [`server`]: accept loop, connection cap, HTTP/1.1 and h2c, header-read
-//!   timeout, graceful drain; [`workers`] run one per core.
-//! - [`admission`]: one global in-flight cap shared by every clone of the
-//!   service, decided before the body is read (HTTP 429).
+//! - [`server`]: the listening sockets, the workers (one per
+//!   core), the accept loop with its connection cap, HTTP/1.1 and h2c,
+//!   header-read timeout and graceful drain.
+//! - [`limits`]: what a caller may use: the global in-flight cap
+//!   ([`limits::admission`], decided before the body is read).
 //! - [`rpc`]: body cap and timeout, content type, JSON-RPC framing, method
-//!   [`policy`], forwarding of lone calls and batches.
+//!   [`rpc::policy`], forwarding of lone calls and batches, and
+//!   [`rpc::rescue`], the one place refusals become HTTP responses.
 //! - [`screening`]: the per-call tower stack that screens raw-transaction
 //!   submissions; its state is a shared [`txgate_screen::Screen`], learned
-//!   through [`state::Invalidations`].
+//!   through [`Invalidations`] ([`screening::state`]).
 //! - [`upstream`]: pooled keep-alive client to the node.
-//! - [`rescue`]: the one place refusals become HTTP responses.
 //!
 //! Beside the request path:
 //!
 //! - [`sidecar`]: one stream per sidecar source (`txgate.v1`,
 //!   `rpcproxy.v1`, `sidecar.transport.v1`) and the batching worker.
-//! - [`aeges`]: the Aeges listener, where the Credible Layer sidecar posts
-//!   its failure reports.
-//! - [`snapshot`]: the ban snapshot on disk.
-//! - [`state`]: screening settings, invalidations, upkeep.
+//! - [`aeges`]: the Aeges listener: the Credible Layer sidecar's failure
+//!   reports and the sequencer pool's `VerifyTransaction`.
+//! - [`ops`]: the operator's side: admin endpoints, health, metrics, the
+//!   ban snapshot on disk.
 //! - [`background`]: the one owner of every background task.
-//! - [`admin`], [`health`], [`metrics`]: the operator's side.
 //!
 //! [`Proxy`] assembles them from a validated config; [`Proxy::run`] is the
 //! outline of a process's life.
 
 #![deny(unreachable_pub)]
 
-pub mod admin;
-pub mod admission;
 pub mod aeges;
 pub mod background;
-pub mod health;
-mod listeners;
-pub mod metrics;
-pub mod policy;
-pub mod rescue;
+pub mod limits;
+pub mod ops;
 pub mod rpc;
 pub mod screening;
 pub mod server;
 pub mod sidecar;
-pub mod snapshot;
-pub mod state;
 pub mod upstream;
-mod workers;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -55,17 +47,17 @@ use tokio::net::TcpListener;
 use txgate_config::{Config, ConfigError, Source};
 use txgate_screen::Screen;
 
-pub use listeners::Listeners;
-pub use state::Invalidations;
+pub use screening::state::Invalidations;
+pub use server::listeners::Listeners;
 
-use crate::admission::AdmissionLayer;
 use crate::background::{Background, Fatal, FatalReceiver, FatalSender, Role, fatal_channel};
-use crate::health::{Readiness, SnapshotState};
-use crate::metrics::Metrics;
+use crate::limits::admission::AdmissionLayer;
+use crate::ops::health::{Readiness, SnapshotState};
+use crate::ops::metrics::Metrics;
 use crate::screening::VerdictCache;
+use crate::server::workers::Workers;
 use crate::server::{Drained, ServerSettings};
 use crate::upstream::Upstream;
-use crate::workers::Workers;
 
 /// Why a proxy cannot be built from a config.
 #[derive(Debug, thiserror::Error)]
@@ -110,13 +102,13 @@ impl Proxy {
             Upstream::new(&config, metrics.clone()).map_err(BuildError::Upstream)?;
         let screen = config.screen.enabled.then(|| {
             Arc::new(Screen::new(
-                state::screen_settings(&config.screen),
+                screening::state::screen_settings(&config.screen),
                 tokio::time::Instant::now().into_std(),
             ))
         });
         match (&screen, snapshot_path(&config)) {
             (Some(screen), Some(path)) => {
-                snapshot::load(&path, screen, &metrics, &readiness);
+                ops::snapshot::load(&path, screen, &metrics, &readiness);
             }
             _ => readiness.set_snapshot(SnapshotState::Disabled),
         }
@@ -194,9 +186,9 @@ impl Proxy {
         Exit { drained, fatal }
     }
 
-    fn worker_share(&self) -> workers::Shared {
+    fn worker_share(&self) -> server::workers::Shared {
         let config = &self.config;
-        workers::Shared {
+        server::workers::Shared {
             config: config.clone(),
             metrics: self.metrics.clone(),
             admission: AdmissionLayer::new(
@@ -240,19 +232,19 @@ impl Proxy {
         // default grace period.
         let quick = Duration::from_secs(2);
         background.spawn("admin", Role::Essential, quick, |stop| {
-            admin::serve(admin, metrics.clone(), readiness.clone(), stop)
+            ops::admin::serve(admin, metrics.clone(), readiness.clone(), stop)
         });
         let upstream = self.probe_upstream.clone();
         let interval = Duration::from_millis(config.upstream.health_interval_ms);
         background.spawn("health-probe", Role::Optional, quick, |stop| {
-            health::probe_task(upstream, readiness.clone(), interval, stop)
+            ops::health::probe_task(upstream, readiness.clone(), interval, stop)
         });
         let Some(screen) = &self.screen else {
             return Ok(background);
         };
         let verdicts = self.verdicts.clone();
         background.spawn("upkeep", Role::Optional, quick, |stop| {
-            state::upkeep(screen.clone(), verdicts, metrics.clone(), stop)
+            screening::state::upkeep(screen.clone(), verdicts, metrics.clone(), stop)
         });
         self.start_learning(screen, &mut background)?;
         if let Some(path) = snapshot_path(config) {
@@ -261,7 +253,7 @@ impl Proxy {
                 "ban-snapshot",
                 Role::Optional,
                 Duration::from_secs(30),
-                |stop| snapshot::run(path, screen.clone(), metrics.clone(), interval, stop),
+                |stop| ops::snapshot::run(path, screen.clone(), metrics.clone(), interval, stop),
             );
         }
         Ok(background)

@@ -31,8 +31,8 @@ use tokio::sync::mpsc;
 use txgate_config::IpNet;
 use txgate_screen::{Invalidation, Screen};
 
-use crate::metrics::Metrics;
-use crate::rescue::Body;
+use crate::ops::metrics::Metrics;
+use crate::rpc::rescue::Body;
 
 /// How long a report waits for room in a full queue before 503.
 const QUEUE_WAIT: Duration = Duration::from_secs(1);

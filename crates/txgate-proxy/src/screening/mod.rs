@@ -27,6 +27,7 @@
 
 mod check;
 mod probe;
+pub mod state;
 
 use std::borrow::Cow;
 use std::fmt;

@@ -15,8 +15,8 @@ use txgate_proto::results::{Outcome, Status as ResultStatus};
 use txgate_screen::{Invalidation, Screen};
 
 use super::protocol;
-use crate::health::{Readiness, SidecarLink};
-use crate::metrics::Metrics;
+use crate::ops::health::{Readiness, SidecarLink};
+use crate::ops::metrics::Metrics;
 
 /// One source's settings.
 #[derive(Debug, Clone)]

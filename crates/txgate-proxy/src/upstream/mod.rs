@@ -26,7 +26,7 @@ use txgate_config::Config;
 mod h1;
 
 use self::h1::{ReadError, ResponseReader};
-use crate::metrics::{Metrics, UpstreamFailure};
+use crate::ops::metrics::{Metrics, UpstreamFailure};
 
 /// An upstream answer read in full.
 #[derive(Debug)]

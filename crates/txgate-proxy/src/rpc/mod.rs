@@ -7,6 +7,9 @@
 //! answers map back to the caller's ids, in the caller's order, whatever the
 //! caller used as ids (duplicates included).
 
+pub mod policy;
+pub mod rescue;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -29,9 +32,9 @@ use futures_util::FutureExt;
 use futures_util::stream::{self, StreamExt};
 use txgate_screen::{Reason, Screen};
 
-use crate::metrics::{ClearedAs, Metrics, Outcome, UpstreamFailure};
-use crate::policy::MethodPolicy;
-use crate::rescue::{Body, Refusal, json_response, no_content};
+use crate::ops::metrics::{ClearedAs, Metrics, Outcome, UpstreamFailure};
+use crate::rpc::policy::MethodPolicy;
+use crate::rpc::rescue::{Body, Refusal, json_response, no_content};
 use crate::screening::{self, Stack};
 use crate::upstream::{Upstream, is_json_content_type};
 

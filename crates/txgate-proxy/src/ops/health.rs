@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::upstream::Upstream;
 
 /// What `/readyz` reports.

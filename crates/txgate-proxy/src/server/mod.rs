@@ -1,5 +1,10 @@
-//! The client-facing server: accept loop with a connection cap, HTTP/1.1
-//! keep-alive and h2c on one port, header-read timeout, graceful drain.
+//! The client-facing server: the listening sockets ([`listeners`]), one
+//! worker per core (`workers`), and here the accept loop with a
+//! connection cap, HTTP/1.1 keep-alive and h2c on one port, header-read
+//! timeout, graceful drain.
+
+pub mod listeners;
+pub(crate) mod workers;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -16,8 +21,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower::Service;
 
-use crate::metrics::Metrics;
-use crate::rescue::Body;
+use crate::ops::metrics::Metrics;
+use crate::rpc::rescue::Body;
 
 /// Server settings, from `[server]` and `[shutdown]`.
 #[derive(Debug, Clone)]

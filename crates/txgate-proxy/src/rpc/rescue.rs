@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use txgate_jsonrpc::{Id, code, encode};
 use txgate_screen::Rejection;
 
-use crate::metrics::Outcome;
+use crate::ops::metrics::Outcome;
 
 /// The response body type of every txgate response.
 pub type Body = Full<Bytes>;

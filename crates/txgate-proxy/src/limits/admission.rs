@@ -12,10 +12,10 @@
 //! ```
 //! use std::convert::Infallible;
 //! use tower::{Layer, ServiceExt, service_fn};
-//! use txgate_proxy::admission::AdmissionLayer;
-//! use txgate_proxy::rescue::{Body, json_response};
+//! use txgate_proxy::limits::admission::AdmissionLayer;
+//! use txgate_proxy::rpc::rescue::{Body, json_response};
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! let metrics = std::sync::Arc::new(txgate_proxy::metrics::Metrics::new());
+//! let metrics = std::sync::Arc::new(txgate_proxy::ops::metrics::Metrics::new());
 //! let layer = AdmissionLayer::new(1, 1, metrics);
 //! let svc = layer.layer(service_fn(|_req: http::Request<()>| async {
 //!     Ok::<_, Infallible>(json_response(http::StatusCode::OK, "{}".into()))
@@ -37,8 +37,8 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
-use crate::metrics::{Metrics, Outcome};
-use crate::rescue::{Body, Refusal};
+use crate::ops::metrics::{Metrics, Outcome};
+use crate::rpc::rescue::{Body, Refusal};
 
 /// The shared in-flight counter.
 #[derive(Debug)]
@@ -166,7 +166,7 @@ mod tests {
     use tokio::sync::oneshot;
     use tower::{ServiceExt, service_fn};
 
-    use crate::rescue::json_response;
+    use crate::rpc::rescue::json_response;
 
     /// A service that answers when told to, so requests stay in flight.
     async fn answer_when_told(

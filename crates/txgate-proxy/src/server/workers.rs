@@ -19,9 +19,9 @@ use tower::ServiceBuilder;
 use txgate_config::{Config, Source};
 use txgate_screen::Screen;
 
-use crate::admission::AdmissionLayer;
 use crate::background::{Fatal, FatalGuard, FatalSender};
-use crate::metrics::Metrics;
+use crate::limits::admission::AdmissionLayer;
+use crate::ops::metrics::Metrics;
 use crate::rpc::RpcService;
 use crate::screening::{ProbeClient, VerdictCache};
 use crate::server::{self, Drained, ServerSettings};

@@ -13,9 +13,9 @@ use http_body_util::Full;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::health::Readiness;
-use crate::metrics::Metrics;
-use crate::rescue::Body;
+use crate::ops::health::Readiness;
+use crate::ops::metrics::Metrics;
+use crate::rpc::rescue::Body;
 
 /// Answers one admin request.
 pub fn route<B>(req: &Request<B>, metrics: &Metrics, readiness: &Readiness) -> Response<Body> {
@@ -60,7 +60,7 @@ pub fn route<B>(req: &Request<B>, metrics: &Metrics, readiness: &Readiness) -> R
             let mut response = text(status, body.into());
             response
                 .headers_mut()
-                .insert(CONTENT_TYPE, crate::rescue::JSON);
+                .insert(CONTENT_TYPE, crate::rpc::rescue::JSON);
             response
         }
         _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
