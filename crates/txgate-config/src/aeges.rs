@@ -14,12 +14,13 @@
 //! default), never checked against the token.
 
 use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use ipnet::IpNet;
 use serde::Deserialize;
 
 use crate::error::{ConfigError, require_positive};
+use crate::net::nets;
 
 /// Default: no Aeges listener.
 pub const DEFAULT_AEGES_LISTEN: &str = "";
@@ -161,33 +162,6 @@ impl AegesConfig {
     }
 }
 
-/// Each entry of `key` parsed by [`parse_net`]; an error names the entry.
-fn nets(key: &'static str, entries: &[String]) -> Result<Vec<IpNet>, ConfigError> {
-    entries
-        .iter()
-        .enumerate()
-        .map(|(n, entry)| {
-            parse_net(entry).ok_or_else(|| {
-                ConfigError::new(
-                    key,
-                    format!(
-                        "entry {n}, `{entry}`, is neither a CIDR (`10.0.0.0/8`, \
-                         `fd00::/8`) nor an IP address"
-                    ),
-                )
-            })
-        })
-        .collect()
-}
-
-/// A CIDR, or a bare address as a network of that address alone.
-fn parse_net(s: &str) -> Option<IpNet> {
-    match s.parse::<IpNet>() {
-        Ok(net) => Some(net.trunc()),
-        Err(_) => s.parse::<IpAddr>().ok().map(IpNet::from),
-    }
-}
-
 impl fmt::Debug for AegesConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AegesConfig")
@@ -225,6 +199,8 @@ impl Default for AegesConfig {
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
     use super::*;
 
     type Change = fn(&mut AegesConfig);

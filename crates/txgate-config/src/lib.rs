@@ -10,7 +10,8 @@
 //! `DEFAULT_*` constants (all re-exported here) and a `validate` for its own
 //! keys:
 //!
-//! * [`server`]: `[server]`, [`ServerConfig`];
+//! * [`server`]: `[server]`, [`ServerConfig`], with [`ProxyProtocol`] and
+//!   [`ForwardedHeader`];
 //! * [`admission`]: `[admission]`, [`AdmissionConfig`];
 //! * [`rpc`]: `[rpc]`, [`RpcConfig`] and [`PolicyMode`];
 //! * [`upstream`]: `[upstream]`, [`UpstreamConfig`];
@@ -39,6 +40,7 @@ pub mod admission;
 pub mod aeges;
 pub mod error;
 pub mod log;
+mod net;
 pub mod rpc;
 pub mod screen;
 pub mod server;
@@ -82,8 +84,9 @@ pub use screen::{
     DEFAULT_SUSPECT_WINDOW_SECS, ScreenConfig,
 };
 pub use server::{
-    DEFAULT_BODY_READ_TIMEOUT_MS, DEFAULT_HEADER_READ_TIMEOUT_MS, DEFAULT_HTTP2, DEFAULT_LISTEN,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_WORKERS, ServerConfig,
+    DEFAULT_BODY_READ_TIMEOUT_MS, DEFAULT_FORWARDED_HEADER, DEFAULT_HEADER_READ_TIMEOUT_MS,
+    DEFAULT_HTTP2, DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, DEFAULT_PROXY_PROTOCOL,
+    DEFAULT_TRUSTED_PROXIES, DEFAULT_WORKERS, ForwardedHeader, ProxyProtocol, ServerConfig,
 };
 pub use shutdown::{DEFAULT_GRACE_PERIOD_MS, ShutdownConfig};
 pub use sidecar::{

@@ -2,9 +2,11 @@
 
 use std::net::SocketAddr;
 
+use ipnet::IpNet;
 use serde::Deserialize;
 
 use crate::error::{ConfigError, require_positive};
+use crate::net::nets;
 
 /// Default RPC listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8545";
@@ -18,6 +20,42 @@ pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 5_000;
 pub const DEFAULT_BODY_READ_TIMEOUT_MS: u64 = 10_000;
 /// Default: serve HTTP/2 cleartext (h2c, prior knowledge) beside HTTP/1.1.
 pub const DEFAULT_HTTP2: bool = true;
+/// Default: no trusted proxy; every client is its TCP peer.
+pub const DEFAULT_TRUSTED_PROXIES: [&str; 0] = [];
+/// Default: no PROXY protocol header expected.
+pub const DEFAULT_PROXY_PROTOCOL: ProxyProtocol = ProxyProtocol::Off;
+/// Default: trusted proxies write `X-Forwarded-For`.
+pub const DEFAULT_FORWARDED_HEADER: ForwardedHeader = ForwardedHeader::XForwardedFor;
+
+/// Whether connections to the client listener start with a PROXY protocol
+/// header (HAProxy's `send-proxy` / `send-proxy-v2`, cloud network load
+/// balancers).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyProtocol {
+    /// No header; one would be read as HTTP and refused.
+    Off,
+    /// Every connection from a trusted proxy starts with a v1 (text) header.
+    V1,
+    /// Every connection from a trusted proxy starts with a v2 (binary) header.
+    V2,
+    /// A trusted proxy's connection may start with a v1 or v2 header, or
+    /// with HTTP (for a migration, or balancers that differ).
+    Optional,
+}
+
+/// Which header the trusted proxies write the client into. Only one is
+/// read: a client could forge the other, which its proxy passes through.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For`, read right to left.
+    XForwardedFor,
+    /// RFC 7239 `Forwarded` (`for=`), read right to left.
+    Forwarded,
+    /// Neither: the client is the TCP peer or the PROXY protocol source.
+    None,
+}
 
 /// Client-facing server settings.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -36,6 +74,17 @@ pub struct ServerConfig {
     pub body_read_timeout_ms: u64,
     /// Serve h2c (HTTP/2 with prior knowledge) beside HTTP/1.1.
     pub http2: bool,
+    /// Networks (CIDR or bare addresses) of the load balancers and proxies
+    /// whose PROXY protocol header and forwarding header are believed.
+    /// Empty: none; every client is its TCP peer.
+    pub trusted_proxies: Vec<String>,
+    /// PROXY protocol on the client listener: `off`, `v1`, `v2` or
+    /// `optional`. Only a trusted peer's header is read; a peer that is not
+    /// trusted is closed on a listener that requires one.
+    pub proxy_protocol: ProxyProtocol,
+    /// The header trusted proxies write the client into:
+    /// `x-forwarded-for`, `forwarded` or `none`.
+    pub forwarded_header: ForwardedHeader,
 }
 
 impl ServerConfig {
@@ -50,13 +99,29 @@ impl ServerConfig {
         }
     }
 
+    /// `server.trusted_proxies` parsed, each network truncated to its
+    /// prefix.
+    pub fn trusted_proxies(&self) -> Result<Vec<IpNet>, ConfigError> {
+        nets("server.trusted_proxies", &self.trusted_proxies)
+    }
+
     /// Checks the `server.*` keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
         require_positive(&[
             ("server.max_connections", self.max_connections as u64),
             ("server.header_read_timeout_ms", self.header_read_timeout_ms),
             ("server.body_read_timeout_ms", self.body_read_timeout_ms),
-        ])
+        ])?;
+        let trusted = self.trusted_proxies()?;
+        if self.proxy_protocol != ProxyProtocol::Off && trusted.is_empty() {
+            return Err(ConfigError::new(
+                "server.proxy_protocol",
+                "is on but server.trusted_proxies is empty: a PROXY header is believed \
+                 only from a trusted peer, so no connection could be served; list the \
+                 load balancers' networks",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -69,6 +134,9 @@ impl Default for ServerConfig {
             header_read_timeout_ms: DEFAULT_HEADER_READ_TIMEOUT_MS,
             body_read_timeout_ms: DEFAULT_BODY_READ_TIMEOUT_MS,
             http2: DEFAULT_HTTP2,
+            trusted_proxies: DEFAULT_TRUSTED_PROXIES.map(String::from).to_vec(),
+            proxy_protocol: DEFAULT_PROXY_PROTOCOL,
+            forwarded_header: DEFAULT_FORWARDED_HEADER,
         }
     }
 }
@@ -99,6 +167,33 @@ mod tests {
             refused(|c| c.body_read_timeout_ms = 0),
             "server.body_read_timeout_ms"
         );
+        assert_eq!(
+            refused(|c| c.trusted_proxies = vec!["10.0.0.0/33".into()]),
+            "server.trusted_proxies"
+        );
+        assert_eq!(
+            refused(|c| c.proxy_protocol = ProxyProtocol::V2),
+            "server.proxy_protocol"
+        );
+    }
+
+    #[test]
+    fn proxy_settings_parse() {
+        let c: ServerConfig = toml::from_str(
+            "trusted_proxies = [\"10.0.0.0/8\", \"::1\"]\nproxy_protocol = \"optional\"\n\
+             forwarded_header = \"forwarded\"\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.proxy_protocol, ProxyProtocol::Optional);
+        assert_eq!(c.forwarded_header, ForwardedHeader::Forwarded);
+        assert_eq!(c.trusted_proxies().unwrap().len(), 2);
+        for bad in [
+            "proxy_protocol = \"v3\"",
+            "forwarded_header = \"x-real-ip\"",
+        ] {
+            assert!(toml::from_str::<ServerConfig>(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -55,6 +55,7 @@ use crate::limits::admission::AdmissionLayer;
 use crate::ops::health::{Readiness, SnapshotState};
 use crate::ops::metrics::Metrics;
 use crate::screening::VerdictCache;
+use crate::server::identity::Edge;
 use crate::server::workers::Workers;
 use crate::server::{Drained, ServerSettings};
 use crate::upstream::Upstream;
@@ -205,6 +206,7 @@ impl Proxy {
                 http2: config.server.http2,
                 grace_period: Duration::from_millis(config.shutdown.grace_period_ms),
             },
+            edge: Arc::new(Edge::new(&config.server, self.metrics.clone())),
             screen: self.screen.clone(),
             verdicts: self.verdicts.clone(),
             probed: self.sources.iter().find(|s| s.should_forward).cloned(),

@@ -171,6 +171,7 @@ fn main() -> ExitCode {
     if let Some(Command::CheckConfig) = cli.command {
         println!("configuration ok");
         println!("  listen        {}", config.server.listen);
+        println!("  clients       {}", client_identity(&config));
         println!("  upstream      {}", config.upstream.url);
         println!("  admin         {}", config.admin.listen);
         println!("  max_in_flight {}", config.admission.max_in_flight);
@@ -216,6 +217,7 @@ async fn run(config: Config) -> ExitCode {
         sources => sources.join(", "),
     };
     let aeges = aeges_listener(&config);
+    let clients = client_identity(&config);
     // Everything that can refuse a setting runs before anything listens.
     let proxy = match Proxy::new(config) {
         Ok(proxy) => proxy,
@@ -235,7 +237,7 @@ async fn run(config: Config) -> ExitCode {
         tracing::error!("listeners have no local address");
         return ExitCode::from(EXIT_FAILED);
     };
-    tracing::info!(rpc = %rpc_addr, admin = %admin_addr, upstream = %upstream_url, workers, screening, sidecar = %sidecar, aeges = %aeges, "listening");
+    tracing::info!(rpc = %rpc_addr, admin = %admin_addr, upstream = %upstream_url, workers, screening, clients = %clients, sidecar = %sidecar, aeges = %aeges, "listening");
     let Exit { drained, fatal } = proxy.run(listeners, shutdown_signal()).await;
     match drained {
         Drained::Clean => tracing::info!("drained; exiting"),
@@ -279,6 +281,23 @@ fn sidecar_sources(config: &Config) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// Who the clients are: the TCP peer, or, from trusted proxies, the PROXY
+/// protocol source and the forwarding header.
+fn client_identity(config: &Config) -> String {
+    let server = &config.server;
+    let trusted = server.trusted_proxies().unwrap_or_default();
+    if trusted.is_empty() {
+        return "the TCP peer (no trusted proxies)".to_string();
+    }
+    let trusted: Vec<String> = trusted.iter().map(ToString::to_string).collect();
+    format!(
+        "from trusted proxies [{}]: PROXY protocol {:?}, header {:?}",
+        trusted.join(", "),
+        server.proxy_protocol,
+        server.forwarded_header
+    )
 }
 
 /// The Aeges listener: its address, whether a token is set (never the

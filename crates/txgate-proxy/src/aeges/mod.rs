@@ -65,12 +65,7 @@ impl Aeges {
 }
 
 /// An IPv4 peer seen through an IPv6 socket is checked as IPv4.
-pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
-}
+pub(crate) use txgate_identity::canonical;
 
 /// Whether a request is gRPC: by its content type, as gRPC defines it.
 fn is_grpc<B>(req: &http::Request<B>) -> bool {

@@ -1,9 +1,12 @@
 //! The client-facing server: the listening sockets ([`listeners`]), one
-//! worker per core (`workers`), and here the accept loop with a
+//! worker per core (`workers`), who each client is ([`identity`]: PROXY
+//! protocol, trusted forwarding headers), and here the accept loop with a
 //! connection cap, HTTP/1.1 keep-alive and h2c on one port, header-read
 //! timeout, graceful drain.
 
+pub mod identity;
 pub mod listeners;
+mod proxy_protocol;
 pub(crate) mod workers;
 
 use std::convert::Infallible;
@@ -23,6 +26,7 @@ use tower::Service;
 
 use crate::ops::metrics::Metrics;
 use crate::rpc::rescue::Body;
+use identity::{Edge, Identified};
 
 /// Server settings, from `[server]` and `[shutdown]`.
 #[derive(Debug, Clone)]
@@ -79,11 +83,14 @@ pub fn accept_error_is_transient(e: &std::io::Error) -> bool {
 }
 
 /// Serves `service` on `listener` until `shutdown` completes, then drains.
-/// An accept error that does not pass by itself ends serving with that
-/// error (the caller reports the listener as failed).
+/// Each connection first learns who it is from `edge` (PROXY header), and
+/// each request carries its [`identity::Client`]. An accept error that does
+/// not pass by itself ends serving with that error (the caller reports the
+/// listener as failed).
 pub async fn serve<S>(
     listener: TcpListener,
     service: S,
+    edge: Arc<Edge>,
     settings: ServerSettings,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
@@ -111,6 +118,7 @@ where
         builder.http1_only()
     };
 
+    let builder = Arc::new(builder);
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(settings.max_connections));
     tokio::pin!(shutdown);
@@ -125,9 +133,9 @@ where
             },
             () = &mut shutdown => break,
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) if accept_error_is_transient(&e) => {
                     // Out of file descriptors and the like: back off, go on.
                     tracing::warn!(error = %e, "accept failed");
@@ -141,17 +149,27 @@ where
         let _ = stream.set_nodelay(true);
         metrics.http.connections_total.inc();
         metrics.http.open_connections.inc();
-        let connection = builder
-            .serve_connection_with_upgrades(
-                TokioIo::new(stream),
-                TowerToHyperService::new(service.clone()),
-            )
-            .into_owned();
-        let connection = graceful.watch(connection);
-        let metrics = metrics.clone();
+        // Watched from accept: a drain waits for a connection still
+        // reading its PROXY header too (bounded by the header timeout).
+        let watcher = graceful.watcher();
+        let (builder, service, edge, metrics) = (
+            builder.clone(),
+            service.clone(),
+            edge.clone(),
+            metrics.clone(),
+        );
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "connection ended with an error");
+            if let Some((io, connection)) = edge.open(stream, peer).await {
+                let service = Identified::new(service, edge, connection);
+                let connection = builder
+                    .serve_connection_with_upgrades(
+                        TokioIo::new(io),
+                        TowerToHyperService::new(service),
+                    )
+                    .into_owned();
+                if let Err(e) = watcher.watch(connection).await {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
             }
             metrics.http.open_connections.dec();
             drop(permit);

@@ -24,6 +24,7 @@ use crate::limits::admission::AdmissionLayer;
 use crate::ops::metrics::Metrics;
 use crate::rpc::RpcService;
 use crate::screening::{ProbeClient, VerdictCache};
+use crate::server::identity::Edge;
 use crate::server::{self, Drained, ServerSettings};
 use crate::sidecar;
 use crate::upstream::Upstream;
@@ -35,6 +36,8 @@ pub(crate) struct Shared {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) admission: AdmissionLayer,
     pub(crate) settings: ServerSettings,
+    /// Who the clients are (trusted proxies, PROXY protocol).
+    pub(crate) edge: Arc<Edge>,
     pub(crate) screen: Option<Arc<Screen>>,
     pub(crate) verdicts: Option<Arc<VerdictCache>>,
     /// The source ShouldForward asks, if one does.
@@ -118,6 +121,7 @@ fn serve(
         metrics,
         admission,
         settings,
+        edge,
         screen,
         verdicts,
         probed,
@@ -159,7 +163,15 @@ fn serve(
                 screen,
                 probe,
             ));
-        server::serve(listener, service, settings, metrics, stop.cancelled_owned()).await
+        server::serve(
+            listener,
+            service,
+            edge,
+            settings,
+            metrics,
+            stop.cancelled_owned(),
+        )
+        .await
     })?;
     // Connections still open after the grace period are cut here.
     runtime.shutdown_timeout(Duration::from_millis(50));

@@ -4,9 +4,11 @@
 #![allow(missing_docs, unreachable_pub, clippy::unwrap_used)]
 
 mod bad_input;
+mod balancer;
 mod cli;
 mod credible;
 mod faults;
+mod fleet;
 mod passthrough;
 mod pool;
 mod screening;

@@ -53,6 +53,11 @@ pub struct Proc {
 }
 
 impl Proc {
+    /// Takes ownership of a spawned child: killed on drop.
+    pub fn new(child: Child) -> Proc {
+        Proc { child }
+    }
+
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

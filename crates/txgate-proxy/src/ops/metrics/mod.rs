@@ -6,6 +6,7 @@
 //! is prefixed `txgate_`.
 //!
 //! - [`http`]: calls, responses by outcome, connections, in flight.
+//! - [`client`]: PROXY protocol headers, where each client came from.
 //! - [`upstream`]: upstream failures, round trip, health.
 //! - [`screen`]: screening decisions, caches, invalidations.
 //! - [`sidecar`]: the invalidation stream and the ShouldForward probe.
@@ -15,6 +16,7 @@
 //!   questions.
 
 pub mod aeges;
+pub mod client;
 pub mod http;
 pub mod process;
 mod registrar;
@@ -27,6 +29,7 @@ pub mod verify;
 use prometheus::{Encoder, Registry, TextEncoder};
 
 pub use aeges::AegesMetrics;
+pub use client::ClientMetrics;
 pub use http::{HttpMetrics, KNOWN_METHODS, Outcome};
 pub use process::ProcessMetrics;
 pub use screen::{ClearedAs, ScreenMetrics};
@@ -42,6 +45,8 @@ pub struct Metrics {
     registry: Registry,
     /// The client-facing side.
     pub http: HttpMetrics,
+    /// Who the clients are.
+    pub client: ClientMetrics,
     /// The upstream node.
     pub upstream: UpstreamMetrics,
     /// Screening.
@@ -79,8 +84,10 @@ impl Metrics {
             ProcessMetrics::new(&r),
         );
         let (aeges, verify) = (AegesMetrics::new(&r), VerifyMetrics::new(&r));
+        let client = ClientMetrics::new(&r);
         Metrics {
             registry,
+            client,
             aeges,
             verify,
             http,

@@ -1,0 +1,177 @@
+//! Who each request comes from, decided once and carried in the request.
+//!
+//! Per connection ([`Edge::open`]): the TCP peer, or, when the peer is a
+//! trusted proxy and `server.proxy_protocol` is on, the PROXY header's
+//! source. Per request ([`Identified`]): when that address is itself a
+//! trusted proxy, the configured forwarding header read right to left
+//! (`txgate_identity::forwarded`). The result is a [`Client`] in the
+//! request's extensions, where limits, logs and attribution read it; none
+//! of them parses a header or an address again.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::Request;
+use tokio::net::TcpStream;
+use tower::Service;
+use txgate_config::{ForwardedHeader, ProxyProtocol, ServerConfig};
+use txgate_identity::forwarded::{self, How};
+use txgate_identity::{TrustedProxies, canonical};
+
+use super::proxy_protocol::{self, Prefixed};
+use crate::ops::metrics::Metrics;
+
+/// The client of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Client {
+    /// The client's address: what limits and logs use.
+    pub ip: IpAddr,
+    /// The TCP peer the request came in on (the balancer, behind one).
+    pub peer: IpAddr,
+}
+
+/// How the client listener learns who its clients are; one per process.
+#[derive(Debug)]
+pub struct Edge {
+    trusted: TrustedProxies,
+    proxy_protocol: ProxyProtocol,
+    header: Option<forwarded::Header>,
+    header_timeout: Duration,
+    metrics: Arc<Metrics>,
+}
+
+/// One connection's identity, fixed at accept.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Connection {
+    /// The TCP peer.
+    peer: IpAddr,
+    /// The PROXY header's source, or the peer.
+    source: IpAddr,
+    /// Whether `source` is a trusted proxy, whose forwarding header is
+    /// read.
+    reads_header: bool,
+}
+
+impl Edge {
+    /// From the validated `[server]` section.
+    pub fn new(server: &ServerConfig, metrics: Arc<Metrics>) -> Edge {
+        let trusted = TrustedProxies::new(server.trusted_proxies().unwrap_or_default());
+        let header = match server.forwarded_header {
+            ForwardedHeader::XForwardedFor => Some(forwarded::Header::XForwardedFor),
+            ForwardedHeader::Forwarded => Some(forwarded::Header::Forwarded),
+            ForwardedHeader::None => None,
+        };
+        Edge {
+            trusted,
+            proxy_protocol: server.proxy_protocol,
+            header,
+            header_timeout: Duration::from_millis(server.header_read_timeout_ms),
+            metrics,
+        }
+    }
+
+    /// Learns who a new connection is: reads its PROXY header when one is
+    /// expected from this peer. `None`: the connection is closed (counted).
+    pub(crate) async fn open(
+        &self,
+        mut stream: TcpStream,
+        peer: SocketAddr,
+    ) -> Option<(Prefixed<TcpStream>, Connection)> {
+        let peer = canonical(peer.ip());
+        let trusted = self.trusted.contains(peer);
+        let (source, rest) = match (self.proxy_protocol, trusted) {
+            (ProxyProtocol::Off, _) | (ProxyProtocol::Optional, false) => {
+                (None, Default::default())
+            }
+            (ProxyProtocol::V1 | ProxyProtocol::V2, false) => {
+                self.metrics.client.untrusted.inc();
+                return None;
+            }
+            (mode, true) => {
+                let opened = proxy_protocol::read_header(
+                    &mut stream,
+                    mode,
+                    self.header_timeout,
+                    &self.metrics.client,
+                )
+                .await
+                .ok()?;
+                (opened.source, opened.rest)
+            }
+        };
+        let source = source.map_or(peer, |s| canonical(s.ip()));
+        let reads_header = self.header.is_some() && self.trusted.contains(source);
+        Some((
+            Prefixed::new(rest, stream),
+            Connection {
+                peer,
+                source,
+                reads_header,
+            },
+        ))
+    }
+
+    /// The client of a request on `connection`.
+    pub(crate) fn client(&self, connection: Connection, headers: &http::HeaderMap) -> Client {
+        let found = match self.header {
+            Some(header) if connection.reads_header => forwarded::resolve(
+                connection.source,
+                &self.trusted,
+                header,
+                headers.get_all(header.name()).iter().map(|v| v.as_bytes()),
+            ),
+            _ => forwarded::Found {
+                ip: connection.source,
+                how: How::Peer,
+            },
+        };
+        self.metrics.client.found(found.how).inc();
+        Client {
+            ip: found.ip,
+            peer: connection.peer,
+        }
+    }
+}
+
+/// The client-facing service of one connection: puts each request's
+/// [`Client`] in its extensions, then calls the stack.
+#[derive(Debug, Clone)]
+pub(crate) struct Identified<S> {
+    inner: S,
+    edge: Arc<Edge>,
+    connection: Connection,
+}
+
+impl<S> Identified<S> {
+    pub(crate) fn new(inner: S, edge: Arc<Edge>, connection: Connection) -> Identified<S> {
+        Identified {
+            inner,
+            edge,
+            connection,
+        }
+    }
+}
+
+impl<S, B> Service<Request<B>> for Identified<S>
+where
+    S: Service<Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> S::Future {
+        let client = self.edge.client(self.connection, req.headers());
+        req.extensions_mut().insert(client);
+        self.inner.call(req)
+    }
+}
+
+#[cfg(test)]
+mod tests;
