@@ -1,0 +1,21 @@
+//! Per-client rate limits for txgate, with no I/O and injected time.
+//!
+//! - [`gcra`]: one rate as one number per client (GCRA), all-or-nothing
+//!   charges of any cost (a batch counts every call).
+//! - [`table`]: the bounded table of clients, by IP (IPv6 by prefix) or by
+//!   API key, whose eviction an address-rotating attacker cannot steer.
+//!
+//! ```
+//! use txgate_limits::{Limits, Rate, Table, Slot};
+//! let table = Table::new(10_000);
+//! let limits = Limits { calls: Rate::new(100, 20), txs: Rate::new(5, 5) };
+//! let client = txgate_limits::ip_key("203.0.113.7".parse().unwrap(), 64);
+//! let now = 1_000_000_000; // nanoseconds on the caller's monotonic clock
+//! assert_eq!(table.charge(client, now, &limits, 1, 0), (Slot::Own, Ok(())));
+//! ```
+
+pub mod gcra;
+pub mod table;
+
+pub use gcra::{Nanos, Rate};
+pub use table::{Limits, Refused, Slot, Table, Which, ip_key};

@@ -1,0 +1,202 @@
+//! The bounded table of clients and what each owes.
+//!
+//! Sharded (a lock per shard, so workers rarely meet), each shard capped
+//! at its share of `max_clients`. A client whose debt is paid (its TATs are
+//! in the past) is exactly a client never seen, so it can be dropped
+//! without changing any answer: that is the only eviction. When a shard is
+//! full, it is swept of paid-up clients, at most once per time one of its
+//! clients becomes paid up (so a flood of new addresses cannot make every
+//! insert a scan). A shard full of clients still in debt takes newcomers
+//! into one shared bucket with the same rates: an attacker rotating
+//! addresses can neither grow the table nor push out a client that is
+//! backed off, and what it gains by rotating is a share of one bucket.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::net::IpAddr;
+use std::sync::Mutex;
+
+use crate::gcra::{Nanos, Rate};
+
+/// The rates that apply to one subject (an IP's, or its key tier's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Limits {
+    /// Every call, batch elements each.
+    pub calls: Option<Rate>,
+    /// Raw-transaction submissions.
+    pub txs: Option<Rate>,
+}
+
+impl Limits {
+    /// Whether nothing is limited.
+    pub fn is_unlimited(&self) -> bool {
+        self.calls.is_none() && self.txs.is_none()
+    }
+}
+
+/// Which rate refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    /// The rate of all calls.
+    Calls,
+    /// The rate of raw-transaction submissions.
+    Txs,
+}
+
+/// A refusal: which rate, and how long until the call would fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused {
+    /// The rate that refused.
+    pub which: Which,
+    /// Time until the same charge would pass.
+    pub wait: Nanos,
+}
+
+/// Where a charge landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// The client's own entry.
+    Own,
+    /// The shared bucket of a full shard.
+    Shared,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Debt {
+    calls: Nanos,
+    txs: Nanos,
+}
+
+impl Debt {
+    /// When this client is paid up.
+    fn paid_at(&self) -> Nanos {
+        self.calls.max(self.txs)
+    }
+
+    /// Charges both rates, or neither.
+    fn charge(&mut self, now: Nanos, limits: &Limits, calls: u32, txs: u32) -> Result<(), Refused> {
+        let mut next = *self;
+        if let Some(rate) = &limits.calls {
+            rate.charge(&mut next.calls, now, calls)
+                .map_err(|wait| Refused {
+                    which: Which::Calls,
+                    wait,
+                })?;
+        }
+        if let Some(rate) = &limits.txs {
+            rate.charge(&mut next.txs, now, txs)
+                .map_err(|wait| Refused {
+                    which: Which::Txs,
+                    wait,
+                })?;
+        }
+        *self = next;
+        Ok(())
+    }
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    clients: HashMap<u128, Debt>,
+    shared: Debt,
+    /// No client can be paid up before this: no sweep before it.
+    next_sweep: Nanos,
+}
+
+/// Shards of a table: enough that workers rarely share a lock.
+const SHARDS: usize = 64;
+
+/// The table of tracked clients.
+#[derive(Debug)]
+pub struct Table {
+    shards: Box<[Mutex<Shard>]>,
+    per_shard: usize,
+    hasher: RandomState,
+}
+
+impl Table {
+    /// A table of at most `max_clients` clients (rounded up to a whole
+    /// number per shard; at least one per shard).
+    pub fn new(max_clients: usize) -> Table {
+        let shards = SHARDS.min(max_clients.max(1));
+        Table {
+            shards: (0..shards).map(|_| Mutex::default()).collect(),
+            per_shard: max_clients.div_ceil(shards).max(1),
+            hasher: RandomState::new(),
+        }
+    }
+
+    /// The most clients it tracks.
+    pub fn capacity(&self) -> usize {
+        self.per_shard * self.shards.len()
+    }
+
+    /// Clients tracked now.
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().map_or(0, |s| s.clients.len()))
+            .sum()
+    }
+
+    /// Whether no client is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Charges `calls` calls and `txs` submissions to client `key` at
+    /// `now` under `limits`: both or neither.
+    pub fn charge(
+        &self,
+        key: u128,
+        now: Nanos,
+        limits: &Limits,
+        calls: u32,
+        txs: u32,
+    ) -> (Slot, Result<(), Refused>) {
+        let index = (self.hasher.hash_one(key) as usize) % self.shards.len();
+        // A poisoned shard still holds valid numbers: use it.
+        let mut shard = self.shards[index]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(debt) = shard.clients.get_mut(&key) {
+            return (Slot::Own, debt.charge(now, limits, calls, txs));
+        }
+        if shard.clients.len() >= self.per_shard && now >= shard.next_sweep {
+            shard.clients.retain(|_, debt| debt.paid_at() > now);
+            shard.next_sweep = shard.clients.values().map(Debt::paid_at).min().unwrap_or(0);
+        }
+        if shard.clients.len() < self.per_shard {
+            let mut debt = Debt::default();
+            let charged = debt.charge(now, limits, calls, txs);
+            // A newcomer refused at once (a cost beyond its burst on
+            // arrival cannot happen: a new bucket is full) owes nothing.
+            if charged.is_ok() && debt.paid_at() > now {
+                shard.next_sweep = shard.next_sweep.min(debt.paid_at());
+                shard.clients.insert(key, debt);
+            }
+            return (Slot::Own, charged);
+        }
+        (Slot::Shared, shard.shared.charge(now, limits, calls, txs))
+    }
+}
+
+/// The table key of a client address: an IPv4 address whole, an IPv6
+/// address by its first `v6_prefix` bits (one subscriber usually holds a
+/// whole /64, so limiting single IPv6 addresses limits nothing).
+pub fn ip_key(ip: IpAddr, v6_prefix: u8) -> u128 {
+    match ip {
+        IpAddr::V4(v4) => u128::from(v4.to_ipv6_mapped()),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => u128::from(v4.to_ipv6_mapped()),
+            None => {
+                let bits = u32::from(v6_prefix.min(128));
+                let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+                u128::from(v6) & mask
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;
