@@ -13,6 +13,8 @@
 //! * [`server`]: `[server]`, [`ServerConfig`], with [`ProxyProtocol`] and
 //!   [`ForwardedHeader`];
 //! * [`admission`]: `[admission]`, [`AdmissionConfig`];
+//! * [`limits`]: `[limits]`, [`LimitsConfig`]: per-client rates by IP and
+//!   by API key tier;
 //! * [`rpc`]: `[rpc]`, [`RpcConfig`] and [`PolicyMode`];
 //! * [`upstream`]: `[upstream]`, [`UpstreamConfig`];
 //! * [`admin`]: `[admin]`, [`AdminConfig`];
@@ -39,6 +41,7 @@ pub mod admin;
 pub mod admission;
 pub mod aeges;
 pub mod error;
+pub mod limits;
 pub mod log;
 mod net;
 pub mod rpc;
@@ -62,6 +65,10 @@ pub use aeges::{
     DEFAULT_AEGES_VERIFY_ALLOW,
 };
 pub use error::ConfigError;
+pub use limits::{
+    DEFAULT_IPV6_PREFIX, DEFAULT_KEY_HEADER, DEFAULT_MAX_CLIENTS, DEFAULT_UNKNOWN_KEY,
+    LimitsConfig, RateConfig, TierConfig, UnknownKey,
+};
 pub use log::{DEFAULT_LOG_FORMAT, DEFAULT_LOG_LEVEL, LogConfig, LogFormat};
 pub use rpc::{
     DEFAULT_DENIED_METHODS, DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BODY_BYTES, DEFAULT_METHOD_POLICY,
@@ -115,6 +122,8 @@ pub struct Config {
     pub server: ServerConfig,
     /// Global admission control.
     pub admission: AdmissionConfig,
+    /// Per-client limits.
+    pub limits: LimitsConfig,
     /// JSON-RPC limits and method policy.
     pub rpc: RpcConfig,
     /// The node txgate forwards to.
@@ -173,6 +182,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.server.validate()?;
         self.admission.validate()?;
+        self.limits.validate()?;
         self.rpc.validate()?;
         self.upstream.validate()?;
         self.admin.validate()?;

@@ -3,8 +3,9 @@
 //! - [`server`]: the listening sockets, the workers (one per
 //!   core), the accept loop with its connection cap, HTTP/1.1 and h2c,
 //!   header-read timeout and graceful drain.
-//! - [`limits`]: what a caller may use: the global in-flight cap
-//!   ([`limits::admission`], decided before the body is read).
+//! - [`limits`]: what a caller may use: per-client rates by API key or
+//!   client IP ([`limits::clients`]) and the global in-flight cap
+//!   ([`limits::admission`]), decided before the body is read.
 //! - [`rpc`]: body cap and timeout, content type, JSON-RPC framing, method
 //!   [`rpc::policy`], forwarding of lone calls and batches, and
 //!   [`rpc::rescue`], the one place refusals become HTTP responses.
@@ -52,6 +53,7 @@ pub use server::listeners::Listeners;
 
 use crate::background::{Background, Fatal, FatalReceiver, FatalSender, Role, fatal_channel};
 use crate::limits::admission::AdmissionLayer;
+use crate::limits::clients::{ClientLimitLayer, ClientLimits};
 use crate::ops::health::{Readiness, SnapshotState};
 use crate::ops::metrics::Metrics;
 use crate::screening::VerdictCache;
@@ -196,6 +198,10 @@ impl Proxy {
                 config.admission.max_in_flight,
                 config.admission.retry_after_secs,
                 self.metrics.clone(),
+            ),
+            client_limits: ClientLimitLayer::new(
+                ClientLimits::new(&config.limits, self.metrics.clone()).map(Arc::new),
+                config.admission.retry_after_secs,
             ),
             settings: ServerSettings {
                 max_connections: config

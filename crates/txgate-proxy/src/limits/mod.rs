@@ -1,4 +1,6 @@
-//! What a caller may use, checked before anything costly: the global
-//! in-flight cap ([`admission`]).
+//! What a caller may use, checked before anything costly: per-client
+//! rates by API key or client IP ([`clients`]), then the global in-flight
+//! cap ([`admission`]), both decided before the body is read.
 
 pub mod admission;
+pub mod clients;

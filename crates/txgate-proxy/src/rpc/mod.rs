@@ -32,6 +32,7 @@ use futures_util::FutureExt;
 use futures_util::stream::{self, StreamExt};
 use txgate_screen::{Reason, Screen};
 
+use crate::limits::clients::Charged;
 use crate::ops::metrics::{ClearedAs, Metrics, Outcome, UpstreamFailure};
 use crate::rpc::policy::MethodPolicy;
 use crate::rpc::rescue::{Body, Refusal, json_response, no_content};
@@ -151,7 +152,7 @@ impl Shared {
         )
     }
 
-    async fn handle<B>(&self, req: Request<B>) -> (Outcome, Response<Body>)
+    async fn handle<B>(&self, mut req: Request<B>) -> (Outcome, Response<Body>)
     where
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
         B::Error: std::error::Error + Send + Sync + 'static,
@@ -174,6 +175,7 @@ impl Shared {
         if declared.is_some_and(|len| len > self.max_body_bytes as u64) {
             return self.refuse(Refusal::BodyTooLarge(self.max_body_bytes), None);
         }
+        let charged = req.extensions_mut().remove::<Charged>();
         let read = Limited::new(req.into_body(), self.max_body_bytes).collect();
         let body = match tokio::time::timeout(self.body_read_timeout, read).await {
             Ok(Ok(collected)) => collected.to_bytes(),
@@ -184,7 +186,34 @@ impl Shared {
             Err(_) => return self.refuse(Refusal::BodyTimeout, None),
         };
 
-        match txgate_jsonrpc::parse(&body, self.max_batch_size) {
+        let frame = txgate_jsonrpc::parse(&body, self.max_batch_size);
+        // The client's rates: every call of a batch, and the submissions
+        // against their own rate (the first call was charged before the
+        // body was read).
+        if let (Some(charged), Ok(frame)) = (&charged, &frame) {
+            let (calls, txs, id) = match frame {
+                Frame::Single(Entry::Call(call)) => (
+                    1,
+                    usize::from(screening::is_screened(&call.method)),
+                    call.id,
+                ),
+                Frame::Single(Entry::Invalid(_)) => (1, 0, None),
+                Frame::Batch(entries) => (
+                    entries.len(),
+                    entries
+                        .iter()
+                        .filter(
+                            |e| matches!(e, Entry::Call(c) if screening::is_screened(&c.method)),
+                        )
+                        .count(),
+                    None,
+                ),
+            };
+            if let Err(refusal) = charged.rest(calls, txs) {
+                return self.refuse(refusal, id);
+            }
+        }
+        match frame {
             Ok(Frame::Single(Entry::Call(call))) => self.single(&call, body.clone()).await,
             Ok(Frame::Single(Entry::Invalid(invalid))) => {
                 self.refuse(Refusal::InvalidRequest(invalid.message), invalid.id)

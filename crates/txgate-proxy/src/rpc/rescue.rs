@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 use txgate_jsonrpc::{Id, code, encode};
 use txgate_screen::Rejection;
 
+use crate::limits::clients::Limit;
 use crate::ops::metrics::Outcome;
 
 /// The response body type of every txgate response.
@@ -25,6 +26,15 @@ pub(crate) const JSON: HeaderValue = HeaderValue::from_static("application/json"
 pub enum Refusal {
     /// Over the global in-flight cap.
     Overloaded,
+    /// Over a per-client rate.
+    RateLimited {
+        /// The limit.
+        limit: Limit,
+        /// When the same request would fit.
+        retry_after_ms: u64,
+    },
+    /// An API key that is not listed (`limits.unknown_key = "refuse"`).
+    UnknownKey,
     /// Not a POST.
     BadHttpMethod,
     /// Content type is not JSON.
@@ -85,6 +95,16 @@ impl Refusal {
                 StatusCode::TOO_MANY_REQUESTS,
                 code::LIMIT_EXCEEDED,
                 Outcome::Overloaded,
+            ),
+            Refusal::RateLimited { .. } => class(
+                StatusCode::TOO_MANY_REQUESTS,
+                code::LIMIT_EXCEEDED,
+                Outcome::RateLimited,
+            ),
+            Refusal::UnknownKey => class(
+                StatusCode::UNAUTHORIZED,
+                code::INVALID_REQUEST,
+                Outcome::Unauthorized,
             ),
             Refusal::BadHttpMethod => class(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -166,6 +186,18 @@ impl Refusal {
             Refusal::Overloaded => {
                 "limit exceeded: too many requests in flight, retry later".into()
             }
+            Refusal::RateLimited { limit, .. } => format!(
+                "limit exceeded: {} for this {}, retry later",
+                match limit {
+                    Limit::IpCalls | Limit::KeyCalls => "request rate",
+                    Limit::IpTxs | Limit::KeyTxs => "transaction submission rate",
+                },
+                match limit {
+                    Limit::IpCalls | Limit::IpTxs => "client address",
+                    Limit::KeyCalls | Limit::KeyTxs => "API key",
+                }
+            ),
+            Refusal::UnknownKey => "invalid request: unknown API key".into(),
             Refusal::BadHttpMethod => "invalid request: JSON-RPC requests must be POST".into(),
             Refusal::BadContentType => {
                 "invalid request: content-type must be application/json".into()
@@ -217,9 +249,11 @@ impl Refusal {
     /// `Retry-After` seconds, for refusals that carry their own.
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
-            Refusal::Screened(Rejection::SenderBackoff { retry_after }) => {
-                Some(retry_after.div_ceil(1000).max(1))
-            }
+            Refusal::Screened(Rejection::SenderBackoff { retry_after })
+            | Refusal::RateLimited {
+                retry_after_ms: retry_after,
+                ..
+            } => Some(retry_after.div_ceil(1000).max(1)),
             _ => None,
         }
     }
@@ -227,6 +261,17 @@ impl Refusal {
     /// The error's `data`: for screening refusals, the reason, the
     /// fingerprint, the assertion ids and a retry hint.
     pub fn data(&self) -> Option<Box<RawValue>> {
+        if let Refusal::RateLimited {
+            limit,
+            retry_after_ms,
+        } = self
+        {
+            let data = serde_json::json!({
+                "reason": limit.as_str(),
+                "retry_after_ms": retry_after_ms,
+            });
+            return serde_json::value::to_raw_value(&data).ok();
+        }
         let Refusal::Screened(rejection) = self else {
             return None;
         };

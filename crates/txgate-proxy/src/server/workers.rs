@@ -21,6 +21,7 @@ use txgate_screen::Screen;
 
 use crate::background::{Fatal, FatalGuard, FatalSender};
 use crate::limits::admission::AdmissionLayer;
+use crate::limits::clients::ClientLimitLayer;
 use crate::ops::metrics::Metrics;
 use crate::rpc::RpcService;
 use crate::screening::{ProbeClient, VerdictCache};
@@ -35,6 +36,8 @@ pub(crate) struct Shared {
     pub(crate) config: Arc<Config>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) admission: AdmissionLayer,
+    /// Per-client rates, before admission.
+    pub(crate) client_limits: ClientLimitLayer,
     pub(crate) settings: ServerSettings,
     /// Who the clients are (trusted proxies, PROXY protocol).
     pub(crate) edge: Arc<Edge>,
@@ -120,6 +123,7 @@ fn serve(
         config,
         metrics,
         admission,
+        client_limits,
         settings,
         edge,
         screen,
@@ -151,6 +155,9 @@ fn serve(
             _ => None,
         };
         let service = ServiceBuilder::new()
+            // Per-client rates (API key, else client IP), before the body
+            // is read: a client over its rate takes no in-flight slot.
+            .layer(client_limits)
             // One in-flight cap for the whole process, decided before the
             // body is read.
             .layer(admission)

@@ -258,6 +258,30 @@ pub async fn post(
     Ok((parts.status, parts.headers, body))
 }
 
+/// POSTs a JSON-RPC body from the loopback address `from` (127.0.0.2,
+/// 127.0.0.3…: distinct clients) with extra headers.
+pub async fn rpc_from(
+    url: &str,
+    from: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Result<Answer, String> {
+    let mut connector = HttpConnector::new();
+    connector.set_local_address(Some(from.parse().map_err(|e| format!("{e}"))?));
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
+    let mut req = Request::post(url).header("content-type", "application/json");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let req = req
+        .body(Full::new(Bytes::from(body.to_string())))
+        .map_err(|e| e.to_string())?;
+    let response = client.request(req).await.map_err(|e| e.to_string())?;
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok((parts.status, parts.headers, body))
+}
+
 /// POSTs a JSON-RPC body.
 pub async fn rpc(url: &str, body: &str) -> Result<Answer, String> {
     post(url, Some("application/json"), body.to_string()).await

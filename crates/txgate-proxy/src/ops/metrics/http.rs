@@ -99,11 +99,15 @@ pub enum Outcome {
     InvalidParams,
     /// Lone screened call refused by screening (-32003, or 429 -32005).
     Screened,
+    /// Over a per-client rate (429, -32005).
+    RateLimited,
+    /// An unknown API key (401).
+    Unauthorized,
 }
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 16] = [
+    pub const ALL: [Outcome; 18] = [
         Outcome::Forwarded,
         Outcome::Notification,
         Outcome::Overloaded,
@@ -120,6 +124,8 @@ impl Outcome {
         Outcome::UpstreamTimeout,
         Outcome::InvalidParams,
         Outcome::Screened,
+        Outcome::RateLimited,
+        Outcome::Unauthorized,
     ];
 
     /// The label value.
@@ -141,6 +147,8 @@ impl Outcome {
             Outcome::UpstreamTimeout => "upstream_timeout",
             Outcome::InvalidParams => "invalid_params",
             Outcome::Screened => "screened",
+            Outcome::RateLimited => "rate_limited",
+            Outcome::Unauthorized => "unauthorized",
         }
     }
 }

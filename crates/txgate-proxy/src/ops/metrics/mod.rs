@@ -7,6 +7,7 @@
 //!
 //! - [`http`]: calls, responses by outcome, connections, in flight.
 //! - [`client`]: PROXY protocol headers, where each client came from.
+//! - [`limits`]: per-client limit refusals.
 //! - [`upstream`]: upstream failures, round trip, health.
 //! - [`screen`]: screening decisions, caches, invalidations.
 //! - [`sidecar`]: the invalidation stream and the ShouldForward probe.
@@ -18,6 +19,7 @@
 pub mod aeges;
 pub mod client;
 pub mod http;
+pub mod limits;
 pub mod process;
 mod registrar;
 pub mod screen;
@@ -31,6 +33,7 @@ use prometheus::{Encoder, Registry, TextEncoder};
 pub use aeges::AegesMetrics;
 pub use client::ClientMetrics;
 pub use http::{HttpMetrics, KNOWN_METHODS, Outcome};
+pub use limits::LimitMetrics;
 pub use process::ProcessMetrics;
 pub use screen::{ClearedAs, ScreenMetrics};
 pub use sidecar::SidecarMetrics;
@@ -47,6 +50,8 @@ pub struct Metrics {
     pub http: HttpMetrics,
     /// Who the clients are.
     pub client: ClientMetrics,
+    /// Per-client limits.
+    pub limits: LimitMetrics,
     /// The upstream node.
     pub upstream: UpstreamMetrics,
     /// Screening.
@@ -84,10 +89,11 @@ impl Metrics {
             ProcessMetrics::new(&r),
         );
         let (aeges, verify) = (AegesMetrics::new(&r), VerifyMetrics::new(&r));
-        let client = ClientMetrics::new(&r);
+        let (client, limits) = (ClientMetrics::new(&r), LimitMetrics::new(&r));
         Metrics {
             registry,
             client,
+            limits,
             aeges,
             verify,
             http,

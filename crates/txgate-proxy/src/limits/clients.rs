@@ -1,0 +1,325 @@
+//! Per-client rate limits: by API key when the request carries a known
+//! one, else by client IP ([`crate::server::identity::Client`]).
+//!
+//! [`ClientLimitLayer`] decides before the body is read: it names the
+//! [`Subject`] charged, charges one call, and leaves the subject in the
+//! request for the JSON-RPC service, which charges the rest once the body
+//! is framed (the other calls of a batch, and the raw-transaction
+//! submissions against their own rate).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::{Ready, ready};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use futures_util::future::Either;
+use http::header::{AUTHORIZATION, HeaderName, HeaderValue};
+use http::{Request, Response};
+use tower::{Layer, Service};
+use txgate_config::{LimitsConfig, RateConfig, UnknownKey};
+use txgate_identity::TrustedProxies;
+use txgate_limits::{Limits, Rate, Slot, Table, Which, ip_key};
+
+use crate::ops::metrics::Metrics;
+use crate::rpc::rescue::{Body, Refusal};
+use crate::server::identity::Client;
+
+/// Who a request is charged to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subject {
+    /// Nobody: an exempt network or tier, or no limit configured.
+    Exempt,
+    /// A client IP (IPv6 by prefix), as a table key.
+    Ip(u128),
+    /// A listed API key: its index and its tier's index.
+    Key {
+        /// The key's index in the table of keys.
+        key: u32,
+        /// The tier's index.
+        tier: u32,
+    },
+}
+
+/// Which limit refused, for `data.reason` and the metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// All calls of one IP.
+    IpCalls,
+    /// Submissions of one IP.
+    IpTxs,
+    /// All calls of one key.
+    KeyCalls,
+    /// Submissions of one key.
+    KeyTxs,
+}
+
+impl Limit {
+    /// Every limit, in label order.
+    pub const ALL: [Limit; 4] = [Limit::IpCalls, Limit::IpTxs, Limit::KeyCalls, Limit::KeyTxs];
+
+    /// The `data.reason` and metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::IpCalls => "ip_rate",
+            Limit::IpTxs => "ip_tx_rate",
+            Limit::KeyCalls => "key_rate",
+            Limit::KeyTxs => "key_tx_rate",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Tier {
+    limits: Limits,
+    exempt: bool,
+}
+
+/// The limits of one process, shared by every worker.
+#[derive(Debug)]
+pub struct ClientLimits {
+    ips: Table,
+    ip_limits: Limits,
+    keys: Table,
+    tiers: Vec<Tier>,
+    /// Key → (key index, tier index).
+    known: HashMap<String, (u32, u32)>,
+    exempt: TrustedProxies,
+    ipv6_prefix: u8,
+    key_header: HeaderName,
+    unknown_key: UnknownKey,
+    epoch: Instant,
+    metrics: Arc<Metrics>,
+}
+
+fn limits(rates: &RateConfig) -> Limits {
+    let burst = |burst: u32, rate: u32| if burst == 0 { rate } else { burst };
+    Limits {
+        calls: Rate::new(
+            rates.calls_per_sec,
+            burst(rates.calls_burst, rates.calls_per_sec),
+        ),
+        txs: Rate::new(rates.tx_per_sec, burst(rates.tx_burst, rates.tx_per_sec)),
+    }
+}
+
+impl ClientLimits {
+    /// From the validated `[limits]`; `None` when nothing is limited (no
+    /// rate and no key), so the stage costs nothing.
+    pub fn new(config: &LimitsConfig, metrics: Arc<Metrics>) -> Option<ClientLimits> {
+        let ip_limits = limits(&config.ip);
+        if ip_limits.is_unlimited() && config.keys.is_empty() {
+            return None;
+        }
+        let tier_names: Vec<&String> = config.tiers.keys().collect();
+        let tiers = config
+            .tiers
+            .values()
+            .map(|t| Tier {
+                limits: limits(&t.rates),
+                exempt: t.exempt,
+            })
+            .collect();
+        let known = config
+            .keys
+            .iter()
+            .enumerate()
+            .filter_map(|(index, (key, tier))| {
+                let tier = tier_names.iter().position(|name| *name == tier)?;
+                Some((key.clone(), (index as u32, tier as u32)))
+            })
+            .collect();
+        Some(ClientLimits {
+            ips: Table::new(config.max_clients),
+            ip_limits,
+            keys: Table::new(config.keys.len().max(1)),
+            tiers,
+            known,
+            exempt: TrustedProxies::new(config.exempt().unwrap_or_default()),
+            ipv6_prefix: config.ipv6_prefix,
+            key_header: HeaderName::from_bytes(config.key_header.as_bytes())
+                .unwrap_or(HeaderName::from_static("x-api-key")),
+            unknown_key: config.unknown_key,
+            epoch: Instant::now(),
+            metrics,
+        })
+    }
+
+    /// The subject of a request from `client` with `headers`; an unknown
+    /// key is refused when so configured.
+    pub fn subject(&self, client: &Client, headers: &http::HeaderMap) -> Result<Subject, Refusal> {
+        if let Some(key) = api_key(headers, &self.key_header) {
+            match self.known.get(key) {
+                Some(&(key, tier)) => {
+                    return Ok(if self.tiers[tier as usize].exempt {
+                        Subject::Exempt
+                    } else {
+                        Subject::Key { key, tier }
+                    });
+                }
+                None if self.unknown_key == UnknownKey::Refuse => {
+                    self.metrics.limits.unknown_key.inc();
+                    return Err(Refusal::UnknownKey);
+                }
+                None => {}
+            }
+        }
+        if self.ip_limits.is_unlimited() || self.exempt.contains(client.ip) {
+            return Ok(Subject::Exempt);
+        }
+        Ok(Subject::Ip(ip_key(client.ip, self.ipv6_prefix)))
+    }
+
+    /// Charges `calls` calls and `txs` submissions to `subject`, both or
+    /// neither.
+    pub fn charge(&self, subject: Subject, calls: u32, txs: u32) -> Result<(), Refusal> {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        let (slot, charged, by_key) = match subject {
+            Subject::Exempt => return Ok(()),
+            Subject::Ip(key) => {
+                let (slot, charged) = self.ips.charge(key, now, &self.ip_limits, calls, txs);
+                (slot, charged, false)
+            }
+            Subject::Key { key, tier } => {
+                let limits = &self.tiers[tier as usize].limits;
+                let (slot, charged) = self.keys.charge(u128::from(key), now, limits, calls, txs);
+                (slot, charged, true)
+            }
+        };
+        let limit = |which| match (by_key, which) {
+            (false, Which::Calls) => Limit::IpCalls,
+            (false, Which::Txs) => Limit::IpTxs,
+            (true, Which::Calls) => Limit::KeyCalls,
+            (true, Which::Txs) => Limit::KeyTxs,
+        };
+        if slot == Slot::Shared {
+            self.metrics.limits.shared.inc();
+        }
+        charged.map_err(|refused| {
+            let limit = limit(refused.which);
+            self.metrics.limits.refused(limit).inc();
+            Refusal::RateLimited {
+                limit,
+                retry_after_ms: refused.wait.div_ceil(1_000_000),
+            }
+        })
+    }
+
+    /// Clients tracked by IP now (for the gauge).
+    pub fn tracked_ips(&self) -> usize {
+        self.ips.len()
+    }
+}
+
+/// The API key: the configured header, else `Authorization: Bearer`.
+fn api_key<'h>(headers: &'h http::HeaderMap, header: &HeaderName) -> Option<&'h str> {
+    if let Some(value) = headers.get(header) {
+        return value.to_str().ok().map(str::trim);
+    }
+    let auth = headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = auth.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// The limits stage, outside admission: a client over its rate never
+/// takes an in-flight slot.
+#[derive(Debug, Clone)]
+pub struct ClientLimitLayer {
+    limits: Option<Arc<ClientLimits>>,
+    retry_after: HeaderValue,
+}
+
+impl ClientLimitLayer {
+    /// `None`: nothing is limited, every request passes untouched.
+    pub fn new(limits: Option<Arc<ClientLimits>>, retry_after_secs: u64) -> ClientLimitLayer {
+        ClientLimitLayer {
+            limits,
+            retry_after: HeaderValue::from(retry_after_secs),
+        }
+    }
+}
+
+impl<S> Layer<S> for ClientLimitLayer {
+    type Service = ClientLimit<S>;
+
+    fn layer(&self, inner: S) -> ClientLimit<S> {
+        ClientLimit {
+            inner,
+            limits: self.limits.clone(),
+            retry_after: self.retry_after.clone(),
+        }
+    }
+}
+
+/// See [`ClientLimitLayer`].
+#[derive(Debug, Clone)]
+pub struct ClientLimit<S> {
+    inner: S,
+    limits: Option<Arc<ClientLimits>>,
+    retry_after: HeaderValue,
+}
+
+type Refused = Ready<Result<Response<Body>, Infallible>>;
+
+impl<S, B> Service<Request<B>> for ClientLimit<S>
+where
+    S: Service<Request<B>, Response = Response<Body>, Error = Infallible>,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Either<S::Future, Refused>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        let Some(limits) = &self.limits else {
+            return Either::Left(self.inner.call(req));
+        };
+        let Some(client) = req.extensions().get::<Client>().copied() else {
+            return Either::Left(self.inner.call(req));
+        };
+        let charged = limits
+            .subject(&client, req.headers())
+            .and_then(|subject| limits.charge(subject, 1, 0).map(|()| subject));
+        match charged {
+            Ok(subject) => {
+                req.extensions_mut().insert(Charged {
+                    subject,
+                    limits: limits.clone(),
+                });
+                Either::Left(self.inner.call(req))
+            }
+            Err(refusal) => {
+                let class = refusal.class();
+                limits.metrics.http.outcome(class.outcome);
+                Either::Right(ready(Ok(refusal.respond(None, &self.retry_after))))
+            }
+        }
+    }
+}
+
+/// A request's subject, charged one call already; the JSON-RPC service
+/// charges the rest once the body is framed.
+#[derive(Debug, Clone)]
+pub struct Charged {
+    subject: Subject,
+    limits: Arc<ClientLimits>,
+}
+
+impl Charged {
+    /// Charges the calls beyond the first and the submissions.
+    pub fn rest(&self, calls: usize, txs: usize) -> Result<(), Refusal> {
+        let more = calls.saturating_sub(1);
+        if more == 0 && txs == 0 {
+            return Ok(());
+        }
+        let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        self.limits.charge(self.subject, clamp(more), clamp(txs))
+    }
+}
+
+#[cfg(test)]
+mod tests;

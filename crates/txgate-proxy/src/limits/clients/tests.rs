@@ -1,0 +1,155 @@
+use std::net::IpAddr;
+
+use http::HeaderMap;
+
+use super::*;
+
+fn config(toml: &str) -> LimitsConfig {
+    let c: LimitsConfig = toml_from(toml);
+    c.validate().unwrap();
+    c
+}
+
+fn toml_from(s: &str) -> LimitsConfig {
+    // The config crate parses the whole file; a section alone parses the
+    // same way under `[limits]`.
+    let whole = txgate_config::Config::from_toml(&format!("[limits]\n{s}")).unwrap();
+    whole.limits
+}
+
+fn limits(toml: &str) -> ClientLimits {
+    ClientLimits::new(&config(toml), Arc::new(Metrics::new())).unwrap()
+}
+
+fn client(ip: &str) -> Client {
+    let ip: IpAddr = ip.parse().unwrap();
+    Client { ip, peer: ip }
+}
+
+fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in pairs {
+        map.insert(*name, value.parse().unwrap());
+    }
+    map
+}
+
+const KEYS: &str = "ip = { calls_per_sec = 2, calls_burst = 2 }\n\
+    exempt = [\"10.0.0.0/8\"]\n\
+    [limits.tiers.partner]\ncalls_per_sec = 100\n\
+    [limits.tiers.ops]\nexempt = true\n\
+    [limits.keys]\n\"p-key\" = \"partner\"\n\"o-key\" = \"ops\"\n";
+
+#[test]
+fn nothing_configured_is_no_stage() {
+    assert!(ClientLimits::new(&LimitsConfig::default(), Arc::new(Metrics::new())).is_none());
+}
+
+#[test]
+fn the_subject_is_the_key_else_the_ip_and_exemptions_are_nobody() {
+    let l = limits(KEYS);
+    let c = client("203.0.113.7");
+    let none = HeaderMap::new();
+    assert_eq!(l.subject(&c, &none).unwrap(), Subject::Ip(ip_key(c.ip, 64)));
+    let partner = Subject::Key { key: 1, tier: 1 };
+    assert_eq!(
+        l.subject(&c, &headers(&[("x-api-key", "p-key")])).unwrap(),
+        partner
+    );
+    assert_eq!(
+        l.subject(&c, &headers(&[("authorization", "Bearer p-key")]))
+            .unwrap(),
+        partner
+    );
+    assert_eq!(
+        l.subject(&c, &headers(&[("authorization", "bearer  p-key ")]))
+            .unwrap(),
+        partner
+    );
+    assert_eq!(
+        l.subject(&c, &headers(&[("x-api-key", "o-key")])).unwrap(),
+        Subject::Exempt
+    );
+    assert_eq!(
+        l.subject(&client("10.1.2.3"), &none).unwrap(),
+        Subject::Exempt
+    );
+    // Basic auth is not a key: the IP.
+    assert_eq!(
+        l.subject(&c, &headers(&[("authorization", "Basic dXNlcg==")]))
+            .unwrap(),
+        Subject::Ip(ip_key(c.ip, 64))
+    );
+}
+
+#[test]
+fn an_unknown_key_is_refused_or_anonymous_as_configured() {
+    let l = limits(KEYS);
+    let c = client("203.0.113.7");
+    let bad = headers(&[("x-api-key", "guess")]);
+    assert!(matches!(l.subject(&c, &bad), Err(Refusal::UnknownKey)));
+    let l = limits(&format!("unknown_key = \"anonymous\"\n{KEYS}"));
+    assert_eq!(l.subject(&c, &bad).unwrap(), Subject::Ip(ip_key(c.ip, 64)));
+}
+
+#[test]
+fn an_ip_over_its_rate_is_refused_with_the_limit_and_a_wait() {
+    let l = limits(KEYS);
+    let a = l
+        .subject(&client("203.0.113.7"), &HeaderMap::new())
+        .unwrap();
+    let b = l
+        .subject(&client("203.0.113.8"), &HeaderMap::new())
+        .unwrap();
+    l.charge(a, 1, 0).unwrap();
+    l.charge(a, 1, 0).unwrap();
+    let Err(Refusal::RateLimited {
+        limit,
+        retry_after_ms,
+    }) = l.charge(a, 1, 0)
+    else {
+        panic!("not refused")
+    };
+    assert_eq!(limit, Limit::IpCalls);
+    assert!((1..=500).contains(&retry_after_ms), "{retry_after_ms}");
+    l.charge(b, 1, 0).unwrap();
+    assert_eq!(l.metrics.limits.refused(Limit::IpCalls).get(), 1);
+}
+
+#[test]
+fn a_batch_counts_every_call_and_submissions_their_own_rate() {
+    let l = Arc::new(limits(
+        "ip = { calls_per_sec = 10, calls_burst = 10, tx_per_sec = 1, tx_burst = 2 }",
+    ));
+    let subject = l
+        .subject(&client("203.0.113.7"), &HeaderMap::new())
+        .unwrap();
+    l.charge(subject, 1, 0).unwrap();
+    let charged = Charged {
+        subject,
+        limits: l.clone(),
+    };
+    // A batch of 3 with 2 submissions: 2 more calls, 2 submissions.
+    charged.rest(3, 2).unwrap();
+    let Err(Refusal::RateLimited { limit, .. }) = charged.rest(2, 1) else {
+        panic!("third submission passed")
+    };
+    assert_eq!(limit, Limit::IpTxs);
+    // 7 calls left of the burst of 10: a batch of 8 (7 beyond the first
+    // charged at the door) fits, one more does not.
+    l.charge(subject, 1, 0).unwrap();
+    charged.rest(7, 0).unwrap();
+    assert!(l.charge(subject, 1, 0).is_err());
+}
+
+#[test]
+fn keys_have_their_tier_rate_apart_from_the_ip() {
+    let l = limits(KEYS);
+    let c = client("203.0.113.7");
+    let partner = l.subject(&c, &headers(&[("x-api-key", "p-key")])).unwrap();
+    let ip = l.subject(&c, &HeaderMap::new()).unwrap();
+    for _ in 0..50 {
+        l.charge(partner, 1, 0).unwrap();
+    }
+    l.charge(ip, 1, 0).unwrap();
+}
