@@ -83,6 +83,17 @@ pub struct LimitsConfig {
     pub tiers: BTreeMap<String, TierConfig>,
     /// API keys and their tier: `[limits.keys]` `"the-key" = "partner"`.
     pub keys: BTreeMap<String, String>,
+    /// A TOML file with more keys (`[keys]` `"the-key" = "tier"`), read at
+    /// start and again on SIGHUP; empty: none.
+    pub keys_file: String,
+}
+
+/// The keys file's shape.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeysFile {
+    #[serde(default)]
+    keys: BTreeMap<String, String>,
 }
 
 impl LimitsConfig {
@@ -107,16 +118,58 @@ impl LimitsConfig {
                 format!("`{}` is not an HTTP header name", self.key_header),
             ));
         }
-        for (key, tier) in &self.keys {
-            if key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        self.check_keys("limits.keys", &self.keys)?;
+        self.file_keys().map(|_| ())
+    }
+
+    /// Every key: the config's and the file's (read now). A key in both
+    /// takes the file's tier.
+    pub fn all_keys(&self) -> Result<BTreeMap<String, String>, ConfigError> {
+        let mut keys = self.keys.clone();
+        keys.extend(self.file_keys()?);
+        Ok(keys)
+    }
+
+    /// The keys of `keys_file`, checked (none when it is not set).
+    fn file_keys(&self) -> Result<BTreeMap<String, String>, ConfigError> {
+        if self.keys_file.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let text = std::fs::read_to_string(&self.keys_file).map_err(|e| {
+            ConfigError::new(
+                "limits.keys_file",
+                format!("cannot read {}: {e}", self.keys_file),
+            )
+        })?;
+        let file: KeysFile = toml::from_str(&text).map_err(|e| {
+            ConfigError::new(
+                "limits.keys_file",
+                format!(
+                    "{} is not a keys file ([keys] \"key\" = \"tier\"): {}",
+                    self.keys_file,
+                    e.message()
+                ),
+            )
+        })?;
+        self.check_keys("limits.keys_file", &file.keys)?;
+        Ok(file.keys)
+    }
+
+    fn check_keys(
+        &self,
+        key: &'static str,
+        keys: &BTreeMap<String, String>,
+    ) -> Result<(), ConfigError> {
+        for (api_key, tier) in keys {
+            if api_key.is_empty() || !api_key.bytes().all(|b| b.is_ascii_graphic()) {
                 return Err(ConfigError::new(
-                    "limits.keys",
+                    key,
                     "a key must be printable ASCII without spaces",
                 ));
             }
             if !self.tiers.contains_key(tier) {
                 return Err(ConfigError::new(
-                    "limits.keys",
+                    key,
                     format!("a key names tier `{tier}`, which is not in limits.tiers"),
                 ));
             }
@@ -144,6 +197,7 @@ impl std::fmt::Debug for LimitsConfig {
             .field("unknown_key", &self.unknown_key)
             .field("tiers", &self.tiers)
             .field("keys", &format_args!("{} keys", self.keys.len()))
+            .field("keys_file", &self.keys_file)
             .finish()
     }
 }
@@ -159,6 +213,7 @@ impl Default for LimitsConfig {
             unknown_key: DEFAULT_UNKNOWN_KEY,
             tiers: BTreeMap::new(),
             keys: BTreeMap::new(),
+            keys_file: String::new(),
         }
     }
 }
@@ -196,6 +251,23 @@ mod tests {
     }
 
     #[test]
+    fn a_keys_file_adds_keys_and_is_checked() {
+        let path = std::env::temp_dir().join(format!("txgate-keys-{}.toml", std::process::id()));
+        std::fs::write(&path, "[keys]\n\"f-1\" = \"t\"\n\"c-1\" = \"u\"\n").unwrap();
+        let mut c = parse("[tiers.t]\n[tiers.u]\n[keys]\n\"c-1\" = \"t\"\n");
+        c.keys_file = path.display().to_string();
+        c.validate().unwrap();
+        let keys = c.all_keys().unwrap();
+        assert_eq!(keys.len(), 2);
+        assert_eq!(keys["c-1"], "u", "the file's tier wins");
+        std::fs::write(&path, "[keys]\n\"f-1\" = \"gold\"\n").unwrap();
+        assert_eq!(c.validate().unwrap_err().key, "limits.keys_file");
+        std::fs::write(&path, "keys = 3\n").unwrap();
+        assert_eq!(c.validate().unwrap_err().key, "limits.keys_file");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
     fn each_rule_names_its_key() {
         let refused = |s: &str| parse(s).validate().unwrap_err().key;
         assert_eq!(refused("max_clients = 0"), "limits.max_clients");
@@ -207,6 +279,10 @@ mod tests {
         assert_eq!(
             refused("[tiers.t]\n[keys]\n\"a key\" = \"t\""),
             "limits.keys"
+        );
+        assert_eq!(
+            refused("keys_file = \"/nonexistent/keys.toml\""),
+            "limits.keys_file"
         );
         assert!(toml::from_str::<LimitsConfig>("unknown_key = \"allow\"").is_err());
         assert!(toml::from_str::<LimitsConfig>("ip = { calls = 1 }").is_err());

@@ -92,6 +92,25 @@ pub struct Proxy {
     verdicts: Option<Arc<VerdictCache>>,
     sources: Vec<Source>,
     probe_upstream: Upstream,
+    client_limits: Option<Arc<ClientLimits>>,
+}
+
+/// Reads the API keys again on the operator's signal (SIGHUP).
+#[derive(Debug, Clone)]
+pub struct KeyReloader {
+    limits: Arc<ClientLimits>,
+    config: Arc<Config>,
+}
+
+impl KeyReloader {
+    /// Reloads `limits.keys_file` (and the config's keys); logs the
+    /// outcome. On an error the keys in force stay.
+    pub fn reload(&self) {
+        match self.limits.reload(&self.config.limits) {
+            Ok(keys) => tracing::info!(keys, "API keys reloaded"),
+            Err(e) => tracing::error!(error = %e, "API keys not reloaded; the previous keys stay"),
+        }
+    }
 }
 
 impl Proxy {
@@ -136,7 +155,9 @@ impl Proxy {
                 config.sidecar.max_probes_in_flight,
             ))
         });
+        let client_limits = ClientLimits::new(&config.limits, metrics.clone()).map(Arc::new);
         Ok(Proxy {
+            client_limits,
             config: Arc::new(config),
             metrics,
             readiness,
@@ -152,6 +173,14 @@ impl Proxy {
         self.screen
             .as_ref()
             .map(|screen| Invalidations::new(screen.clone(), self.metrics.clone()))
+    }
+
+    /// What reloads the API keys, when per-client limits are on.
+    pub fn key_reloader(&self) -> Option<KeyReloader> {
+        self.client_limits.as_ref().map(|limits| KeyReloader {
+            limits: limits.clone(),
+            config: self.config.clone(),
+        })
     }
 
     /// The metrics registry and handles.
@@ -200,7 +229,7 @@ impl Proxy {
                 self.metrics.clone(),
             ),
             client_limits: ClientLimitLayer::new(
-                ClientLimits::new(&config.limits, self.metrics.clone()).map(Arc::new),
+                self.client_limits.clone(),
                 config.admission.retry_after_secs,
             ),
             settings: ServerSettings {

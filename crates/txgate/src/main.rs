@@ -238,6 +238,8 @@ async fn run(config: Config) -> ExitCode {
         return ExitCode::from(EXIT_FAILED);
     };
     tracing::info!(rpc = %rpc_addr, admin = %admin_addr, upstream = %upstream_url, workers, screening, clients = %clients, sidecar = %sidecar, aeges = %aeges, "listening");
+    // Always handled: SIGHUP's default action would end the process.
+    tokio::spawn(reload_on_sighup(proxy.key_reloader()));
     let Exit { drained, fatal } = proxy.run(listeners, shutdown_signal()).await;
     match drained {
         Drained::Clean => tracing::info!("drained; exiting"),
@@ -323,6 +325,22 @@ fn aeges_listener(config: &Config) -> String {
         nets(aeges.allow().unwrap_or_default()),
         nets(aeges.verify_allow().unwrap_or_default()),
     )
+}
+
+/// Reloads the API keys on every SIGHUP (when per-client limits are on;
+/// otherwise there is nothing to reload, and the signal is only logged).
+async fn reload_on_sighup(reloader: Option<txgate_proxy::KeyReloader>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::error!("cannot install the SIGHUP handler; API keys are not reloaded");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match &reloader {
+            Some(reloader) => reloader.reload(),
+            None => tracing::info!("SIGHUP received: no API keys to reload"),
+        }
+    }
 }
 
 /// Completes on SIGTERM or SIGINT.

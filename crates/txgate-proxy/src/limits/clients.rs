@@ -10,7 +10,8 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::{Ready, ready};
-use std::sync::Arc;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -33,10 +34,10 @@ pub enum Subject {
     Exempt,
     /// A client IP (IPv6 by prefix), as a table key.
     Ip(u128),
-    /// A listed API key: its index and its tier's index.
+    /// A listed API key.
     Key {
-        /// The key's index in the table of keys.
-        key: u32,
+        /// The key's table entry (a keyed hash of the key).
+        key: u128,
         /// The tier's index.
         tier: u32,
     },
@@ -83,8 +84,10 @@ pub struct ClientLimits {
     ip_limits: Limits,
     keys: Table,
     tiers: Vec<Tier>,
-    /// Key → (key index, tier index).
-    known: HashMap<String, (u32, u32)>,
+    tier_names: Vec<String>,
+    /// Key → tier index; replaced whole on a reload.
+    known: RwLock<Arc<HashMap<String, u32>>>,
+    hasher: RandomState,
     exempt: TrustedProxies,
     ipv6_prefix: u8,
     key_header: HeaderName,
@@ -106,36 +109,27 @@ fn limits(rates: &RateConfig) -> Limits {
 
 impl ClientLimits {
     /// From the validated `[limits]`; `None` when nothing is limited (no
-    /// rate and no key), so the stage costs nothing.
+    /// rate, no key, no keys file), so the stage costs nothing.
     pub fn new(config: &LimitsConfig, metrics: Arc<Metrics>) -> Option<ClientLimits> {
         let ip_limits = limits(&config.ip);
-        if ip_limits.is_unlimited() && config.keys.is_empty() {
+        if ip_limits.is_unlimited() && config.keys.is_empty() && config.keys_file.is_empty() {
             return None;
         }
-        let tier_names: Vec<&String> = config.tiers.keys().collect();
-        let tiers = config
-            .tiers
-            .values()
-            .map(|t| Tier {
-                limits: limits(&t.rates),
-                exempt: t.exempt,
-            })
-            .collect();
-        let known = config
-            .keys
-            .iter()
-            .enumerate()
-            .filter_map(|(index, (key, tier))| {
-                let tier = tier_names.iter().position(|name| *name == tier)?;
-                Some((key.clone(), (index as u32, tier as u32)))
-            })
-            .collect();
-        Some(ClientLimits {
+        let limits = ClientLimits {
             ips: Table::new(config.max_clients),
             ip_limits,
-            keys: Table::new(config.keys.len().max(1)),
-            tiers,
-            known,
+            keys: Table::new(config.max_clients),
+            tiers: config
+                .tiers
+                .values()
+                .map(|t| Tier {
+                    limits: limits(&t.rates),
+                    exempt: t.exempt,
+                })
+                .collect(),
+            tier_names: config.tiers.keys().cloned().collect(),
+            known: RwLock::default(),
+            hasher: RandomState::new(),
             exempt: TrustedProxies::new(config.exempt().unwrap_or_default()),
             ipv6_prefix: config.ipv6_prefix,
             key_header: HeaderName::from_bytes(config.key_header.as_bytes())
@@ -143,19 +137,54 @@ impl ClientLimits {
             unknown_key: config.unknown_key,
             epoch: Instant::now(),
             metrics,
-        })
+        };
+        // Validated: the file was read a moment ago; if it vanished since,
+        // the config's own keys still apply and a SIGHUP retries.
+        if let Err(e) = limits.reload(config) {
+            tracing::error!(error = %e, "API keys file unreadable at start");
+        }
+        Some(limits)
+    }
+
+    /// Reads the keys again (the config's and `limits.keys_file`) and
+    /// replaces the set at once; on an error the old set stays. The
+    /// number of keys now.
+    pub fn reload(&self, config: &LimitsConfig) -> Result<usize, txgate_config::ConfigError> {
+        let keys = config.all_keys().inspect_err(|_| {
+            self.metrics.limits.keys_reload_failed.inc();
+        })?;
+        let known: HashMap<String, u32> = keys
+            .into_iter()
+            .filter_map(|(key, tier)| {
+                let tier = self.tier_names.iter().position(|name| *name == tier)?;
+                Some((key, tier as u32))
+            })
+            .collect();
+        let count = known.len();
+        *self.known.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(known);
+        self.metrics.limits.keys.set(count as i64);
+        Ok(count)
     }
 
     /// The subject of a request from `client` with `headers`; an unknown
     /// key is refused when so configured.
     pub fn subject(&self, client: &Client, headers: &http::HeaderMap) -> Result<Subject, Refusal> {
         if let Some(key) = api_key(headers, &self.key_header) {
-            match self.known.get(key) {
-                Some(&(key, tier)) => {
+            let tier = self
+                .known
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(key)
+                .copied();
+            match tier {
+                Some(tier) => {
                     return Ok(if self.tiers[tier as usize].exempt {
                         Subject::Exempt
                     } else {
-                        Subject::Key { key, tier }
+                        Subject::Key {
+                            key: u128::from(self.hasher.hash_one(key)),
+                            tier,
+                        }
                     });
                 }
                 None if self.unknown_key == UnknownKey::Refuse => {
@@ -183,7 +212,7 @@ impl ClientLimits {
             }
             Subject::Key { key, tier } => {
                 let limits = &self.tiers[tier as usize].limits;
-                let (slot, charged) = self.keys.charge(u128::from(key), now, limits, calls, txs);
+                let (slot, charged) = self.keys.charge(key, now, limits, calls, txs);
                 (slot, charged, true)
             }
         };

@@ -208,3 +208,46 @@ async fn api_keys_get_their_tier_and_unknown_keys_are_refused() {
         "invalid request: unknown API key"
     );
 }
+
+#[tokio::test]
+async fn the_keys_file_is_read_again_on_sighup() {
+    let upstream = SlowUpstream::start(Duration::ZERO).await;
+    let keys = TempFile::new("[keys]\n\"first-key\" = \"partner\"\n");
+    let config = TempFile::new(&format!(
+        "[limits]\nkeys_file = \"{}\"\n[limits.tiers.partner]\ncalls_per_sec = 1000\n",
+        keys.arg()
+    ));
+    let txgate = Txgate::start(&upstream.url, &["-c", config.arg()]);
+    let status = |key: &'static str| {
+        let url = txgate.url.clone();
+        async move {
+            rpc_from(&url, "127.0.0.2", &[("x-api-key", key)], CHAIN_ID)
+                .await
+                .unwrap()
+                .0
+                .as_u16()
+        }
+    };
+    assert_eq!(status("first-key").await, 200);
+    assert_eq!(status("second-key").await, 401);
+    std::fs::write(&keys.path, "[keys]\n\"second-key\" = \"partner\"\n").unwrap();
+    txgate.proc.signal(libc::SIGHUP);
+    let rotated = crate::support::eventually(Duration::from_secs(5), || async {
+        status("second-key").await == 200
+    })
+    .await;
+    assert!(rotated, "the new key was not taken");
+    assert_eq!(status("first-key").await, 401);
+    // A broken file keeps the keys in force, and txgate keeps running.
+    std::fs::write(&keys.path, "[keys]\n\"x\" = \"gold\"\n").unwrap();
+    txgate.proc.signal(libc::SIGHUP);
+    let failed = crate::support::eventually(Duration::from_secs(5), || async {
+        metric(
+            &txgate.metrics().await,
+            "txgate_limit_api_keys_reload_failures_total",
+        ) == 1.0
+    })
+    .await;
+    assert!(failed);
+    assert_eq!(status("second-key").await, 200);
+}

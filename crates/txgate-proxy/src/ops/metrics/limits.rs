@@ -1,6 +1,6 @@
 //! Per-client limit metrics.
 
-use prometheus::IntCounter;
+use prometheus::{IntCounter, IntGauge};
 
 use super::registrar::Registrar;
 use crate::limits::clients::Limit;
@@ -12,6 +12,10 @@ pub struct LimitMetrics {
     pub unknown_key: IntCounter,
     /// Charges that went to a full shard's shared bucket.
     pub shared: IntCounter,
+    /// API keys in force.
+    pub keys: IntGauge,
+    /// Reloads of the keys that failed (the old set stayed).
+    pub keys_reload_failed: IntCounter,
 }
 
 impl std::fmt::Debug for LimitMetrics {
@@ -37,6 +41,12 @@ impl LimitMetrics {
                 "limit_shared_bucket_total",
                 "Charges of clients that found their table shard full of clients in debt \
                  and shared its one bucket",
+            ),
+            keys: r.gauge("limit_api_keys", "API keys in force"),
+            keys_reload_failed: r.counter(
+                "limit_api_keys_reload_failures_total",
+                "Reloads of the API keys refused (unreadable file, unknown tier): the old \
+                 set stayed",
             ),
         }
     }
