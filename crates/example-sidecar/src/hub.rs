@@ -8,6 +8,7 @@
 //! `rpcproxy.v1` in [`crate::rpcproxy`]), so every subscriber of either
 //! protocol gets the same invalidations.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -54,6 +55,20 @@ pub(crate) struct Hub {
     capacity: usize,
     /// Fingerprints judged invalid, with their assertions.
     judged: Mutex<Judged>,
+    /// The live invalidations, oldest first, for replay to a new
+    /// subscriber: bounded by `judged_max`, each kept `judged_ttl_ms`.
+    live: Mutex<VecDeque<(Instant, Invalidated)>>,
+}
+
+/// What a subscriber receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// Learned before the subscription, with its age.
+    Replayed(Invalidated, Duration),
+    /// The replay is over.
+    CaughtUp,
+    /// Learned now.
+    Live(Invalidated),
 }
 
 impl Hub {
@@ -69,6 +84,7 @@ impl Hub {
             stream,
             capacity,
             judged: Mutex::new(judged),
+            live: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -82,8 +98,9 @@ impl Hub {
         sender: Option<Address>,
         block: u64,
     ) -> usize {
+        let now = Instant::now();
         if let Ok(mut judged) = self.judged.lock() {
-            judged.record(fp.hash, assertion, Instant::now());
+            judged.record(fp.hash, assertion, now);
         }
         let event = Invalidated {
             fp: *fp,
@@ -93,6 +110,13 @@ impl Hub {
             block,
             at: SystemTime::now(),
         };
+        if let Ok(mut live) = self.live.lock() {
+            self.prune(&mut live, now);
+            if live.len() >= self.config.judged_max.max(1) {
+                live.pop_front();
+            }
+            live.push_back((now, event));
+        }
         self.stream.send(event).unwrap_or(0)
     }
 
@@ -133,6 +157,41 @@ impl Hub {
     /// the judgement expired.
     pub(crate) fn verdict(&self, fp: &B256) -> Option<Vec<AssertionKey>> {
         self.judged.lock().ok()?.get(fp, Instant::now())
+    }
+
+    /// Drops the live invalidations older than `judged_ttl_ms`.
+    fn prune(&self, live: &mut VecDeque<(Instant, Invalidated)>, now: Instant) {
+        let ttl = self.config.judged_ttl();
+        while live
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) >= ttl)
+        {
+            live.pop_front();
+        }
+    }
+
+    /// A new subscriber's stream: with `replay`, every live invalidation
+    /// (oldest first, with its age), then [`Event::CaughtUp`], then every
+    /// invalidation from now on. The live stream is joined before the
+    /// replay is taken, so nothing learned in between is missed (it may
+    /// come twice: a ban applied twice is one ban).
+    pub(crate) fn subscribe_events(
+        &self,
+        replay: bool,
+    ) -> impl Stream<Item = Event> + Send + 'static {
+        let live_stream = self.subscribe().map(Event::Live);
+        let replayed: Vec<Event> = if replay {
+            let now = Instant::now();
+            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            self.prune(&mut live, now);
+            live.iter()
+                .map(|(at, event)| Event::Replayed(*event, now.duration_since(*at)))
+                .chain(std::iter::once(Event::CaughtUp))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        tokio_stream::iter(replayed).chain(live_stream)
     }
 
     /// A new subscriber's stream of every invalidation from now on. A
@@ -225,6 +284,42 @@ mod tests {
         let logs = logs.text();
         assert!(logs.contains("oldest invalidations lost"), "{logs}");
         assert!(logs.contains("lost=12"), "{logs}");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_new_subscriber_gets_the_live_set_then_caught_up_then_live() {
+        let hub = hub("judged_max = 3\n");
+        for i in 0..5 {
+            hub.invalidate(&fp(i), key(), None, None, i);
+        }
+        let mut stream = Box::pin(hub.subscribe_events(true));
+        let mut replayed = Vec::new();
+        loop {
+            match stream.next().await.expect("event") {
+                Event::Replayed(e, age) => {
+                    assert!(age < Duration::from_secs(5));
+                    replayed.push(e.block);
+                }
+                Event::CaughtUp => break,
+                Event::Live(e) => panic!("live before caught up: {e:?}"),
+            }
+        }
+        assert_eq!(replayed, [2, 3, 4], "the newest judged_max, oldest first");
+        hub.invalidate(&fp(9), key(), None, None, 9);
+        assert!(matches!(stream.next().await, Some(Event::Live(e)) if e.block == 9));
+        // Without replay: live only.
+        let mut live_only = Box::pin(hub.subscribe_events(false));
+        hub.invalidate(&fp(10), key(), None, None, 10);
+        assert!(matches!(live_only.next().await, Some(Event::Live(e)) if e.block == 10));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_live_set_forgets_after_judged_ttl() {
+        let hub = hub("judged_ttl_ms = 30\n");
+        hub.invalidate(&fp(1), key(), None, None, 1);
+        std::thread::sleep(Duration::from_millis(60));
+        let mut stream = Box::pin(hub.subscribe_events(true));
+        assert_eq!(stream.next().await, Some(Event::CaughtUp));
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -283,7 +283,11 @@ mod tests {
             .expect("connect");
         let mut reference = RpcProxyClient::connect(url.clone()).await.expect("connect");
         let mut transport = SidecarTransportClient::connect(url).await.expect("connect");
-        let mut v1_stream = v1.stream_invalidations(()).await.expect("v1").into_inner();
+        let mut v1_stream = v1
+            .stream_invalidations(txgate_proto::v1::StreamRequest { replay: false })
+            .await
+            .expect("v1")
+            .into_inner();
         let mut reference_stream = reference
             .stream_invalidations(txgate_proto::rpcproxy_v1::Empty {})
             .await

@@ -2,7 +2,9 @@
 //! protocol.
 //!
 //! - `StreamInvalidations` streams every invalidation of the hub to every
-//!   subscriber, with the failing tx hash and its sender when known.
+//!   subscriber, with the failing tx hash and its sender when known; asked
+//!   to replay, it first sends the live set (with ages) and a caught-up
+//!   marker.
 //! - `ShouldForward` answers from what the hub judged, and for a call to a
 //!   protected contract it has not judged, simulates it on the node with
 //!   `eth_call`.
@@ -18,7 +20,7 @@ use txgate_proto::v1;
 use txgate_proto::v1::rpc_proxy_heuristics_server::RpcProxyHeuristics;
 use txgate_screen::AssertionKey;
 
-use crate::hub::{Hub, Invalidated};
+use crate::hub::{Event, Hub, Invalidated};
 use crate::node::Node;
 
 /// The gRPC service: the hub, and the node to simulate calls on.
@@ -74,10 +76,25 @@ impl RpcProxyHeuristics for Service {
 
     async fn stream_invalidations(
         &self,
-        request: Request<()>,
+        request: Request<v1::StreamRequest>,
     ) -> Result<Response<InvalidationStream>, Status> {
-        tracing::info!(peer = ?request.remote_addr(), "subscriber joined");
-        let stream = self.hub.subscribe().map(|e| Ok(invalidation_message(&e)));
+        let replay = request.get_ref().replay;
+        tracing::info!(peer = ?request.remote_addr(), replay, "subscriber joined");
+        let stream = self.hub.subscribe_events(replay).map(|event| {
+            Ok(match event {
+                Event::Live(e) => invalidation_message(&e),
+                Event::Replayed(e, age) => v1::Invalidation {
+                    kind: v1::Kind::Replayed as i32,
+                    age_ms: age.as_millis() as u64,
+                    ..invalidation_message(&e)
+                },
+                Event::CaughtUp => v1::Invalidation {
+                    kind: v1::Kind::CaughtUp as i32,
+                    schema_version: txgate_proto::SCHEMA_VERSION,
+                    ..Default::default()
+                },
+            })
+        });
         Ok(Response::new(Box::pin(stream)))
     }
 

@@ -44,8 +44,8 @@ pub mod aeges_v1 {
     tonic::include_proto!("aeges.v1");
 }
 
-/// The schema version this build speaks.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The schema version this build speaks (2: replay on subscription).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Why a message cannot be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -149,6 +149,8 @@ pub fn invalidation_message(
         tx_hash: tx_hash.map(|h| h.to_vec()).unwrap_or_default(),
         sender: sender.map(|a| a.to_vec()).unwrap_or_default(),
         schema_version: SCHEMA_VERSION,
+        kind: v1::Kind::Live as i32,
+        age_ms: 0,
     }
 }
 

@@ -52,6 +52,7 @@ pub fn route<B>(req: &Request<B>, metrics: &Metrics, readiness: &Readiness) -> R
                     "url": s.url,
                     "link": s.link.as_str(),
                     "error": s.error,
+                    "caught_up": s.caught_up,
                 })).collect::<Vec<_>>(),
                 "snapshot": readiness.snapshot().as_str(),
                 "failed": readiness.failed(),

@@ -98,6 +98,9 @@ pub struct SourceState {
     /// Why it is down, when known (for example `unimplemented`: the server
     /// does not speak the configured protocol).
     pub error: Option<&'static str>,
+    /// For a source asked to replay (`txgate.v1`): whether it has sent its
+    /// live set since the stream opened. `None`: no replay in its protocol.
+    pub caught_up: Option<bool>,
 }
 
 impl Readiness {
@@ -201,6 +204,7 @@ impl Readiness {
             url: url.to_string(),
             link: SidecarLink::Down,
             error: None,
+            caught_up: (protocol == "txgate.v1").then_some(false),
         });
         self.metrics
             .sidecar
@@ -220,6 +224,15 @@ impl Readiness {
         let (was, was_error) = (source.link, source.error);
         source.link = link;
         source.error = error;
+        // A stream (re)opened replays from scratch.
+        if source.caught_up.is_some() && was != link {
+            source.caught_up = Some(false);
+            self.metrics
+                .sidecar
+                .caught_up
+                .with_label_values(&[source.protocol, &source.url])
+                .set(0);
+        }
         let (protocol, url) = (source.protocol, source.url.clone());
         // The gauges are set under the lock, so two sources changing at
         // once cannot leave a stale count.
@@ -255,6 +268,27 @@ impl Readiness {
                 "sidecar source down: forwarding (fail open), retrying with backoff"
             ),
             _ => {}
+        }
+    }
+
+    /// Records that a source has replayed its live set.
+    pub fn set_caught_up(&self, index: usize) {
+        let mut sources = self.sources_lock();
+        let Some(source) = sources.get_mut(index) else {
+            return;
+        };
+        if source.caught_up == Some(false) {
+            source.caught_up = Some(true);
+            self.metrics
+                .sidecar
+                .caught_up
+                .with_label_values(&[source.protocol, &source.url])
+                .set(1);
+            tracing::info!(
+                protocol = source.protocol,
+                url = source.url,
+                "sidecar caught up: every live ban replayed"
+            );
         }
     }
 

@@ -11,7 +11,7 @@ use txgate_proto::rpcproxy_v1::rpc_proxy_heuristics_client::RpcProxyHeuristicsCl
 use txgate_proto::transport_v1::SubscribeResultsRequest;
 use txgate_proto::transport_v1::sidecar_transport_client::SidecarTransportClient;
 use txgate_proto::v1::rpc_proxy_heuristics_client::RpcProxyHeuristicsClient as TxgateClient;
-use txgate_proto::{results, rpcproxy, rpcproxy_v1, to_invalidation};
+use txgate_proto::{results, rpcproxy, rpcproxy_v1, to_invalidation, v1};
 
 use super::stream::Message;
 
@@ -22,19 +22,12 @@ pub type Messages = Pin<Box<dyn Stream<Item = Result<Message, Status>> + Send>>;
 pub async fn subscribe(protocol: Protocol, channel: Channel) -> Result<Messages, Status> {
     Ok(match protocol {
         Protocol::TxgateV1 => {
+            // Replay: a new fleet member learns every live ban at once.
             let stream = TxgateClient::new(channel)
-                .stream_invalidations(())
+                .stream_invalidations(v1::StreamRequest { replay: true })
                 .await?
                 .into_inner();
-            Box::pin(stream.map(|item| {
-                item.map(|msg| match to_invalidation(&msg) {
-                    Ok(invalidation) => Message::Invalidation {
-                        invalidation,
-                        observed_ms: (msg.observed_at > 0).then_some(msg.observed_at),
-                    },
-                    Err(e) => Message::Malformed(e),
-                })
-            }))
+            Box::pin(stream.map(|item| item.map(|msg| txgate_message(&msg))))
         }
         Protocol::RpcproxyV1 => {
             let stream = RpcproxyClient::new(channel)
@@ -46,6 +39,7 @@ pub async fn subscribe(protocol: Protocol, channel: Channel) -> Result<Messages,
                     Ok(invalidation) => Message::Invalidation {
                         invalidation,
                         observed_ms: rpcproxy::observed_at_ms(&msg),
+                        replayed_age_ms: None,
                     },
                     Err(e) => Message::Malformed(e),
                 })
@@ -60,4 +54,21 @@ pub async fn subscribe(protocol: Protocol, channel: Channel) -> Result<Messages,
             Box::pin(stream.map(|item| item.map(|r| Message::Result(results::classify(&r)))))
         }
     })
+}
+
+/// One `txgate.v1` message: live, replayed (with its age) or the
+/// caught-up marker.
+fn txgate_message(msg: &v1::Invalidation) -> Message {
+    let kind = v1::Kind::try_from(msg.kind).unwrap_or(v1::Kind::Live);
+    if kind == v1::Kind::CaughtUp {
+        return Message::CaughtUp;
+    }
+    match to_invalidation(msg) {
+        Ok(invalidation) => Message::Invalidation {
+            invalidation,
+            observed_ms: (msg.observed_at > 0).then_some(msg.observed_at),
+            replayed_age_ms: (kind == v1::Kind::Replayed).then_some(msg.age_ms),
+        },
+        Err(e) => Message::Malformed(e),
+    }
 }

@@ -42,7 +42,11 @@ pub enum Message {
         invalidation: Invalidation,
         /// When the sidecar observed it (Unix ms), if it says.
         observed_ms: Option<u64>,
+        /// Replayed on subscription, learned this long ago (ms).
+        replayed_age_ms: Option<u64>,
     },
+    /// The sidecar has replayed its live set; live invalidations follow.
+    CaughtUp,
     /// A transaction's result (`sidecar.transport.v1`).
     Result(Outcome),
     /// A message that cannot be used.
@@ -126,6 +130,14 @@ pub async fn run(
             Ok(messages) => {
                 readiness.set_source(index, SidecarLink::Up, None);
                 delay = settings.reconnect_initial;
+                // The marker is pulled only once every replayed
+                // invalidation before it was queued.
+                let marks = readiness.clone();
+                let messages = messages.inspect(move |item| {
+                    if matches!(item, Ok(Message::CaughtUp)) {
+                        marks.set_caught_up(index);
+                    }
+                });
                 match forward(messages, &sink, &stop).await {
                     Ended::Stopped => return,
                     Ended::Closed => {
@@ -196,8 +208,19 @@ async fn enqueue(message: Message, sink: &Sink) -> bool {
         Message::Invalidation {
             invalidation,
             observed_ms,
+            replayed_age_ms,
         } => {
             m.received.inc();
+            if let Some(age) = replayed_age_ms {
+                // A replay is not lag; one older than the ban TTL has
+                // expired on the instances that learned it live.
+                m.replayed.inc();
+                if age >= sink.screen.settings().denied_ttl {
+                    m.replayed_expired.inc();
+                    return true;
+                }
+                return queue(invalidation, &sink.queue, &sink.metrics).await;
+            }
             if let Some(at) = observed_ms {
                 let lag = unix_ms().saturating_sub(at);
                 m.lag.observe(lag as f64 / 1000.0);
@@ -249,6 +272,8 @@ async fn enqueue(message: Message, sink: &Sink) -> bool {
                 }
             }
         },
+        // Marked by the stream's reader (see `run`), which knows the source.
+        Message::CaughtUp => return true,
         Message::Malformed(e) => {
             m.received.inc();
             m.malformed.inc();
@@ -302,6 +327,7 @@ mod tests {
         Message::Invalidation {
             invalidation: to_invalidation(&wire(i)).unwrap_or_else(|e| panic!("{e}")),
             observed_ms: None,
+            replayed_age_ms: None,
         }
     }
 

@@ -555,3 +555,59 @@ async fn should_forward_times_out_open_and_denies_what_the_sidecar_simulates_as_
     let m = l.txgate.metrics().await;
     assert!(metric(&m, "txgate_should_forward_total{result=\"deny\"}") >= 1.0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_instance_learns_every_live_ban_from_the_replay_within_a_second() {
+    let l = setup("", "").await;
+    let (a, b, c) = (Eoa::new(31), Eoa::new(32), Eoa::new(33));
+    fund(&l.anvil.url, &[a.address, b.address, c.address]).await;
+    let assertion = format!("0x{}", "c4".repeat(32));
+    let copy = ban_via_sidecar(&l, &a, &b, 77, &assertion, 1).await;
+
+    // A fresh instance: no snapshot, nothing learned live. The sidecar
+    // replays its live set on subscription.
+    let started = Instant::now();
+    let fresh = Txgate::start(&l.anvil.url, &["--sidecar", &l.sidecar.grpc_url]);
+    let from_c = c.sign(0, l.contract, &poke(77), 0, TIP);
+    let learned = eventually(Duration::from_secs(1), || {
+        refused_with(&fresh.url, &from_c, "denied_fingerprint")
+    })
+    .await;
+    let took = started.elapsed();
+    assert!(
+        learned,
+        "the fresh instance did not refuse the banned call within 1 s"
+    );
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    refused(
+        &send_raw(&fresh.url, &copy).await,
+        200,
+        -32003,
+        "denied_fingerprint",
+    );
+
+    // It says it caught up, and counted the replay.
+    let (_, _, body) = get(&format!("{}/readyz", fresh.admin_url)).await;
+    let ready: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(ready["sidecars"][0]["caught_up"], true, "{ready}");
+    let m = fresh.metrics().await;
+    assert!(
+        metric(&m, "txgate_sidecar_invalidations_replayed_total") >= 1.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            &format!(
+                "txgate_sidecar_caught_up{{protocol=\"txgate.v1\",url=\"{}\"}}",
+                l.sidecar.grpc_url.trim_end_matches('/')
+            )
+        ),
+        1.0,
+        "{m}"
+    );
+    // An honest call still passes on the fresh instance.
+    let honest = Eoa::new(34);
+    fund(&l.anvil.url, &[honest.address]).await;
+    accepted(&send_raw(&fresh.url, &honest.sign(0, l.contract, &poke(5), 0, TIP)).await);
+}

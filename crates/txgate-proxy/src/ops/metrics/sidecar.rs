@@ -52,6 +52,14 @@ pub struct SidecarMetrics {
     pub reconnects: IntCounter,
     /// Invalidations received.
     pub received: IntCounter,
+    /// 1 once a replaying source has sent its live set (caught up), by
+    /// protocol and url; 0 while it replays or is down.
+    pub caught_up: IntGaugeVec,
+    /// Invalidations received as a replay of the sidecar's live set.
+    pub replayed: IntCounter,
+    /// Replayed invalidations older than txgate's ban TTL: not applied
+    /// (already expired on the instances that learned them live).
+    pub replayed_expired: IntCounter,
     /// Invalidations refused as malformed (counted and logged, not applied).
     pub malformed: IntCounter,
     /// Times the queue was full and the stream waited for room.
@@ -106,6 +114,19 @@ impl SidecarMetrics {
             received: r.counter(
                 "sidecar_invalidations_received_total",
                 "Invalidations received from the sidecar",
+            ),
+            caught_up: r.gauge_vec(
+                "sidecar_caught_up",
+                "1 once this source has replayed its live invalidations (txgate.v1 with replay)",
+                &["protocol", "url"],
+            ),
+            replayed: r.counter(
+                "sidecar_invalidations_replayed_total",
+                "Invalidations received as a replay of the sidecar's live set on subscription",
+            ),
+            replayed_expired: r.counter(
+                "sidecar_invalidations_replayed_expired_total",
+                "Replayed invalidations older than the ban TTL, not applied",
             ),
             malformed: r.counter(
                 "sidecar_invalidations_malformed_total",
