@@ -611,3 +611,84 @@ async fn a_new_instance_learns_every_live_ban_from_the_replay_within_a_second() 
     fund(&l.anvil.url, &[honest.address]).await;
     accepted(&send_raw(&fresh.url, &honest.sign(0, l.contract, &poke(5), 0, TIP)).await);
 }
+
+/// Polls `url` with `raw` every 2 ms until it is refused as denied; the
+/// time it took, or `None` after `limit`.
+async fn refused_within(url: &str, raw: &str, limit: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if refused_with(url, raw, "denied_fingerprint").await {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_of_three_behind_haproxy_refuses_a_ban_on_every_instance_within_100_ms() {
+    use crate::balancer::{Haproxy, Send};
+
+    let l = setup("", "").await;
+    // "optional": HAProxy sends PROXY v2; the test also probes each
+    // instance directly, in plain HTTP.
+    let config = TempFile::new(
+        "[server]\ntrusted_proxies = [\"127.0.0.1\"]\nproxy_protocol = \"optional\"\n",
+    );
+    let fleet: Vec<Txgate> = (0..3)
+        .map(|_| {
+            Txgate::start(
+                &l.anvil.url,
+                &["-c", config.arg(), "--sidecar", &l.sidecar.grpc_url],
+            )
+        })
+        .collect();
+    let up = eventually(Duration::from_secs(10), || async {
+        let mut all = true;
+        for t in &fleet {
+            all &= sidecar_link(t).await == "up";
+        }
+        all
+    })
+    .await;
+    assert!(up, "not every instance subscribed");
+    let addrs: Vec<_> = fleet.iter().map(|t| t.rpc_addr).collect();
+    let haproxy = Haproxy::start(&addrs, Send::ProxyV2);
+
+    // An honest call through the balancer.
+    let honest = Eoa::new(41);
+    fund(&l.anvil.url, &[honest.address]).await;
+    accepted(&send_raw(&haproxy.url, &honest.sign(0, l.contract, &poke(2), 0, TIP)).await);
+
+    // The sidecar bans a call; each instance is probed with the same call
+    // from an unfunded address (never mined, refused only by the ban).
+    let attacker = Eoa::new(42);
+    let banned = attacker.sign(0, l.contract, &poke(61), 0, TIP);
+    let probe = Eoa::new(43).sign(0, l.contract, &poke(61), 0, TIP);
+    l.sidecar
+        .inject(json!({"raw_tx": banned, "assertion_id": format!("0x{}", "d5".repeat(32)), "assertion_version": 1}))
+        .await;
+    let mut took = Vec::new();
+    for t in &fleet {
+        took.push(refused_within(&t.url, &probe, Duration::from_secs(2)).await);
+    }
+    let took: Vec<Duration> = took
+        .into_iter()
+        .map(|t| t.expect("an instance never learned the ban"))
+        .collect();
+    // Probed in turn: each later instance's time includes the earlier
+    // probes, so the bound is on the last.
+    assert!(
+        took.iter().all(|t| *t < Duration::from_millis(100)),
+        "{took:?}"
+    );
+    // Through the balancer, whichever instance answers refuses it.
+    for _ in 0..6 {
+        refused(
+            &send_raw(&haproxy.url, &probe).await,
+            200,
+            -32003,
+            "denied_fingerprint",
+        );
+    }
+}
