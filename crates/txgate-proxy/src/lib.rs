@@ -210,12 +210,39 @@ impl Proxy {
             self.readiness.set_failed(&failure.part);
         }
         self.readiness.start_draining();
+        let failure = match failure {
+            Some(failure) => Some(failure),
+            None => self.lame_duck(&mut failures).await,
+        };
         let (drained, drain_failure) = workers.drain().await;
         background.stop().await;
         // A part that failed while draining (a worker, the admin listener)
         // still makes the exit a failure.
         let fatal = failure.or(drain_failure).or_else(|| failures.try_recv());
         Exit { drained, fatal }
+    }
+
+    /// Keeps serving, not ready, for `shutdown.drain_delay_ms`, so that a
+    /// load balancer takes this instance out of rotation before it stops
+    /// accepting; cut short (and the failure returned) if a part fails
+    /// meanwhile.
+    async fn lame_duck(&self, failures: &mut FatalReceiver) -> Option<Fatal> {
+        let delay = Duration::from_millis(self.config.shutdown.drain_delay_ms);
+        if delay.is_zero() {
+            return None;
+        }
+        tracing::info!(
+            delay_ms = delay.as_millis() as u64,
+            "not ready; serving on until the load balancer notices"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(delay) => None,
+            failure = failures.recv() => {
+                self.readiness.set_failed(&failure.part);
+                tracing::error!(part = failure.part, "failed while draining: stopping now");
+                Some(failure)
+            }
+        }
     }
 
     fn worker_share(&self) -> server::workers::Shared {

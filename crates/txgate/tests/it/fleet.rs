@@ -2,10 +2,13 @@
 //! Debian's packages): the PROXY protocol, client identity, per-client
 //! limits.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::balancer::{Haproxy, Send};
-use crate::support::{SlowUpstream, TempFile, Txgate, metric, rpc, rpc_from, rpc_json};
+use crate::balancer::{Backend, Haproxy, Send};
+use crate::support::{SlowUpstream, TempFile, Txgate, free_port, metric, rpc, rpc_from, rpc_json};
 
 const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
 
@@ -250,4 +253,115 @@ async fn the_keys_file_is_read_again_on_sighup() {
     .await;
     assert!(failed);
     assert_eq!(status("second-key").await, 200);
+}
+
+/// One instance on fixed ports, so that it comes back where the balancer
+/// expects it.
+fn instance(upstream: &str, config: &TempFile, rpc: SocketAddr, admin: SocketAddr) -> Txgate {
+    Txgate::spawn(&[
+        "--listen",
+        &rpc.to_string(),
+        "--admin-listen",
+        &admin.to_string(),
+        "--upstream",
+        upstream,
+        "--log-format",
+        "json",
+        "-c",
+        config.arg(),
+    ])
+}
+
+async fn ready(admin: SocketAddr) -> bool {
+    matches!(
+        crate::support::try_get(&format!("http://{admin}/readyz")).await,
+        Ok((status, _, _)) if status == 200
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rolling_restart_under_load_through_haproxy_loses_no_request() {
+    let upstream = SlowUpstream::start(Duration::ZERO).await;
+    // Not ready for 600 ms before it stops accepting: HAProxy, checking
+    // every 100 ms and out after 2 failures, stops sending first.
+    let config = TempFile::new(
+        "[server]\ntrusted_proxies = [\"127.0.0.1\"]\nproxy_protocol = \"v2\"\n\
+         [shutdown]\ndrain_delay_ms = 600\ngrace_period_ms = 5000\n\
+         [upstream]\nhealth_interval_ms = 100\n",
+    );
+    let addr = |port: u16| -> SocketAddr { format!("127.0.0.1:{port}").parse().unwrap() };
+    let backends: Vec<Backend> = (0..3)
+        .map(|_| Backend {
+            rpc: addr(free_port()),
+            admin: Some(addr(free_port())),
+        })
+        .collect();
+    let mut fleet: Vec<Txgate> = backends
+        .iter()
+        .map(|b| instance(&upstream.url, &config, b.rpc, b.admin.unwrap()))
+        .collect();
+    for b in &backends {
+        let up = crate::support::eventually(Duration::from_secs(10), || ready(b.admin.unwrap()));
+        assert!(up.await, "an instance never became ready");
+    }
+    let haproxy = Haproxy::start_with(&backends, Send::ProxyV2);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Steady load: four clients, each call on a fresh connection from its
+    // own loopback address.
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (2..6)
+        .map(|n| {
+            let (url, stop) = (haproxy.url.clone(), stop.clone());
+            tokio::spawn(async move {
+                let from = format!("127.0.0.{n}");
+                let (mut ok, mut failed) = (0u64, Vec::new());
+                while !stop.load(Ordering::Relaxed) {
+                    match rpc_from(&url, &from, &[], CHAIN_ID).await {
+                        Ok((status, _, body))
+                            if status == 200 && body.windows(3).any(|w| w == b"0x1") =>
+                        {
+                            ok += 1
+                        }
+                        Ok((status, _, body)) => {
+                            failed.push(format!("{status} {}", String::from_utf8_lossy(&body)))
+                        }
+                        Err(e) => failed.push(e),
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
+
+    // Restart each instance in turn with SIGTERM.
+    for (i, b) in backends.iter().enumerate() {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        fleet[i].proc.signal(libc::SIGTERM);
+        let exited = fleet[i].proc.wait_timeout(Duration::from_secs(10));
+        assert!(
+            exited.is_some_and(|s| s.success()),
+            "instance {i} did not stop cleanly"
+        );
+        fleet[i] = instance(&upstream.url, &config, b.rpc, b.admin.unwrap());
+        let up = crate::support::eventually(Duration::from_secs(10), || ready(b.admin.unwrap()));
+        assert!(up.await, "instance {i} did not come back");
+        // HAProxy takes it back at its next check.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, Vec::new());
+    for client in clients {
+        let (o, f) = client.await.unwrap();
+        ok += o;
+        failed.extend(f);
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {} calls failed: {:?}",
+        failed.len(),
+        ok as usize + failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    assert!(ok > 100, "too little load to mean anything: {ok}");
 }
