@@ -13,6 +13,13 @@ with a warm-up excluded from every measurement. It prints req/s, p50 and p99
 for direct, nginx and txgate, the ratios txgate/nginx of each round, and the
 medians over rounds. Everything listens on loopback and stops by itself.
 
+With --limits, two more txgate targets run in the same rounds with
+per-client limits on (rates far above the load, so nothing is refused; the
+cost measured is the charging itself): "ip_lim" charges every call to the
+client IP (one client: the hottest table entry), "key_lim" to an API key
+sent in x-api-key. Their throughput ratio and added p50 are printed against
+"txgate" (limits off).
+
 With --baseline-bin PATH, a second txgate binary (for example the build
 of the previous commit) runs beside the current one as target "before", in
 the same interleaved rounds, and the ratios current/before are printed:
@@ -20,6 +27,7 @@ the same-run comparison a change is kept or dropped by.
 
 Usage: benches/load/passthrough.py [--rounds 3] [--duration 5] [--warmup 1]
                                    [--json results.json] [--baseline-bin PATH]
+                                   [--limits]
 Needs: nginx and h2load (Debian: nginx-light, nghttp2-client);
 scripts/install-bench-tools.sh installs them.
 """
@@ -93,6 +101,7 @@ def h2load(port, connections, duration, warmup, log):
         "-D", str(duration), f"--warm-up-time={warmup}",
         "-d", str(log.parent / "body.json"),
         "-H", "content-type: application/json",
+        "-H", "x-api-key: bench-key-1",
         f"--log-file={log}",
         f"http://127.0.0.1:{port}/",
     ]
@@ -130,6 +139,7 @@ def main():
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--baseline-bin", help="another txgate binary to measure as target 'before'")
+    ap.add_argument("--limits", action="store_true", help="also measure txgate with per-client limits on")
     args = ap.parse_args()
 
     for tool in ("nginx", "h2load"):
@@ -146,6 +156,17 @@ def main():
     ports = {"direct": free_port(), "nginx": free_port(), "txgate": free_port()}
     if args.baseline_bin:
         ports["before"] = free_port()
+    limited = ["ip_lim", "key_lim"] if args.limits else []
+    for name in limited:
+        ports[name] = free_port()
+    # Rates far above any load here: the cost of charging, never a refusal.
+    limit_confs = {
+        "ip_lim": "[limits]\nunknown_key = \"anonymous\"\n"
+                  "ip = { calls_per_sec = 100000000, calls_burst = 100000000 }\n",
+        "key_lim": "[limits]\nip = { calls_per_sec = 100000000, calls_burst = 100000000 }\n"
+                   "[limits.tiers.bench]\ncalls_per_sec = 100000000\ncalls_burst = 100000000\n"
+                   "[limits.keys]\n\"bench-key-1\" = \"bench\"\n",
+    }
     procs = []
     try:
         responder = nginx_conf(
@@ -167,11 +188,18 @@ def main():
         bins = {"txgate": txgate_bin}
         if args.baseline_bin:
             bins["before"] = Path(args.baseline_bin)
+        for name in limited:
+            bins[name] = txgate_bin
         for name, binary in bins.items():
+            extra = []
+            if name in limit_confs:
+                conf = work / f"{name}.toml"
+                conf.write_text(limit_confs[name])
+                extra = ["-c", str(conf)]
             tx = subprocess.Popen(
                 [str(binary), "--listen", f"127.0.0.1:{ports[name]}",
                  "--admin-listen", f"127.0.0.1:{free_port()}",
-                 "--upstream", f"http://127.0.0.1:{ports['direct']}", "--log-level", "warn"],
+                 "--upstream", f"http://127.0.0.1:{ports['direct']}", "--log-level", "warn"] + extra,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             procs.append(tx)
             wait_port(ports[name], tx, name)
@@ -179,7 +207,7 @@ def main():
         cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
         print(f"machine: {os.cpu_count()} cores, {cpu}")
         print(f"h2load HTTP/1.1, {args.duration}s measured + {args.warmup}s warm-up per run, {args.rounds} rounds\n")
-        order = ["direct", "nginx", "txgate"] + (["before"] if args.baseline_bin else [])
+        order = ["direct", "nginx", "txgate"] + (["before"] if args.baseline_bin else []) + limited
         results = []
         for rnd in range(args.rounds):
             # Rotate the order so no target always runs first or last.
@@ -202,6 +230,10 @@ def main():
             hop_n = row[(l, "nginx")]["p50_us"] - row[(l, "direct")]["p50_us"]
             hop_t = row[(l, "txgate")]["p50_us"] - row[(l, "direct")]["p50_us"]
             print(f"  txgate/nginx throughput {ratio:.2f}x; added p50 per hop: nginx {hop_n} us, txgate {hop_t} us")
+            for name in limited:
+                hop_x = row[(l, name)]["p50_us"] - row[(l, "direct")]["p50_us"]
+                print(f"  {name}/txgate throughput {row[(t, name)]['rps'] / row[(t, 'txgate')]['rps']:.2f}x;"
+                      f" added p50 per hop: {name} {hop_x} us (limits off {hop_t} us)")
             if args.baseline_bin:
                 hop_b = row[(l, "before")]["p50_us"] - row[(l, "direct")]["p50_us"]
                 print(f"  txgate/before throughput {row[(t, 'txgate')]['rps'] / row[(t, 'before')]['rps']:.2f}x;"
@@ -243,6 +275,13 @@ def main():
             summary["txgate_over_before_throughput_median"] = statistics.median(before)
             print(f"  txgate/before throughput (median of per-round ratios): {statistics.median(before):.2f}x;"
                   f" added p50 per hop: before {summary['added_p50_us_median']['before']:.0f} us")
+        for name in limited:
+            over = [r[("throughput", name)]["rps"] / r[("throughput", "txgate")]["rps"] for r in results]
+            extra = [(r[("latency", name)]["p50_us"] - r[("latency", "txgate")]["p50_us"]) for r in results]
+            summary[f"{name}_over_txgate_throughput_median"] = statistics.median(over)
+            summary[f"{name}_minus_txgate_p50_us_median"] = statistics.median(extra)
+            print(f"  {name}/txgate throughput (median of per-round ratios): {statistics.median(over):.2f}x;"
+                  f" p50 {name} - txgate (median): {statistics.median(extra):+.0f} us")
         print(f"  non-2xx answers: {summary['errors']}")
         if args.json:
             Path(args.json).write_text(json.dumps(summary, indent=2))
