@@ -237,10 +237,14 @@ async fn run(config: Config) -> ExitCode {
         tracing::error!("listeners have no local address");
         return ExitCode::from(EXIT_FAILED);
     };
+    // The handlers are installed before "listening" is said: a signal sent
+    // the moment txgate is up must not meet the default action (which
+    // ends the process without draining or writing the last snapshot).
+    // SIGHUP is always handled, for the same reason.
+    let shutdown = shutdown_signal();
+    tokio::spawn(reload_on_sighup(hangups(), proxy.key_reloader()));
     tracing::info!(rpc = %rpc_addr, admin = %admin_addr, upstream = %upstream_url, workers, screening, clients = %clients, sidecar = %sidecar, aeges = %aeges, "listening");
-    // Always handled: SIGHUP's default action would end the process.
-    tokio::spawn(reload_on_sighup(proxy.key_reloader()));
-    let Exit { drained, fatal } = proxy.run(listeners, shutdown_signal()).await;
+    let Exit { drained, fatal } = proxy.run(listeners, shutdown).await;
     match drained {
         Drained::Clean => tracing::info!("drained; exiting"),
         Drained::TimedOut => tracing::warn!("grace period over; closing remaining connections"),
@@ -327,12 +331,23 @@ fn aeges_listener(config: &Config) -> String {
     )
 }
 
+/// The SIGHUP stream, its handler installed now.
+fn hangups() -> Option<tokio::signal::unix::Signal> {
+    use tokio::signal::unix::{SignalKind, signal};
+    signal(SignalKind::hangup())
+        .inspect_err(|_| {
+            tracing::error!("cannot install the SIGHUP handler; API keys are not reloaded");
+        })
+        .ok()
+}
+
 /// Reloads the API keys on every SIGHUP (when per-client limits are on;
 /// otherwise there is nothing to reload, and the signal is only logged).
-async fn reload_on_sighup(reloader: Option<txgate_proxy::KeyReloader>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        tracing::error!("cannot install the SIGHUP handler; API keys are not reloaded");
+async fn reload_on_sighup(
+    hup: Option<tokio::signal::unix::Signal>,
+    reloader: Option<txgate_proxy::KeyReloader>,
+) {
+    let Some(mut hup) = hup else {
         return;
     };
     while hup.recv().await.is_some() {
@@ -343,19 +358,23 @@ async fn reload_on_sighup(reloader: Option<txgate_proxy::KeyReloader>) {
     }
 }
 
-/// Completes on SIGTERM or SIGINT.
-async fn shutdown_signal() {
+/// Completes on SIGTERM or SIGINT. The handlers are installed when this is
+/// called, not when the future is first polled.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    let signals = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; shutdown only by kill");
-        std::future::pending::<()>().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = signals else {
+            tracing::error!("cannot install signal handlers; shutdown only by kill");
+            std::future::pending::<()>().await;
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
     }
 }
