@@ -44,6 +44,7 @@ pub mod error;
 pub mod limits;
 pub mod log;
 mod net;
+pub mod redis;
 pub mod rpc;
 pub mod screen;
 pub mod server;
@@ -70,6 +71,7 @@ pub use limits::{
     LimitsConfig, RateConfig, TierConfig, UnknownKey,
 };
 pub use log::{DEFAULT_LOG_FORMAT, DEFAULT_LOG_LEVEL, LogConfig, LogFormat};
+pub use redis::RedisConfig;
 pub use rpc::{
     DEFAULT_DENIED_METHODS, DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BODY_BYTES, DEFAULT_METHOD_POLICY,
     PolicyMode, RpcConfig,
@@ -142,6 +144,8 @@ pub struct Config {
     pub sidecar: SidecarConfig,
     /// The listener the Credible Layer sidecar posts failure reports to.
     pub aeges: AegesConfig,
+    /// The fleet's shared store.
+    pub redis: RedisConfig,
 }
 
 /// A default address constant, known to parse.
@@ -193,6 +197,7 @@ impl Config {
         self.screen.validate()?;
         self.sidecar.validate()?;
         self.aeges.validate()?;
+        self.redis.validate()?;
 
         let pool_max_idle = self.upstream.pool_max_idle;
         let max_in_flight = self.admission.max_in_flight;

@@ -3,7 +3,8 @@
 //! - [`gcra`]: one rate as one number per client (GCRA), all-or-nothing
 //!   charges of any cost (a batch counts every call).
 //! - [`table`]: the bounded table of clients, by IP (IPv6 by prefix) or by
-//!   API key, whose eviction an address-rotating attacker cannot steer.
+//!   API key, whose eviction an address-rotating attacker cannot steer;
+//!   optionally keeping each client's usage for a fleet-wide sync.
 //!
 //! ```
 //! use txgate_limits::{Limits, Rate, Table, Slot};
@@ -18,4 +19,4 @@ pub mod gcra;
 pub mod table;
 
 pub use gcra::{Nanos, Rate};
-pub use table::{Limits, Refused, Slot, Table, Which, ip_key};
+pub use table::{Limits, Refused, Slot, Spans, Table, Usage, Which, ip_key};

@@ -10,6 +10,14 @@
 //! into one shared bucket with the same rates: an attacker rotating
 //! addresses can neither grow the table nor push out a client that is
 //! backed off, and what it gains by rotating is a share of one bucket.
+//!
+//! A table built with [`Table::fleet`] also keeps, per client, the time its
+//! admitted calls added to its TATs since they were last reported
+//! ([`Table::drain_unsynced`]), and takes the fleet's TATs back
+//! ([`Table::merge_fleet`]): every instance decides alone, at once, and the
+//! fleet's shared TAT catches it up a sync interval later (see
+//! `txgate-proxy`'s `limits::fleet`). A client with usage not yet reported
+//! is never swept.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -61,10 +69,36 @@ pub enum Slot {
     Shared,
 }
 
+/// Time admitted calls added to a client's two TATs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spans {
+    /// Added to the TAT of all calls.
+    pub calls: Nanos,
+    /// Added to the TAT of submissions.
+    pub txs: Nanos,
+}
+
+impl Spans {
+    fn is_zero(&self) -> bool {
+        self.calls == 0 && self.txs == 0
+    }
+}
+
+/// One client's usage since its last report to the fleet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    /// The client's table key.
+    pub key: u128,
+    /// What its admitted calls added to its TATs.
+    pub spans: Spans,
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 struct Debt {
     calls: Nanos,
     txs: Nanos,
+    /// Spans not yet reported to the fleet (fleet tables only).
+    unsynced: Spans,
 }
 
 impl Debt {
@@ -73,8 +107,14 @@ impl Debt {
         self.calls.max(self.txs)
     }
 
-    /// Charges both rates, or neither.
-    fn charge(&mut self, now: Nanos, limits: &Limits, calls: u32, txs: u32) -> Result<(), Refused> {
+    /// Charges both rates, or neither; what the charge added to each TAT.
+    fn charge(
+        &mut self,
+        now: Nanos,
+        limits: &Limits,
+        calls: u32,
+        txs: u32,
+    ) -> Result<Spans, Refused> {
         let mut next = *self;
         if let Some(rate) = &limits.calls {
             rate.charge(&mut next.calls, now, calls)
@@ -90,8 +130,19 @@ impl Debt {
                     wait,
                 })?;
         }
+        // A TAT moves from max(TAT, now) to its new value.
+        let spans = Spans {
+            calls: next.calls - self.calls.max(now).min(next.calls),
+            txs: next.txs - self.txs.max(now).min(next.txs),
+        };
         *self = next;
-        Ok(())
+        Ok(spans)
+    }
+
+    /// Whether the table may drop it at `now` without changing an answer
+    /// or losing usage the fleet has not heard of.
+    fn droppable(&self, now: Nanos) -> bool {
+        self.paid_at() <= now && self.unsynced.is_zero()
     }
 }
 
@@ -101,6 +152,25 @@ struct Shard {
     shared: Debt,
     /// No client can be paid up before this: no sweep before it.
     next_sweep: Nanos,
+    /// Clients with unsynced spans, each once (fleet tables only).
+    dirty: Vec<u128>,
+}
+
+impl Shard {
+    /// Records `spans` as unsynced usage of the client `key`.
+    fn note(&mut self, key: u128, spans: Spans) {
+        if spans.is_zero() {
+            return;
+        }
+        let Some(debt) = self.clients.get_mut(&key) else {
+            return;
+        };
+        if debt.unsynced.is_zero() {
+            self.dirty.push(key);
+        }
+        debt.unsynced.calls = debt.unsynced.calls.saturating_add(spans.calls);
+        debt.unsynced.txs = debt.unsynced.txs.saturating_add(spans.txs);
+    }
 }
 
 /// Shards of a table: enough that workers rarely share a lock.
@@ -112,6 +182,8 @@ pub struct Table {
     shards: Box<[Mutex<Shard>]>,
     per_shard: usize,
     hasher: RandomState,
+    /// Keeps unsynced usage for the fleet.
+    fleet: bool,
 }
 
 impl Table {
@@ -123,7 +195,26 @@ impl Table {
             shards: (0..shards).map(|_| Mutex::default()).collect(),
             per_shard: max_clients.div_ceil(shards).max(1),
             hasher: RandomState::new(),
+            fleet: false,
         }
+    }
+
+    /// A table that also keeps each client's usage not yet reported to the
+    /// fleet, for [`Table::drain_unsynced`]. Someone must drain it: a
+    /// client with unsynced usage is never swept.
+    pub fn fleet(max_clients: usize) -> Table {
+        Table {
+            fleet: true,
+            ..Table::new(max_clients)
+        }
+    }
+
+    fn shard(&self, key: u128) -> std::sync::MutexGuard<'_, Shard> {
+        let index = (self.hasher.hash_one(key) as usize) % self.shards.len();
+        // A poisoned shard still holds valid numbers: use it.
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The most clients it tracks.
@@ -154,16 +245,13 @@ impl Table {
         calls: u32,
         txs: u32,
     ) -> (Slot, Result<(), Refused>) {
-        let index = (self.hasher.hash_one(key) as usize) % self.shards.len();
-        // A poisoned shard still holds valid numbers: use it.
-        let mut shard = self.shards[index]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut shard = self.shard(key);
         if let Some(debt) = shard.clients.get_mut(&key) {
-            return (Slot::Own, debt.charge(now, limits, calls, txs));
+            let charged = debt.charge(now, limits, calls, txs);
+            return (Slot::Own, self.noted(&mut shard, key, charged));
         }
         if shard.clients.len() >= self.per_shard && now >= shard.next_sweep {
-            shard.clients.retain(|_, debt| debt.paid_at() > now);
+            shard.clients.retain(|_, debt| !debt.droppable(now));
             shard.next_sweep = shard.clients.values().map(Debt::paid_at).min().unwrap_or(0);
         }
         if shard.clients.len() < self.per_shard {
@@ -175,9 +263,73 @@ impl Table {
                 shard.next_sweep = shard.next_sweep.min(debt.paid_at());
                 shard.clients.insert(key, debt);
             }
-            return (Slot::Own, charged);
+            return (Slot::Own, self.noted(&mut shard, key, charged));
         }
-        (Slot::Shared, shard.shared.charge(now, limits, calls, txs))
+        // The shared bucket is this instance's own: never reported.
+        let charged = shard.shared.charge(now, limits, calls, txs);
+        (Slot::Shared, charged.map(|_| ()))
+    }
+
+    fn noted(
+        &self,
+        shard: &mut Shard,
+        key: u128,
+        charged: Result<Spans, Refused>,
+    ) -> Result<(), Refused> {
+        let spans = charged?;
+        if self.fleet {
+            shard.note(key, spans);
+        }
+        Ok(())
+    }
+
+    /// Moves up to `max` clients' unsynced usage into `out` (appended) and
+    /// zeroes it; the rest stays for the next call. Fleet tables only
+    /// (a plain table never has any).
+    pub fn drain_unsynced(&self, out: &mut Vec<Usage>, max: usize) {
+        let start = out.len();
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            while out.len() - start < max {
+                let Some(key) = shard.dirty.pop() else {
+                    break;
+                };
+                if let Some(debt) = shard.clients.get_mut(&key) {
+                    let spans = std::mem::take(&mut debt.unsynced);
+                    if !spans.is_zero() {
+                        out.push(Usage { key, spans });
+                    }
+                }
+            }
+            if out.len() - start >= max {
+                return;
+            }
+        }
+    }
+
+    /// Takes the fleet's view of client `key` at `now`: how far ahead of
+    /// now its two TATs are across the fleet. A TAT only moves forward; a
+    /// client this table no longer tracks is taken in when there is room
+    /// (it is in debt somewhere in the fleet).
+    pub fn merge_fleet(&self, key: u128, now: Nanos, ahead: Spans) {
+        let mut shard = self.shard(key);
+        let calls = now.saturating_add(ahead.calls);
+        let txs = now.saturating_add(ahead.txs);
+        if let Some(debt) = shard.clients.get_mut(&key) {
+            debt.calls = debt.calls.max(calls);
+            debt.txs = debt.txs.max(txs);
+            return;
+        }
+        if ahead.is_zero() || shard.clients.len() >= self.per_shard {
+            return;
+        }
+        let debt = Debt {
+            calls,
+            txs,
+            unsynced: Spans::default(),
+        };
+        shard.next_sweep = shard.next_sweep.min(debt.paid_at());
+        shard.clients.insert(key, debt);
     }
 }
 

@@ -54,6 +54,7 @@ pub use server::listeners::Listeners;
 use crate::background::{Background, Fatal, FatalReceiver, FatalSender, Role, fatal_channel};
 use crate::limits::admission::AdmissionLayer;
 use crate::limits::clients::{ClientLimitLayer, ClientLimits};
+use crate::limits::fleet::FleetLink;
 use crate::ops::health::{Readiness, SnapshotState};
 use crate::ops::metrics::Metrics;
 use crate::screening::VerdictCache;
@@ -93,6 +94,7 @@ pub struct Proxy {
     sources: Vec<Source>,
     probe_upstream: Upstream,
     client_limits: Option<Arc<ClientLimits>>,
+    fleet: Option<Arc<FleetLink>>,
 }
 
 /// Reads the API keys again on the operator's signal (SIGHUP).
@@ -155,9 +157,28 @@ impl Proxy {
                 config.sidecar.max_probes_in_flight,
             ))
         });
-        let client_limits = ClientLimits::new(&config.limits, metrics.clone()).map(Arc::new);
+        let fleet = config.redis.enabled().then(Arc::<FleetLink>::default);
+        let client_limits = ClientLimits::new(
+            &config.limits,
+            &config.redis,
+            fleet.clone(),
+            metrics.clone(),
+        )
+        .map(Arc::new);
+        let fleet = match (fleet, &client_limits) {
+            (Some(link), Some(_)) => {
+                readiness.set_redis(link.clone());
+                Some(link)
+            }
+            (Some(_), None) => {
+                tracing::warn!("redis.url is set but no per-client limit is: nothing to share");
+                None
+            }
+            (None, _) => None,
+        };
         Ok(Proxy {
             client_limits,
+            fleet,
             config: Arc::new(config),
             metrics,
             readiness,
@@ -303,6 +324,7 @@ impl Proxy {
         background.spawn("health-probe", Role::Optional, quick, |stop| {
             ops::health::probe_task(upstream, readiness.clone(), interval, stop)
         });
+        self.start_client_limits(&mut background);
         let Some(screen) = &self.screen else {
             return Ok(background);
         };
@@ -321,6 +343,30 @@ impl Proxy {
             );
         }
         Ok(background)
+    }
+
+    /// The per-client limits' task: the fleet sync with Redis when one is
+    /// configured, else the tracked-clients gauges alone.
+    fn start_client_limits(&self, background: &mut Background) {
+        let Some(limits) = &self.client_limits else {
+            return;
+        };
+        let limits = limits.clone();
+        let quick = Duration::from_secs(2);
+        match &self.fleet {
+            Some(link) => {
+                let (link, config) = (link.clone(), self.config.redis.clone());
+                let metrics = self.metrics.clone();
+                background.spawn("limits-fleet-sync", Role::Optional, quick, |stop| {
+                    limits::fleet::run(limits, link, config, metrics, stop)
+                });
+            }
+            None => {
+                background.spawn("limits-gauges", Role::Optional, quick, |stop| {
+                    limits::fleet::gauges(limits, stop)
+                });
+            }
+        }
     }
 
     /// The Aeges listener on `addr`: failure reports onto `queue`, and the

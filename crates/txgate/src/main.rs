@@ -76,6 +76,11 @@ struct Cli {
         hide_env_values = true
     )]
     aeges_report_token: Option<String>,
+    /// The fleet's Redis, redis://[user:password@]host:port, sharing the
+    /// per-client limits across instances; empty: per instance
+    /// [redis.url]. Prefer the environment when it carries a password.
+    #[arg(long, env = "TXGATE_REDIS_URL", global = true, hide_env_values = true)]
+    redis_url: Option<String>,
     /// Screen, count and log, but forward everything [screen.monitor_only].
     #[arg(long, env = "TXGATE_MONITOR_ONLY", global = true)]
     monitor_only: bool,
@@ -134,6 +139,9 @@ impl Cli {
         if let Some(v) = &self.aeges_report_token {
             config.aeges.report_token = v.clone();
         }
+        if let Some(v) = &self.redis_url {
+            config.redis.url = v.clone();
+        }
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)
     }
@@ -189,6 +197,7 @@ fn main() -> ExitCode {
             println!("  {label:<13} {source}");
         }
         println!("  aeges         {}", aeges_listener(&config));
+        println!("  redis         {}", redis_link(&config));
         return ExitCode::SUCCESS;
     }
     init_logging(&config);
@@ -303,6 +312,20 @@ fn client_identity(config: &Config) -> String {
         trusted.join(", "),
         server.proxy_protocol,
         server.forwarded_header
+    )
+}
+
+/// The fleet's Redis (never its password) and what it shares; "off".
+fn redis_link(config: &Config) -> String {
+    let redis = &config.redis;
+    if !redis.enabled() {
+        return "off (per-client limits are per instance)".to_string();
+    }
+    format!(
+        "{} shares the per-client limits, sync every {} ms; {}% of each limit per instance while down",
+        redis.redacted_url(),
+        redis.sync_interval_ms,
+        (redis.local_share * 100.0).round()
     )
 }
 

@@ -10,7 +10,6 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::{Ready, ready};
-use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -19,10 +18,11 @@ use futures_util::future::Either;
 use http::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use http::{Request, Response};
 use tower::{Layer, Service};
-use txgate_config::{LimitsConfig, RateConfig, UnknownKey};
+use txgate_config::{LimitsConfig, RateConfig, RedisConfig, UnknownKey};
 use txgate_identity::TrustedProxies;
-use txgate_limits::{Limits, Rate, Slot, Table, Which, ip_key};
+use txgate_limits::{Limits, Nanos, Rate, Slot, Spans, Table, Usage, Which, ip_key};
 
+use super::fleet::FleetLink;
 use crate::ops::metrics::Metrics;
 use crate::rpc::rescue::{Body, Refusal};
 use crate::server::identity::Client;
@@ -36,7 +36,8 @@ pub enum Subject {
     Ip(u128),
     /// A listed API key.
     Key {
-        /// The key's table entry (a keyed hash of the key).
+        /// The key's table entry: the same on every instance (a hash of
+        /// the key, never the key itself, goes to the fleet's Redis).
         key: u128,
         /// The tier's index.
         tier: u32,
@@ -71,9 +72,30 @@ impl Limit {
     }
 }
 
+/// Which table a client is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// By client IP.
+    Ip,
+    /// By API key.
+    Key,
+}
+
+impl Kind {
+    /// The metric label and the Redis key part.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Ip => "ip",
+            Kind::Key => "key",
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Tier {
     limits: Limits,
+    /// The share enforced alone while the fleet's Redis is down.
+    local: Limits,
     exempt: bool,
 }
 
@@ -82,12 +104,15 @@ struct Tier {
 pub struct ClientLimits {
     ips: Table,
     ip_limits: Limits,
+    ip_local: Limits,
     keys: Table,
     tiers: Vec<Tier>,
     tier_names: Vec<String>,
-    /// Key → tier index; replaced whole on a reload.
-    known: RwLock<Arc<HashMap<String, u32>>>,
-    hasher: RandomState,
+    /// Key → (tier index, table key); replaced whole on a reload.
+    known: RwLock<Arc<HashMap<String, (u32, u128)>>>,
+    /// The fleet's Redis link, when one is configured: while it is not up,
+    /// the local shares apply.
+    fleet: Option<Arc<FleetLink>>,
     exempt: TrustedProxies,
     ipv6_prefix: u8,
     key_header: HeaderName,
@@ -96,40 +121,73 @@ pub struct ClientLimits {
     metrics: Arc<Metrics>,
 }
 
-fn limits(rates: &RateConfig) -> Limits {
+/// The rates of `rates`, times `share` (rounded up: a limit never becomes
+/// 0, which would mean none).
+fn limits(rates: &RateConfig, share: f64) -> Limits {
     let burst = |burst: u32, rate: u32| if burst == 0 { rate } else { burst };
+    let part = |n: u32| {
+        if n == 0 || share >= 1.0 {
+            n
+        } else {
+            ((f64::from(n) * share).ceil() as u32).max(1)
+        }
+    };
     Limits {
         calls: Rate::new(
-            rates.calls_per_sec,
-            burst(rates.calls_burst, rates.calls_per_sec),
+            part(rates.calls_per_sec),
+            part(burst(rates.calls_burst, rates.calls_per_sec)),
         ),
-        txs: Rate::new(rates.tx_per_sec, burst(rates.tx_burst, rates.tx_per_sec)),
+        txs: Rate::new(
+            part(rates.tx_per_sec),
+            part(burst(rates.tx_burst, rates.tx_per_sec)),
+        ),
     }
+}
+
+/// The table key of an API key: the same on every instance, and not the
+/// key (Redis sees only this).
+fn key_id(key: &str) -> u128 {
+    let digest =
+        alloy_primitives::keccak256([b"txgate.api-key\0".as_slice(), key.as_bytes()].concat());
+    u128::from_be_bytes(digest[..16].try_into().unwrap_or([0; 16]))
 }
 
 impl ClientLimits {
     /// From the validated `[limits]`; `None` when nothing is limited (no
-    /// rate, no key, no keys file), so the stage costs nothing.
-    pub fn new(config: &LimitsConfig, metrics: Arc<Metrics>) -> Option<ClientLimits> {
-        let ip_limits = limits(&config.ip);
+    /// rate, no key, no keys file), so the stage costs nothing. With
+    /// `redis` configured, `fleet` is the link to it: the tables keep
+    /// their usage for [`super::fleet::run`].
+    pub fn new(
+        config: &LimitsConfig,
+        redis: &RedisConfig,
+        fleet: Option<Arc<FleetLink>>,
+        metrics: Arc<Metrics>,
+    ) -> Option<ClientLimits> {
+        let ip_limits = limits(&config.ip, 1.0);
         if ip_limits.is_unlimited() && config.keys.is_empty() && config.keys_file.is_empty() {
             return None;
         }
+        let table = |max| match fleet {
+            Some(_) => Table::fleet(max),
+            None => Table::new(max),
+        };
         let limits = ClientLimits {
-            ips: Table::new(config.max_clients),
+            ips: table(config.max_clients),
             ip_limits,
-            keys: Table::new(config.max_clients),
+            ip_local: limits(&config.ip, redis.local_share),
+            keys: table(config.max_clients),
             tiers: config
                 .tiers
                 .values()
                 .map(|t| Tier {
-                    limits: limits(&t.rates),
+                    limits: limits(&t.rates, 1.0),
+                    local: limits(&t.rates, redis.local_share),
                     exempt: t.exempt,
                 })
                 .collect(),
             tier_names: config.tiers.keys().cloned().collect(),
             known: RwLock::default(),
-            hasher: RandomState::new(),
+            fleet,
             exempt: TrustedProxies::new(config.exempt().unwrap_or_default()),
             ipv6_prefix: config.ipv6_prefix,
             key_header: HeaderName::from_bytes(config.key_header.as_bytes())
@@ -153,11 +211,12 @@ impl ClientLimits {
         let keys = config.all_keys().inspect_err(|_| {
             self.metrics.limits.keys_reload_failed.inc();
         })?;
-        let known: HashMap<String, u32> = keys
+        let known: HashMap<String, (u32, u128)> = keys
             .into_iter()
             .filter_map(|(key, tier)| {
                 let tier = self.tier_names.iter().position(|name| *name == tier)?;
-                Some((key, tier as u32))
+                let id = key_id(&key);
+                Some((key, (tier as u32, id)))
             })
             .collect();
         let count = known.len();
@@ -177,14 +236,11 @@ impl ClientLimits {
                 .get(key)
                 .copied();
             match tier {
-                Some(tier) => {
+                Some((tier, key)) => {
                     return Ok(if self.tiers[tier as usize].exempt {
                         Subject::Exempt
                     } else {
-                        Subject::Key {
-                            key: u128::from(self.hasher.hash_one(key)),
-                            tier,
-                        }
+                        Subject::Key { key, tier }
                     });
                 }
                 None if self.unknown_key == UnknownKey::Refuse => {
@@ -203,15 +259,23 @@ impl ClientLimits {
     /// Charges `calls` calls and `txs` submissions to `subject`, both or
     /// neither.
     pub fn charge(&self, subject: Subject, calls: u32, txs: u32) -> Result<(), Refusal> {
-        let now = self.epoch.elapsed().as_nanos() as u64;
+        let now = self.now();
+        // The fleet's Redis configured but not reachable: local shares.
+        let local = self.fleet.as_ref().is_some_and(|link| !link.up());
         let (slot, charged, by_key) = match subject {
             Subject::Exempt => return Ok(()),
             Subject::Ip(key) => {
-                let (slot, charged) = self.ips.charge(key, now, &self.ip_limits, calls, txs);
+                let limits = if local {
+                    &self.ip_local
+                } else {
+                    &self.ip_limits
+                };
+                let (slot, charged) = self.ips.charge(key, now, limits, calls, txs);
                 (slot, charged, false)
             }
             Subject::Key { key, tier } => {
-                let limits = &self.tiers[tier as usize].limits;
+                let tier = &self.tiers[tier as usize];
+                let limits = if local { &tier.local } else { &tier.limits };
                 let (slot, charged) = self.keys.charge(key, now, limits, calls, txs);
                 (slot, charged, true)
             }
@@ -235,9 +299,44 @@ impl ClientLimits {
         })
     }
 
-    /// Clients tracked by IP now (for the gauge).
+    /// Nanoseconds on this process's monotonic clock.
+    pub fn now(&self) -> Nanos {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Clients tracked by IP now.
     pub fn tracked_ips(&self) -> usize {
         self.ips.len()
+    }
+
+    /// Sets `txgate_limit_tracked_clients`.
+    pub fn update_gauges(&self) {
+        let tracked = &self.metrics.limits.tracked;
+        tracked
+            .with_label_values(&["ip"])
+            .set(self.ips.len() as i64);
+        tracked
+            .with_label_values(&["key"])
+            .set(self.keys.len() as i64);
+    }
+
+    /// Moves up to `max` clients' usage not yet reported to the fleet into
+    /// `out`.
+    pub fn drain_unsynced(&self, out: &mut Vec<(Kind, Usage)>, max: usize) {
+        let mut usage = Vec::new();
+        for (kind, table) in [(Kind::Ip, &self.ips), (Kind::Key, &self.keys)] {
+            usage.clear();
+            table.drain_unsynced(&mut usage, max.saturating_sub(out.len()));
+            out.extend(usage.iter().map(|u| (kind, *u)));
+        }
+    }
+
+    /// Takes the fleet's view of one client (see [`Table::merge_fleet`]).
+    pub fn merge_fleet(&self, kind: Kind, key: u128, now: Nanos, ahead: Spans) {
+        match kind {
+            Kind::Ip => self.ips.merge_fleet(key, now, ahead),
+            Kind::Key => self.keys.merge_fleet(key, now, ahead),
+        }
     }
 }
 

@@ -1,6 +1,9 @@
 //! What a caller may use, checked before anything costly: per-client
 //! rates by API key or client IP ([`clients`]), then the global in-flight
-//! cap ([`admission`]), both decided before the body is read.
+//! cap ([`admission`]), both decided before the body is read. With a
+//! fleet's Redis, [`fleet`] keeps the per-client rates fleet-wide in the
+//! background.
 
 pub mod admission;
 pub mod clients;
+pub mod fleet;

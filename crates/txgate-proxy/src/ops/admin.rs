@@ -55,6 +55,10 @@ pub fn route<B>(req: &Request<B>, metrics: &Metrics, readiness: &Readiness) -> R
                     "caught_up": s.caught_up,
                 })).collect::<Vec<_>>(),
                 "snapshot": readiness.snapshot().as_str(),
+                "redis": readiness.redis().map(|link| serde_json::json!({
+                    "link": link.state().as_str(),
+                    "limits": if link.up() { "fleet" } else { "local" },
+                })),
                 "failed": readiness.failed(),
             });
             let body = format!("{body}\n");

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::limits::fleet::FleetLink;
 use crate::ops::metrics::Metrics;
 use crate::upstream::Upstream;
 
@@ -19,6 +20,8 @@ pub struct Readiness {
     snapshot: AtomicU8,
     /// The part whose failure ends the process, once one failed.
     failed: Mutex<Option<String>>,
+    /// The link to the fleet's Redis, when one is configured.
+    redis: std::sync::OnceLock<Arc<FleetLink>>,
     metrics: Arc<Metrics>,
 }
 
@@ -112,8 +115,20 @@ impl Readiness {
             sources: Mutex::new(Vec::new()),
             snapshot: AtomicU8::new(0),
             failed: Mutex::new(None),
+            redis: std::sync::OnceLock::new(),
             metrics,
         }
+    }
+
+    /// Reports the fleet's Redis link in `/readyz` (never decides
+    /// readiness: without Redis, limits are local and txgate serves).
+    pub fn set_redis(&self, link: Arc<FleetLink>) {
+        let _ = self.redis.set(link);
+    }
+
+    /// The fleet's Redis link, when one is configured.
+    pub fn redis(&self) -> Option<&FleetLink> {
+        self.redis.get().map(|link| &**link)
     }
 
     /// Whether the last upstream probe succeeded.

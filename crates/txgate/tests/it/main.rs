@@ -9,6 +9,7 @@ mod cli;
 mod credible;
 mod faults;
 mod fleet;
+mod fleet_redis;
 mod passthrough;
 mod pool;
 mod screening;

@@ -2,6 +2,7 @@ use std::net::IpAddr;
 
 use http::HeaderMap;
 
+use super::limits as limits_of;
 use super::*;
 
 fn config(toml: &str) -> LimitsConfig {
@@ -18,7 +19,13 @@ fn toml_from(s: &str) -> LimitsConfig {
 }
 
 fn limits(toml: &str) -> ClientLimits {
-    ClientLimits::new(&config(toml), Arc::new(Metrics::new())).unwrap()
+    ClientLimits::new(
+        &config(toml),
+        &RedisConfig::default(),
+        None,
+        Arc::new(Metrics::new()),
+    )
+    .unwrap()
 }
 
 fn client(ip: &str) -> Client {
@@ -42,7 +49,15 @@ const KEYS: &str = "ip = { calls_per_sec = 2, calls_burst = 2 }\n\
 
 #[test]
 fn nothing_configured_is_no_stage() {
-    assert!(ClientLimits::new(&LimitsConfig::default(), Arc::new(Metrics::new())).is_none());
+    assert!(
+        ClientLimits::new(
+            &LimitsConfig::default(),
+            &RedisConfig::default(),
+            None,
+            Arc::new(Metrics::new())
+        )
+        .is_none()
+    );
 }
 
 #[test]
@@ -160,7 +175,7 @@ fn a_reload_replaces_the_keys_and_a_bad_file_keeps_the_old_ones() {
     std::fs::write(&path, "[keys]\n\"file-key\" = \"partner\"\n").unwrap();
     let mut c = config(KEYS);
     c.keys_file = path.display().to_string();
-    let l = ClientLimits::new(&c, Arc::new(Metrics::new())).unwrap();
+    let l = ClientLimits::new(&c, &RedisConfig::default(), None, Arc::new(Metrics::new())).unwrap();
     let ip = client("203.0.113.7");
     let with = |key: &str| headers(&[("x-api-key", key)]);
     assert!(matches!(
@@ -192,4 +207,61 @@ fn a_reload_replaces_the_keys_and_a_bad_file_keeps_the_old_ones() {
     ));
     assert_eq!(l.metrics.limits.keys_reload_failed.get(), 1);
     let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn a_key_is_the_same_client_on_every_instance_and_never_its_text() {
+    let (a, b) = (limits(KEYS), limits(KEYS));
+    let subject = |l: &ClientLimits| {
+        l.subject(&client("203.0.113.1"), &headers(&[("x-api-key", "p-key")]))
+            .unwrap()
+    };
+    let (Subject::Key { key: ka, .. }, Subject::Key { key: kb, .. }) = (subject(&a), subject(&b))
+    else {
+        panic!("a listed key is its subject");
+    };
+    assert_eq!(ka, kb, "two instances name a key alike for the fleet");
+    assert_ne!(ka.to_be_bytes()[..5], *b"p-key");
+}
+
+#[test]
+fn while_the_fleet_is_unreachable_each_instance_holds_its_local_share() {
+    let link = Arc::new(FleetLink::default());
+    let redis = RedisConfig {
+        url: "redis://127.0.0.1:1".into(),
+        local_share: 0.3,
+        ..RedisConfig::default()
+    };
+    let l = ClientLimits::new(
+        &config("ip = { calls_per_sec = 10, calls_burst = 10 }\n"),
+        &redis,
+        Some(link.clone()),
+        Arc::new(Metrics::new()),
+    )
+    .unwrap();
+    // Not connected: 30% of a burst of 10 is 3.
+    let ip = Subject::Ip(ip_key("203.0.113.9".parse().unwrap(), 64));
+    for _ in 0..3 {
+        l.charge(ip, 1, 0).unwrap();
+    }
+    assert!(l.charge(ip, 1, 0).is_err());
+    // The usage is kept for the fleet sync.
+    let mut out = Vec::new();
+    l.drain_unsynced(&mut out, 10);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, Kind::Ip);
+}
+
+#[test]
+fn a_share_never_rounds_a_limit_away() {
+    let rates = RateConfig {
+        calls_per_sec: 1,
+        calls_burst: 3,
+        tx_per_sec: 0,
+        tx_burst: 0,
+    };
+    assert_eq!(limits_of(&rates, 0.1).calls, Rate::new(1, 1));
+    assert_eq!(limits_of(&rates, 0.5).calls, Rate::new(1, 2));
+    assert_eq!(limits_of(&rates, 1.0).calls, Rate::new(1, 3));
+    assert_eq!(limits_of(&rates, 0.5).txs, None, "no limit stays none");
 }

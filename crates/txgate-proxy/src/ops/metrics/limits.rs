@@ -1,6 +1,6 @@
 //! Per-client limit metrics.
 
-use prometheus::{IntCounter, IntGauge};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 
 use super::registrar::Registrar;
 use crate::limits::clients::Limit;
@@ -16,6 +16,26 @@ pub struct LimitMetrics {
     pub keys: IntGauge,
     /// Reloads of the keys that failed (the old set stayed).
     pub keys_reload_failed: IntCounter,
+    /// Clients tracked, by table (`ip`, `key`).
+    pub tracked: IntGaugeVec,
+    /// The fleet's Redis: its link, syncs, and what they carried.
+    pub redis: RedisMetrics,
+}
+
+/// `txgate_redis_*`: the link to the fleet's shared store.
+pub struct RedisMetrics {
+    /// 1 while syncs succeed (limits are the fleet's), 0 otherwise (each
+    /// instance enforces its local share).
+    pub up: IntGauge,
+    /// Syncs by result (`ok`, `error`).
+    pub syncs: IntCounterVec,
+    /// Connection attempts by result (`ok`, `error`).
+    pub connects: IntCounterVec,
+    /// Client reports sent.
+    pub clients_synced: IntCounter,
+    /// Client reports dropped because Redis was down (that usage stays
+    /// local).
+    pub dropped: IntCounter,
 }
 
 impl std::fmt::Debug for LimitMetrics {
@@ -43,6 +63,36 @@ impl LimitMetrics {
                  and shared its one bucket",
             ),
             keys: r.gauge("limit_api_keys", "API keys in force"),
+            tracked: r.gauge_vec(
+                "limit_tracked_clients",
+                "Clients tracked by the per-client limits, by table (bounded by limits.max_clients)",
+                &["table"],
+            ),
+            redis: RedisMetrics {
+                up: r.gauge(
+                    "redis_up",
+                    "1 while syncs with the fleet's Redis succeed (limits are fleet-wide), 0 while \
+                     each instance enforces its local share",
+                ),
+                syncs: r.counter_vec(
+                    "redis_syncs_total",
+                    "Syncs of limit usage with the fleet's Redis, by result",
+                    &["result"],
+                ),
+                connects: r.counter_vec(
+                    "redis_connects_total",
+                    "Connections to the fleet's Redis, by result",
+                    &["result"],
+                ),
+                clients_synced: r.counter(
+                    "redis_clients_synced_total",
+                    "Per-client usage reports sent to the fleet's Redis",
+                ),
+                dropped: r.counter(
+                    "redis_usage_dropped_total",
+                    "Per-client usage reports dropped while Redis was down (that usage stayed local)",
+                ),
+            },
             keys_reload_failed: r.counter(
                 "limit_api_keys_reload_failures_total",
                 "Reloads of the API keys refused (unreadable file, unknown tier): the old \

@@ -1,0 +1,309 @@
+//! Per-client limits held for the whole fleet through Redis, with Redis
+//! never on a call's path.
+//!
+//! Every instance decides alone, from its own table, at once. The table
+//! remembers what each admitted call added to its client's TATs (GCRA's
+//! "theoretical arrival time"). Every `redis.sync_interval_ms` the
+//! [`run`] task sends those spans to Redis in one script call; the script
+//! moves each client's fleet-wide TAT forward by them (from Redis's own
+//! clock, so instances' clocks never meet) and answers how far ahead of now
+//! each fleet TAT is; the instance moves its own TATs up to that. A client
+//! over its limit anywhere in the fleet is therefore refused everywhere
+//! one sync later, and refused until the fleet-wide debt is paid, so the
+//! long-run rate is exact; within one interval a client spread over N
+//! instances can get at most (N − 1) × (burst + rate × interval) calls
+//! more than its limit (HEURISTICS.md).
+//!
+//! Why not leases of tokens: a lease held by one instance is a budget the
+//! others cannot spend, so an honest client whose calls the balancer sends
+//! elsewhere is refused while its tokens sit idle, and a client with no
+//! lease yet must either wait on Redis or be let through on credit anyway.
+//! Reporting spent time has neither cost.
+//!
+//! Redis down or slow (a sync or connect over `redis.timeout_ms`): each
+//! instance enforces `redis.local_share` of every limit alone, counts it
+//! (`txgate_redis_up` 0), says so in `/readyz`, drops the usage it cannot
+//! report and reconnects with backoff (100 ms doubling to 5 s).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Script};
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use txgate_config::RedisConfig;
+use txgate_limits::{Spans, Usage};
+
+use super::clients::{ClientLimits, Kind};
+use crate::ops::metrics::Metrics;
+
+/// The state of the link to Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum LinkState {
+    /// Not connected yet.
+    Connecting = 0,
+    /// The last sync succeeded: limits are the fleet's.
+    Up = 1,
+    /// Unreachable or slow: limits are local shares.
+    Down = 2,
+}
+
+impl LinkState {
+    /// The `/readyz` word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkState::Connecting => "connecting",
+            LinkState::Up => "up",
+            LinkState::Down => "down",
+        }
+    }
+}
+
+/// Whether the fleet's limits are in force, read by every charge.
+#[derive(Debug, Default)]
+pub struct FleetLink {
+    state: AtomicU8,
+}
+
+impl FleetLink {
+    /// The link's state.
+    pub fn state(&self) -> LinkState {
+        match self.state.load(Ordering::Relaxed) {
+            1 => LinkState::Up,
+            2 => LinkState::Down,
+            _ => LinkState::Connecting,
+        }
+    }
+
+    /// Whether the last sync succeeded.
+    pub fn up(&self) -> bool {
+        self.state() == LinkState::Up
+    }
+
+    fn set(&self, state: LinkState, metrics: &Metrics) {
+        let was = self.state.swap(state as u8, Ordering::Relaxed);
+        metrics
+            .limits
+            .redis
+            .up
+            .set(i64::from(state == LinkState::Up));
+        if was != state as u8 {
+            match state {
+                LinkState::Up => {
+                    tracing::info!("Redis reachable: per-client limits are fleet-wide")
+                }
+                LinkState::Down => tracing::warn!(
+                    "Redis unreachable: each instance enforces its local share of the limits"
+                ),
+                LinkState::Connecting => {}
+            }
+        }
+    }
+}
+
+/// The script: KEYS are clients, ARGV two numbers per client (µs its
+/// admitted calls added to its TAT of all calls, and of submissions).
+/// Each fleet TAT moves from max(TAT, now) by its span, as GCRA does for an
+/// admitted call; the key lives as long as the debt (plus a second). The
+/// answer: per client, µs each TAT is ahead of Redis's now.
+const SYNC: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local out = {}
+for i, key in ipairs(KEYS) do
+  local tat = redis.call('HMGET', key, 'c', 't')
+  local c = math.max(tonumber(tat[1]) or 0, now) + tonumber(ARGV[2 * i - 1])
+  local x = math.max(tonumber(tat[2]) or 0, now) + tonumber(ARGV[2 * i])
+  redis.call('HSET', key, 'c', string.format('%.0f', c), 't', string.format('%.0f', x))
+  redis.call('PEXPIRE', key, math.floor((math.max(c, x) - now) / 1000) + 1000)
+  out[2 * i - 1] = c - now
+  out[2 * i] = x - now
+end
+return out
+";
+
+/// Clients per script call: a sync of a big table does not stall Redis.
+const CHUNK: usize = 512;
+/// Clients drained per sync at most; the rest wait for the next.
+const MAX_PER_SYNC: usize = 50_000;
+/// With nothing to report, a PING this often keeps the state true.
+const IDLE_PING: Duration = Duration::from_secs(1);
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Keeps the tracked-clients gauges current until `stop`, when there is no
+/// fleet to sync with.
+pub async fn gauges(limits: Arc<ClientLimits>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => limits.update_gauges(),
+        }
+    }
+}
+
+/// Syncs `limits` with Redis until `stop`; also keeps the tracked-clients
+/// gauges current.
+pub async fn run(
+    limits: Arc<ClientLimits>,
+    link: Arc<FleetLink>,
+    config: RedisConfig,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    let m = &metrics.limits.redis;
+    for result in ["ok", "error"] {
+        m.syncs.with_label_values(&[result]);
+        m.connects.with_label_values(&[result]);
+    }
+    let client = match redis::Client::open(config.url.as_str()) {
+        Ok(client) => client,
+        Err(e) => {
+            // Validated at start; a URL the client still refuses leaves
+            // the limits local, loudly.
+            tracing::error!(url = %config.redacted_url(), error = %e, "Redis URL refused: limits stay local");
+            link.set(LinkState::Down, &metrics);
+            return;
+        }
+    };
+    let timeout = Duration::from_millis(config.timeout_ms);
+    let connect = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout));
+    let script = Script::new(SYNC);
+    let prefix = config.key_prefix.clone();
+    let mut tick = tokio::time::interval(Duration::from_millis(config.sync_interval_ms));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let (mut conn, mut retry_at, mut backoff) = (None, Instant::now(), BACKOFF_MIN);
+    let mut last_ok = Instant::now();
+    let mut batch = Vec::new();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        limits.update_gauges();
+        batch.clear();
+        limits.drain_unsynced(&mut batch, MAX_PER_SYNC);
+        if conn.is_none() && Instant::now() >= retry_at {
+            match open(&client, &connect, timeout).await {
+                Ok(c) => {
+                    m.connects.with_label_values(&["ok"]).inc();
+                    conn = Some(c);
+                    backoff = BACKOFF_MIN;
+                    last_ok = Instant::now();
+                    link.set(LinkState::Up, &metrics);
+                }
+                Err(e) => {
+                    m.connects.with_label_values(&["error"]).inc();
+                    tracing::debug!(error = %e, "Redis connect failed");
+                    link.set(LinkState::Down, &metrics);
+                    retry_at = Instant::now() + jittered(backoff);
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else {
+            m.dropped.inc_by(batch.len() as u64);
+            continue;
+        };
+        if batch.is_empty() && last_ok.elapsed() < IDLE_PING {
+            continue;
+        }
+        let synced =
+            tokio::time::timeout(timeout, sync(c, &script, &prefix, &limits, &batch)).await;
+        match synced {
+            Ok(Ok(())) => {
+                m.syncs.with_label_values(&["ok"]).inc();
+                m.clients_synced.inc_by(batch.len() as u64);
+                last_ok = Instant::now();
+                link.set(LinkState::Up, &metrics);
+            }
+            failed => {
+                m.syncs.with_label_values(&["error"]).inc();
+                m.dropped.inc_by(batch.len() as u64);
+                match failed {
+                    Ok(Err(e)) => tracing::debug!(error = %e, "Redis sync failed"),
+                    _ => tracing::debug!("Redis sync timed out"),
+                }
+                link.set(LinkState::Down, &metrics);
+                conn = None;
+                retry_at = Instant::now() + jittered(backoff);
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+}
+
+/// A connection that answered a PING.
+async fn open(
+    client: &redis::Client,
+    config: &AsyncConnectionConfig,
+    timeout: Duration,
+) -> redis::RedisResult<MultiplexedConnection> {
+    let opened = tokio::time::timeout(timeout, async {
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(config)
+            .await?;
+        redis::cmd("PING").query_async::<()>(&mut conn).await?;
+        Ok(conn)
+    })
+    .await;
+    opened.unwrap_or_else(|_| {
+        Err(redis::RedisError::from(std::io::Error::from(
+            std::io::ErrorKind::TimedOut,
+        )))
+    })
+}
+
+/// Reports `batch` (an empty one is a PING) and merges the answers.
+async fn sync(
+    conn: &mut MultiplexedConnection,
+    script: &Script,
+    prefix: &str,
+    limits: &ClientLimits,
+    batch: &[(Kind, Usage)],
+) -> redis::RedisResult<()> {
+    if batch.is_empty() {
+        return redis::cmd("PING").query_async::<()>(conn).await;
+    }
+    for chunk in batch.chunks(CHUNK) {
+        let mut call = script.prepare_invoke();
+        for (kind, usage) in chunk {
+            call.key(format!("{prefix}:{}:{:032x}", kind.as_str(), usage.key));
+            call.arg(micros(usage.spans.calls))
+                .arg(micros(usage.spans.txs));
+        }
+        let ahead: Vec<i64> = call.invoke_async(conn).await?;
+        let now = limits.now();
+        for ((kind, usage), ahead) in chunk.iter().zip(ahead.chunks_exact(2)) {
+            let nanos = |us: i64| u64::try_from(us).unwrap_or(0).saturating_mul(1000);
+            let spans = Spans {
+                calls: nanos(ahead[0]),
+                txs: nanos(ahead[1]),
+            };
+            limits.merge_fleet(*kind, usage.key, now, spans);
+        }
+    }
+    Ok(())
+}
+
+/// Nanoseconds as whole microseconds, rounded up (a call is never free).
+fn micros(nanos: u64) -> u64 {
+    nanos.div_ceil(1000)
+}
+
+/// `d` ± 20%, so a fleet does not reconnect in step.
+fn jittered(d: Duration) -> Duration {
+    let spread = d.as_millis() as u64 / 5;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |t| u64::from(t.subsec_nanos()));
+    let offset = if spread == 0 { 0 } else { nanos % (2 * spread) };
+    (d + Duration::from_millis(offset)).saturating_sub(Duration::from_millis(spread))
+}

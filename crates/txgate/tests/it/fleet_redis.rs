@@ -1,0 +1,222 @@
+//! Per-client limits held for a fleet through a real redis-server (Debian's
+//! package, on a free loopback port, stopped by PID): HAProxy in front of
+//! three instances, anvil behind them.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::balancer::{Backend, Haproxy, Send};
+use crate::support::{
+    ADDR1, Anvil, KEY0, Proc, TempFile, Txgate, cast, eventually, free_port, get, metric, rpc_from,
+};
+
+const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
+
+/// A redis-server with no persistence.
+struct RedisServer {
+    proc: Option<Proc>,
+    port: u16,
+}
+
+impl RedisServer {
+    fn start(port: u16) -> RedisServer {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server (Debian package redis-server; scripts/install-test-tools.sh)");
+        let server = RedisServer {
+            proc: Some(Proc::new(child)),
+            port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !server.pong() {
+            assert!(Instant::now() < deadline, "redis-server did not answer");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    fn pong(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+        let mut buf = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut proc) = self.proc.take() {
+            proc.kill();
+        }
+    }
+}
+
+/// The `/readyz` body's `redis.link` of the instance at `admin`.
+async fn redis_link(admin: SocketAddr) -> String {
+    let (_, _, body) = get(&format!("http://{admin}/readyz")).await;
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    body["redis"]["link"].as_str().unwrap_or("none").to_string()
+}
+
+async fn all_links(admins: &[SocketAddr], want: &str) -> bool {
+    for admin in admins {
+        if redis_link(*admin).await != want {
+            return false;
+        }
+    }
+    true
+}
+
+/// `n` calls from `from`, one every `every`: how many were answered 200
+/// and how many 429; nothing else is acceptable.
+async fn paced(url: &str, from: &str, n: usize, every: Duration) -> (usize, usize) {
+    let (mut ok, mut limited) = (0, 0);
+    let start = Instant::now();
+    for i in 0..n {
+        let (status, _, body) = rpc_from(url, from, &[], CHAIN_ID).await.unwrap();
+        match status.as_u16() {
+            200 => ok += 1,
+            429 => limited += 1,
+            other => panic!("{other}: {}", String::from_utf8_lossy(&body)),
+        }
+        let next = start + every * (i as u32 + 1);
+        tokio::time::sleep(next.saturating_duration_since(Instant::now())).await;
+    }
+    (ok, limited)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_holds_one_limit_through_redis_and_keeps_serving_when_redis_dies() {
+    let anvil = Anvil::start().await;
+    let mut redis = RedisServer::start(free_port());
+    // 5 calls/s with a burst of 10 per client IP, for the whole fleet;
+    // 127.0.0.1 (cast, the test's own checks) exempt. Redis down: each
+    // instance allows half of that alone.
+    let config = TempFile::new(&format!(
+        "[server]\ntrusted_proxies = [\"127.0.0.1\"]\nproxy_protocol = \"optional\"\n\
+         [limits]\nexempt = [\"127.0.0.1\"]\nip = {{ calls_per_sec = 5, calls_burst = 10 }}\n\
+         [redis]\nurl = \"{}\"\nsync_interval_ms = 20\ntimeout_ms = 200\nlocal_share = 0.5\n\
+         [upstream]\nhealth_interval_ms = 100\n",
+        redis.url()
+    ));
+    let fleet: Vec<Txgate> = (0..3)
+        .map(|_| Txgate::start(&anvil.url, &["-c", config.arg()]))
+        .collect();
+    let admins: Vec<SocketAddr> = fleet
+        .iter()
+        .map(|t| t.admin_url.trim_start_matches("http://").parse().unwrap())
+        .collect();
+    let backends: Vec<Backend> = fleet
+        .iter()
+        .zip(&admins)
+        .map(|(t, admin)| Backend {
+            rpc: t.rpc_addr,
+            admin: Some(*admin),
+        })
+        .collect();
+    let haproxy = Haproxy::start_with(&backends, Send::ProxyV2);
+    assert!(
+        eventually(Duration::from_secs(10), || all_links(&admins, "up")).await,
+        "every instance syncs with Redis"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            rpc_from(&haproxy.url, "127.0.0.1", &[], CHAIN_ID)
+                .await
+                .is_ok_and(|(status, _, _)| status == 200)
+        })
+        .await,
+        "HAProxy sees the instances ready"
+    );
+
+    // A real wallet client through the balancer.
+    let receipt = cast(&[
+        "send",
+        "--json",
+        "--rpc-url",
+        &haproxy.url,
+        "--private-key",
+        KEY0,
+        ADDR1,
+        "--value",
+        "1gwei",
+    ]);
+    let receipt: serde_json::Value = serde_json::from_str(&receipt).unwrap();
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+
+    // One client at 50 calls/s for 1.2 s, spread over the three instances
+    // by round robin: the fleet lets through its one limit (10 + 5 × 1.2 =
+    // 16), not three times it (each instance alone would pass 16 of its
+    // 20). A little over for calls admitted between two syncs.
+    let (ok, limited) = paced(&haproxy.url, "127.0.0.2", 60, Duration::from_millis(20)).await;
+    assert!((14..=22).contains(&ok), "passed {ok}, refused {limited}");
+    // Over its limit on every instance, asked directly.
+    for t in &fleet {
+        let (status, _, body) = rpc_from(&t.url, "127.0.0.2", &[], CHAIN_ID).await.unwrap();
+        assert_eq!(status, 429, "{}", String::from_utf8_lossy(&body));
+    }
+    // Another client is untouched.
+    let (ok, limited) = paced(&haproxy.url, "127.0.0.3", 9, Duration::ZERO).await;
+    assert_eq!((ok, limited), (9, 0));
+    let m = fleet[0].metrics().await;
+    assert_eq!(metric(&m, "txgate_redis_up"), 1.0, "{m}");
+    assert!(metric(&m, "txgate_redis_clients_synced_total") > 0.0, "{m}");
+
+    // Redis dies: every call still gets an answer, from local limits.
+    redis.kill();
+    assert!(
+        eventually(Duration::from_secs(5), || all_links(&admins, "down")).await,
+        "every instance notices Redis is gone"
+    );
+    let (ok, limited) = paced(&haproxy.url, "127.0.0.4", 6, Duration::ZERO).await;
+    assert_eq!((ok, limited), (6, 0), "honest calls keep succeeding");
+    for admin in &admins {
+        let (status, _, body) = get(&format!("http://{admin}/readyz")).await;
+        assert_eq!(status, 200, "Redis down never takes an instance out");
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["redis"]["limits"], "local", "{body}");
+    }
+    // The local share of the limit holds on one instance: a burst of 5.
+    let (ok, limited) = paced(&fleet[0].url, "127.0.0.5", 8, Duration::ZERO).await;
+    assert_eq!((ok, limited), (5, 3));
+    let m = fleet[0].metrics().await;
+    assert_eq!(metric(&m, "txgate_redis_up"), 0.0, "{m}");
+    assert!(
+        metric(&m, "txgate_redis_syncs_total{result=\"error\"}")
+            + metric(&m, "txgate_redis_connects_total{result=\"error\"}")
+            > 0.0,
+        "{m}"
+    );
+
+    // Redis returns (empty: it kept nothing): the fleet's limits come back.
+    let redis = RedisServer::start(redis.port);
+    assert!(
+        eventually(Duration::from_secs(15), || all_links(&admins, "up")).await,
+        "every instance reconnects"
+    );
+    // The whole burst of 10 again on one instance...
+    let (ok, limited) = paced(&fleet[0].url, "127.0.0.6", 12, Duration::ZERO).await;
+    assert_eq!((ok, limited), (10, 2));
+    // ...and one limit for the fleet.
+    let (ok, limited) = paced(&haproxy.url, "127.0.0.7", 60, Duration::from_millis(20)).await;
+    assert!((14..=22).contains(&ok), "passed {ok}, refused {limited}");
+    assert!(redis.pong());
+}
