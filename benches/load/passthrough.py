@@ -20,6 +20,11 @@ client IP (one client: the hottest table entry), "key_lim" to an API key
 sent in x-api-key. Their throughput ratio and added p50 are printed against
 "txgate" (limits off).
 
+With --redis (implies --limits), "ip_redis" and "key_redis" run the same
+limits shared through a redis-server started on a free loopback port
+([redis] url, sync every 20 ms): the cost a call pays with Redis on, which
+must be the local charge alone (Redis is never on a call's path).
+
 With --baseline-bin PATH, a second txgate binary (for example the build
 of the previous commit) runs beside the current one as target "before", in
 the same interleaved rounds, and the ratios current/before are printed:
@@ -27,9 +32,10 @@ the same-run comparison a change is kept or dropped by.
 
 Usage: benches/load/passthrough.py [--rounds 3] [--duration 5] [--warmup 1]
                                    [--json results.json] [--baseline-bin PATH]
-                                   [--limits]
-Needs: nginx and h2load (Debian: nginx-light, nghttp2-client);
-scripts/install-bench-tools.sh installs them.
+                                   [--limits] [--redis]
+Needs: nginx and h2load (Debian: nginx-light, nghttp2-client), and
+redis-server for --redis; scripts/install-bench-tools.sh and
+scripts/install-test-tools.sh install them.
 """
 
 import argparse
@@ -43,6 +49,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,6 +139,23 @@ def h2load(port, connections, duration, warmup, log):
     }
 
 
+def wait_redis_link(admin_port, name, timeout=10.0):
+    """Waits until the instance's /readyz says its Redis link is up."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/readyz", timeout=1) as r:
+                body = json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            body = json.loads(e.read())
+        except OSError:
+            body = {}
+        if (body.get("redis") or {}).get("link") == "up":
+            return
+        time.sleep(0.05)
+    sys.exit(f"{name}: Redis link not up")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -140,6 +165,7 @@ def main():
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--baseline-bin", help="another txgate binary to measure as target 'before'")
     ap.add_argument("--limits", action="store_true", help="also measure txgate with per-client limits on")
+    ap.add_argument("--redis", action="store_true", help="also with the limits shared through redis-server")
     args = ap.parse_args()
 
     for tool in ("nginx", "h2load"):
@@ -156,7 +182,13 @@ def main():
     ports = {"direct": free_port(), "nginx": free_port(), "txgate": free_port()}
     if args.baseline_bin:
         ports["before"] = free_port()
+    args.limits = args.limits or args.redis
     limited = ["ip_lim", "key_lim"] if args.limits else []
+    if args.redis:
+        if not shutil.which("redis-server"):
+            sys.exit("redis-server not found: run scripts/install-test-tools.sh")
+        limited += ["ip_redis", "key_redis"]
+        ports["redis"] = free_port()
     for name in limited:
         ports[name] = free_port()
     # Rates far above any load here: the cost of charging, never a refusal.
@@ -167,8 +199,19 @@ def main():
                    "[limits.tiers.bench]\ncalls_per_sec = 100000000\ncalls_burst = 100000000\n"
                    "[limits.keys]\n\"bench-key-1\" = \"bench\"\n",
     }
+    for name in ("ip", "key"):
+        if args.redis:
+            limit_confs[f"{name}_redis"] = (limit_confs[f"{name}_lim"]
+                                            + f"[redis]\nurl = \"redis://127.0.0.1:{ports['redis']}\"\n")
+    admins = {}
     procs = []
     try:
+        if args.redis:
+            r = subprocess.Popen(["redis-server", "--port", str(ports["redis"]), "--bind", "127.0.0.1",
+                                  "--save", "", "--appendonly", "no"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(r)
+            wait_port(ports["redis"], r, "redis-server")
         responder = nginx_conf(
             work, "responder", 1,
             f"""server {{ listen 127.0.0.1:{ports['direct']} reuseport;
@@ -196,13 +239,17 @@ def main():
                 conf = work / f"{name}.toml"
                 conf.write_text(limit_confs[name])
                 extra = ["-c", str(conf)]
+            admins[name] = free_port()
             tx = subprocess.Popen(
                 [str(binary), "--listen", f"127.0.0.1:{ports[name]}",
-                 "--admin-listen", f"127.0.0.1:{free_port()}",
+                 "--admin-listen", f"127.0.0.1:{admins[name]}",
                  "--upstream", f"http://127.0.0.1:{ports['direct']}", "--log-level", "warn"] + extra,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             procs.append(tx)
             wait_port(ports[name], tx, name)
+        for name in limited:
+            if name.endswith("_redis"):
+                wait_redis_link(admins[name], name)
 
         cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
         print(f"machine: {os.cpu_count()} cores, {cpu}")
