@@ -105,6 +105,7 @@ fn bench(c: &mut Criterion) {
             std::time::Instant::now(),
         )),
         metrics: Arc::new(Metrics::new()),
+        share: None,
     };
     let stop = CancellationToken::new();
     group.bench_function("through_forward", |b| {

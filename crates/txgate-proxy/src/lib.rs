@@ -375,6 +375,7 @@ impl Proxy {
         &self,
         addr: std::net::SocketAddr,
         queue: tokio::sync::mpsc::Sender<txgate_screen::Invalidation>,
+        share: Option<sidecar::fleet::Share>,
         screen: &Arc<Screen>,
         background: &mut Background,
     ) -> Result<(), Fatal> {
@@ -394,7 +395,8 @@ impl Proxy {
             queue,
             screen.clone(),
             metrics.clone(),
-        );
+        )
+        .with_share(share);
         let verifier = aeges::Verifier::new(
             aeges::VerifySettings {
                 allow: config.aeges.verify_allow().map_err(setting)?,
@@ -429,14 +431,24 @@ impl Proxy {
             error: e.to_string(),
         };
         let aeges = config.aeges.listen_addr().map_err(setting)?;
-        if self.sources.is_empty() && aeges.is_none() {
+        // With Redis, an instance also learns the bans the others share.
+        let fleet = config.redis.enabled();
+        if self.sources.is_empty() && aeges.is_none() && !fleet {
             return Ok(());
         }
         let (queue, queued) = tokio::sync::mpsc::channel(config.sidecar.channel_capacity);
+        let (share, outbox) = match fleet {
+            true => {
+                let (share, outbox) = sidecar::fleet::share(metrics.clone());
+                (Some(share), Some(outbox))
+            }
+            false => (None, None),
+        };
         let sink = sidecar::stream::Sink {
             queue: queue.clone(),
             screen: screen.clone(),
             metrics: metrics.clone(),
+            share: share.clone(),
         };
         for source in &self.sources {
             let url = format!("http://{}", source.url.authority());
@@ -457,8 +469,18 @@ impl Proxy {
             );
         }
         drop(sink);
+        if let Some(outbox) = outbox {
+            let (url, prefix) = (config.redis.url.clone(), config.redis.key_prefix.clone());
+            let (queue, metrics) = (queue.clone(), metrics.clone());
+            background.spawn(
+                "fleet-bans",
+                Role::Optional,
+                Duration::from_secs(2),
+                |stop| sidecar::fleet::run(url, prefix, outbox, queue, metrics, stop),
+            );
+        }
         if let Some(addr) = aeges {
-            self.start_aeges(addr, queue.clone(), screen, background)?;
+            self.start_aeges(addr, queue.clone(), share, screen, background)?;
         }
         drop(queue);
         // Ends by itself once every source and the listener are gone and

@@ -48,6 +48,9 @@ pub struct Reports {
     queue: mpsc::Sender<Invalidation>,
     screen: Arc<Screen>,
     metrics: Arc<Metrics>,
+    /// Where a reported ban goes to the rest of the fleet (a report
+    /// reaches one instance), when Redis is configured.
+    share: Option<crate::sidecar::fleet::Share>,
 }
 
 impl Reports {
@@ -68,7 +71,14 @@ impl Reports {
             queue,
             screen,
             metrics,
+            share: None,
         }
+    }
+
+    /// Shares every reported ban with the fleet through `share`.
+    pub fn with_share(mut self, share: Option<crate::sidecar::fleet::Share>) -> Reports {
+        self.share = share;
+        self
     }
 
     /// Whether `peer` may post at all.
@@ -154,6 +164,9 @@ impl Reports {
             m.creation.inc();
             return answer(StatusCode::OK, "ok");
         };
+        if let Some(share) = &self.share {
+            share.offer(&invalidation);
+        }
         let queued = tokio::time::timeout(
             QUEUE_WAIT,
             crate::sidecar::stream::queue(invalidation, &self.queue, &self.metrics),

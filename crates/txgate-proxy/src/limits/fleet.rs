@@ -215,22 +215,18 @@ pub async fn run(
         if batch.is_empty() && last_ok.elapsed() < IDLE_PING {
             continue;
         }
-        let synced =
-            tokio::time::timeout(timeout, sync(c, &script, &prefix, &limits, &batch)).await;
+        let synced = sync(c, &script, &prefix, &limits, &batch, timeout).await;
         match synced {
-            Ok(Ok(())) => {
+            Ok(()) => {
                 m.syncs.with_label_values(&["ok"]).inc();
                 m.clients_synced.inc_by(batch.len() as u64);
                 last_ok = Instant::now();
                 link.set(LinkState::Up, &metrics);
             }
-            failed => {
+            Err(e) => {
                 m.syncs.with_label_values(&["error"]).inc();
                 m.dropped.inc_by(batch.len() as u64);
-                match failed {
-                    Ok(Err(e)) => tracing::debug!(error = %e, "Redis sync failed"),
-                    _ => tracing::debug!("Redis sync timed out"),
-                }
+                tracing::debug!(error = %e, "Redis sync failed");
                 link.set(LinkState::Down, &metrics);
                 conn = None;
                 retry_at = Instant::now() + jittered(backoff);
@@ -254,23 +250,28 @@ async fn open(
         Ok(conn)
     })
     .await;
-    opened.unwrap_or_else(|_| {
-        Err(redis::RedisError::from(std::io::Error::from(
-            std::io::ErrorKind::TimedOut,
-        )))
-    })
+    opened.unwrap_or_else(|_| Err(timed_out()))
 }
 
-/// Reports `batch` (an empty one is a PING) and merges the answers.
+fn timed_out() -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
+}
+
+/// Reports `batch` (an empty one is a PING) and merges the answers; each
+/// round trip within `timeout`.
 async fn sync(
     conn: &mut MultiplexedConnection,
     script: &Script,
     prefix: &str,
     limits: &ClientLimits,
     batch: &[(Kind, Usage)],
+    timeout: Duration,
 ) -> redis::RedisResult<()> {
     if batch.is_empty() {
-        return redis::cmd("PING").query_async::<()>(conn).await;
+        let ping = redis::cmd("PING");
+        return tokio::time::timeout(timeout, ping.query_async::<()>(conn))
+            .await
+            .unwrap_or_else(|_| Err(timed_out()));
     }
     for chunk in batch.chunks(CHUNK) {
         let mut call = script.prepare_invoke();
@@ -279,7 +280,9 @@ async fn sync(
             call.arg(micros(usage.spans.calls))
                 .arg(micros(usage.spans.txs));
         }
-        let ahead: Vec<i64> = call.invoke_async(conn).await?;
+        let ahead: Vec<i64> = tokio::time::timeout(timeout, call.invoke_async(conn))
+            .await
+            .unwrap_or_else(|_| Err(timed_out()))?;
         let now = limits.now();
         for ((kind, usage), ahead) in chunk.iter().zip(ahead.chunks_exact(2)) {
             let nanos = |us: i64| u64::try_from(us).unwrap_or(0).saturating_mul(1000);

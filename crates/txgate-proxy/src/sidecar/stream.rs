@@ -63,6 +63,9 @@ pub struct Sink {
     pub screen: Arc<Screen>,
     /// Counted here.
     pub metrics: Arc<Metrics>,
+    /// Where bans only this instance can learn go to the fleet (result
+    /// failures of what it forwarded), when Redis is configured.
+    pub share: Option<super::fleet::Share>,
 }
 
 fn unix_ms() -> u64 {
@@ -253,14 +256,18 @@ async fn enqueue(message: Message, sink: &Sink) -> bool {
                     Some(forward) => {
                         m.results.known.inc();
                         let fp = forward.fingerprint;
-                        Invalidation {
+                        let invalidation = Invalidation {
                             fingerprint: fp.hash,
                             target: fp.target,
                             selector: fp.selector,
                             assertion: None,
                             tx_hash: Some(hash),
                             sender: Some(forward.sender),
+                        };
+                        if let Some(share) = &sink.share {
+                            share.offer(&invalidation);
                         }
+                        invalidation
                     }
                     None => {
                         // Not forwarded by this instance (or forgotten):
@@ -339,6 +346,7 @@ mod tests {
                 std::time::Instant::now(),
             )),
             metrics,
+            share: None,
         }
     }
 

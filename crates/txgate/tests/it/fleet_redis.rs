@@ -8,8 +8,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::balancer::{Backend, Haproxy, Send};
+use crate::credible::{TIP, poke};
 use crate::support::{
-    ADDR1, Anvil, KEY0, Proc, TempFile, Txgate, cast, eventually, free_port, get, metric, rpc_from,
+    ADDR1, Anvil, Eoa, KEY0, Proc, TempFile, Txgate, cast, eventually, free_port, get, metric,
+    post, refused, rpc_from, send_raw,
 };
 
 const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
@@ -219,4 +221,87 @@ async fn a_fleet_holds_one_limit_through_redis_and_keeps_serving_when_redis_dies
     let (ok, limited) = paced(&haproxy.url, "127.0.0.7", 60, Duration::from_millis(20)).await;
     assert!((14..=22).contains(&ok), "passed {ok}, refused {limited}");
     assert!(redis.pong());
+}
+
+/// A failure report reaches one instance; over Redis, every instance bans
+/// it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reported_ban_reaches_every_instance_through_redis() {
+    let anvil = Anvil::start().await;
+    let redis = RedisServer::start(free_port());
+    let aeges = free_port();
+    let shared = format!("[redis]\nurl = \"{}\"\n", redis.url());
+    let with_aeges = TempFile::new(&format!(
+        "{shared}[aeges]\nlisten = \"127.0.0.1:{aeges}\"\nreport_token = \"t0k\"\n"
+    ));
+    let plain = TempFile::new(&shared);
+    let heard = Txgate::start(&anvil.url, &["-c", with_aeges.arg()]);
+    let other = Txgate::start(&anvil.url, &["-c", plain.arg()]);
+    // Both subscribed (each logs it once connected).
+    for t in [&heard, &other] {
+        let mut logs = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !logs
+            .iter()
+            .any(|l: &String| l.contains("sharing bans with the fleet"))
+        {
+            assert!(Instant::now() < deadline, "never subscribed: {logs:?}");
+            logs.extend(t.drain_logs());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    let (attacker, copycat) = (Eoa::new(31), Eoa::new(32));
+    let target = alloy_primitives::Address::repeat_byte(0x42);
+    let report = serde_json::json!([format!("0x{}", "cd".repeat(32)), {
+        "tx_type": 2, "caller": attacker.address.to_string(), "gas_limit": 100000,
+        "gas_price": 2000000000u64, "kind": target.to_string(), "value": "0x0",
+        "data": format!("0x{}", alloy_primitives::hex::encode(poke(77))), "nonce": 0,
+        "chain_id": 31337, "access_list": [], "gas_priority_fee": 1000000000u64,
+        "blob_hashes": [], "max_fee_per_blob_gas": 0, "authorization_list": []
+    }])
+    .to_string();
+    let started = Instant::now();
+    let (status, _, _) = post(
+        &format!("http://127.0.0.1:{aeges}/report?token=t0k"),
+        Some("application/json"),
+        report,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+    // The same calldata from another EOA, on the instance that never got
+    // the report.
+    let copy = copycat.sign(0, target, &poke(77), 0, 50 * TIP);
+    let banned = eventually(Duration::from_secs(2), || async {
+        let (_, body) = send_raw(&other.url, &copy).await;
+        body["error"]["data"]["reason"] == "denied_fingerprint"
+    })
+    .await;
+    assert!(banned, "the other instance never learned the reported ban");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    refused(
+        &send_raw(&heard.url, &copy).await,
+        200,
+        -32003,
+        "denied_fingerprint",
+    );
+    let (h, o) = (heard.metrics().await, other.metrics().await);
+    assert_eq!(
+        metric(&h, "txgate_fleet_bans_total{event=\"published\"}"),
+        1.0,
+        "{h}"
+    );
+    assert_eq!(
+        metric(&o, "txgate_fleet_bans_total{event=\"received\"}"),
+        1.0,
+        "{o}"
+    );
+    // The publisher skips its own message.
+    assert_eq!(
+        metric(&h, "txgate_fleet_bans_total{event=\"received\"}"),
+        0.0,
+        "{h}"
+    );
 }

@@ -42,6 +42,22 @@ pub struct ResultCounters {
     pub malformed: IntCounter,
 }
 
+/// `txgate_fleet_bans_total{event}`: bans shared with the fleet's other
+/// instances over Redis.
+#[derive(Debug)]
+pub struct FleetBanCounters {
+    /// Learned here from a source only this instance hears, and published.
+    pub published: IntCounter,
+    /// Not published: Redis down or the outbox full (the ban holds here).
+    pub dropped: IntCounter,
+    /// Received from another instance and queued.
+    pub received: IntCounter,
+    /// Received messages that did not parse (not applied).
+    pub malformed: IntCounter,
+    /// Connections to Redis for the channel that failed or ended.
+    pub reconnects: IntCounter,
+}
+
 /// Sidecar link metrics.
 pub struct SidecarMetrics {
     /// Sources whose stream is open.
@@ -74,6 +90,8 @@ pub struct SidecarMetrics {
     pub probe: ProbeCounters,
     /// The result stream.
     pub results: ResultCounters,
+    /// Bans shared with the fleet.
+    pub fleet_bans: FleetBanCounters,
 }
 
 impl std::fmt::Debug for SidecarMetrics {
@@ -100,7 +118,20 @@ impl SidecarMetrics {
             "Assertion failures from the result stream, by what txgate knew of the hash",
             &["hash"],
         );
+        let fleet = r.counter_vec(
+            "fleet_bans_total",
+            "Bans shared with the fleet's other instances over Redis, by event",
+            &["event"],
+        );
+        let event = |name: &str| fleet.with_label_values(&[name]);
         SidecarMetrics {
+            fleet_bans: FleetBanCounters {
+                published: event("published"),
+                dropped: event("dropped"),
+                received: event("received"),
+                malformed: event("malformed"),
+                reconnects: event("reconnect"),
+            },
             up: r.gauge("sidecar_up", "Sidecar sources whose stream is open"),
             source_up: r.gauge_vec(
                 "sidecar_source_up",

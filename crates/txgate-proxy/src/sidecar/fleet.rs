@@ -1,0 +1,286 @@
+//! Bans that only one instance hears, shared with the fleet over Redis.
+//!
+//! A failure report reaches the one instance at the sidecar's `aeges_url`;
+//! a result-stream failure names only a tx hash, which only the instance
+//! that forwarded the transaction can turn into a fingerprint. Both
+//! become invalidations there, and that instance publishes them on the
+//! Redis channel `<redis.key_prefix>:bans`; every other instance subscribed
+//! queues them like any invalidation (banned, hash refused, sender
+//! charged; a ban it already holds is counted as a duplicate, never charged
+//! twice). Publishing never waits: with Redis down or the outbox full, the
+//! ban holds on the instance that learned it and the miss is counted.
+//! Pub/sub keeps nothing: an instance that starts later learns these bans
+//! only from its own sources (the sidecar's replay covers `txgate.v1`).
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy_primitives::{Address, B256};
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use txgate_screen::Invalidation;
+
+use crate::ops::metrics::Metrics;
+
+/// Bans waiting to be published at most; beyond, dropped and counted.
+pub const OUTBOX: usize = 4096;
+/// Bans per published message at most.
+const PER_MESSAGE: usize = 256;
+/// A received message larger than this is not parsed.
+const MAX_MESSAGE_BYTES: usize = 1 << 20;
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Where a source puts a ban the rest of the fleet should hear.
+#[derive(Debug, Clone)]
+pub struct Share {
+    outbox: mpsc::Sender<Invalidation>,
+    metrics: Arc<Metrics>,
+}
+
+impl Share {
+    /// Offers `invalidation` for publishing; never waits.
+    pub fn offer(&self, invalidation: &Invalidation) {
+        if self.outbox.try_send(*invalidation).is_err() {
+            self.metrics.sidecar.fleet_bans.dropped.inc();
+        }
+    }
+}
+
+/// A [`Share`] and the outbox [`run`] publishes from.
+pub fn share(metrics: Arc<Metrics>) -> (Share, mpsc::Receiver<Invalidation>) {
+    let (outbox, published) = mpsc::channel(OUTBOX);
+    (Share { outbox, metrics }, published)
+}
+
+/// One message on the channel.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Message {
+    /// The publishing process, so it skips its own messages.
+    origin: String,
+    bans: Vec<Ban>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Ban {
+    fingerprint: String,
+    target: String,
+    selector: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tx_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sender: Option<String>,
+}
+
+impl Ban {
+    fn of(i: &Invalidation) -> Ban {
+        Ban {
+            fingerprint: i.fingerprint.to_string(),
+            target: i.target.to_string(),
+            selector: alloy_primitives::hex::encode_prefixed(i.selector),
+            tx_hash: i.tx_hash.map(|h| h.to_string()),
+            sender: i.sender.map(|a| a.to_string()),
+        }
+    }
+
+    /// The invalidation; `None` when a field does not parse. No assertion
+    /// travels: a shared ban counts toward no assertion's cooldown.
+    fn invalidation(&self) -> Option<Invalidation> {
+        let selector = alloy_primitives::hex::decode(&self.selector).ok()?;
+        Some(Invalidation {
+            fingerprint: B256::from_str(&self.fingerprint).ok()?,
+            target: Address::from_str(&self.target).ok()?,
+            selector: selector.try_into().ok()?,
+            assertion: None,
+            tx_hash: match &self.tx_hash {
+                Some(h) => Some(B256::from_str(h).ok()?),
+                None => None,
+            },
+            sender: match &self.sender {
+                Some(a) => Some(Address::from_str(a).ok()?),
+                None => None,
+            },
+        })
+    }
+}
+
+/// The invalidations of a received message, unless it is ours or
+/// malformed.
+fn received(payload: &[u8], origin: &str) -> Result<Vec<Invalidation>, ()> {
+    if payload.len() > MAX_MESSAGE_BYTES {
+        return Err(());
+    }
+    let message: Message = serde_json::from_slice(payload).map_err(|_| ())?;
+    if message.origin == origin {
+        return Ok(Vec::new());
+    }
+    message
+        .bans
+        .iter()
+        .map(|b| b.invalidation().ok_or(()))
+        .collect()
+}
+
+/// Publishes what [`Share`] offers and queues what the others publish, on
+/// `<prefix>:bans`, until `stop`; reconnects with backoff.
+pub async fn run(
+    url: String,
+    prefix: String,
+    mut outbox: mpsc::Receiver<Invalidation>,
+    queue: mpsc::Sender<Invalidation>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    let m = &metrics.sidecar.fleet_bans;
+    let channel = format!("{prefix}:bans");
+    let origin = format!("{:016x}", rand_origin());
+    let Ok(client) = redis::Client::open(url.as_str()) else {
+        tracing::error!("Redis URL refused: bans are not shared with the fleet");
+        return;
+    };
+    let mut backoff = BACKOFF_MIN;
+    let mut pending = Vec::with_capacity(PER_MESSAGE);
+    // Closed when this instance has no source that shares (it still hears
+    // the others).
+    let mut sharing = true;
+    loop {
+        let connected = async {
+            let publisher = client.get_multiplexed_async_connection().await?;
+            let mut subscriber = client.get_async_pubsub().await?;
+            subscriber.subscribe(&channel).await?;
+            redis::RedisResult::Ok((publisher, subscriber))
+        };
+        let connected = tokio::select! {
+            () = stop.cancelled() => return,
+            c = tokio::time::timeout(Duration::from_secs(2), connected) => c,
+        };
+        let (mut publisher, subscriber) = match connected {
+            Ok(Ok(pair)) => pair,
+            _ => {
+                m.reconnects.inc();
+                // Bans offered meanwhile stay here only.
+                while let Ok(_dropped) = outbox.try_recv() {
+                    m.dropped.inc();
+                }
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                continue;
+            }
+        };
+        backoff = BACKOFF_MIN;
+        tracing::info!(channel, "sharing bans with the fleet over Redis");
+        let mut messages = subscriber.into_on_message();
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                n = outbox.recv_many(&mut pending, PER_MESSAGE), if sharing => {
+                    if n == 0 {
+                        sharing = false;
+                        continue;
+                    }
+                    let message = Message {
+                        origin: origin.clone(),
+                        bans: pending.iter().map(Ban::of).collect(),
+                    };
+                    pending.clear();
+                    let Ok(payload) = serde_json::to_vec(&message) else { continue };
+                    let sent = tokio::time::timeout(
+                        Duration::from_secs(1),
+                        redis::cmd("PUBLISH").arg(&channel).arg(payload).query_async::<i64>(&mut publisher),
+                    ).await;
+                    if matches!(sent, Ok(Ok(_))) {
+                        m.published.inc_by(message.bans.len() as u64);
+                    } else {
+                        m.dropped.inc_by(message.bans.len() as u64);
+                        m.reconnects.inc();
+                        break;
+                    }
+                }
+                message = messages.next() => {
+                    let Some(message) = message else {
+                        m.reconnects.inc();
+                        break;
+                    };
+                    match received(message.get_payload_bytes(), &origin) {
+                        Ok(bans) => {
+                            for ban in bans {
+                                m.received.inc();
+                                if !super::stream::queue(ban, &queue, &metrics).await {
+                                    return;
+                                }
+                            }
+                        }
+                        Err(()) => m.malformed.inc(),
+                    }
+                }
+            }
+        }
+        tracing::warn!("the Redis ban channel dropped: reconnecting");
+    }
+}
+
+/// A process id for the channel: the PID and the start time.
+fn rand_origin() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ban() -> Invalidation {
+        Invalidation {
+            fingerprint: B256::repeat_byte(7),
+            target: Address::repeat_byte(9),
+            selector: [0xa9, 0x05, 0x9c, 0xbb],
+            assertion: None,
+            tx_hash: Some(B256::repeat_byte(1)),
+            sender: Some(Address::repeat_byte(2)),
+        }
+    }
+
+    fn payload(origin: &str, bans: &[Invalidation]) -> Vec<u8> {
+        serde_json::to_vec(&Message {
+            origin: origin.into(),
+            bans: bans.iter().map(Ban::of).collect(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_ban_crosses_the_channel_whole() {
+        let mut partial = ban();
+        partial.tx_hash = None;
+        partial.sender = None;
+        let got = received(&payload("a", &[ban(), partial]), "b").unwrap();
+        assert_eq!(got, vec![ban(), partial]);
+    }
+
+    #[test]
+    fn our_own_messages_are_skipped() {
+        assert!(received(&payload("a", &[ban()]), "a").unwrap().is_empty());
+    }
+
+    #[test]
+    fn anything_malformed_is_refused_whole() {
+        assert!(received(b"not json", "b").is_err());
+        let mut bad: serde_json::Value = serde_json::from_slice(&payload("a", &[ban()])).unwrap();
+        bad["bans"][0]["selector"] = "0x1234".into();
+        assert!(received(&serde_json::to_vec(&bad).unwrap(), "b").is_err());
+        bad["bans"][0]["selector"] = "0xa9059cbb".into();
+        bad["bans"][0]["assertion"] = "0x01".into();
+        assert!(received(&serde_json::to_vec(&bad).unwrap(), "b").is_err());
+        assert!(received(&vec![b' '; MAX_MESSAGE_BYTES + 1], "b").is_err());
+    }
+}
