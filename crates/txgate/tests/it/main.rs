@@ -7,6 +7,7 @@ mod bad_input;
 mod balancer;
 mod cli;
 mod credible;
+mod deploy;
 mod faults;
 mod fleet;
 mod fleet_redis;
