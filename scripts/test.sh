@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test: formatting, clippy (warnings are errors), unit,
 # doc and end-to-end tests (anvil, the example sidecar, the txgate binary),
-# and checks that the benchmarks build. Installs anvil, cast and the test
-# tools first if missing.
+# checks that the benchmarks build, and validates deploy/. Installs anvil,
+# cast and the test tools first if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-foundry.sh
@@ -12,4 +12,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked --benches --no-run
 # The end-to-end tests run the example sidecar as its own process.
 cargo build --locked -p example-sidecar
+# The deployment files: HAProxy's own check, the Kubernetes manifests
+# decoded strictly into the API types, their txgate.toml checked by txgate.
+./scripts/check-deploy.sh
 cargo test --workspace --locked -- --test-threads 2
