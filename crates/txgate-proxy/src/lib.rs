@@ -171,7 +171,7 @@ impl Proxy {
                 Some(link)
             }
             (Some(_), None) => {
-                tracing::warn!("redis.url is set but no per-client limit is: nothing to share");
+                tracing::info!("no per-client limit is set: Redis shares bans only");
                 None
             }
             (None, _) => None,

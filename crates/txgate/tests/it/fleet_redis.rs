@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use crate::balancer::{Backend, Haproxy, Send};
 use crate::credible::{TIP, poke};
 use crate::support::{
-    ADDR1, Anvil, Eoa, KEY0, Proc, TempFile, Txgate, cast, eventually, free_port, get, metric,
-    post, refused, rpc_from, send_raw,
+    ADDR1, Anvil, Eoa, KEY0, Proc, Sidecar, TempFile, Txgate, cast, eventually, free_port, get,
+    metric, post, refused, rpc_from, send_raw,
 };
 
 const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
@@ -105,6 +105,9 @@ async fn paced(url: &str, from: &str, n: usize, every: Duration) -> (usize, usiz
     (ok, limited)
 }
 
+/// The fleet as the issue draws it: HAProxy, three instances, anvil, the
+/// example sidecar, redis-server; limits, bans, a late instance, and Redis
+/// killed and back.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fleet_holds_one_limit_through_redis_and_keeps_serving_when_redis_dies() {
     let anvil = Anvil::start().await;
@@ -119,9 +122,21 @@ async fn a_fleet_holds_one_limit_through_redis_and_keeps_serving_when_redis_dies
          [upstream]\nhealth_interval_ms = 100\n",
         redis.url()
     ));
-    let fleet: Vec<Txgate> = (0..3)
-        .map(|_| Txgate::start(&anvil.url, &["-c", config.arg()]))
-        .collect();
+    let sidecar_config = TempFile::new(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../config/example-sidecar.toml"),
+        )
+        .unwrap(),
+    );
+    let sidecar = Sidecar::start(&anvil.url, &sidecar_config, 0).await;
+    let instance = || {
+        Txgate::start(
+            &anvil.url,
+            &["-c", config.arg(), "--sidecar", &sidecar.grpc_url],
+        )
+    };
+    let fleet: Vec<Txgate> = (0..3).map(|_| instance()).collect();
     let admins: Vec<SocketAddr> = fleet
         .iter()
         .map(|t| t.admin_url.trim_start_matches("http://").parse().unwrap())
@@ -139,6 +154,14 @@ async fn a_fleet_holds_one_limit_through_redis_and_keeps_serving_when_redis_dies
         eventually(Duration::from_secs(10), || all_links(&admins, "up")).await,
         "every instance syncs with Redis"
     );
+    for admin in &admins {
+        let linked = eventually(Duration::from_secs(10), || async {
+            let (_, _, body) = get(&format!("http://{admin}/readyz")).await;
+            serde_json::from_slice::<serde_json::Value>(&body).unwrap()["sidecar"] == "up"
+        })
+        .await;
+        assert!(linked, "{admin} never subscribed to the sidecar");
+    }
     assert!(
         eventually(Duration::from_secs(10), || async {
             rpc_from(&haproxy.url, "127.0.0.1", &[], CHAIN_ID)
@@ -163,6 +186,35 @@ async fn a_fleet_holds_one_limit_through_redis_and_keeps_serving_when_redis_dies
     ]);
     let receipt: serde_json::Value = serde_json::from_str(&receipt).unwrap();
     assert_eq!(receipt["status"], "0x1", "{receipt}");
+
+    // The sidecar bans a call: every instance refuses it within 100 ms
+    // (probed one after another, so the bound is on the last).
+    let target = alloy_primitives::Address::repeat_byte(0x77);
+    let banned = Eoa::new(51).sign(0, target, &poke(91), 0, TIP);
+    let probe = Eoa::new(52).sign(0, target, &poke(91), 0, TIP);
+    sidecar
+        .inject(serde_json::json!({"raw_tx": banned, "assertion_id": format!("0x{}", "e8".repeat(32)), "assertion_version": 1}))
+        .await;
+    let injected = Instant::now();
+    for t in &fleet {
+        let learned = eventually(Duration::from_secs(2), || async {
+            send_raw(&t.url, &probe).await.1["error"]["data"]["reason"] == "denied_fingerprint"
+        })
+        .await;
+        assert!(learned, "an instance never learned the ban");
+    }
+    let took = injected.elapsed();
+    assert!(took < Duration::from_millis(100), "{took:?}");
+    // A fourth instance, no snapshot: refuses it within 1 s of its start.
+    let started = Instant::now();
+    let fourth = instance();
+    let learned = eventually(Duration::from_secs(1), || async {
+        send_raw(&fourth.url, &probe).await.1["error"]["data"]["reason"] == "denied_fingerprint"
+    })
+    .await;
+    let took = started.elapsed();
+    assert!(learned && took < Duration::from_secs(1), "{took:?}");
+    drop(fourth);
 
     // One client at 50 calls/s for 1.2 s, spread over the three instances
     // by round robin: the fleet lets through its one limit (10 + 5 × 1.2 =
