@@ -88,8 +88,8 @@ async fn all_links(admins: &[SocketAddr], want: &str) -> bool {
 }
 
 /// `n` calls from `from`, one every `every`: how many were answered 200
-/// and how many 429; nothing else is acceptable.
-async fn paced(url: &str, from: &str, n: usize, every: Duration) -> (usize, usize) {
+/// and how many 429 (nothing else is acceptable), and how long it took.
+async fn paced(url: &str, from: &str, n: usize, every: Duration) -> (usize, usize, f64) {
     let (mut ok, mut limited) = (0, 0);
     let start = Instant::now();
     for i in 0..n {
@@ -102,7 +102,13 @@ async fn paced(url: &str, from: &str, n: usize, every: Duration) -> (usize, usiz
         let next = start + every * (i as u32 + 1);
         tokio::time::sleep(next.saturating_duration_since(Instant::now())).await;
     }
-    (ok, limited)
+    (ok, limited, start.elapsed().as_secs_f64())
+}
+
+/// What a limit of `rate`/s and `burst` lets through in `secs` at most
+/// (the calls earned while the test ran count: a loaded machine is slow).
+fn allowed(burst: usize, rate: f64, secs: f64) -> usize {
+    burst + (rate * secs).ceil() as usize
 }
 
 /// The fleet as the issue draws it: HAProxy, three instances, anvil, the
@@ -220,15 +226,28 @@ async fn a_fleet_holds_one_limit_through_redis_and_keeps_serving_when_redis_dies
     // by round robin: the fleet lets through its one limit (10 + 5 × 1.2 =
     // 16), not three times it (each instance alone would pass 16 of its
     // 20). A little over for calls admitted between two syncs.
-    let (ok, limited) = paced(&haproxy.url, "127.0.0.2", 60, Duration::from_millis(20)).await;
-    assert!((14..=22).contains(&ok), "passed {ok}, refused {limited}");
-    // Over its limit on every instance, asked directly.
+    let one_limit = |ok: usize, secs: f64| {
+        let most = allowed(10, 5.0, secs);
+        ok + 4 >= most && ok <= most + 6
+    };
+    let (ok, limited, secs) = paced(&haproxy.url, "127.0.0.2", 60, Duration::from_millis(20)).await;
+    assert!(
+        one_limit(ok, secs),
+        "passed {ok}, refused {limited} in {secs:.2} s"
+    );
+    // Over its limit on every instance, asked directly: of two calls in a
+    // row, the second is refused (the first may find the token earned
+    // since the stream's last call).
     for t in &fleet {
-        let (status, _, body) = rpc_from(&t.url, "127.0.0.2", &[], CHAIN_ID).await.unwrap();
-        assert_eq!(status, 429, "{}", String::from_utf8_lossy(&body));
+        let mut statuses = Vec::new();
+        for _ in 0..2 {
+            let (status, _, _) = rpc_from(&t.url, "127.0.0.2", &[], CHAIN_ID).await.unwrap();
+            statuses.push(status.as_u16());
+        }
+        assert!(matches!(statuses[..], [200 | 429, 429]), "{statuses:?}");
     }
     // Another client is untouched.
-    let (ok, limited) = paced(&haproxy.url, "127.0.0.3", 9, Duration::ZERO).await;
+    let (ok, limited, _) = paced(&haproxy.url, "127.0.0.3", 9, Duration::ZERO).await;
     assert_eq!((ok, limited), (9, 0));
     let m = fleet[0].metrics().await;
     assert_eq!(metric(&m, "txgate_redis_up"), 1.0, "{m}");
@@ -240,7 +259,7 @@ async fn a_fleet_holds_one_limit_through_redis_and_keeps_serving_when_redis_dies
         eventually(Duration::from_secs(5), || all_links(&admins, "down")).await,
         "every instance notices Redis is gone"
     );
-    let (ok, limited) = paced(&haproxy.url, "127.0.0.4", 6, Duration::ZERO).await;
+    let (ok, limited, _) = paced(&haproxy.url, "127.0.0.4", 6, Duration::ZERO).await;
     assert_eq!((ok, limited), (6, 0), "honest calls keep succeeding");
     for admin in &admins {
         let (status, _, body) = get(&format!("http://{admin}/readyz")).await;
@@ -248,9 +267,13 @@ async fn a_fleet_holds_one_limit_through_redis_and_keeps_serving_when_redis_dies
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(body["redis"]["limits"], "local", "{body}");
     }
-    // The local share of the limit holds on one instance: a burst of 5.
-    let (ok, limited) = paced(&fleet[0].url, "127.0.0.5", 8, Duration::ZERO).await;
-    assert_eq!((ok, limited), (5, 3));
+    // The local share of the limit holds on one instance: a burst of 5
+    // (and 3/s).
+    let (ok, limited, secs) = paced(&fleet[0].url, "127.0.0.5", 8, Duration::ZERO).await;
+    assert!(
+        (5..=allowed(5, 3.0, secs)).contains(&ok) && ok < 8,
+        "passed {ok}, refused {limited} in {secs:.2} s"
+    );
     let m = fleet[0].metrics().await;
     assert_eq!(metric(&m, "txgate_redis_up"), 0.0, "{m}");
     assert!(
@@ -267,11 +290,17 @@ async fn a_fleet_holds_one_limit_through_redis_and_keeps_serving_when_redis_dies
         "every instance reconnects"
     );
     // The whole burst of 10 again on one instance...
-    let (ok, limited) = paced(&fleet[0].url, "127.0.0.6", 12, Duration::ZERO).await;
-    assert_eq!((ok, limited), (10, 2));
+    let (ok, limited, secs) = paced(&fleet[0].url, "127.0.0.6", 13, Duration::ZERO).await;
+    assert!(
+        (10..=allowed(10, 5.0, secs)).contains(&ok) && ok < 13,
+        "passed {ok}, refused {limited} in {secs:.2} s"
+    );
     // ...and one limit for the fleet.
-    let (ok, limited) = paced(&haproxy.url, "127.0.0.7", 60, Duration::from_millis(20)).await;
-    assert!((14..=22).contains(&ok), "passed {ok}, refused {limited}");
+    let (ok, limited, secs) = paced(&haproxy.url, "127.0.0.7", 60, Duration::from_millis(20)).await;
+    assert!(
+        one_limit(ok, secs),
+        "passed {ok}, refused {limited} in {secs:.2} s"
+    );
     assert!(redis.pong());
 }
 
