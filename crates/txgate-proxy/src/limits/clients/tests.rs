@@ -129,6 +129,11 @@ fn an_ip_over_its_rate_is_refused_with_the_limit_and_a_wait() {
     assert!((1..=500).contains(&retry_after_ms), "{retry_after_ms}");
     l.charge(b, 1, 0).unwrap();
     assert_eq!(l.metrics.limits.refused(Limit::IpCalls).get(), 1);
+    // The table's size, for the dashboard: two clients by IP, none by key.
+    l.update_gauges();
+    let tracked = &l.metrics.limits.tracked;
+    assert_eq!(tracked.with_label_values(&["ip"]).get(), 2);
+    assert_eq!(tracked.with_label_values(&["key"]).get(), 0);
 }
 
 #[test]
