@@ -18,7 +18,12 @@
 //!     pending attribution (what a clean call costs past the sender);
 //!   - `apply_1000_invalidations`: one batch, at the set's bound (each
 //!     insert evicts one entry).
-//! - `screen/tower`: the same decisions through the proxy's tower stack.
+//!   - `timed_*`: the first three decisions again through the proxy's
+//!     tower stack with its per-stage histograms on (what a running
+//!     txgate does), against the same targets.
+//! - `screen/tower`: a clean call through the proxy's tower stack against
+//!   the same stages called in a row, with and without the per-stage
+//!   histograms.
 
 #![allow(missing_docs)]
 
@@ -31,6 +36,7 @@ use alloy_consensus::transaction::SignerRecoverable;
 use alloy_primitives::{Address, B256, U256, keccak256};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use txgate_benches::{Eoa, random_invalidations, raw_hex};
+use txgate_proxy::ops::metrics::Metrics;
 use txgate_proxy::screening;
 use txgate_screen::{
     Candidate, Fingerprint, Invalidation, Screen, ScreenSettings, decode, decode_hex,
@@ -67,6 +73,24 @@ fn populated(n: usize, settings: ScreenSettings, epoch: Instant) -> Screen {
         screen.apply(&random_invalidations(next, 10_000, true, false), 0);
     }
     screen
+}
+
+/// One decision through the proxy's stack: every stage is synchronous (no
+/// probe), so the future is ready at the first poll.
+fn through_stack(
+    stack: &screening::Stack,
+    screen: &Screen,
+    hex: &str,
+    now: u64,
+    timed: &[prometheus::Histogram],
+) -> Result<txgate_screen::Admitted, txgate_screen::Rejection> {
+    let laps = screening::Laps::new(timed, Instant::now());
+    let mut run = std::pin::pin!(screening::screen(stack, screen, hex, now, laps));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match run.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(result) => result.map(|cleared| cleared.admitted),
+        std::task::Poll::Pending => unreachable!("every stage is synchronous"),
+    }
 }
 
 fn baseline(c: &mut Criterion) {
@@ -177,6 +201,22 @@ fn at_scale(c: &mut Criterion) {
         g.bench_function("refuse_denied_fingerprint_cached_sender", |b| {
             b.iter(|| screen.screen(black_box(&copy), now))
         });
+        // The same decisions as a running txgate makes them: the tower
+        // stack, every step timed into its histogram.
+        let (stack, metrics) = (screening::stack(None), Metrics::new());
+        let timed = &metrics.screen.stages;
+        g.bench_function("timed_full_new_tx_uncached_sender", |b| {
+            b.iter(|| {
+                i = (i + 1) % clean.len();
+                through_stack(&stack, &uncached, black_box(&clean[i]), now, timed)
+            })
+        });
+        g.bench_function("timed_refuse_recent_failure", |b| {
+            b.iter(|| through_stack(&stack, &screen, black_box(&failed), now, timed))
+        });
+        g.bench_function("timed_refuse_denied_fingerprint_cached_sender", |b| {
+            b.iter(|| through_stack(&stack, &screen, black_box(&copy), now, timed))
+        });
         g.bench_function("observe_new_fingerprint", |b| {
             b.iter(|| {
                 i = (i + 1) % candidates.len();
@@ -213,21 +253,26 @@ fn tower(c: &mut Criterion) {
     let stack = screening::stack(None);
     let (_, hex) = signed(5, 0, 5);
     assert!(screen.screen(&hex, 1).is_ok());
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let metrics = Metrics::new();
     let mut g = c.benchmark_group("screen/tower");
     g.bench_function("pure_cached_sender_clean", |b| {
         b.iter(|| screen.screen(black_box(&hex), 1))
     });
     g.bench_function("stack_cached_sender_clean", |b| {
-        b.iter(|| {
-            let mut run = std::pin::pin!(screening::screen(&stack, &screen, &hex, 1));
-            match run.as_mut().poll(&mut cx) {
-                std::task::Poll::Ready(result) => result.map(|cleared| cleared.admitted),
-                std::task::Poll::Pending => unreachable!("every stage is synchronous"),
-            }
-        })
+        b.iter(|| through_stack(&stack, &screen, black_box(&hex), 1, &[]))
+    });
+    g.bench_function("stack_cached_sender_clean_timed", |b| {
+        b.iter(|| through_stack(&stack, &screen, black_box(&hex), 1, &metrics.screen.stages))
     });
     g.finish();
+    // Every step observed once per decision.
+    let observed: u64 = metrics
+        .screen
+        .stages
+        .iter()
+        .map(|h| h.get_sample_count())
+        .sum();
+    assert!(observed > 0 && observed % metrics.screen.stages.len() as u64 == 0);
 }
 
 /// The uncached full path, stage by stage, over the same distinct txs.

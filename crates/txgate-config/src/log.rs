@@ -8,6 +8,12 @@ use crate::error::ConfigError;
 pub const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Human;
 /// Default log filter (`RUST_LOG` syntax).
 pub const DEFAULT_LOG_LEVEL: &str = "info";
+/// Default refusal lines a second, per refusal reason.
+pub const DEFAULT_REFUSALS_PER_SEC: u32 = 10;
+/// Default refusal lines at once, per reason, before the rate applies.
+pub const DEFAULT_REFUSALS_BURST: u32 = 20;
+/// Most refusal lines a second per reason that may be asked for.
+pub const MAX_REFUSALS_PER_SEC: u32 = 10_000;
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -40,6 +46,12 @@ pub struct LogConfig {
     pub format: LogFormat,
     /// Filter in `RUST_LOG` syntax; `RUST_LOG` itself wins when set.
     pub level: String,
+    /// Refusal lines (target `txgate::refusal`) a second, per reason; the
+    /// others are counted in `txgate_refusal_log_suppressed_total` and the
+    /// next line says how many it stands for. 0: no refusal lines.
+    pub refusals_per_sec: u32,
+    /// Refusal lines at once, per reason.
+    pub refusals_burst: u32,
 }
 
 impl LogConfig {
@@ -54,6 +66,21 @@ impl LogConfig {
                 self.level
             ),
         })?;
+        if self.refusals_per_sec > MAX_REFUSALS_PER_SEC {
+            return Err(ConfigError::new(
+                "log.refusals_per_sec",
+                format!(
+                    "{} is more than {MAX_REFUSALS_PER_SEC} lines a second per reason",
+                    self.refusals_per_sec
+                ),
+            ));
+        }
+        if self.refusals_per_sec > 0 && self.refusals_burst == 0 {
+            return Err(ConfigError::new(
+                "log.refusals_burst",
+                "must be at least 1 while log.refusals_per_sec is set",
+            ));
+        }
         Ok(())
     }
 }
@@ -63,6 +90,8 @@ impl Default for LogConfig {
         LogConfig {
             format: DEFAULT_LOG_FORMAT,
             level: DEFAULT_LOG_LEVEL.to_string(),
+            refusals_per_sec: DEFAULT_REFUSALS_PER_SEC,
+            refusals_burst: DEFAULT_REFUSALS_BURST,
         }
     }
 }
@@ -74,6 +103,26 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         LogConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn refusal_rate_is_bounded() {
+        let too_many = LogConfig {
+            refusals_per_sec: MAX_REFUSALS_PER_SEC + 1,
+            ..LogConfig::default()
+        };
+        assert_eq!(too_many.validate().unwrap_err().key, "log.refusals_per_sec");
+        let no_burst = LogConfig {
+            refusals_burst: 0,
+            ..LogConfig::default()
+        };
+        assert_eq!(no_burst.validate().unwrap_err().key, "log.refusals_burst");
+        let off = LogConfig {
+            refusals_per_sec: 0,
+            refusals_burst: 0,
+            ..LogConfig::default()
+        };
+        off.validate().unwrap();
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! - [`table`]: the bounded table of clients, by IP (IPv6 by prefix) or by
 //!   API key, whose eviction an address-rotating attacker cannot steer;
 //!   optionally keeping each client's usage for a fleet-wide sync.
+//! - [`sampler`]: at most a rate of events per key (log lines per reason),
+//!   the rest counted.
 //!
 //! ```
 //! use txgate_limits::{Limits, Rate, Table, Slot};
@@ -16,7 +18,9 @@
 //! ```
 
 pub mod gcra;
+pub mod sampler;
 pub mod table;
 
 pub use gcra::{Nanos, Rate};
+pub use sampler::Sampler;
 pub use table::{Limits, Refused, Slot, Spans, Table, Usage, Which, ip_key};

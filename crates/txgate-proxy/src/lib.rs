@@ -124,9 +124,17 @@ impl Proxy {
         let readiness = Arc::new(Readiness::new(metrics.clone()));
         let probe_upstream =
             Upstream::new(&config, metrics.clone()).map_err(BuildError::Upstream)?;
+        metrics
+            .http
+            .max_in_flight
+            .set(config.admission.max_in_flight as i64);
         let screen = config.screen.enabled.then(|| {
+            let settings = screening::state::screen_settings(&config.screen);
+            metrics
+                .screen
+                .set_capacity(&settings, config.sidecar.max_verdicts);
             Arc::new(Screen::new(
-                screening::state::screen_settings(&config.screen),
+                settings,
                 tokio::time::Instant::now().into_std(),
             ))
         });

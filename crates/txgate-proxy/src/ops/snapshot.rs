@@ -151,6 +151,10 @@ async fn save_counted(path: &Path, screen: &Arc<Screen>, metrics: &Arc<Metrics>)
     let saved = tokio::task::spawn_blocking(move || match save(&path, &screen) {
         Ok(written) => {
             metrics.snapshot.written.inc();
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            metrics.snapshot.last_success.set(now as i64);
             tracing::debug!(path = %path.display(), written, "ban snapshot written");
         }
         Err(e) => {
@@ -171,6 +175,7 @@ pub async fn run(
     interval: Duration,
     stop: CancellationToken,
 ) {
+    metrics.snapshot.interval.set(interval.as_secs() as i64);
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;

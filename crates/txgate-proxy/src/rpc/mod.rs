@@ -12,6 +12,7 @@ pub mod rescue;
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -26,8 +27,6 @@ use txgate_config::Config;
 use txgate_jsonrpc::encode::{self, UpstreamBatch};
 use txgate_jsonrpc::{Call, Entry, Frame, FrameError, Id, code};
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use futures_util::FutureExt;
 use futures_util::stream::{self, StreamExt};
 use txgate_screen::{Reason, Screen};
@@ -37,6 +36,7 @@ use crate::ops::metrics::{ClearedAs, Metrics, Outcome, UpstreamFailure};
 use crate::rpc::policy::MethodPolicy;
 use crate::rpc::rescue::{Body, Refusal, json_response, no_content};
 use crate::screening::{self, Stack};
+use crate::server::identity::Client;
 use crate::upstream::{Upstream, is_json_content_type};
 
 /// Screening of the raw-transaction methods, when enabled.
@@ -47,17 +47,8 @@ struct Screening {
     monitor_only: bool,
     /// Screened calls of one batch screened at once at most.
     batch_concurrency: usize,
-    /// Per reason, the last second a monitor-only line was logged: one
-    /// line per reason per second, so an attack cannot flood the log.
-    logged: [AtomicU64; Reason::ALL.len()],
-}
-
-impl Screening {
-    fn should_log(&self, reason: Reason, now_ms: u64) -> bool {
-        let index = reason.index();
-        let second = now_ms / 1000 + 1;
-        self.logged[index].swap(second, Ordering::Relaxed) != second
-    }
+    /// One sampled line per refusal (and would-be refusal).
+    refusals: screening::RefusalLog,
 }
 
 /// One screened call of a batch, under way.
@@ -98,7 +89,7 @@ impl RpcService {
             screen,
             monitor_only: config.screen.monitor_only,
             batch_concurrency: config.screen.batch_concurrency.max(1),
-            logged: Default::default(),
+            refusals: screening::RefusalLog::new(&config.log, &metrics.screen),
         });
         RpcService {
             shared: Arc::new(Shared {
@@ -176,6 +167,7 @@ impl Shared {
             return self.refuse(Refusal::BodyTooLarge(self.max_body_bytes), None);
         }
         let charged = req.extensions_mut().remove::<Charged>();
+        let client = req.extensions().get::<Client>().map(|c| c.ip);
         let read = Limited::new(req.into_body(), self.max_body_bytes).collect();
         let body = match tokio::time::timeout(self.body_read_timeout, read).await {
             Ok(Ok(collected)) => collected.to_bytes(),
@@ -214,11 +206,11 @@ impl Shared {
             }
         }
         match frame {
-            Ok(Frame::Single(Entry::Call(call))) => self.single(&call, body.clone()).await,
+            Ok(Frame::Single(Entry::Call(call))) => self.single(&call, body.clone(), client).await,
             Ok(Frame::Single(Entry::Invalid(invalid))) => {
                 self.refuse(Refusal::InvalidRequest(invalid.message), invalid.id)
             }
-            Ok(Frame::Batch(entries)) => self.batch(&entries, body.len()).await,
+            Ok(Frame::Batch(entries)) => self.batch(&entries, body.len(), client).await,
             Err(FrameError::Parse) => self.refuse(Refusal::Parse, None),
             Err(FrameError::NotARequest) => self.refuse(
                 Refusal::InvalidRequest(
@@ -236,24 +228,38 @@ impl Shared {
         }
     }
 
-    /// Screens a raw-transaction call; `Some` when it is refused. Other
-    /// methods, and everything when screening is off, pass untouched.
-    async fn screen_call(&self, call: &Call<'_>) -> Option<Refusal> {
+    /// Screens a raw-transaction call from `client`; `Some` when it is
+    /// refused. Other methods, and everything when screening is off, pass
+    /// untouched.
+    async fn screen_call(&self, call: &Call<'_>, client: Option<IpAddr>) -> Option<Refusal> {
         let screening = self.screening.as_ref()?;
         if !screening::is_screened(&call.method) {
             return None;
         }
-        // One clock read: the decision time and the histogram's start.
+        // One clock read: the decision time and the histograms' start.
         let started = tokio::time::Instant::now();
         let metrics = &self.metrics.screen;
         let now = screening.screen.millis(started.into_std());
+        let monitor_only = screening.monitor_only;
         let Some(param) = screening::raw_param(call.params) else {
-            metrics.refused(Reason::InvalidTransaction, screening.monitor_only);
-            return (!screening.monitor_only).then_some(Refusal::InvalidParams(
+            metrics.refused(Reason::InvalidTransaction, monitor_only);
+            screening.refusals.refused(
+                started.into_std(),
+                &screening::Refused {
+                    reason: Reason::InvalidTransaction,
+                    rejection: None,
+                    param: None,
+                    client,
+                    monitor_only,
+                },
+            );
+            return (!monitor_only).then_some(Refusal::InvalidParams(
                 "invalid params: expected the raw transaction as a 0x-prefixed hex string",
             ));
         };
-        let result = screening::screen(&screening.stack, &screening.screen, &param, now).await;
+        let laps = screening::Laps::new(&metrics.stages, started.into_std());
+        let result =
+            screening::screen(&screening.stack, &screening.screen, &param, now, laps).await;
         metrics.duration.observe(started.elapsed().as_secs_f64());
         match result {
             Ok(screening::Cleared {
@@ -276,25 +282,29 @@ impl Shared {
             }
             Err(rejection) => {
                 let reason = rejection.reason();
-                metrics.refused(reason, screening.monitor_only);
-                if screening.monitor_only {
-                    if screening.should_log(reason, now) {
-                        tracing::info!(
-                            reason = reason.as_str(),
-                            detail = ?rejection,
-                            "monitor-only: would refuse (one line per reason per second; \
-                             see txgate_screen_decisions_total)"
-                        );
-                    }
-                    return None;
-                }
-                Some(Refusal::Screened(rejection))
+                metrics.refused(reason, monitor_only);
+                screening.refusals.refused(
+                    started.into_std(),
+                    &screening::Refused {
+                        reason,
+                        rejection: Some(&rejection),
+                        param: Some(&param),
+                        client,
+                        monitor_only,
+                    },
+                );
+                (!monitor_only).then_some(Refusal::Screened(rejection))
             }
         }
     }
 
     /// A lone call: forwarded as the caller's bytes.
-    async fn single(&self, call: &Call<'_>, body: Bytes) -> (Outcome, Response<Body>) {
+    async fn single(
+        &self,
+        call: &Call<'_>,
+        body: Bytes,
+        client: Option<IpAddr>,
+    ) -> (Outcome, Response<Body>) {
         self.metrics.http.call(&call.method);
         if !self.policy.allows(&call.method) {
             if call.is_notification() {
@@ -302,7 +312,7 @@ impl Shared {
             }
             return self.refuse(Refusal::MethodDenied, call.id);
         }
-        if let Some(refusal) = self.screen_call(call).await {
+        if let Some(refusal) = self.screen_call(call, client).await {
             if call.is_notification() {
                 return (refusal.class().outcome, no_content());
             }
@@ -328,7 +338,12 @@ impl Shared {
 
     /// A batch: refusals answered here, the rest forwarded as one upstream
     /// batch with positions as ids, answers put back in the caller's order.
-    async fn batch(&self, entries: &[Entry<'_>], body_len: usize) -> (Outcome, Response<Body>) {
+    async fn batch(
+        &self,
+        entries: &[Entry<'_>],
+        body_len: usize,
+        client: Option<IpAddr>,
+    ) -> (Outcome, Response<Body>) {
         enum Slot {
             /// No answer owed (a notification).
             Silent,
@@ -357,7 +372,8 @@ impl Shared {
                     } else {
                         if self.screening.is_some() && screening::is_screened(&call.method) {
                             screened.push(Box::pin(
-                                self.screen_call(call).map(move |verdict| (index, verdict)),
+                                self.screen_call(call, client)
+                                    .map(move |verdict| (index, verdict)),
                             ));
                         }
                         None

@@ -85,7 +85,9 @@ where
     }
 
     fn call(&mut self, mut submission: Submission<'a>) -> Self::Future {
-        match S::check(submission.screen, &mut submission.candidate) {
+        let checked = S::check(submission.screen, &mut submission.candidate);
+        submission.laps.lap();
+        match checked {
             Ok(()) => ResponseFuture::Inner {
                 future: self.inner.call(submission),
             },

@@ -27,12 +27,15 @@
 
 mod check;
 mod probe;
+pub mod refusal_log;
 pub mod state;
 
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Instant;
 
+use prometheus::Histogram;
 use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use tower::{Layer, Service};
@@ -41,6 +44,7 @@ use txgate_screen::{Admitted, Candidate, Millis, Rejection, Screen};
 
 pub use check::{Check, CheckLayer, ResponseFuture};
 pub use probe::{Probe, ProbeClient, ProbeFuture, VerdictCache};
+pub use refusal_log::{RefusalLog, Refused};
 
 /// The methods that are screened.
 pub const SCREENED_METHODS: [&str; 3] = [
@@ -64,6 +68,53 @@ pub struct Submission<'a> {
     /// What the stages learned so far (boxed: the submission moves
     /// through every layer, and a decoded transaction is large).
     pub candidate: Box<Candidate>,
+    /// The time each stage takes.
+    pub laps: Laps<'a>,
+}
+
+/// The time of each step of the stack, observed in the histograms of
+/// [`stage_labels`], in order: one clock read per step, the gap since the
+/// previous read going to the step that just ended. The steps run in a
+/// fixed order, so the next histogram is found by position, never by name.
+#[derive(Debug)]
+pub struct Laps<'a> {
+    histograms: &'a [Histogram],
+    mark: Instant,
+    next: usize,
+}
+
+impl<'a> Laps<'a> {
+    /// Laps from `start`, observed in `histograms` (one per label of
+    /// [`stage_labels`]; empty: not timed, and no clock is read).
+    pub fn new(histograms: &'a [Histogram], start: Instant) -> Laps<'a> {
+        Laps {
+            histograms,
+            mark: start,
+            next: 0,
+        }
+    }
+
+    /// Ends the current step.
+    #[inline]
+    pub fn lap(&mut self) {
+        let Some(histogram) = self.histograms.get(self.next) else {
+            return;
+        };
+        let now = Instant::now();
+        histogram.observe(now.saturating_duration_since(self.mark).as_secs_f64());
+        self.mark = now;
+        self.next += 1;
+    }
+}
+
+/// The steps [`Laps`] times, in order: the candidate (hex and tx hash),
+/// each stage of [`Stages`], then the probe (ShouldForward when asked, and
+/// the pending attribution).
+pub fn stage_labels() -> Vec<&'static str> {
+    let mut labels = vec!["candidate"];
+    labels.extend(txgate_screen::stage::stage_names());
+    labels.push("probe");
+    labels
 }
 
 /// What the stack answers for a call it lets through.
@@ -112,21 +163,30 @@ pub fn stack(probe: Option<Arc<ProbeClient>>) -> Stack {
 }
 
 /// Screens one raw-transaction param at `now`: the candidate, then
-/// `stack`. Every stage is synchronous, so the future is ready at the
-/// first poll unless the probe asks the sidecar.
+/// `stack`, each step timed by `laps`. Every stage is synchronous, so the
+/// future is ready at the first poll unless the probe asks the sidecar.
 pub async fn screen<S>(
     stack: &S,
     screen: &Screen,
     param: &str,
     now: Millis,
+    mut laps: Laps<'_>,
 ) -> Result<Cleared, Rejection>
 where
     S: for<'a> Service<Submission<'a>, Response = Cleared, Error = Rejection> + Clone,
 {
-    let candidate = Box::new(screen.candidate(param, now)?);
+    let candidate = screen.candidate(param, now);
+    laps.lap();
+    let candidate = Box::new(candidate?);
     let mut stack = stack.clone();
     std::future::poll_fn(|cx| Service::<Submission<'_>>::poll_ready(&mut stack, cx)).await?;
-    stack.call(Submission { screen, candidate }).await
+    stack
+        .call(Submission {
+            screen,
+            candidate,
+            laps,
+        })
+        .await
 }
 
 /// The raw transaction of a screened call: the first positional param, a

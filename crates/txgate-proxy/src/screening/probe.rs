@@ -236,12 +236,15 @@ impl Future for ProbeFuture<'_> {
     }
 }
 
-/// Records the forward for attribution and says how it passed.
-fn admit(s: &Submission<'_>) -> Cleared {
-    Cleared {
+/// Records the forward for attribution and says how it passed; the end
+/// of the probe step.
+fn admit(s: &mut Submission<'_>) -> Cleared {
+    let cleared = Cleared {
         admitted: s.screen.admit(&s.candidate),
         sender_cached: s.candidate.sender_cached,
-    }
+    };
+    s.laps.lap();
+    cleared
 }
 
 impl<'a> Service<Submission<'a>> for Probe {
@@ -253,25 +256,25 @@ impl<'a> Service<Submission<'a>> for Probe {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, s: Submission<'a>) -> Self::Future {
-        let ready = |s: &Submission<'a>| ProbeFuture::Ready {
+    fn call(&mut self, mut s: Submission<'a>) -> Self::Future {
+        let ready = |s: &mut Submission<'a>| ProbeFuture::Ready {
             result: std::future::ready(Ok(admit(s))),
         };
         let Some(client) = self.client.clone() else {
-            return ready(&s);
+            return ready(&mut s);
         };
         let c = &s.candidate;
         let question = c
             .fingerprint
             .filter(|fp| !c.suspect && !client.verdicts.knows(&fp.hash, c.now));
         let Some(fp) = question else {
-            return ready(&s);
+            return ready(&mut s);
         };
         // Process-wide cap: beyond it, forward without asking (as on a
         // timeout), so no client can make txgate flood the sidecar.
         let Ok(permit) = client.verdicts.in_flight.clone().try_acquire_owned() else {
             client.metrics.sidecar.probe.saturated.inc();
-            return ready(&s);
+            return ready(&mut s);
         };
         let (tx_hash, sender, now) = (c.hash, c.sender, c.now);
         let asked = client.clone().ask(Question {
@@ -301,6 +304,7 @@ impl<'a> Service<Submission<'a>> for Probe {
                     };
                     let applied = s.screen.apply(&batch, now);
                     client.metrics.screen.applied(&applied);
+                    s.laps.lap();
                     return Err(Rejection::Denied {
                         fingerprint: fp.hash,
                         assertions: keys.iter().map(|k| k.id).collect(),
@@ -308,7 +312,7 @@ impl<'a> Service<Submission<'a>> for Probe {
                 }
                 Verdict::Unknown => {}
             }
-            Ok(admit(&s))
+            Ok(admit(&mut s))
         });
         ProbeFuture::Probing { future }
     }

@@ -65,6 +65,7 @@ fn invalidation(raw: &str) -> Invalidation {
 struct Harness {
     screen: Arc<Screen>,
     stack: Stack,
+    metrics: crate::ops::metrics::Metrics,
 }
 
 impl Harness {
@@ -76,6 +77,7 @@ impl Harness {
         Harness {
             stack: stack(None),
             screen,
+            metrics: crate::ops::metrics::Metrics::new(),
         }
     }
 
@@ -84,9 +86,16 @@ impl Harness {
     }
 
     async fn submit(&self, raw: &str) -> Result<Admitted, Rejection> {
-        screen(&self.stack, &self.screen, raw, self.now())
+        let laps = Laps::new(&self.metrics.screen.stages, std::time::Instant::now());
+        screen(&self.stack, &self.screen, raw, self.now(), laps)
             .await
             .map(|cleared| cleared.admitted)
+    }
+
+    /// Observations per step, in the order of [`stage_labels`].
+    fn laps(&self) -> Vec<u64> {
+        let stages = &self.metrics.screen.stages;
+        stages.iter().map(|h| h.get_sample_count()).collect()
     }
 
     fn apply(&self, batch: &[Invalidation]) {
@@ -262,9 +271,44 @@ async fn screen_call<S>(
 where
     S: for<'a> Service<Submission<'a>, Response = Cleared, Error = Rejection> + Clone,
 {
-    screen(stack, screen_state, param, now)
-        .await
-        .map(|c| c.admitted)
+    screen(
+        stack,
+        screen_state,
+        param,
+        now,
+        Laps::new(&[], std::time::Instant::now()),
+    )
+    .await
+    .map(|c| c.admitted)
+}
+
+/// Each step of the stack is timed in its own histogram, and a refusal
+/// times the steps up to the one that refused, no further.
+#[tokio::test]
+async fn every_step_is_timed_up_to_the_refusal() {
+    let h = Harness::new(ScreenSettings::default());
+    assert_eq!(
+        stage_labels(),
+        [
+            "candidate",
+            "fast_reject",
+            "decode",
+            "recover",
+            "backpressure",
+            "fingerprint",
+            "probe"
+        ]
+    );
+    let raw = raw(1, 0, &[0xa9, 0x05, 0x9c, 0xbb, 1]);
+    assert!(h.submit(&raw).await.is_ok());
+    assert_eq!(h.laps(), vec![1; 7]);
+    h.apply(&[invalidation(&raw)]);
+    // The same tx again: refused by the recent-failure stage.
+    assert_eq!(reason(h.submit(&raw).await), Some(Reason::RecentFailure));
+    assert_eq!(h.laps(), vec![2, 2, 1, 1, 1, 1, 1]);
+    // Not hex: refused while making the candidate.
+    assert!(h.submit("0xzz").await.is_err());
+    assert_eq!(h.laps(), vec![3, 2, 1, 1, 1, 1, 1]);
 }
 
 #[test]

@@ -166,6 +166,8 @@ pub struct HttpMetrics {
     outcomes: Vec<IntCounter>,
     /// Requests being handled (admitted, not yet answered).
     pub in_flight: IntGauge,
+    /// `admission.max_in_flight`: the cap `in_flight` runs against.
+    pub max_in_flight: IntGauge,
     /// Open client connections.
     pub open_connections: IntGauge,
     /// Client connections accepted.
@@ -207,6 +209,10 @@ impl HttpMetrics {
             in_flight: r.gauge(
                 "in_flight_requests",
                 "Requests admitted and not yet answered",
+            ),
+            max_in_flight: r.gauge(
+                "admission_max_in_flight",
+                "Requests admitted at once at most (admission.max_in_flight)",
             ),
             open_connections: r.gauge("open_connections", "Open client connections"),
             connections_total: r.counter("connections_total", "Client connections accepted"),

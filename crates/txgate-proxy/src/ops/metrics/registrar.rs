@@ -3,7 +3,8 @@
 
 use prometheus::core::Collector;
 use prometheus::{
-    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 
 /// Registers metrics in one registry. A name registers once and every
@@ -36,6 +37,17 @@ impl<'a> Registrar<'a> {
     pub(crate) fn histogram(&self, name: &str, help: &str, buckets: &[f64]) -> Histogram {
         let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
         self.register(Histogram::with_opts(opts).unwrap_or_else(|e| unreachable!("{e}")))
+    }
+
+    pub(crate) fn histogram_vec(
+        &self,
+        name: &str,
+        help: &str,
+        buckets: &[f64],
+        labels: &[&str],
+    ) -> HistogramVec {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        self.register(HistogramVec::new(opts, labels).unwrap_or_else(|e| unreachable!("{e}")))
     }
 
     pub(crate) fn counter_vec(&self, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {

@@ -45,6 +45,26 @@ pub(super) const SCREEN_BUCKETS: &[f64] = &[
     0.01,
 ];
 
+/// Stage time buckets in seconds, 250 ns to 10 ms: a stage takes from a
+/// fraction of a microsecond (a cache probe) to tens (one ECDSA recovery),
+/// and a ShouldForward probe milliseconds.
+pub(super) const STAGE_BUCKETS: &[f64] = &[
+    0.000_000_25,
+    0.000_000_5,
+    0.000_001,
+    0.000_002_5,
+    0.000_005,
+    0.000_01,
+    0.000_025,
+    0.000_05,
+    0.000_1,
+    0.000_25,
+    0.000_5,
+    0.001,
+    0.002_5,
+    0.01,
+];
+
 /// `txgate_screen_entries{cache}`: entries held by each cache.
 #[derive(Debug)]
 pub struct CacheGauges {
@@ -118,12 +138,21 @@ pub struct ScreenMetrics {
     would_refuse: Vec<IntCounter>,
     /// Screening time per call, from the raw param to the decision.
     pub duration: Histogram,
+    /// `txgate_screen_stage_duration_seconds{stage}`: the time of each
+    /// step, in the order of [`crate::screening::stage_labels`] (what
+    /// [`crate::screening::Laps`] observes by position).
+    pub stages: Vec<Histogram>,
+    /// `txgate_refusal_log_suppressed_total{reason}`: refusal lines left
+    /// out, by reason (indexed by [`Reason::index`]).
+    pub refusal_log_suppressed: Vec<IntCounter>,
     /// Sender cache hits.
     pub sender_cache_hits: IntCounter,
     /// Sender cache misses (one libsecp256k1 recovery each).
     pub sender_cache_misses: IntCounter,
     /// Cache sizes.
     pub entries: CacheGauges,
+    /// `txgate_screen_capacity{cache}`: each cache's bound (0: none).
+    pub capacity: CacheGauges,
     /// What invalidations did.
     pub invalidations: InvalidationCounters,
     /// Assertions evicted from the table (idle).
@@ -178,9 +207,38 @@ impl ScreenMetrics {
                 "Screening time per call, raw param to decision",
                 SCREEN_BUCKETS,
             ),
+            stages: {
+                let stages = r.histogram_vec(
+                    "screen_stage_duration_seconds",
+                    "Time of each screening step: candidate (hex, tx hash), each stage in \
+                     order, probe (ShouldForward when asked, pending attribution)",
+                    STAGE_BUCKETS,
+                    &["stage"],
+                );
+                crate::screening::stage_labels()
+                    .iter()
+                    .map(|stage| stages.with_label_values(&[stage]))
+                    .collect()
+            },
+            refusal_log_suppressed: {
+                let suppressed = r.counter_vec(
+                    "refusal_log_suppressed_total",
+                    "Refusal log lines left out (over log.refusals_per_sec), by reason",
+                    &["reason"],
+                );
+                Reason::ALL
+                    .iter()
+                    .map(|r| suppressed.with_label_values(&[r.as_str()]))
+                    .collect()
+            },
             sender_cache_hits: cache.with_label_values(&["hit"]),
             sender_cache_misses: cache.with_label_values(&["miss"]),
             entries: CacheGauges::new(&entries),
+            capacity: CacheGauges::new(&r.gauge_vec(
+                "screen_capacity",
+                "Most entries each screening cache holds (0: no bound of its own)",
+                &["cache"],
+            )),
             invalidations: InvalidationCounters {
                 banned: counter("banned"),
                 refreshed: counter("refreshed"),
@@ -213,6 +271,20 @@ impl ScreenMetrics {
         } else {
             self.refused[index].inc();
         }
+    }
+
+    /// Sets each cache's bound, once at start.
+    pub fn set_capacity(&self, settings: &txgate_screen::ScreenSettings, max_verdicts: usize) {
+        let c = &self.capacity;
+        let set = |g: &IntGauge, n: usize| g.set(i64::try_from(n).unwrap_or(i64::MAX));
+        set(&c.denied, settings.max_denied);
+        set(&c.recent_failures, settings.max_recent_failures);
+        set(&c.senders, settings.max_cached_senders);
+        set(&c.backpressured_senders, settings.backpressure.max_senders);
+        set(&c.pending, settings.max_pending);
+        set(&c.forwarded, settings.max_forwarded);
+        set(&c.assertions, settings.cooldown.max_assertions);
+        set(&c.verdicts, max_verdicts);
     }
 
     /// Sets the cache gauges.

@@ -24,6 +24,10 @@ pub struct SnapshotMetrics {
     /// rule (format 1): those of calls with 4 bytes of calldata or fewer
     /// can no longer match and lapse with their remaining time.
     pub restored_old_format: IntGauge,
+    /// Unix time of the last snapshot written.
+    pub last_success: IntGauge,
+    /// Seconds between snapshots (0: snapshots off).
+    pub interval: IntGauge,
 }
 
 impl std::fmt::Debug for SnapshotMetrics {
@@ -56,6 +60,14 @@ impl SnapshotMetrics {
             restored_old_format: r.gauge(
                 "ban_snapshot_restored_old_format",
                 "Bans restored at start from a snapshot of an older fingerprint rule (format 1)",
+            ),
+            last_success: r.gauge(
+                "ban_snapshot_last_success_timestamp_seconds",
+                "Unix time of the last ban snapshot written (0: none yet)",
+            ),
+            interval: r.gauge(
+                "ban_snapshot_interval_seconds",
+                "Seconds between ban snapshots (0: snapshots off)",
             ),
             load_fallback: r.counter(
                 "ban_snapshot_fallbacks_total",
