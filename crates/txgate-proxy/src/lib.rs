@@ -95,6 +95,7 @@ pub struct Proxy {
     probe_upstream: Upstream,
     client_limits: Option<Arc<ClientLimits>>,
     fleet: Option<Arc<FleetLink>>,
+    admin: Arc<ops::admin::Admin>,
 }
 
 /// Reads the API keys again on the operator's signal (SIGHUP).
@@ -120,6 +121,7 @@ impl Proxy {
     /// per setting), and restores the ban snapshot.
     pub fn new(config: Config) -> Result<Proxy, BuildError> {
         config.validate()?;
+        let admin_token = config.admin.token()?;
         let metrics = Arc::new(Metrics::new());
         let readiness = Arc::new(Readiness::new(metrics.clone()));
         let probe_upstream =
@@ -184,9 +186,22 @@ impl Proxy {
             }
             (None, _) => None,
         };
+        let admin = Arc::new(ops::admin::Admin {
+            metrics: metrics.clone(),
+            readiness: readiness.clone(),
+            bans: screen.as_ref().map(|screen| {
+                ops::admin::Bans::new(
+                    screen.clone(),
+                    admin_token,
+                    config.admin.max_import_bytes,
+                    metrics.clone(),
+                )
+            }),
+        });
         Ok(Proxy {
             client_limits,
             fleet,
+            admin,
             config: Arc::new(config),
             metrics,
             readiness,
@@ -325,7 +340,7 @@ impl Proxy {
         // default grace period.
         let quick = Duration::from_secs(2);
         background.spawn("admin", Role::Essential, quick, |stop| {
-            ops::admin::serve(admin, metrics.clone(), readiness.clone(), stop)
+            ops::admin::serve(admin, self.admin.clone(), stop)
         });
         let upstream = self.probe_upstream.clone();
         let interval = Duration::from_millis(config.upstream.health_interval_ms);

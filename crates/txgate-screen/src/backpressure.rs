@@ -162,6 +162,30 @@ impl SenderBuckets {
         Charged::BackedOff(wait)
     }
 
+    /// Forgets `sender` (its tokens, level and backoff): whether it was
+    /// tracked.
+    pub fn remove(&self, sender: &Address) -> bool {
+        let removed = self.shards.lock(sender).remove(sender).is_some();
+        if removed {
+            self.len.fetch_sub(1, Ordering::Relaxed);
+        }
+        removed
+    }
+
+    /// `sender`'s tokens left, backoff remaining (ms) and backoff level,
+    /// when tracked.
+    pub fn inspect(&self, sender: &Address, now: Millis) -> Option<(f64, Millis, u8)> {
+        let shard = self.shards.lock(sender);
+        let bucket = shard.get(sender)?;
+        let mut probe = *bucket;
+        probe.refill(now, &self.settings);
+        Some((
+            probe.tokens,
+            bucket.backoff_until.saturating_sub(now),
+            bucket.level,
+        ))
+    }
+
     /// Drops senders that are back to a full bucket and no backoff.
     pub fn sweep(&self, now: Millis) {
         self.shards.for_each(|shard| {

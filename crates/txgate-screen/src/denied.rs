@@ -281,6 +281,31 @@ impl DeniedSet {
         removed
     }
 
+    /// Removes `key`; whether it was held.
+    pub fn remove(&self, key: &B256) -> bool {
+        if !self.bloom.may_contain(key) {
+            return false;
+        }
+        let removed = self.shards.lock(key).remove(key).is_some();
+        if removed {
+            self.bloom.remove(key);
+            self.len.fetch_sub(1, Ordering::Relaxed);
+        }
+        removed
+    }
+
+    /// The number of shards, for [`DeniedSet::for_each_in`].
+    pub fn shard_count(&self) -> usize {
+        self.shards.count()
+    }
+
+    /// Every entry of shard `index` (one lock held for that shard only).
+    pub fn for_each_in(&self, index: usize, mut f: impl FnMut(&B256, &Ban)) {
+        for (key, ban) in self.shards.lock_index(index).iter() {
+            f(key, ban);
+        }
+    }
+
     /// Every entry (for snapshots), shard by shard.
     pub fn for_each(&self, mut f: impl FnMut(&B256, &Ban)) {
         self.shards.for_each(|shard| {

@@ -33,8 +33,10 @@ use crate::snapshot::BanRecord;
 use crate::ttl::{Millis, TtlMap};
 use crate::tx::{DecodeError, Tx, check_chain_id, decode_hex, decode_with_hash, tx_hash};
 
+mod inspect;
 mod pool;
 
+pub use inspect::{BanView, CooldownView, FailureView, SenderView};
 pub use pool::{PoolTx, PoolVerdict};
 
 /// Every tunable of screening, in milliseconds and entry counts.
@@ -812,23 +814,9 @@ impl Screen {
     /// current assertions: what a snapshot keeps.
     pub fn export_bans(&self, now: Millis) -> Vec<BanRecord> {
         let mut out = Vec::with_capacity(self.denied.len());
-        self.denied.for_each(|fingerprint, ban| {
-            if self.ban_state(ban, now) == BanState::Dead {
-                return;
-            }
-            let assertions = ban
-                .assertions
-                .iter()
-                .flatten()
-                .filter_map(|a| self.assertions.describe(*a))
-                .collect();
-            out.push(BanRecord {
-                fingerprint: *fingerprint,
-                expires_in: ban.expires.saturating_sub(now),
-                suspect_for: ban.suspect_until.saturating_sub(now),
-                assertions,
-            });
-        });
+        for shard in 0..self.ban_shards() {
+            out.extend(self.export_bans_in(shard, now));
+        }
         out
     }
 

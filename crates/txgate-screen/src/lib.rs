@@ -38,8 +38,8 @@ pub mod tx;
 
 pub use assertion::AssertionKey;
 pub use engine::{
-    Admitted, Applied, Candidate, Invalidation, PoolTx, PoolVerdict, Reason, Rejection, Screen,
-    ScreenSettings, Sizes,
+    Admitted, Applied, BanView, Candidate, CooldownView, FailureView, Invalidation, PoolTx,
+    PoolVerdict, Reason, Rejection, Screen, ScreenSettings, SenderView, Sizes,
 };
 pub use fingerprint::Fingerprint;
 pub use recover::{SignatureError, recover_sender};

@@ -97,6 +97,13 @@ impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
         (*expires > now).then_some(*value)
     }
 
+    /// The live value under `key` and when it expires.
+    pub fn get_entry(&self, key: &K, now: Millis) -> Option<(Millis, V)> {
+        let shard = self.shards.lock(key);
+        let (expires, value) = shard.young.get(key).or_else(|| shard.old.get(key))?;
+        (*expires > now).then_some((*expires, *value))
+    }
+
     /// Inserts or replaces `key`, live until `expires`.
     pub fn insert(&self, key: K, value: V, expires: Millis) {
         self.shards

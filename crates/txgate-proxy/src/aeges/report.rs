@@ -187,7 +187,7 @@ fn authorized<B>(req: &Request<B>, token: &str) -> bool {
     let from_query = req.uri().query().is_some_and(|q| {
         q.split('&')
             .find_map(|pair| pair.strip_prefix("token="))
-            .is_some_and(|v| equal(v.as_bytes(), token.as_bytes()))
+            .is_some_and(|v| crate::ops::secret::equal(v.as_bytes(), token.as_bytes()))
     });
     if from_query {
         return true;
@@ -200,7 +200,7 @@ fn authorized<B>(req: &Request<B>, token: &str) -> bool {
         return false;
     };
     if let Some(bearer) = header.strip_prefix("Bearer ") {
-        return equal(bearer.trim().as_bytes(), token.as_bytes());
+        return crate::ops::secret::equal(bearer.trim().as_bytes(), token.as_bytes());
     }
     if let Some(basic) = header.strip_prefix("Basic ") {
         let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(basic.trim()) else {
@@ -210,22 +210,10 @@ fn authorized<B>(req: &Request<B>, token: &str) -> bool {
             Some(i) => (&decoded[..i], &decoded[i + 1..]),
             None => (&decoded[..], &[][..]),
         };
-        return equal(user, token.as_bytes()) | equal(password, token.as_bytes());
+        return crate::ops::secret::equal(user, token.as_bytes())
+            | crate::ops::secret::equal(password, token.as_bytes());
     }
     false
-}
-
-/// Compares the keccak256 of both, in time independent of where they
-/// differ and of their lengths.
-fn equal(a: &[u8], b: &[u8]) -> bool {
-    let (a, b) = (
-        alloy_primitives::keccak256(a),
-        alloy_primitives::keccak256(b),
-    );
-    a.iter()
-        .zip(b.iter())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-        == 0
 }
 
 fn answer(status: StatusCode, line: &str) -> Response<Body> {

@@ -15,7 +15,9 @@
 //! - [`process`]: background tasks and fatal failures.
 //! - [`aeges`], [`verify`]: the Aeges listener's reports and pool
 //!   questions.
+//! - [`admin`]: the ban endpoints of the admin listener.
 
+pub mod admin;
 pub mod aeges;
 pub mod client;
 pub mod http;
@@ -30,6 +32,7 @@ pub mod verify;
 
 use prometheus::{Encoder, Registry, TextEncoder};
 
+pub use admin::AdminMetrics;
 pub use aeges::AegesMetrics;
 pub use client::ClientMetrics;
 pub use http::{HttpMetrics, KNOWN_METHODS, Outcome};
@@ -66,6 +69,8 @@ pub struct Metrics {
     pub aeges: AegesMetrics,
     /// The Aeges listener: the pool's questions.
     pub verify: VerifyMetrics,
+    /// The admin listener's ban endpoints.
+    pub admin: AdminMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -90,8 +95,10 @@ impl Metrics {
         );
         let (aeges, verify) = (AegesMetrics::new(&r), VerifyMetrics::new(&r));
         let (client, limits) = (ClientMetrics::new(&r), LimitMetrics::new(&r));
+        let admin = AdminMetrics::new(&r);
         Metrics {
             registry,
+            admin,
             client,
             limits,
             aeges,

@@ -1,7 +1,10 @@
-//! The admin listener: `/metrics`, `/healthz`, `/readyz`.
+//! The admin listener: `/metrics`, `/healthz`, `/readyz`, and the ban
+//! endpoints under `/bans` ([`bans`]).
 //!
 //! Separate from the client-facing server so that load balancers and
 //! Prometheus never queue behind client traffic or admission control.
+
+pub mod bans;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -13,9 +16,45 @@ use http_body_util::Full;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use http_body_util::BodyExt;
+
+pub use bans::{AdminBody, Bans};
+
 use crate::ops::health::Readiness;
 use crate::ops::metrics::Metrics;
 use crate::rpc::rescue::Body;
+
+/// What the admin listener serves.
+#[derive(Debug)]
+pub struct Admin {
+    /// The metrics rendered at `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// What `/readyz` reports.
+    pub readiness: Arc<Readiness>,
+    /// The ban endpoints (`None`: screening is off; they answer 503).
+    pub bans: Option<Bans>,
+}
+
+impl Admin {
+    /// Answers one request from `peer`.
+    pub async fn handle<B>(&self, req: Request<B>, peer: std::net::IpAddr) -> Response<AdminBody>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let path = req.uri().path();
+        if path == "/bans" || path.starts_with("/bans/") {
+            return match &self.bans {
+                Some(bans) => bans.handle(req, peer).await,
+                None => bans::error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "screening is off: there are no bans",
+                ),
+            };
+        }
+        route(&req, &self.metrics, &self.readiness).map(|body| body.boxed_unsync())
+    }
+}
 
 /// Answers one admin request.
 pub fn route<B>(req: &Request<B>, metrics: &Metrics, readiness: &Readiness) -> Response<Body> {
@@ -82,18 +121,13 @@ fn text(status: StatusCode, body: Bytes) -> Response<Body> {
 }
 
 /// Serves the admin endpoints until `stop` is cancelled.
-pub async fn serve(
-    listener: TcpListener,
-    metrics: Arc<Metrics>,
-    readiness: Arc<Readiness>,
-    stop: CancellationToken,
-) {
+pub async fn serve(listener: TcpListener, admin: Arc<Admin>, stop: CancellationToken) {
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => return,
             accepted = listener.accept() => accepted,
         };
-        let (stream, _) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(e) if crate::server::accept_error_is_transient(&e) => {
                 tracing::warn!(error = %e, "admin accept failed");
@@ -107,12 +141,11 @@ pub async fn serve(
                 return;
             }
         };
-        let metrics = metrics.clone();
-        let readiness = readiness.clone();
+        let admin = admin.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let response = route(&req, &metrics, &readiness);
-                async move { Ok::<_, Infallible>(response) }
+                let admin = admin.clone();
+                async move { Ok::<_, Infallible>(admin.handle(req, peer.ip()).await) }
             });
             let io = hyper_util::rt::TokioIo::new(stream);
             let _ = hyper::server::conn::http1::Builder::new()
