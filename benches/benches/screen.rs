@@ -272,7 +272,7 @@ fn tower(c: &mut Criterion) {
         .iter()
         .map(|h| h.get_sample_count())
         .sum();
-    assert!(observed > 0 && observed % metrics.screen.stages.len() as u64 == 0);
+    assert!(observed > 0 && observed.is_multiple_of(metrics.screen.stages.len() as u64));
 }
 
 /// The uncached full path, stage by stage, over the same distinct txs.

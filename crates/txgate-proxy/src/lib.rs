@@ -314,6 +314,10 @@ impl Proxy {
             },
             edge: Arc::new(Edge::new(&config.server, self.metrics.clone())),
             screen: self.screen.clone(),
+            refusals: Arc::new(screening::RefusalLog::new(
+                &self.config.log,
+                &self.metrics.screen,
+            )),
             verdicts: self.verdicts.clone(),
             probed: self.sources.iter().find(|s| s.should_forward).cloned(),
         }

@@ -13,6 +13,8 @@
 //!   log says which;
 //! - 2: a setting cannot work; one line names the setting and the value.
 
+mod bans;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -81,6 +83,10 @@ struct Cli {
     /// [redis.url]. Prefer the environment when it carries a password.
     #[arg(long, env = "TXGATE_REDIS_URL", global = true, hide_env_values = true)]
     redis_url: Option<String>,
+    /// File holding the bearer token of the admin listener's ban
+    /// endpoints [admin.token_file].
+    #[arg(long, env = "TXGATE_ADMIN_TOKEN_FILE", global = true)]
+    admin_token_file: Option<PathBuf>,
     /// Screen, count and log, but forward everything [screen.monitor_only].
     #[arg(long, env = "TXGATE_MONITOR_ONLY", global = true)]
     monitor_only: bool,
@@ -92,6 +98,9 @@ struct Cli {
 enum Command {
     /// Check the configuration, print the effective settings, and exit.
     CheckConfig,
+    /// Look up, lift, export and import bans on a running instance,
+    /// through its admin listener.
+    Bans(bans::Bans),
 }
 
 impl Cli {
@@ -142,6 +151,9 @@ impl Cli {
         if let Some(v) = &self.redis_url {
             config.redis.url = v.clone();
         }
+        if let Some(v) = &self.admin_token_file {
+            config.admin.token_file = Some(v.clone());
+        }
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)
     }
@@ -176,12 +188,24 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    if let Some(Command::CheckConfig) = cli.command {
+    let command = cli.command;
+    if let Some(Command::Bans(bans)) = command {
+        return bans.run(&config);
+    }
+    if let Some(Command::CheckConfig) = command {
         println!("configuration ok");
         println!("  listen        {}", config.server.listen);
         println!("  clients       {}", client_identity(&config));
         println!("  upstream      {}", config.upstream.url);
-        println!("  admin         {}", config.admin.listen);
+        println!(
+            "  admin         {} (ban endpoints: {})",
+            config.admin.listen,
+            if config.admin.token_file.is_some() {
+                "bearer token"
+            } else {
+                "loopback only"
+            }
+        );
         println!("  max_in_flight {}", config.admission.max_in_flight);
         println!(
             "  policy        {:?} {:?}",

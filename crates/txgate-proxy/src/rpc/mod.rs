@@ -47,8 +47,9 @@ struct Screening {
     monitor_only: bool,
     /// Screened calls of one batch screened at once at most.
     batch_concurrency: usize,
-    /// One sampled line per refusal (and would-be refusal).
-    refusals: screening::RefusalLog,
+    /// One sampled line per refusal (and would-be refusal), shared by
+    /// every worker: one rate for the process.
+    refusals: Arc<screening::RefusalLog>,
 }
 
 /// One screened call of a batch, under way.
@@ -75,21 +76,23 @@ pub struct RpcService {
 
 impl RpcService {
     /// Builds the service from the validated config; `screen` is the
-    /// screening state shared by every worker (`None`: screening off), and
-    /// `probe` the sidecar's ShouldForward client (`None`: not asked).
+    /// screening state shared by every worker (`None`: screening off),
+    /// `probe` the sidecar's ShouldForward client (`None`: not asked) and
+    /// `refusals` the process's refusal log.
     pub fn new(
         config: &Config,
         upstream: Upstream,
         metrics: Arc<Metrics>,
         screen: Option<Arc<Screen>>,
         probe: Option<Arc<screening::ProbeClient>>,
+        refusals: Arc<screening::RefusalLog>,
     ) -> Self {
         let screening = screen.map(|screen| Screening {
             stack: screening::stack(probe),
             screen,
             monitor_only: config.screen.monitor_only,
             batch_concurrency: config.screen.batch_concurrency.max(1),
-            refusals: screening::RefusalLog::new(&config.log, &metrics.screen),
+            refusals,
         });
         RpcService {
             shared: Arc::new(Shared {

@@ -24,7 +24,7 @@ use crate::limits::admission::AdmissionLayer;
 use crate::limits::clients::ClientLimitLayer;
 use crate::ops::metrics::Metrics;
 use crate::rpc::RpcService;
-use crate::screening::{ProbeClient, VerdictCache};
+use crate::screening::{ProbeClient, RefusalLog, VerdictCache};
 use crate::server::identity::Edge;
 use crate::server::{self, Drained, ServerSettings};
 use crate::sidecar;
@@ -42,6 +42,8 @@ pub(crate) struct Shared {
     /// Who the clients are (trusted proxies, PROXY protocol).
     pub(crate) edge: Arc<Edge>,
     pub(crate) screen: Option<Arc<Screen>>,
+    /// The refusal log: one rate for the whole process.
+    pub(crate) refusals: Arc<RefusalLog>,
     pub(crate) verdicts: Option<Arc<VerdictCache>>,
     /// The source ShouldForward asks, if one does.
     pub(crate) probed: Option<Source>,
@@ -127,6 +129,7 @@ fn serve(
         settings,
         edge,
         screen,
+        refusals,
         verdicts,
         probed,
     } = shared;
@@ -169,6 +172,7 @@ fn serve(
                 metrics.clone(),
                 screen,
                 probe,
+                refusals,
             ));
         server::serve(
             listener,

@@ -5,6 +5,7 @@
 
 mod bad_input;
 mod balancer;
+mod bans;
 mod cli;
 mod credible;
 mod deploy;
