@@ -244,6 +244,14 @@ fn publish_results(hub: &Hub, items: Vec<InjectedResult>) -> usize {
 async fn handle(admin: Admin, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => Ok(reply(StatusCode::OK, json!({"ok": true}))),
+        (&Method::GET, "/metrics") => {
+            let mut response = Response::new(Full::new(Bytes::from(admin.hub.metrics())));
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            Ok(response)
+        }
         (&Method::POST, "/invalidations") => {
             let items = match items::<Injected>(req).await {
                 Ok(items) => items,

@@ -10,6 +10,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use alloy_primitives::{Address, B256};
@@ -58,6 +59,8 @@ pub(crate) struct Hub {
     /// The live invalidations, oldest first, for replay to a new
     /// subscriber: bounded by `judged_max`, each kept `judged_ttl_ms`.
     live: Mutex<VecDeque<(Instant, Invalidated)>>,
+    /// Invalidations recorded since the start.
+    invalidated: AtomicU64,
 }
 
 /// What a subscriber receives.
@@ -85,7 +88,54 @@ impl Hub {
             capacity,
             judged: Mutex::new(judged),
             live: Mutex::new(VecDeque::new()),
+            invalidated: AtomicU64::new(0),
         }
+    }
+
+    /// The hub's state in the Prometheus text format (`/metrics`), so the
+    /// sidecar can be scraped beside txgate.
+    pub(crate) fn metrics(&self) -> String {
+        let live = self.live.lock().map_or(0, |live| live.len());
+        let judged = self.judged.lock().map_or(0, |judged| judged.len());
+        let rows: [(&str, &str, &str, u64); 5] = [
+            (
+                "example_sidecar_invalidations_total",
+                "counter",
+                "Invalidations recorded and streamed",
+                self.invalidated.load(Ordering::Relaxed),
+            ),
+            (
+                "example_sidecar_subscribers",
+                "gauge",
+                "Invalidation stream subscribers (every protocol)",
+                self.stream.receiver_count() as u64,
+            ),
+            (
+                "example_sidecar_live_invalidations",
+                "gauge",
+                "Invalidations a new subscriber is replayed",
+                live as u64,
+            ),
+            (
+                "example_sidecar_judged_fingerprints",
+                "gauge",
+                "Fingerprints judged and remembered",
+                judged as u64,
+            ),
+            (
+                "example_sidecar_latest_block",
+                "gauge",
+                "The newest block whose results were published",
+                self.results.latest_block(),
+            ),
+        ];
+        let mut out = String::new();
+        for (name, kind, help, value) in rows {
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
+            ));
+        }
+        out
     }
 
     /// Records and streams one invalidation at once (a subscriber whose
@@ -117,6 +167,7 @@ impl Hub {
             }
             live.push_back((now, event));
         }
+        self.invalidated.fetch_add(1, Ordering::Relaxed);
         self.stream.send(event).unwrap_or(0)
     }
 
@@ -233,6 +284,28 @@ mod tests {
 
     fn hub(extra: &str) -> Hub {
         Hub::new(Config::parse(extra).expect("config"))
+    }
+
+    #[test]
+    fn metrics_count_what_the_hub_did() {
+        let h = hub("");
+        let _subscriber = h.subscribe();
+        h.invalidate(&fp(1), key(), None, None, 7);
+        h.invalidate(&fp(2), key(), None, None, 7);
+        let text = h.metrics();
+        assert!(
+            text.contains("example_sidecar_invalidations_total 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("example_sidecar_subscribers 1\n"), "{text}");
+        assert!(
+            text.contains("example_sidecar_live_invalidations 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE example_sidecar_latest_block gauge\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -88,7 +88,6 @@ impl Judged {
     }
 
     /// Fingerprints held (expired ones included until the next sweep).
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }

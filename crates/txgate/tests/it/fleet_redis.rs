@@ -17,13 +17,13 @@ use crate::support::{
 const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
 
 /// A redis-server with no persistence.
-struct RedisServer {
+pub struct RedisServer {
     proc: Option<Proc>,
     port: u16,
 }
 
 impl RedisServer {
-    fn start(port: u16) -> RedisServer {
+    pub fn start(port: u16) -> RedisServer {
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -60,7 +60,7 @@ impl RedisServer {
         s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
     }
 
-    fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 

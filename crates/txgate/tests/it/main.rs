@@ -12,6 +12,7 @@ mod deploy;
 mod faults;
 mod fleet;
 mod fleet_redis;
+mod observability;
 mod passthrough;
 mod pool;
 mod screening;
