@@ -6,6 +6,11 @@ Reads criterion's medians from target/criterion after
 the libsecp256k1 recovery measured in the same group (same run, next to it
 in time), then shows how each ratio grows from 10k to 1M denied
 fingerprints. Exits 1 if a target is missed.
+
+`--plots DIR` also writes DIR/screen_cost.png (benches/report/
+screen_plots.py: cost vs denied-set size, with the targets) when matplotlib
+is there (scripts/install-plot-tools.sh); the table and the exit code are
+the same with or without it.
 """
 import json
 import pathlib
@@ -25,6 +30,31 @@ ROWS = [
 def median_ns(group: str, bench: str) -> float:
     path = ROOT / group / bench / "new" / "estimates.json"
     return json.loads(path.read_text())["median"]["point_estimate"]
+
+
+# The same decisions as a running txgate makes them: through the proxy's
+# tower stack with a histogram observed per stage.
+TIMED_ROWS = [(f"timed_{bench}", label, target) for bench, label, target in ROWS[:3]]
+
+
+def timed_table() -> bool:
+    """The first three decisions with per-stage histograms on, against the
+    same targets; True when every target is met."""
+    ok = True
+    print()
+    print("With per-stage histograms on (the proxy's tower stack, every step timed):")
+    print()
+    print("| decision | target | " + " | ".join(SIZES) + " | timed / pure at 1M |")
+    print("|---|---|" + "---|" * len(SIZES) + "---|")
+    for (bench, label, target), (pure_bench, _, _) in zip(TIMED_ROWS, ROWS):
+        base = {s: median_ns(f"screen_{s}", "libsecp256k1_recover") for s in SIZES}
+        ratios = [median_ns(f"screen_{s}", bench) / base[s] for s in SIZES]
+        ok &= all(r <= target for r in ratios)
+        cells = " | ".join(f"{r:.3f}× ({median_ns(f'screen_{s}', bench) / 1000:.2f} µs)"
+                           for r, s in zip(ratios, SIZES))
+        over = median_ns("screen_1M", bench) / median_ns("screen_1M", pure_bench)
+        print(f"| {label} | ≤ {target}× | {cells} | {over:.2f}× |")
+    return ok
 
 
 def main() -> int:
@@ -55,14 +85,45 @@ def main() -> int:
     ok &= all(a <= 2.0 for a in applies) and growth <= 1.5
     print(f"| apply 1000 invalidations | ≤ 2 ms | "
           + " | ".join(f"{a:.2f} ms" for a in applies) + f" | {growth:.2f} |")
+    ok &= timed_table()
     stack = median_ns("screen_tower", "stack_cached_sender_clean")
     pure = median_ns("screen_tower", "pure_cached_sender_clean")
+    timed = median_ns("screen_tower", "stack_cached_sender_clean_timed")
     print()
     print(f"tower stack vs the same stages called in a row (clean call, cached sender): "
-          f"{stack / 1000:.2f} µs vs {pure / 1000:.2f} µs ({stack / pure:.2f}×)")
+          f"{stack / 1000:.2f} µs vs {pure / 1000:.2f} µs ({stack / pure:.2f}×); "
+          f"with per-stage histograms {timed / 1000:.2f} µs ({timed / stack:.2f}× the stack without)")
     print("targets met" if ok else "TARGET MISSED")
     return 0 if ok else 1
 
 
+def plots(out_dir: str) -> None:
+    """--plots DIR: the picture of the table, drawn by screen_plots.py with
+    an interpreter that has matplotlib (this one, or .venv-plots/'s). Never
+    changes the exit code."""
+    import subprocess
+    here = pathlib.Path(__file__).resolve().parent
+    python = sys.executable
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        venv = here.parents[1] / ".venv-plots" / "bin" / "python"
+        if not venv.exists():
+            print("no plots: matplotlib is not installed; run scripts/install-plot-tools.sh",
+                  file=sys.stderr)
+            return
+        python = str(venv)
+    sys.stdout.flush()
+    subprocess.run([python, str(here / "screen_plots.py"), "--out", out_dir,
+                    "--criterion", str(ROOT)], check=False)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    plots_dir = None
+    if "--plots" in sys.argv[1:]:
+        at = sys.argv.index("--plots")
+        plots_dir = sys.argv[at + 1] if at + 1 < len(sys.argv) else "target/bench-report"
+    code = main()
+    if plots_dir:
+        plots(plots_dir)
+    sys.exit(code)

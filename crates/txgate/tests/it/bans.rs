@@ -16,16 +16,6 @@ const TARGET: Address = Address::repeat_byte(0x7e);
 const TIP: u128 = 1_000_000_000;
 const ASSERTION: &str = "0x00000000000000000000000000000000000000000000000000000000000000b7";
 
-fn sidecar_config() -> TempFile {
-    TempFile::new(
-        &std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../config/example-sidecar.toml"),
-        )
-        .expect("config/example-sidecar.toml"),
-    )
-}
-
 /// `txgate bans ARGS` against `admin`.
 fn bans(admin: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_txgate"))
@@ -63,7 +53,7 @@ async fn reason(url: &str, raw: &str) -> Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn bans_are_looked_up_exported_imported_and_lifted() {
     let anvil = Anvil::start().await;
-    let config = sidecar_config();
+    let config = crate::support::example_sidecar_config();
     let sidecar = Sidecar::start(&anvil.url, &config, 0).await;
     let token = TempFile::new("t0ken-for-the-bans\n");
     let a = Txgate::start(
@@ -236,7 +226,7 @@ async fn bans_are_looked_up_exported_imported_and_lifted() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_refusal_log_stays_under_its_rate() {
     let anvil = Anvil::start().await;
-    let config = sidecar_config();
+    let config = crate::support::example_sidecar_config();
     let sidecar = Sidecar::start(&anvil.url, &config, 0).await;
     let a = Txgate::start(&anvil.url, &["--sidecar", &sidecar.grpc_url]);
     let (attacker, other) = (Eoa::new(81), Eoa::new(82));

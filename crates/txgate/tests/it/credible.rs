@@ -29,16 +29,6 @@ pub(crate) fn poke(x: u64) -> Vec<u8> {
     input
 }
 
-fn sidecar_config() -> TempFile {
-    TempFile::new(
-        &std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../config/example-sidecar.toml"),
-        )
-        .expect("config/example-sidecar.toml"),
-    )
-}
-
 pub(crate) struct World {
     pub(crate) anvil: Anvil,
     pub(crate) _sidecar: Sidecar,
@@ -53,7 +43,7 @@ pub(crate) struct World {
 /// Guarded contract deployed through txgate.
 pub(crate) async fn world(sidecar_args: &[&str], txgate_config: &str) -> World {
     let anvil = Anvil::start().await;
-    let sidecar_config = sidecar_config();
+    let sidecar_config = crate::support::example_sidecar_config();
     let sidecar = Sidecar::start_with(&anvil.url, &sidecar_config, 0, sidecar_args).await;
     let config = TempFile::new(&format!(
         "[sidecar]\nreconnect_initial_ms = 50\nreconnect_max_ms = 200\n{}",

@@ -333,9 +333,7 @@ async fn play(txgate: &Txgate, anvil: &Anvil, for_how_long: Duration) -> usize {
 #[tokio::test(flavor = "multi_thread")]
 async fn every_panel_and_rule_has_series_in_a_real_prometheus() {
     let anvil = Anvil::start().await;
-    let sidecar_config = TempFile::new(
-        &std::fs::read_to_string(repo("config/example-sidecar.toml")).expect("sidecar config"),
-    );
+    let sidecar_config = crate::support::example_sidecar_config();
     let sidecar = Sidecar::start(&anvil.url, &sidecar_config, 0).await;
     let redis = RedisServer::start(free_port());
     let snapshots = TempDir::new("observability-bans");

@@ -701,6 +701,17 @@ impl Sidecar {
     }
 }
 
+/// The example sidecar's shipped config (config/example-sidecar.toml).
+pub fn example_sidecar_config() -> TempFile {
+    TempFile::new(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../config/example-sidecar.toml"),
+        )
+        .expect("config/example-sidecar.toml"),
+    )
+}
+
 /// Waits up to `limit` for `check` to hold, polling every 20 ms.
 pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
 where
