@@ -35,6 +35,48 @@ rpc() { curl -s -H 'content-type: application/json' -d "$2" "$1"; }
 send() { curl -s -w ' [HTTP %{http_code}]' -H 'content-type: application/json' \
   -d "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eth_sendRawTransaction\",\"params\":[\"$2\"]}" "$1"; }
 metric() { curl -s "$ADMIN/metrics" | awk -v s="$1" 'index($0, s" ") == 1 { print $2 }'; }
+# A one-screen summary of a /metrics text: screening decisions by reason as
+# a bar chart (bars scaled to the largest), what was forwarded and refused,
+# what the invalidations did, the sidecar link. Pure awk.
+summary() {
+  awk '
+    function label(line, name,   i, rest) {
+      i = index(line, name "=\"")
+      if (i == 0) return ""
+      rest = substr(line, i + length(name) + 2)
+      return substr(rest, 1, index(rest, "\"") - 1)
+    }
+    function bar(n, width,   s) { s = ""; for (; width > 0; width--) s = s "\342\226\210"; return s }
+    /^txgate_screen_decisions_total\{/ && $NF > 0 {
+      d = label($0, "decision"); r = label($0, "reason")
+      key = d " " r; n[key] = $NF; order[++k] = key
+      if (length(key) > w) w = length(key)
+      if ($NF > max) max = $NF
+      if (d == "forwarded") { fwd += $NF; fwd_parts = fwd_parts (fwd_parts ? ", " : "") r " " $NF }
+      else refused += $NF
+    }
+    /^txgate_invalidations_total\{/ && $NF > 0 {
+      inv = inv (inv ? ", " : "") label($0, "result") " " $NF
+    }
+    /^txgate_sidecar_up / { up = $NF }
+    /^txgate_sidecar_invalidations_received_total / { received = $NF }
+    /^txgate_sidecar_reconnects_total / { reconnects = $NF }
+    END {
+      for (i = 2; i <= k; i++)  # the largest first
+        for (j = i; j > 1 && n[order[j]] > n[order[j - 1]]; j--) {
+          t = order[j]; order[j] = order[j - 1]; order[j - 1] = t
+        }
+      print "    screening decisions by reason:"
+      for (i = 1; i <= k; i++) {
+        len = int(n[order[i]] * 40 / max + 0.5); if (len < 1) len = 1
+        printf "      %-" w "s  %s %d\n", order[i], bar(n[order[i]], len), n[order[i]]
+      }
+      printf "    forwarded: %d (%s)\n", fwd, fwd_parts ? fwd_parts : "none"
+      printf "    refused:   %d\n", refused
+      printf "    invalidations applied: %s\n", inv ? inv : "none"
+      printf "    sidecar link up: %s, invalidations received: %d, reconnects: %d\n", up == 1 ? "yes" : "no", received, reconnects
+    }' "$1"
+}
 
 anvil_port=$(free_port); tx_port=$(free_port); admin_port=$(free_port)
 grpc_port=$(free_port); sidecar_admin_port=$(free_port)
@@ -138,8 +180,9 @@ out=$(send "$PROXY" "$(mktx $HONEST 'poke(uint256)' 2)"); echo "    poke(2):  $o
 out=$(send "$PROXY" "$(mktx $HONEST 'deposit()' --value 1gwei)"); echo "    deposit(): $out"
 
 echo
-echo "==> 8. the counters from $ADMIN/metrics"
-curl -s "$ADMIN/metrics" | grep -E '^txgate_(screen_decisions_total|invalidations_total|sidecar_(up|invalidations_received_total|reconnects_total)|screen_entries)' | grep -v ' 0$' | sed 's/^/    /'
+echo "==> 8. what txgate counted, from $ADMIN/metrics"
+curl -s "$ADMIN/metrics" > "$work/metrics"
+summary "$work/metrics"
 
 echo
 echo "==> stopping txgate with SIGTERM (drains, exits 0), then the sidecar and anvil"

@@ -20,6 +20,19 @@
 //!
 //! `cargo build --release -p txgate -p example-sidecar -p txgate-benches &&
 //!  target/release/attack` (or `benches/load/attack.sh`).
+//!
+//! The summary goes to stdout as JSON; `--json FILE` writes it too, with
+//! the time series the plots read (`benches/report/attack_plots.py`) under
+//! `series`: every honest call (sent at, latency), txgate's
+//! `txgate_screen_decisions_total{decision,reason}` sampled every
+//! `--sample-ms` (250) over the whole run, the phases' bounds, and each
+//! probe's injection-to-refusal time.
+//!
+//! With `--node URL --txgate URL --txgate-admin URL --sidecar-admin URL`
+//! the tool starts nothing and plays its story against a stack already
+//! running (a fresh anvil with `--block-time 1`, as above: the contract's
+//! address is the deployer's first), e.g. one a Prometheus scrapes
+//! (`benches/load/dashboard.sh`).
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
@@ -28,12 +41,12 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
-use txgate_benches::procs::{HttpClient, client, free_port, post, root, spawn, wait_up};
+use txgate_benches::procs::{HttpClient, Proc, client, free_port, post, root, spawn, wait_up};
 use txgate_benches::{Eoa, call, raw_hex};
 
 const GUARDED: &str = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
@@ -48,6 +61,19 @@ struct Args {
     connections: usize,
     probes: usize,
     json: Option<PathBuf>,
+    /// How often txgate's decision counters are sampled, in ms.
+    sample_ms: u64,
+    /// A running stack to play against instead of starting one.
+    external: External,
+}
+
+/// The URLs of a stack started by someone else (all or none).
+#[derive(Default)]
+struct External {
+    node: Option<String>,
+    txgate: Option<String>,
+    txgate_admin: Option<String>,
+    sidecar_admin: Option<String>,
 }
 
 fn args() -> Args {
@@ -59,6 +85,8 @@ fn args() -> Args {
         connections: 32,
         probes: 20,
         json: None,
+        sample_ms: 250,
+        external: External::default(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -70,6 +98,11 @@ fn args() -> Args {
             "--connections" => a.connections = value().parse().expect("connections"),
             "--probes" => a.probes = value().parse().expect("probes"),
             "--json" => a.json = Some(value().into()),
+            "--sample-ms" => a.sample_ms = value().parse().expect("sample-ms"),
+            "--node" => a.external.node = Some(value()),
+            "--txgate" => a.external.txgate = Some(value()),
+            "--txgate-admin" => a.external.txgate_admin = Some(value()),
+            "--sidecar-admin" => a.external.sidecar_admin = Some(value()),
             "--attack-only" => a.attack_only = Some(value()),
             "--bench" => {}
             other => panic!("unknown flag {other}"),
@@ -108,8 +141,19 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// What the honest client saw in one phase.
+struct Honest {
+    /// Latencies in ms of the successes, sorted.
+    latencies: Vec<f64>,
+    /// Calls that failed.
+    failed: u64,
+    /// Every call in the order sent: when (s since the run's origin) and
+    /// its latency in ms (`None`: failed).
+    series: Vec<(f64, Option<f64>)>,
+}
+
 /// The honest client: `rate`/s distinct valid transactions for `seconds`,
-/// open loop. Returns (latencies in ms of successes, failures).
+/// open loop.
 async fn honest(
     client: HttpClient,
     url: String,
@@ -117,7 +161,8 @@ async fn honest(
     first_nonce: u64,
     rate: u64,
     seconds: u64,
-) -> (Vec<f64>, u64) {
+    origin: Instant,
+) -> Honest {
     let total = rate * seconds;
     // Signed ahead: the client's own signing is not what is measured.
     let raws: Vec<String> = (0..total)
@@ -134,9 +179,11 @@ async fn honest(
         .collect();
     let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / rate));
     let mut tasks = Vec::with_capacity(raws.len());
+    let mut tasks_sent_at = Vec::with_capacity(raws.len());
     for raw in raws {
         tick.tick().await;
         let (client, url) = (client.clone(), url.clone());
+        let sent_at = origin.elapsed().as_secs_f64();
         tasks.push(tokio::spawn(async move {
             let started = Instant::now();
             let answer = post(&client, &url, send_body(&raw)).await;
@@ -146,15 +193,21 @@ async fn honest(
                 other => Err(format!("{other:?}")),
             }
         }));
+        tasks_sent_at.push(sent_at);
     }
     let mut latencies = Vec::new();
+    let mut series = Vec::with_capacity(tasks.len());
     let mut failed = 0;
     let mut first_error = None;
-    for task in tasks {
+    for (task, sent_at) in tasks.into_iter().zip(tasks_sent_at) {
         match task.await.unwrap() {
-            Ok(ms) => latencies.push(ms),
+            Ok(ms) => {
+                latencies.push(ms);
+                series.push((sent_at, Some(ms)));
+            }
             Err(e) => {
                 failed += 1;
+                series.push((sent_at, None));
                 first_error.get_or_insert(e);
             }
         }
@@ -163,7 +216,79 @@ async fn honest(
         eprintln!("first honest failure: {e}");
     }
     latencies.sort_by(f64::total_cmp);
-    (latencies, failed)
+    Honest {
+        latencies,
+        failed,
+        series,
+    }
+}
+
+/// The series of one honest phase as JSON columns.
+fn honest_series(h: &Honest) -> Value {
+    json!({
+        "sent_s": h.series.iter().map(|s| s.0).collect::<Vec<_>>(),
+        "latency_ms": h.series.iter().map(|s| s.1).collect::<Vec<_>>(),
+    })
+}
+
+/// GETs `url`'s body as text (`None` on any error).
+async fn get_text(client: &HttpClient, url: &str) -> Option<String> {
+    let request = hyper::Request::get(url)
+        .body(Full::new(Bytes::new()))
+        .ok()?;
+    let response = client.request(request).await.ok()?;
+    let body = response.into_body().collect().await.ok()?.to_bytes();
+    Some(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// `txgate_screen_decisions_total` from a /metrics text, keyed
+/// `decision:reason`.
+fn decisions(metrics: &str) -> BTreeMap<String, f64> {
+    let label = |labels: &str, name: &str| {
+        let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
+        let len = labels[start..].find('"')?;
+        Some(labels[start..start + len].to_string())
+    };
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("txgate_screen_decisions_total{"))
+        .filter_map(|rest| {
+            let (labels, value) = rest.split_once("} ")?;
+            let key = format!(
+                "{}:{}",
+                label(labels, "decision")?,
+                label(labels, "reason")?
+            );
+            Some((key, value.trim().parse::<f64>().ok()?))
+        })
+        .collect()
+}
+
+/// Samples txgate's decision counters every `every` until `stop`: (s since
+/// the run's origin, counters), one sample at least after `stop`.
+async fn sample_decisions(
+    client: HttpClient,
+    metrics_url: String,
+    origin: Instant,
+    every: Duration,
+    stop: Arc<AtomicBool>,
+) -> Vec<(f64, BTreeMap<String, f64>)> {
+    let mut samples = Vec::new();
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        let last = stop.load(Ordering::Relaxed);
+        let asked = origin.elapsed().as_secs_f64();
+        if let Some(text) = get_text(&client, &metrics_url).await {
+            // Stamped halfway through the scrape.
+            let at = (asked + origin.elapsed().as_secs_f64()) / 2.0;
+            samples.push((at, decisions(&text)));
+        }
+        if last {
+            return samples;
+        }
+    }
 }
 
 /// Child mode: `connections` workers send attacker traffic to `url` for
@@ -250,6 +375,105 @@ async fn attack(
     outcomes
 }
 
+/// Where the node, txgate and the sidecar answer.
+struct Stack {
+    node: String,
+    txgate: String,
+    txgate_admin: String,
+    sidecar_admin: String,
+}
+
+impl Stack {
+    /// The stack named on the command line, if one is.
+    fn external(e: &External) -> Option<Stack> {
+        let given = [&e.node, &e.txgate, &e.txgate_admin, &e.sidecar_admin];
+        if given.iter().all(|u| u.is_none()) {
+            return None;
+        }
+        let url = |u: &Option<String>| {
+            u.clone()
+                .expect("--node, --txgate, --txgate-admin and --sidecar-admin go together")
+                .trim_end_matches('/')
+                .to_string()
+        };
+        Some(Stack {
+            node: url(&e.node),
+            txgate: url(&e.txgate),
+            txgate_admin: url(&e.txgate_admin),
+            sidecar_admin: url(&e.sidecar_admin),
+        })
+    }
+
+    /// Starts anvil (a block per second), the example sidecar and txgate on
+    /// free loopback ports; they stop when the processes are dropped.
+    async fn start(client: &HttpClient) -> (Vec<Proc>, Stack) {
+        let tools = root().join(".tools/bin");
+        let release = root().join("target/release");
+        let (anvil_port, grpc_port, sidecar_admin, rpc_port, admin_port) = (
+            free_port(),
+            free_port(),
+            free_port(),
+            free_port(),
+            free_port(),
+        );
+        let node = format!("http://127.0.0.1:{anvil_port}");
+        let anvil = spawn(
+            &tools.join("anvil"),
+            &[
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &anvil_port.to_string(),
+                "--silent",
+                "--block-time",
+                "1",
+                "--gas-limit",
+                "3000000000",
+                "--order",
+                "fifo",
+            ],
+        );
+        wait_up(client, &node).await;
+        let sidecar = spawn(
+            &release.join("example-sidecar"),
+            &[
+                "--listen",
+                &format!("127.0.0.1:{grpc_port}"),
+                "--admin-listen",
+                &format!("127.0.0.1:{sidecar_admin}"),
+                "--node",
+                &node,
+                "--config",
+                root().join("config/example-sidecar.toml").to_str().unwrap(),
+            ],
+        );
+        let txgate = spawn(
+            &release.join("txgate"),
+            &[
+                "--listen",
+                &format!("127.0.0.1:{rpc_port}"),
+                "--admin-listen",
+                &format!("127.0.0.1:{admin_port}"),
+                "--upstream",
+                &node,
+                "--sidecar",
+                &format!("http://127.0.0.1:{grpc_port}"),
+                "--max-in-flight",
+                "4096",
+            ],
+        );
+        (
+            vec![txgate, sidecar, anvil],
+            Stack {
+                node,
+                txgate: format!("http://127.0.0.1:{rpc_port}"),
+                txgate_admin: format!("http://127.0.0.1:{admin_port}"),
+                sidecar_admin: format!("http://127.0.0.1:{sidecar_admin}"),
+            },
+        )
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let a = args();
@@ -260,65 +484,17 @@ async fn main() {
         return;
     }
     let tools = root().join(".tools/bin");
-    let release = root().join("target/release");
     let client: HttpClient = client(1024);
 
-    let (anvil_port, grpc_port, sidecar_admin, rpc_port, admin_port) = (
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-    );
-    let node = format!("http://127.0.0.1:{anvil_port}");
-    let _anvil = spawn(
-        &tools.join("anvil"),
-        &[
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &anvil_port.to_string(),
-            "--silent",
-            "--block-time",
-            "1",
-            "--gas-limit",
-            "3000000000",
-            "--order",
-            "fifo",
-        ],
-    );
-    wait_up(&client, &node).await;
-    let _sidecar = spawn(
-        &release.join("example-sidecar"),
-        &[
-            "--listen",
-            &format!("127.0.0.1:{grpc_port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{sidecar_admin}"),
-            "--node",
-            &node,
-            "--config",
-            root().join("config/example-sidecar.toml").to_str().unwrap(),
-        ],
-    );
-    let txgate_url = format!("http://127.0.0.1:{rpc_port}");
-    let metrics_url = format!("http://127.0.0.1:{admin_port}/metrics");
-    let _txgate = spawn(
-        &release.join("txgate"),
-        &[
-            "--listen",
-            &format!("127.0.0.1:{rpc_port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin_port}"),
-            "--upstream",
-            &node,
-            "--sidecar",
-            &format!("http://127.0.0.1:{grpc_port}"),
-            "--max-in-flight",
-            "4096",
-        ],
-    );
-    wait_up(&client, &txgate_url).await;
+    let (_stack, stack) = match Stack::external(&a.external) {
+        Some(stack) => (Vec::new(), stack),
+        None => Stack::start(&client).await,
+    };
+    wait_up(&client, &stack.node).await;
+    wait_up(&client, &stack.txgate).await;
+    let (node, txgate_url) = (stack.node.clone(), stack.txgate.clone());
+    let metrics_url = format!("{}/metrics", stack.txgate_admin);
+    let sidecar_admin = stack.sidecar_admin.clone();
 
     // Deploy the protected contract (nonce 0 of anvil's first account).
     let bytecode = std::fs::read_to_string(root().join("contracts/Guarded.bin")).unwrap();
@@ -375,17 +551,37 @@ async fn main() {
     };
     assert!(banned_ready.await, "the first invalidation never arrived");
 
+    // The run's clock, and txgate's decision counters sampled on it until
+    // the probes are done.
+    let origin = Instant::now();
+    let origin_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let since = |at: Instant| at.saturating_duration_since(origin).as_secs_f64();
+    let stop_sampling = Arc::new(AtomicBool::new(false));
+    let sampler = tokio::spawn(sample_decisions(
+        client.clone(),
+        metrics_url.clone(),
+        origin,
+        Duration::from_millis(a.sample_ms.max(10)),
+        stop_sampling.clone(),
+    ));
+
     // 1. Baseline: honest alone.
     eprintln!("baseline: {} tx/s honest for {} s", a.rate, a.seconds);
-    let (base, base_failed) = honest(
+    let baseline_started = Instant::now();
+    let baseline = honest(
         client.clone(),
         txgate_url.clone(),
         honest_eoas.clone(),
         0,
         a.rate,
         a.seconds,
+        origin,
     )
     .await;
+    let baseline_ended = Instant::now();
+    let (base, base_failed) = (&baseline.latencies, baseline.failed);
 
     // 2. Attack: honest plus attackers.
     eprintln!(
@@ -416,18 +612,23 @@ async fn main() {
         .stdout(Stdio::null())
         .spawn()
         .expect("spawn the attackers");
+    let attackers_started = Instant::now();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let attack_started = Instant::now();
-    let (under, under_failed) = honest(
+    let under_attack = honest(
         client.clone(),
         txgate_url.clone(),
         honest_eoas.clone(),
         a.seconds * a.rate / 50 + 1,
         a.rate,
         a.seconds,
+        origin,
     )
     .await;
+    let honest_under_attack_ended = Instant::now();
+    let (under, under_failed) = (&under_attack.latencies, under_attack.failed);
     let _ = attacker_proc.wait();
+    let attackers_ended = Instant::now();
     let attack_secs = attack_started.elapsed().as_secs_f64() + 0.5;
     let outcomes: BTreeMap<String, u64> =
         serde_json::from_str(&std::fs::read_to_string(&outcomes_file).expect("attack outcomes"))
@@ -435,7 +636,9 @@ async fn main() {
     let _ = std::fs::remove_file(&outcomes_file);
 
     // 3. Propagation: injection at the sidecar → first refusal at txgate.
+    let propagation_started = Instant::now();
     let mut propagation = Vec::new();
+    let mut probe_series = Vec::new();
     for p in 0..a.probes {
         let (victim, prober) = (&probers[2 * p], &probers[2 * p + 1]);
         let input = call(POKE, 5_000_000 + p as u64);
@@ -467,31 +670,28 @@ async fn main() {
         let injected = Instant::now();
         post(
             &client,
-            &format!("http://127.0.0.1:{sidecar_admin}/invalidations"),
+            &format!("{sidecar_admin}/invalidations"),
             json!({"raw_tx": injected_raw, "assertion_id": format!("0x{}", "e5".repeat(32)), "assertion_version": 1}).to_string(),
         )
         .await
         .unwrap();
-        if let Some(at) = prober_task.await.unwrap() {
+        let refused_at = prober_task.await.unwrap();
+        if let Some(at) = refused_at {
             propagation.push(at.saturating_duration_since(injected).as_secs_f64() * 1000.0);
         }
+        probe_series.push(json!({
+            "injected_s": since(injected),
+            "ms": refused_at.map(|at| at.saturating_duration_since(injected).as_secs_f64() * 1000.0),
+        }));
     }
+    let propagation_ended = Instant::now();
     propagation.sort_by(f64::total_cmp);
+    stop_sampling.store(true, Ordering::Relaxed);
+    let samples = sampler.await.unwrap();
 
-    let metrics = client
-        .request(
-            hyper::Request::get(&metrics_url)
-                .body(Full::new(Bytes::new()))
-                .unwrap(),
-        )
+    let metrics = get_text(&client, &metrics_url)
         .await
-        .unwrap()
-        .into_body()
-        .collect()
-        .await
-        .unwrap()
-        .to_bytes();
-    let metrics = String::from_utf8_lossy(&metrics).to_string();
+        .expect("txgate's /metrics");
     let stat = |name: &str| {
         metrics
             .lines()
@@ -532,12 +732,12 @@ async fn main() {
     let summary = json!({
         "rate": a.rate, "seconds": a.seconds, "attackers": a.attackers, "connections": a.connections,
         "baseline": {"ok": base.len(), "failed": base_failed,
-            "success": base.len() as f64 / honest_total(&base, base_failed) as f64,
-            "p50_ms": percentile(&base, 0.5), "p99_ms": percentile(&base, 0.99)},
+            "success": base.len() as f64 / honest_total(base, base_failed) as f64,
+            "p50_ms": percentile(base, 0.5), "p99_ms": percentile(base, 0.99)},
         "under_attack": {"ok": under.len(), "failed": under_failed,
-            "success": under.len() as f64 / honest_total(&under, under_failed) as f64,
-            "p50_ms": percentile(&under, 0.5), "p99_ms": percentile(&under, 0.99)},
-        "p99_ratio": percentile(&under, 0.99) / percentile(&base, 0.99),
+            "success": under.len() as f64 / honest_total(under, under_failed) as f64,
+            "p50_ms": percentile(under, 0.5), "p99_ms": percentile(under, 0.99)},
+        "p99_ratio": percentile(under, 0.99) / percentile(base, 0.99),
         "attack": {"sent": total_attack, "per_second": total_attack as f64 / attack_secs,
             "refused_share": refused as f64 / total_attack.max(1) as f64, "outcomes": outcomes},
         "propagation_ms": {"n": propagation.len(), "p50": percentile(&propagation, 0.5),
@@ -550,6 +750,41 @@ async fn main() {
     });
     println!("{}", serde_json::to_string_pretty(&summary).unwrap());
     if let Some(path) = a.json {
-        std::fs::write(path, summary.to_string()).unwrap();
+        // The counters as columns: one array per `decision:reason`, a
+        // value per sample (0 where a sample lacks it).
+        let keys: std::collections::BTreeSet<&String> =
+            samples.iter().flat_map(|(_, c)| c.keys()).collect();
+        let counters: serde_json::Map<String, Value> = keys
+            .into_iter()
+            .map(|k| {
+                let column: Vec<f64> = samples
+                    .iter()
+                    .map(|(_, c)| c.get(k).copied().unwrap_or(0.0))
+                    .collect();
+                (k.clone(), json!(column))
+            })
+            .collect();
+        let series = json!({
+            "origin_unix_s": origin_unix,
+            "phases": {
+                "baseline": [since(baseline_started), since(baseline_ended)],
+                "attackers": [since(attackers_started), since(attackers_ended)],
+                "honest_under_attack": [since(attack_started), since(honest_under_attack_ended)],
+                "propagation": [since(propagation_started), since(propagation_ended)],
+            },
+            "honest": {
+                "baseline": honest_series(&baseline),
+                "under_attack": honest_series(&under_attack),
+            },
+            "decisions": {
+                "sample_ms": a.sample_ms,
+                "t_s": samples.iter().map(|s| s.0).collect::<Vec<_>>(),
+                "counters": counters,
+            },
+            "probes": probe_series,
+        });
+        let mut full = summary.clone();
+        full["series"] = series;
+        std::fs::write(path, full.to_string()).unwrap();
     }
 }
