@@ -18,6 +18,7 @@
 //! * [`rpc`]: `[rpc]`, [`RpcConfig`] and [`PolicyMode`];
 //! * [`upstream`]: `[upstream]`, [`UpstreamConfig`];
 //! * [`admin`]: `[admin]`, [`AdminConfig`];
+//! * [`conditional`]: `[conditional]`, [`ConditionalConfig`];
 //! * [`shutdown`]: `[shutdown]`, [`ShutdownConfig`];
 //! * [`log`]: `[log]`, [`LogConfig`] and [`LogFormat`];
 //! * [`screen`]: `[screen]`, [`ScreenConfig`], with
@@ -40,6 +41,7 @@
 pub mod admin;
 pub mod admission;
 pub mod aeges;
+pub mod conditional;
 pub mod error;
 pub mod limits;
 pub mod log;
@@ -65,6 +67,7 @@ pub use aeges::{
     DEFAULT_AEGES_MAX_VERIFY_BYTES, DEFAULT_AEGES_REPORT_ALLOW, DEFAULT_AEGES_REPORT_TOKEN,
     DEFAULT_AEGES_VERIFY_ALLOW,
 };
+pub use conditional::ConditionalConfig;
 pub use error::ConfigError;
 pub use limits::{
     DEFAULT_IPV6_PREFIX, DEFAULT_KEY_HEADER, DEFAULT_MAX_CLIENTS, DEFAULT_UNKNOWN_KEY,
@@ -146,6 +149,8 @@ pub struct Config {
     pub aeges: AegesConfig,
     /// The fleet's shared store.
     pub redis: RedisConfig,
+    /// Conditional transactions.
+    pub conditional: ConditionalConfig,
 }
 
 /// A default address constant, known to parse.
@@ -198,6 +203,7 @@ impl Config {
         self.sidecar.validate()?;
         self.aeges.validate()?;
         self.redis.validate()?;
+        self.conditional.validate()?;
 
         let pool_max_idle = self.upstream.pool_max_idle;
         let max_in_flight = self.admission.max_in_flight;

@@ -7,6 +7,7 @@
 //! answers map back to the caller's ids, in the caller's order, whatever the
 //! caller used as ids (duplicates included).
 
+pub mod conditional;
 pub mod policy;
 pub mod rescue;
 
@@ -65,6 +66,10 @@ struct Shared {
     max_batch_size: usize,
     body_read_timeout: Duration,
     retry_after: HeaderValue,
+    /// The checks on conditional transactions, screening on or off.
+    conditions: conditional::Conditions,
+    /// Count, log and forward what would be refused.
+    monitor_only: bool,
     screening: Option<Screening>,
 }
 
@@ -94,6 +99,8 @@ impl RpcService {
             batch_concurrency: config.screen.batch_concurrency.max(1),
             refusals,
         });
+        // Stateless checks: each worker holds its own copy.
+        let conditions = conditional::Conditions::new(&config.conditional, &metrics);
         RpcService {
             shared: Arc::new(Shared {
                 upstream,
@@ -103,6 +110,8 @@ impl RpcService {
                 max_batch_size: config.rpc.max_batch_size,
                 body_read_timeout: Duration::from_millis(config.server.body_read_timeout_ms),
                 retry_after: HeaderValue::from(config.admission.retry_after_secs),
+                conditions,
+                monitor_only: config.screen.monitor_only,
                 screening,
             }),
         }
@@ -231,6 +240,18 @@ impl Shared {
         }
     }
 
+    /// The checks of a call before it is forwarded: a conditional
+    /// transaction's condition (always), then screening; `Some` when it is
+    /// refused.
+    async fn check_call(&self, call: &Call<'_>, client: Option<IpAddr>) -> Option<Refusal> {
+        if call.method == conditional::METHOD
+            && let Err(refusal) = self.conditions.check(call.params, self.monitor_only)
+        {
+            return Some(Refusal::Conditional(refusal));
+        }
+        self.screen_call(call, client).await
+    }
+
     /// Screens a raw-transaction call from `client`; `Some` when it is
     /// refused. Other methods, and everything when screening is off, pass
     /// untouched.
@@ -315,7 +336,7 @@ impl Shared {
             }
             return self.refuse(Refusal::MethodDenied, call.id);
         }
-        if let Some(refusal) = self.screen_call(call, client).await {
+        if let Some(refusal) = self.check_call(call, client).await {
             if call.is_notification() {
                 return (refusal.class().outcome, no_content());
             }
@@ -373,9 +394,11 @@ impl Shared {
                     if !self.policy.allows(&call.method) {
                         Some(Refusal::MethodDenied)
                     } else {
-                        if self.screening.is_some() && screening::is_screened(&call.method) {
+                        let checked = call.method == conditional::METHOD
+                            || (self.screening.is_some() && screening::is_screened(&call.method));
+                        if checked {
                             screened.push(Box::pin(
-                                self.screen_call(call, client)
+                                self.check_call(call, client)
                                     .map(move |verdict| (index, verdict)),
                             ));
                         }

@@ -14,6 +14,7 @@ use txgate_screen::Rejection;
 
 use crate::limits::clients::Limit;
 use crate::ops::metrics::Outcome;
+use crate::rpc::conditional::ConditionRefusal;
 
 /// The response body type of every txgate response.
 pub type Body = Full<Bytes>;
@@ -66,6 +67,8 @@ pub enum Refusal {
     InvalidParams(&'static str),
     /// Refused by screening.
     Screened(Rejection),
+    /// A conditional transaction refused before screening.
+    Conditional(crate::rpc::conditional::ConditionRefusal),
 }
 
 /// How a refusal is answered.
@@ -177,6 +180,20 @@ impl Refusal {
                 code::TRANSACTION_REJECTED,
                 Outcome::Screened,
             ),
+            // op-geth's and op-txproxy's codes, HTTP 200 as theirs.
+            Refusal::Conditional(refusal) => match refusal {
+                ConditionRefusal::Missing | ConditionRefusal::Undecodable(_) => {
+                    class(StatusCode::OK, code::INVALID_PARAMS, Outcome::InvalidParams)
+                }
+                ConditionRefusal::Condition(c) => {
+                    class(StatusCode::OK, c.code(), Outcome::Screened)
+                }
+                ConditionRefusal::Disabled | ConditionRefusal::Target => class(
+                    StatusCode::OK,
+                    code::TRANSACTION_REJECTED,
+                    Outcome::Screened,
+                ),
+            },
         }
     }
 
@@ -216,6 +233,15 @@ impl Refusal {
             Refusal::UpstreamUnavailable => "upstream unavailable".into(),
             Refusal::UpstreamTimeout => "upstream timed out".into(),
             Refusal::InvalidParams(message) => (*message).into(),
+            Refusal::Conditional(refusal) => match refusal {
+                ConditionRefusal::Disabled => "endpoint disabled".into(),
+                ConditionRefusal::Missing => {
+                    "invalid params: expected [raw transaction, condition]".into()
+                }
+                ConditionRefusal::Condition(c) => c.to_string(),
+                ConditionRefusal::Undecodable(e) => format!("invalid params: {e}"),
+                ConditionRefusal::Target => "only 4337 Entrypoint contract support".into(),
+            },
             Refusal::Screened(rejection) => match rejection {
                 Rejection::Invalid(e) => format!("invalid params: {e}"),
                 Rejection::Signature(e) => format!("invalid params: {e}"),
@@ -270,6 +296,10 @@ impl Refusal {
                 "reason": limit.as_str(),
                 "retry_after_ms": retry_after_ms,
             });
+            return serde_json::value::to_raw_value(&data).ok();
+        }
+        if let Refusal::Conditional(refusal) = self {
+            let data = serde_json::json!({ "reason": format!("conditional_{}", refusal.as_str()) });
             return serde_json::value::to_raw_value(&data).ok();
         }
         let Refusal::Screened(rejection) = self else {

@@ -26,13 +26,22 @@ fn key(seed: u8) -> SecretKey {
 }
 
 pub(crate) fn raw(seed: u8, nonce: u64, input: &[u8]) -> String {
+    raw_call(seed, nonce, Address::repeat_byte(0xcc), input)
+}
+
+/// A signed call to `to` (nonce 0).
+pub(crate) fn raw_to(seed: u8, to: Address, input: &[u8]) -> String {
+    raw_call(seed, 0, to, input)
+}
+
+fn raw_call(seed: u8, nonce: u64, to: Address, input: &[u8]) -> String {
     let tx = TxEip1559 {
         chain_id: 31337,
         nonce,
         gas_limit: 60_000,
         max_fee_per_gas: 10,
         max_priority_fee_per_gas: 1,
-        to: TxKind::Call(Address::repeat_byte(0xcc)),
+        to: TxKind::Call(to),
         value: U256::ZERO,
         access_list: Default::default(),
         input: Bytes::copy_from_slice(input),

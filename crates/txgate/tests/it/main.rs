@@ -7,6 +7,7 @@ mod bad_input;
 mod balancer;
 mod bans;
 mod cli;
+mod conditional;
 mod credible;
 mod deploy;
 mod faults;

@@ -392,6 +392,79 @@ impl Drop for SlowUpstream {
     }
 }
 
+/// An upstream that records every body it receives and answers each
+/// call (or batch) with a result per id: what reached the node, byte for
+/// byte.
+pub struct RecordingUpstream {
+    pub url: String,
+    pub bodies: std::sync::Arc<std::sync::Mutex<Vec<Bytes>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RecordingUpstream {
+    pub async fn start() -> RecordingUpstream {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = bodies.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let svc =
+                        hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                            let seen = seen.clone();
+                            async move {
+                                let body = req
+                                    .into_body()
+                                    .collect()
+                                    .await
+                                    .map(|b| b.to_bytes())
+                                    .unwrap_or_default();
+                                seen.lock().expect("bodies").push(body.clone());
+                                let answer = |call: &serde_json::Value| {
+                                    serde_json::json!({"jsonrpc": "2.0", "id": call["id"],
+                                    "result": "0x01"})
+                                };
+                                let parsed: serde_json::Value =
+                                    serde_json::from_slice(&body).unwrap_or_default();
+                                let reply = match &parsed {
+                                    serde_json::Value::Array(calls) => {
+                                        serde_json::Value::Array(calls.iter().map(answer).collect())
+                                    }
+                                    call => answer(call),
+                                };
+                                Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                                    Bytes::from(reply.to_string()),
+                                )))
+                            }
+                        });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        RecordingUpstream { url, bodies, task }
+    }
+
+    /// The bodies received so far.
+    pub fn received(&self) -> Vec<Bytes> {
+        self.bodies.lock().expect("bodies").clone()
+    }
+}
+
+impl Drop for RecordingUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// A file removed on drop.
 pub struct TempFile {
     pub path: PathBuf,

@@ -16,10 +16,12 @@
 //! - [`aeges`], [`verify`]: the Aeges listener's reports and pool
 //!   questions.
 //! - [`admin`]: the ban endpoints of the admin listener.
+//! - [`conditional`]: the checks on conditional transactions.
 
 pub mod admin;
 pub mod aeges;
 pub mod client;
+pub mod conditional;
 pub mod http;
 pub mod limits;
 pub mod process;
@@ -35,6 +37,7 @@ use prometheus::{Encoder, Registry, TextEncoder};
 pub use admin::AdminMetrics;
 pub use aeges::AegesMetrics;
 pub use client::ClientMetrics;
+pub use conditional::ConditionalMetrics;
 pub use http::{HttpMetrics, KNOWN_METHODS, Outcome};
 pub use limits::LimitMetrics;
 pub use process::ProcessMetrics;
@@ -71,6 +74,8 @@ pub struct Metrics {
     pub verify: VerifyMetrics,
     /// The admin listener's ban endpoints.
     pub admin: AdminMetrics,
+    /// Conditional transactions.
+    pub conditional: ConditionalMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -95,10 +100,11 @@ impl Metrics {
         );
         let (aeges, verify) = (AegesMetrics::new(&r), VerifyMetrics::new(&r));
         let (client, limits) = (ClientMetrics::new(&r), LimitMetrics::new(&r));
-        let admin = AdminMetrics::new(&r);
+        let (admin, conditional) = (AdminMetrics::new(&r), ConditionalMetrics::new(&r));
         Metrics {
             registry,
             admin,
+            conditional,
             client,
             limits,
             aeges,

@@ -1,0 +1,120 @@
+//! `[conditional]`: checks on `eth_sendRawTransactionConditional` before
+//! anything costly touches it (see the `txgate-conditional` crate).
+
+use serde::Deserialize;
+
+use crate::error::ConfigError;
+
+/// The ERC-4337 EntryPoint v0.6 and v0.7: the targets op-txproxy allows.
+pub const DEFAULT_TARGETS: [&str; 2] = [
+    "0x5FF137D4b0FDCD49DcA30c7CF57E578a026d2789",
+    "0x0000000071727De22E5E9d8BAf0edAc6f37da032",
+];
+/// op-geth's limit on a condition's cost in state lookups (inclusive).
+pub const DEFAULT_MAX_COST: u64 = 1000;
+/// The highest `conditional.max_cost` that may be set.
+pub const MAX_MAX_COST: u64 = 1_000_000;
+
+/// Conditional transactions.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConditionalConfig {
+    /// Accept the method at all; false refuses every call (-32003
+    /// "endpoint disabled").
+    pub enabled: bool,
+    /// Most state lookups a condition may cost (-32005 above).
+    pub max_cost: u64,
+    /// Addresses a conditional transaction may call (0x-hex); empty: any.
+    pub targets: Vec<String>,
+}
+
+impl ConditionalConfig {
+    /// Checks the `conditional.*` keys.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_cost == 0 || self.max_cost > MAX_MAX_COST {
+            return Err(ConfigError::new(
+                "conditional.max_cost",
+                format!("{} is out of range (1 to {MAX_MAX_COST})", self.max_cost),
+            ));
+        }
+        self.target_addresses().map(|_| ())
+    }
+
+    /// The targets as 20-byte addresses, or the key of the first that is
+    /// not one.
+    pub fn target_addresses(&self) -> Result<Vec<[u8; 20]>, ConfigError> {
+        self.targets
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                parse_address(text).ok_or_else(|| {
+                    ConfigError::new(
+                        format!("conditional.targets[{i}]"),
+                        format!("`{text}` is not a 0x-prefixed 20-byte address"),
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+fn parse_address(text: &str) -> Option<[u8; 20]> {
+    let digits = text.strip_prefix("0x")?;
+    if digits.len() != 40 {
+        return None;
+    }
+    let mut out = [0u8; 20];
+    for (byte, pair) in out.iter_mut().zip(digits.as_bytes().chunks_exact(2)) {
+        let nibble = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+    }
+    Some(out)
+}
+
+impl Default for ConditionalConfig {
+    fn default() -> Self {
+        ConditionalConfig {
+            enabled: true,
+            max_cost: DEFAULT_MAX_COST,
+            targets: DEFAULT_TARGETS.iter().map(|t| (*t).to_owned()).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_entry_points() {
+        let c = ConditionalConfig::default();
+        c.validate().unwrap();
+        let targets = c.target_addresses().unwrap();
+        assert_eq!(targets.len(), 2);
+        assert_eq!(targets[1][..4], [0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let bad_target = ConditionalConfig {
+            targets: vec![DEFAULT_TARGETS[0].into(), "0x12".into()],
+            ..ConditionalConfig::default()
+        };
+        assert_eq!(
+            bad_target.validate().unwrap_err().key,
+            "conditional.targets[1]"
+        );
+        for max_cost in [0, MAX_MAX_COST + 1] {
+            let c = ConditionalConfig {
+                max_cost,
+                ..ConditionalConfig::default()
+            };
+            assert_eq!(c.validate().unwrap_err().key, "conditional.max_cost");
+        }
+        let any = ConditionalConfig {
+            targets: Vec::new(),
+            ..ConditionalConfig::default()
+        };
+        any.validate().unwrap();
+    }
+}

@@ -1,0 +1,53 @@
+//! Conditional transactions: what the checks before screening decided.
+
+use prometheus::IntCounterVec;
+
+use super::registrar::Registrar;
+
+/// See the module docs.
+pub struct ConditionalMetrics {
+    /// `txgate_conditional_total{result}`: accepted, would_refuse
+    /// (monitor-only), and each refusal (disabled, missing, invalid,
+    /// cost_exceeded, undecodable, target).
+    pub calls: IntCounterVec,
+    /// `txgate_conditional_invalid_total{reason}`: malformed conditions by
+    /// what was wrong.
+    pub invalid: IntCounterVec,
+}
+
+impl std::fmt::Debug for ConditionalMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConditionalMetrics").finish_non_exhaustive()
+    }
+}
+
+impl ConditionalMetrics {
+    pub(crate) fn new(r: &Registrar<'_>) -> ConditionalMetrics {
+        let calls = r.counter_vec(
+            "conditional_total",
+            "eth_sendRawTransactionConditional calls by what the condition checks decided",
+            &["result"],
+        );
+        for result in [
+            "accepted",
+            "would_refuse",
+            "disabled",
+            "missing",
+            "invalid",
+            "cost_exceeded",
+            "undecodable",
+            "target",
+        ] {
+            calls.with_label_values(&[result]);
+        }
+        let invalid = r.counter_vec(
+            "conditional_invalid_total",
+            "Malformed conditions by what was wrong",
+            &["reason"],
+        );
+        for reason in txgate_conditional::Reason::ALL {
+            invalid.with_label_values(&[reason.as_str()]);
+        }
+        ConditionalMetrics { calls, invalid }
+    }
+}

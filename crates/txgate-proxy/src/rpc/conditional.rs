@@ -1,0 +1,164 @@
+//! The checks on `eth_sendRawTransactionConditional` that come before
+//! everything else the call costs, with screening on or off, cheapest
+//! first: the switch (`conditional.enabled`), the condition's shape and
+//! cost in state lookups (one pass over its JSON, no decoding:
+//! `txgate_conditional`), then the target allow-list (the envelope decoded
+//! for its `to`, never an ECDSA recovery). Only then does the screening
+//! stack run, so a bad condition never costs a sender recovery.
+//!
+//! The codes and messages are op-geth's and op-txproxy's: a condition over
+//! `conditional.max_cost` is -32005 "conditional cost, N, exceeded max: M"
+//! (op-geth); a malformed one -32003 "failed conditional validation: …";
+//! a target off the list -32003 "only 4337 Entrypoint contract support"
+//! and a disabled method -32003 "endpoint disabled" (op-txproxy). A call
+//! without its condition is -32602, as op-geth answers a missing argument.
+
+use alloy_primitives::Address;
+use prometheus::IntCounter;
+use serde_json::value::RawValue;
+use txgate_conditional::{Reason, Refusal as Invalid};
+use txgate_config::ConditionalConfig;
+
+use crate::ops::metrics::Metrics;
+
+/// The method these checks are for.
+pub const METHOD: &str = "eth_sendRawTransactionConditional";
+
+/// Why a conditional call is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConditionRefusal {
+    /// `conditional.enabled` is false.
+    Disabled,
+    /// No condition, or not `[raw, condition]`.
+    Missing,
+    /// The condition is malformed or costs too much.
+    Condition(Invalid),
+    /// The raw transaction does not decode (so its target is unknown).
+    Undecodable(txgate_screen::DecodeError),
+    /// The target is not on `conditional.targets` (or a creation).
+    Target,
+}
+
+impl ConditionRefusal {
+    /// The label it is counted under.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ConditionRefusal::Disabled => "disabled",
+            ConditionRefusal::Missing => "missing",
+            ConditionRefusal::Condition(Invalid::Invalid(_)) => "invalid",
+            ConditionRefusal::Condition(Invalid::CostExceeded { .. }) => "cost_exceeded",
+            ConditionRefusal::Undecodable(_) => "undecodable",
+            ConditionRefusal::Target => "target",
+        }
+    }
+}
+
+/// The checks, built once from `[conditional]`.
+#[derive(Debug)]
+pub struct Conditions {
+    enabled: bool,
+    max_cost: u64,
+    /// Empty: any target.
+    targets: Vec<Address>,
+    counters: Counters,
+}
+
+#[derive(Debug)]
+struct Counters {
+    accepted: IntCounter,
+    would_refuse: IntCounter,
+    refused: [IntCounter; 6],
+    invalid: Vec<IntCounter>,
+}
+
+const RESULTS: [&str; 6] = [
+    "disabled",
+    "missing",
+    "invalid",
+    "cost_exceeded",
+    "undecodable",
+    "target",
+];
+
+impl Conditions {
+    /// The checks `config` asks for (validated: the targets parse).
+    pub fn new(config: &ConditionalConfig, metrics: &Metrics) -> Conditions {
+        let m = &metrics.conditional;
+        Conditions {
+            enabled: config.enabled,
+            max_cost: config.max_cost,
+            targets: config
+                .target_addresses()
+                .unwrap_or_default()
+                .into_iter()
+                .map(Address::from)
+                .collect(),
+            counters: Counters {
+                accepted: m.calls.with_label_values(&["accepted"]),
+                would_refuse: m.calls.with_label_values(&["would_refuse"]),
+                refused: RESULTS.map(|r| m.calls.with_label_values(&[r])),
+                invalid: Reason::ALL
+                    .iter()
+                    .map(|r| m.invalid.with_label_values(&[r.as_str()]))
+                    .collect(),
+            },
+        }
+    }
+
+    /// Checks a call's params (`[raw, condition]`); counts the outcome. In
+    /// monitor-only mode a refusal is counted as `would_refuse` and `Ok`.
+    pub fn check(
+        &self,
+        params: Option<&RawValue>,
+        monitor_only: bool,
+    ) -> Result<(), ConditionRefusal> {
+        let c = &self.counters;
+        match self.verdict(params) {
+            Ok(()) => {
+                c.accepted.inc();
+                Ok(())
+            }
+            Err(refusal) => {
+                if let ConditionRefusal::Condition(Invalid::Invalid(reason)) = &refusal {
+                    c.invalid[*reason as usize].inc();
+                }
+                if monitor_only {
+                    c.would_refuse.inc();
+                    return Ok(());
+                }
+                let index = RESULTS
+                    .iter()
+                    .position(|r| *r == refusal.as_str())
+                    .unwrap_or(0);
+                c.refused[index].inc();
+                Err(refusal)
+            }
+        }
+    }
+
+    fn verdict(&self, params: Option<&RawValue>) -> Result<(), ConditionRefusal> {
+        if !self.enabled {
+            return Err(ConditionRefusal::Disabled);
+        }
+        let (raw, condition) = params
+            .and_then(|p| serde_json::from_str::<(&RawValue, &RawValue)>(p.get()).ok())
+            .ok_or(ConditionRefusal::Missing)?;
+        txgate_conditional::check(condition.get(), self.max_cost)
+            .map_err(ConditionRefusal::Condition)?;
+        if self.targets.is_empty() {
+            return Ok(());
+        }
+        let raw: std::borrow::Cow<'_, str> =
+            serde_json::from_str(raw.get()).map_err(|_| ConditionRefusal::Missing)?;
+        let tx = txgate_screen::decode_hex(&raw)
+            .and_then(|bytes| txgate_screen::decode(&bytes))
+            .map_err(ConditionRefusal::Undecodable)?;
+        match tx.to {
+            Some(to) if self.targets.contains(&to) => Ok(()),
+            _ => Err(ConditionRefusal::Target),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,227 @@
+//! `eth_sendRawTransactionConditional` checked before it costs anything,
+//! with op-geth's and op-txproxy's codes, against an upstream that records
+//! what reaches it (anvil does not implement the method).
+
+use std::time::Duration;
+
+use alloy_primitives::Address;
+use serde_json::{Value, json};
+
+use crate::support::{Eoa, RecordingUpstream, TempFile, Txgate, metric, post};
+
+const ENTRY_POINT: &str = "0x0000000071727De22E5E9d8BAf0edAc6f37da032";
+const ROOT: &str = "0x00000000000000000000000000000000000000000000000000000000000000aa";
+
+fn entry_point() -> Address {
+    ENTRY_POINT.parse().unwrap()
+}
+
+fn call(id: Value, raw: &str, condition: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "eth_sendRawTransactionConditional",
+        "params": [raw, condition]})
+    .to_string()
+}
+
+/// What reached the node of the conditional method (the health probe's
+/// calls left out).
+fn conditional_calls(node: &RecordingUpstream) -> Vec<bytes::Bytes> {
+    node.received()
+        .into_iter()
+        .filter(|b| {
+            b.windows(33)
+                .any(|w| w == b"eth_sendRawTransactionConditional")
+        })
+        .collect()
+}
+
+async fn send(url: &str, body: &str) -> (u16, Value) {
+    let (status, _, bytes) = post(url, Some("application/json"), body.to_owned())
+        .await
+        .expect("post");
+    (
+        status.as_u16(),
+        serde_json::from_slice(&bytes).unwrap_or_default(),
+    )
+}
+
+/// Every rule, screening on: each refusal with its code and message and
+/// nothing at the node; a valid condition forwarded byte for byte.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_rule_refuses_with_its_code_and_a_valid_call_passes_untouched() {
+    let node = RecordingUpstream::start().await;
+    let config = TempFile::new("[conditional]\nmax_cost = 3\n");
+    let txgate = Txgate::start(&node.url, &["--config", config.arg()]);
+    let bundler = Eoa::new(501);
+    let to_entry = bundler.sign(
+        0,
+        entry_point(),
+        &[0x1f, 0xad, 0x94, 0x8c],
+        0,
+        1_000_000_000,
+    );
+    let condition = json!({"knownAccounts": {"0x000000000000000000000000000000000000abcd": ROOT},
+        "blockNumberMax": "0x1000"});
+
+    // Valid: the caller's bytes reach the node, and the id comes back.
+    let body = call(json!("bundle-7"), &to_entry, condition.clone());
+    let (status, answer) = send(&txgate.url, &body).await;
+    assert_eq!(
+        (status, &answer["id"]),
+        (200, &json!("bundle-7")),
+        "{answer}"
+    );
+    assert_eq!(answer["result"], "0x01");
+    let received = conditional_calls(&node);
+    assert_eq!(
+        received,
+        vec![bytes::Bytes::from(body.clone())],
+        "not byte for byte"
+    );
+    let before = received.len();
+
+    let elsewhere = bundler.sign(1, Address::repeat_byte(0x42), &[1], 0, 1_000_000_000);
+    let too_costly = json!({"knownAccounts": {
+        "0x000000000000000000000000000000000000abcd": ROOT,
+        "0x000000000000000000000000000000000000abce": ROOT}});
+    let cases = [
+        (
+            call(
+                json!(1),
+                &to_entry,
+                json!({"blockNumberMin": 9, "blockNumberMax": 8}),
+            ),
+            -32003,
+            "failed conditional validation: block number minimum constraint must be less than the maximum",
+        ),
+        (
+            call(
+                json!(2),
+                &to_entry,
+                json!({"knownAccounts": {"0x12": ROOT}}),
+            ),
+            -32003,
+            "failed conditional validation: an account key is not a 0x-prefixed 20-byte address",
+        ),
+        (
+            call(json!(3), &to_entry, json!({"extra": true})),
+            -32003,
+            "failed conditional validation: unknown field",
+        ),
+        (
+            call(json!(4), &to_entry, too_costly),
+            -32005,
+            "conditional cost, 4, exceeded max: 3",
+        ),
+        (
+            call(json!(5), &elsewhere, json!({})),
+            -32003,
+            "only 4337 Entrypoint contract support",
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 6, "method": "eth_sendRawTransactionConditional",
+                "params": [to_entry]})
+            .to_string(),
+            -32602,
+            "invalid params: expected [raw transaction, condition]",
+        ),
+    ];
+    for (body, code, message) in &cases {
+        let (status, answer) = send(&txgate.url, body).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["error"]["code"], *code, "{body}: {answer}");
+        let text = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(text.starts_with(message), "{body}: {text}");
+        assert_eq!(
+            answer["id"],
+            json!(body).as_str().map(|_| answer["id"].clone()).unwrap()
+        );
+    }
+    // In a batch: the refused call answered in place, the other forwarded.
+    let batch = format!(
+        "[{},{}]",
+        call(json!("a"), &to_entry, json!({"timestampMin": "x"})),
+        call(json!("b"), &to_entry, condition.clone())
+    );
+    let (_, answers) = send(&txgate.url, &batch).await;
+    assert_eq!(answers[0]["id"], "a");
+    assert_eq!(answers[0]["error"]["code"], -32003);
+    assert_eq!(answers[1]["result"], "0x01", "{answers}");
+    // Nothing refused reached the node: one batch of one call since.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let after = conditional_calls(&node);
+    assert_eq!(after.len(), before + 1);
+    let upstream_batch: Value = serde_json::from_slice(&after[before]).unwrap();
+    assert_eq!(
+        upstream_batch.as_array().map(Vec::len),
+        Some(1),
+        "{upstream_batch}"
+    );
+
+    let m = txgate.metrics().await;
+    assert_eq!(
+        metric(&m, "txgate_conditional_total{result=\"accepted\"}"),
+        2.0
+    );
+    assert_eq!(
+        metric(&m, "txgate_conditional_total{result=\"invalid\"}"),
+        4.0
+    );
+    assert_eq!(
+        metric(&m, "txgate_conditional_total{result=\"cost_exceeded\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(&m, "txgate_conditional_total{result=\"target\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(&m, "txgate_conditional_total{result=\"missing\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "txgate_conditional_invalid_total{reason=\"block_range\"}"
+        ),
+        1.0
+    );
+}
+
+/// Screening off, the checks still run; the method switched off refuses
+/// everything; monitor-only counts and forwards.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_checks_run_with_screening_off_and_the_switch_and_monitor_only() {
+    let node = RecordingUpstream::start().await;
+    let bundler = Eoa::new(502);
+    let to_entry = bundler.sign(0, entry_point(), &[1, 2, 3, 4], 0, 1_000_000_000);
+    let bad = call(
+        json!(1),
+        &to_entry,
+        json!({"timestampMin": 2, "timestampMax": 1}),
+    );
+
+    let off = TempFile::new("[screen]\nenabled = false\n");
+    let txgate = Txgate::start(&node.url, &["--config", off.arg()]);
+    let (_, answer) = send(&txgate.url, &bad).await;
+    assert_eq!(answer["error"]["code"], -32003, "{answer}");
+    drop(txgate);
+
+    let disabled = TempFile::new("[conditional]\nenabled = false\n");
+    let txgate = Txgate::start(&node.url, &["--config", disabled.arg()]);
+    let good = call(json!(2), &to_entry, json!({}));
+    let (_, answer) = send(&txgate.url, &good).await;
+    assert_eq!(answer["error"]["message"], "endpoint disabled", "{answer}");
+    assert_eq!(answer["error"]["code"], -32003);
+    drop(txgate);
+
+    assert!(conditional_calls(&node).is_empty());
+    let txgate = Txgate::start(&node.url, &["--monitor-only"]);
+    let (_, answer) = send(&txgate.url, &bad).await;
+    assert_eq!(answer["result"], "0x01", "{answer}");
+    assert_eq!(conditional_calls(&node).len(), 1);
+    let m = txgate.metrics().await;
+    assert_eq!(
+        metric(&m, "txgate_conditional_total{result=\"would_refuse\"}"),
+        1.0
+    );
+}
