@@ -14,6 +14,11 @@ pub const DEFAULT_TARGETS: [&str; 2] = [
 pub const DEFAULT_MAX_COST: u64 = 1000;
 /// The highest `conditional.max_cost` that may be set.
 pub const MAX_MAX_COST: u64 = 1_000_000;
+/// Default lookups a second the conditional calls of one instance may cost
+/// (op-txproxy's default).
+pub const DEFAULT_RATE_PER_SEC: u32 = 5000;
+/// Default lookups at once before the rate applies (op-txproxy's burst).
+pub const DEFAULT_BURST: u32 = 1000;
 
 /// Conditional transactions.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -26,6 +31,12 @@ pub struct ConditionalConfig {
     pub max_cost: u64,
     /// Addresses a conditional transaction may call (0x-hex); empty: any.
     pub targets: Vec<String>,
+    /// Lookups a second the conditional calls of this instance may cost
+    /// (a token bucket in lookups); over it, -32005 "rate limited" at
+    /// once. 0: no limit.
+    pub rate_per_sec: u32,
+    /// Lookups at once before the rate applies.
+    pub burst: u32,
 }
 
 impl ConditionalConfig {
@@ -35,6 +46,12 @@ impl ConditionalConfig {
             return Err(ConfigError::new(
                 "conditional.max_cost",
                 format!("{} is out of range (1 to {MAX_MAX_COST})", self.max_cost),
+            ));
+        }
+        if self.rate_per_sec > 0 && self.burst == 0 {
+            return Err(ConfigError::new(
+                "conditional.burst",
+                "must be at least 1 while conditional.rate_per_sec is set",
             ));
         }
         self.target_addresses().map(|_| ())
@@ -77,6 +94,8 @@ impl Default for ConditionalConfig {
             enabled: true,
             max_cost: DEFAULT_MAX_COST,
             targets: DEFAULT_TARGETS.iter().map(|t| (*t).to_owned()).collect(),
+            rate_per_sec: DEFAULT_RATE_PER_SEC,
+            burst: DEFAULT_BURST,
         }
     }
 }
@@ -111,6 +130,11 @@ mod tests {
             };
             assert_eq!(c.validate().unwrap_err().key, "conditional.max_cost");
         }
+        let no_burst = ConditionalConfig {
+            burst: 0,
+            ..ConditionalConfig::default()
+        };
+        assert_eq!(no_burst.validate().unwrap_err().key, "conditional.burst");
         let any = ConditionalConfig {
             targets: Vec::new(),
             ..ConditionalConfig::default()

@@ -21,6 +21,6 @@ pub mod gcra;
 pub mod sampler;
 pub mod table;
 
-pub use gcra::{Nanos, Rate};
+pub use gcra::{Nanos, Rate, SharedRate};
 pub use sampler::Sampler;
 pub use table::{Limits, Refused, Slot, Spans, Table, Usage, Which, ip_key};

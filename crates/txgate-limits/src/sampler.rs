@@ -19,24 +19,24 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::gcra::{Nanos, Rate};
+use crate::gcra::{Nanos, Rate, SharedRate};
 
 /// See the module docs.
 #[derive(Debug)]
 pub struct Sampler {
-    rate: Option<Rate>,
-    tats: Box<[AtomicU64]>,
+    /// One rate per key; empty when nothing is let through.
+    rates: Box<[SharedRate]>,
     suppressed: Box<[AtomicU64]>,
 }
 
 impl Sampler {
     /// `keys` keys (0..keys), each let through at `rate` (`None`: never).
     pub fn new(rate: Option<Rate>, keys: usize) -> Sampler {
-        let zeros = || (0..keys).map(|_| AtomicU64::new(0)).collect();
         Sampler {
-            rate,
-            tats: zeros(),
-            suppressed: zeros(),
+            rates: rate
+                .map(|rate| (0..keys).map(|_| SharedRate::new(rate)).collect())
+                .unwrap_or_default(),
+            suppressed: (0..keys).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -44,21 +44,14 @@ impl Sampler {
     /// the events of that key suppressed since the last one let through;
     /// `None` when suppressed (and counted). An unknown key is suppressed.
     pub fn sample(&self, key: usize, now: Nanos) -> Option<u64> {
-        let (Some(rate), Some(tat), Some(suppressed)) =
-            (self.rate, self.tats.get(key), self.suppressed.get(key))
-        else {
+        let (Some(rate), Some(suppressed)) = (self.rates.get(key), self.suppressed.get(key)) else {
             return None;
         };
-        let mut current = tat.load(Ordering::Relaxed);
-        loop {
-            let mut next = current;
-            if rate.charge(&mut next, now, 1).is_err() {
+        match rate.charge(now, 1) {
+            Ok(()) => Some(suppressed.swap(0, Ordering::Relaxed)),
+            Err(_) => {
                 suppressed.fetch_add(1, Ordering::Relaxed);
-                return None;
-            }
-            match tat.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Some(suppressed.swap(0, Ordering::Relaxed)),
-                Err(seen) => current = seen,
+                None
             }
         }
     }

@@ -318,6 +318,10 @@ impl Proxy {
                 &self.config.log,
                 &self.metrics.screen,
             )),
+            conditions: Arc::new(rpc::conditional::Conditions::new(
+                &self.config.conditional,
+                &self.metrics,
+            )),
             verdicts: self.verdicts.clone(),
             probed: self.sources.iter().find(|s| s.should_forward).cloned(),
         }

@@ -12,12 +12,23 @@
 //! a target off the list -32003 "only 4337 Entrypoint contract support"
 //! and a disabled method -32003 "endpoint disabled" (op-txproxy). A call
 //! without its condition is -32602, as op-geth answers a missing argument.
+//!
+//! Last, a call that passed is charged its condition's cost against one
+//! token bucket in lookups for the whole instance (`rate_per_sec`,
+//! `burst`; GCRA on an atomic, shared by every worker): over it, HTTP 429
+//! with `Retry-After` and -32005 "rate limited" (op-txproxy's code and
+//! message), at once. op-txproxy waits for tokens instead; a proxy that
+//! held calls open while it waited would run out of connections and
+//! in-flight slots under exactly the load the limit is for.
+
+use std::time::Instant;
 
 use alloy_primitives::Address;
 use prometheus::IntCounter;
 use serde_json::value::RawValue;
 use txgate_conditional::{Reason, Refusal as Invalid};
 use txgate_config::ConditionalConfig;
+use txgate_limits::{Rate, SharedRate};
 
 use crate::ops::metrics::Metrics;
 
@@ -37,6 +48,11 @@ pub enum ConditionRefusal {
     Undecodable(txgate_screen::DecodeError),
     /// The target is not on `conditional.targets` (or a creation).
     Target,
+    /// Over the instance's rate of lookups.
+    RateLimited {
+        /// When the same cost would fit.
+        retry_after_ms: u64,
+    },
 }
 
 impl ConditionRefusal {
@@ -49,6 +65,7 @@ impl ConditionRefusal {
             ConditionRefusal::Condition(Invalid::CostExceeded { .. }) => "cost_exceeded",
             ConditionRefusal::Undecodable(_) => "undecodable",
             ConditionRefusal::Target => "target",
+            ConditionRefusal::RateLimited { .. } => "rate_limited",
         }
     }
 }
@@ -60,6 +77,10 @@ pub struct Conditions {
     max_cost: u64,
     /// Empty: any target.
     targets: Vec<Address>,
+    /// Lookups a second for the instance (`None`: no limit).
+    rate: Option<SharedRate>,
+    /// Time zero of the rate's clock.
+    epoch: Instant,
     counters: Counters,
 }
 
@@ -67,17 +88,18 @@ pub struct Conditions {
 struct Counters {
     accepted: IntCounter,
     would_refuse: IntCounter,
-    refused: [IntCounter; 6],
+    refused: [IntCounter; 7],
     invalid: Vec<IntCounter>,
 }
 
-const RESULTS: [&str; 6] = [
+const RESULTS: [&str; 7] = [
     "disabled",
     "missing",
     "invalid",
     "cost_exceeded",
     "undecodable",
     "target",
+    "rate_limited",
 ];
 
 impl Conditions {
@@ -93,6 +115,8 @@ impl Conditions {
                 .into_iter()
                 .map(Address::from)
                 .collect(),
+            rate: Rate::new(config.rate_per_sec, config.burst).map(SharedRate::new),
+            epoch: Instant::now(),
             counters: Counters {
                 accepted: m.calls.with_label_values(&["accepted"]),
                 would_refuse: m.calls.with_label_values(&["would_refuse"]),
@@ -105,15 +129,23 @@ impl Conditions {
         }
     }
 
-    /// Checks a call's params (`[raw, condition]`); counts the outcome. In
-    /// monitor-only mode a refusal is counted as `would_refuse` and `Ok`.
+    /// Checks a call's params (`[raw, condition]`) at `now`; counts the
+    /// outcome. In monitor-only mode a refusal is counted as
+    /// `would_refuse` and `Ok` (nothing is charged to the rate then).
     pub fn check(
         &self,
         params: Option<&RawValue>,
+        now: Instant,
         monitor_only: bool,
     ) -> Result<(), ConditionRefusal> {
         let c = &self.counters;
-        match self.verdict(params) {
+        let verdict = self.verdict(params).and_then(|cost| {
+            if monitor_only {
+                return Ok(());
+            }
+            self.charge(cost, now)
+        });
+        match verdict {
             Ok(()) => {
                 c.accepted.inc();
                 Ok(())
@@ -136,17 +168,34 @@ impl Conditions {
         }
     }
 
-    fn verdict(&self, params: Option<&RawValue>) -> Result<(), ConditionRefusal> {
+    /// Charges `cost` lookups to the instance's rate at `now`.
+    fn charge(&self, cost: u64, now: Instant) -> Result<(), ConditionRefusal> {
+        let Some(rate) = &self.rate else {
+            return Ok(());
+        };
+        let nanos =
+            u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
+        // Costs are at most `MAX_MAX_COST`, far inside u32.
+        let cost = u32::try_from(cost).unwrap_or(u32::MAX);
+        rate.charge(nanos, cost)
+            .map_err(|wait| ConditionRefusal::RateLimited {
+                retry_after_ms: wait.div_ceil(1_000_000),
+            })
+    }
+
+    /// The checks that need no state; the condition's cost when it passes.
+    fn verdict(&self, params: Option<&RawValue>) -> Result<u64, ConditionRefusal> {
         if !self.enabled {
             return Err(ConditionRefusal::Disabled);
         }
         let (raw, condition) = params
             .and_then(|p| serde_json::from_str::<(&RawValue, &RawValue)>(p.get()).ok())
             .ok_or(ConditionRefusal::Missing)?;
-        txgate_conditional::check(condition.get(), self.max_cost)
-            .map_err(ConditionRefusal::Condition)?;
+        let cost = txgate_conditional::check(condition.get(), self.max_cost)
+            .map_err(ConditionRefusal::Condition)?
+            .cost;
         if self.targets.is_empty() {
-            return Ok(());
+            return Ok(cost);
         }
         let raw: std::borrow::Cow<'_, str> =
             serde_json::from_str(raw.get()).map_err(|_| ConditionRefusal::Missing)?;
@@ -154,7 +203,7 @@ impl Conditions {
             .and_then(|bytes| txgate_screen::decode(&bytes))
             .map_err(ConditionRefusal::Undecodable)?;
         match tx.to {
-            Some(to) if self.targets.contains(&to) => Ok(()),
+            Some(to) if self.targets.contains(&to) => Ok(cost),
             _ => Err(ConditionRefusal::Target),
         }
     }

@@ -66,8 +66,9 @@ struct Shared {
     max_batch_size: usize,
     body_read_timeout: Duration,
     retry_after: HeaderValue,
-    /// The checks on conditional transactions, screening on or off.
-    conditions: conditional::Conditions,
+    /// The checks on conditional transactions, screening on or off; one
+    /// rate for the process.
+    conditions: Arc<conditional::Conditions>,
     /// Count, log and forward what would be refused.
     monitor_only: bool,
     screening: Option<Screening>,
@@ -83,7 +84,8 @@ impl RpcService {
     /// Builds the service from the validated config; `screen` is the
     /// screening state shared by every worker (`None`: screening off),
     /// `probe` the sidecar's ShouldForward client (`None`: not asked) and
-    /// `refusals` the process's refusal log.
+    /// `refusals` the process's refusal log and `conditions` its checks on
+    /// conditional transactions.
     pub fn new(
         config: &Config,
         upstream: Upstream,
@@ -91,6 +93,7 @@ impl RpcService {
         screen: Option<Arc<Screen>>,
         probe: Option<Arc<screening::ProbeClient>>,
         refusals: Arc<screening::RefusalLog>,
+        conditions: Arc<conditional::Conditions>,
     ) -> Self {
         let screening = screen.map(|screen| Screening {
             stack: screening::stack(probe),
@@ -99,8 +102,6 @@ impl RpcService {
             batch_concurrency: config.screen.batch_concurrency.max(1),
             refusals,
         });
-        // Stateless checks: each worker holds its own copy.
-        let conditions = conditional::Conditions::new(&config.conditional, &metrics);
         RpcService {
             shared: Arc::new(Shared {
                 upstream,
@@ -245,7 +246,9 @@ impl Shared {
     /// refused.
     async fn check_call(&self, call: &Call<'_>, client: Option<IpAddr>) -> Option<Refusal> {
         if call.method == conditional::METHOD
-            && let Err(refusal) = self.conditions.check(call.params, self.monitor_only)
+            && let Err(refusal) =
+                self.conditions
+                    .check(call.params, std::time::Instant::now(), self.monitor_only)
         {
             return Some(Refusal::Conditional(refusal));
         }

@@ -188,6 +188,11 @@ impl Refusal {
                 ConditionRefusal::Condition(c) => {
                     class(StatusCode::OK, c.code(), Outcome::Screened)
                 }
+                ConditionRefusal::RateLimited { .. } => class(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    code::LIMIT_EXCEEDED,
+                    Outcome::RateLimited,
+                ),
                 ConditionRefusal::Disabled | ConditionRefusal::Target => class(
                     StatusCode::OK,
                     code::TRANSACTION_REJECTED,
@@ -241,6 +246,7 @@ impl Refusal {
                 ConditionRefusal::Condition(c) => c.to_string(),
                 ConditionRefusal::Undecodable(e) => format!("invalid params: {e}"),
                 ConditionRefusal::Target => "only 4337 Entrypoint contract support".into(),
+                ConditionRefusal::RateLimited { .. } => "rate limited".into(),
             },
             Refusal::Screened(rejection) => match rejection {
                 Rejection::Invalid(e) => format!("invalid params: {e}"),
@@ -279,7 +285,10 @@ impl Refusal {
             | Refusal::RateLimited {
                 retry_after_ms: retry_after,
                 ..
-            } => Some(retry_after.div_ceil(1000).max(1)),
+            }
+            | Refusal::Conditional(ConditionRefusal::RateLimited {
+                retry_after_ms: retry_after,
+            }) => Some(retry_after.div_ceil(1000).max(1)),
             _ => None,
         }
     }
@@ -299,7 +308,11 @@ impl Refusal {
             return serde_json::value::to_raw_value(&data).ok();
         }
         if let Refusal::Conditional(refusal) = self {
-            let data = serde_json::json!({ "reason": format!("conditional_{}", refusal.as_str()) });
+            let mut data =
+                serde_json::json!({ "reason": format!("conditional_{}", refusal.as_str()) });
+            if let ConditionRefusal::RateLimited { retry_after_ms } = refusal {
+                data["retry_after_ms"] = (*retry_after_ms).into();
+            }
             return serde_json::value::to_raw_value(&data).ok();
         }
         let Refusal::Screened(rejection) = self else {

@@ -24,6 +24,7 @@ use crate::limits::admission::AdmissionLayer;
 use crate::limits::clients::ClientLimitLayer;
 use crate::ops::metrics::Metrics;
 use crate::rpc::RpcService;
+use crate::rpc::conditional::Conditions;
 use crate::screening::{ProbeClient, RefusalLog, VerdictCache};
 use crate::server::identity::Edge;
 use crate::server::{self, Drained, ServerSettings};
@@ -44,6 +45,8 @@ pub(crate) struct Shared {
     pub(crate) screen: Option<Arc<Screen>>,
     /// The refusal log: one rate for the whole process.
     pub(crate) refusals: Arc<RefusalLog>,
+    /// The checks on conditional transactions: one rate for the process.
+    pub(crate) conditions: Arc<Conditions>,
     pub(crate) verdicts: Option<Arc<VerdictCache>>,
     /// The source ShouldForward asks, if one does.
     pub(crate) probed: Option<Source>,
@@ -130,6 +133,7 @@ fn serve(
         edge,
         screen,
         refusals,
+        conditions,
         verdicts,
         probed,
     } = shared;
@@ -173,6 +177,7 @@ fn serve(
                 screen,
                 probe,
                 refusals,
+                conditions,
             ));
         server::serve(
             listener,

@@ -8,7 +8,7 @@ use super::registrar::Registrar;
 pub struct ConditionalMetrics {
     /// `txgate_conditional_total{result}`: accepted, would_refuse
     /// (monitor-only), and each refusal (disabled, missing, invalid,
-    /// cost_exceeded, undecodable, target).
+    /// cost_exceeded, undecodable, target, rate_limited).
     pub calls: IntCounterVec,
     /// `txgate_conditional_invalid_total{reason}`: malformed conditions by
     /// what was wrong.
@@ -37,6 +37,7 @@ impl ConditionalMetrics {
             "cost_exceeded",
             "undecodable",
             "target",
+            "rate_limited",
         ] {
             calls.with_label_values(&[result]);
         }

@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::time::Duration;
+
 use serde_json::value::RawValue;
 
 use super::*;
@@ -29,7 +31,7 @@ fn each_check_refuses_in_order_and_counts() {
     let entry: Address = ENTRY_POINT.parse().unwrap();
     let to_entry = raw_to(entry);
     let ok = params(&format!(r#"["{to_entry}", {{"blockNumberMax": "0x10"}}]"#));
-    assert_eq!(c.check(Some(&ok), false), Ok(()));
+    assert_eq!(c.check(Some(&ok), Instant::now(), false), Ok(()));
     let cases = [
         (format!(r#"["{to_entry}"]"#), "missing"),
         (format!(r#"["{to_entry}", {{"nope": 1}}]"#), "invalid"),
@@ -41,14 +43,21 @@ fn each_check_refuses_in_order_and_counts() {
         (format!(r#"["{}", {{}}]"#, raw(3, 0, &[1])), "target"),
     ];
     for (text, label) in &cases {
-        let refusal = c.check(Some(&params(text)), false).unwrap_err();
+        let refusal = c
+            .check(Some(&params(text)), Instant::now(), false)
+            .unwrap_err();
         assert_eq!(refusal.as_str(), *label, "{text}");
     }
-    assert_eq!(c.check(None, false).unwrap_err(), ConditionRefusal::Missing);
+    assert_eq!(
+        c.check(None, Instant::now(), false).unwrap_err(),
+        ConditionRefusal::Missing
+    );
     // A malformed condition is refused before the transaction is decoded.
     let both_bad = params(r#"["0xzz", {"timestampMin": "x"}]"#);
     assert_eq!(
-        c.check(Some(&both_bad), false).unwrap_err().as_str(),
+        c.check(Some(&both_bad), Instant::now(), false)
+            .unwrap_err()
+            .as_str(),
         "invalid"
     );
     let text = String::from_utf8(metrics.render()).unwrap();
@@ -71,7 +80,9 @@ fn cost_over_the_max_disabled_any_target_and_monitor_only() {
         max_cost: 1,
         ..ConditionalConfig::default()
     });
-    let refusal = c.check(Some(&params(&two_roots)), false).unwrap_err();
+    let refusal = c
+        .check(Some(&params(&two_roots)), Instant::now(), false)
+        .unwrap_err();
     assert_eq!(
         refusal,
         ConditionRefusal::Condition(Invalid::CostExceeded { cost: 2, max: 1 })
@@ -81,15 +92,68 @@ fn cost_over_the_max_disabled_any_target_and_monitor_only() {
         ..ConditionalConfig::default()
     });
     assert_eq!(
-        off.check(Some(&params(&two_roots)), false),
+        off.check(Some(&params(&two_roots)), Instant::now(), false),
         Err(ConditionRefusal::Disabled)
     );
     // Monitor-only: counted, let through.
-    assert_eq!(off.check(Some(&params(&two_roots)), true), Ok(()));
+    assert_eq!(
+        off.check(Some(&params(&two_roots)), Instant::now(), true),
+        Ok(())
+    );
     let (any, _) = conditions(ConditionalConfig {
         targets: Vec::new(),
         ..ConditionalConfig::default()
     });
     let elsewhere = params(&format!(r#"["{}", {{}}]"#, raw(3, 0, &[1])));
-    assert_eq!(any.check(Some(&elsewhere), false), Ok(()));
+    assert_eq!(any.check(Some(&elsewhere), Instant::now(), false), Ok(()));
+}
+
+/// The instance's bucket in lookups: a burst, then the rate; each call
+/// charged its condition's cost; a refusal says when it would fit.
+#[test]
+fn calls_are_charged_their_cost_against_one_rate() {
+    let (c, metrics) = conditions(ConditionalConfig {
+        rate_per_sec: 100,
+        burst: 10,
+        ..ConditionalConfig::default()
+    });
+    let entry: Address = ENTRY_POINT.parse().unwrap();
+    // Two accounts with a root each: 4 lookups.
+    let four = params(&format!(
+        r#"["{}", {{"knownAccounts": {{"0x{:040x}": "0x{:064x}", "0x{:040x}": "0x{:064x}"}}}}]"#,
+        raw_to(entry),
+        1,
+        1,
+        2,
+        2
+    ));
+    let t0 = Instant::now();
+    assert_eq!(c.check(Some(&four), t0, false), Ok(()));
+    assert_eq!(c.check(Some(&four), t0, false), Ok(()));
+    // 8 of 10 used: 4 more do not fit; they will in 20 ms (2 lookups at 100/s).
+    let refused = c.check(Some(&four), t0, false).unwrap_err();
+    assert_eq!(
+        refused,
+        ConditionRefusal::RateLimited { retry_after_ms: 20 }
+    );
+    // Monitor-only charges nothing and refuses nothing.
+    assert_eq!(c.check(Some(&four), t0, true), Ok(()));
+    assert_eq!(
+        c.check(Some(&four), t0 + Duration::from_millis(20), false),
+        Ok(())
+    );
+    // A refused condition is never charged.
+    let bad = params(r#"["0x01", {"nope": 1}]"#);
+    for _ in 0..100 {
+        assert!(
+            c.check(Some(&bad), t0 + Duration::from_millis(60), false)
+                .is_err()
+        );
+    }
+    assert_eq!(
+        c.check(Some(&four), t0 + Duration::from_millis(60), false),
+        Ok(())
+    );
+    let text = String::from_utf8(metrics.render()).unwrap();
+    assert!(text.contains("txgate_conditional_total{result=\"rate_limited\"} 1"));
 }
