@@ -131,10 +131,12 @@ async fn each_rule_refuses_with_its_code_and_a_valid_call_passes_untouched() {
         assert_eq!(answer["error"]["code"], *code, "{body}: {answer}");
         let text = answer["error"]["message"].as_str().unwrap_or_default();
         assert!(text.starts_with(message), "{body}: {text}");
-        assert_eq!(
-            answer["id"],
-            json!(body).as_str().map(|_| answer["id"].clone()).unwrap()
-        );
+        let sent: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(answer["id"], sent["id"], "the caller's id comes back");
+        let reason = answer["error"]["data"]["reason"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(reason.starts_with("conditional_"), "{answer}");
     }
     // In a batch: the refused call answered in place, the other forwarded.
     let batch = format!(
@@ -222,6 +224,53 @@ async fn the_checks_run_with_screening_off_and_the_switch_and_monitor_only() {
     let m = txgate.metrics().await;
     assert_eq!(
         metric(&m, "txgate_conditional_total{result=\"would_refuse\"}"),
+        1.0
+    );
+}
+
+/// Over the instance's lookups a second: 429, Retry-After, -32005 "rate
+/// limited" at once, and nothing at the node.
+#[tokio::test(flavor = "multi_thread")]
+async fn over_the_rate_a_call_is_refused_at_once_with_a_wait() {
+    let node = RecordingUpstream::start().await;
+    let config = TempFile::new("[conditional]\nrate_per_sec = 1\nburst = 4\n");
+    let txgate = Txgate::start(&node.url, &["--config", config.arg()]);
+    let to_entry = Eoa::new(503).sign(0, entry_point(), &[1, 2, 3, 4], 0, 1_000_000_000);
+    // One account with a root: 2 lookups a call; the burst holds two.
+    let condition = json!({"knownAccounts": {"0x000000000000000000000000000000000000abcd": ROOT}});
+    for id in 1..=2 {
+        let (status, answer) =
+            send(&txgate.url, &call(json!(id), &to_entry, condition.clone())).await;
+        assert_eq!(
+            (status, &answer["result"]),
+            (200, &json!("0x01")),
+            "{answer}"
+        );
+    }
+    let (status, headers, bytes) = post(
+        &txgate.url,
+        Some("application/json"),
+        call(json!(3), &to_entry, condition),
+    )
+    .await
+    .expect("post");
+    let answer: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(status, 429, "{answer}");
+    assert_eq!(answer["id"], 3);
+    assert_eq!(answer["error"]["code"], -32005);
+    assert_eq!(answer["error"]["message"], "rate limited");
+    assert_eq!(
+        answer["error"]["data"]["reason"],
+        "conditional_rate_limited"
+    );
+    // Two lookups at one a second: about 2 s to wait.
+    let wait = answer["error"]["data"]["retry_after_ms"].as_u64().unwrap();
+    assert!((1_000..=2_000).contains(&wait), "{wait}");
+    assert_eq!(headers["retry-after"], "2");
+    assert_eq!(conditional_calls(&node).len(), 2);
+    let m = txgate.metrics().await;
+    assert_eq!(
+        metric(&m, "txgate_conditional_total{result=\"rate_limited\"}"),
         1.0
     );
 }
