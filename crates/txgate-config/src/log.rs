@@ -13,7 +13,7 @@ pub const DEFAULT_REFUSALS_PER_SEC: u32 = 10;
 /// Default refusal lines at once, per reason, before the rate applies.
 pub const DEFAULT_REFUSALS_BURST: u32 = 20;
 /// Most refusal lines a second per reason that may be asked for.
-pub const MAX_REFUSALS_PER_SEC: u32 = 10_000;
+pub const MAX_REFUSALS_PER_SEC: u32 = 1000;
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]

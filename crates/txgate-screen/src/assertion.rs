@@ -348,6 +348,15 @@ impl Assertions {
         }
     }
 
+    /// The version the table holds for assertion `id`, if it holds it.
+    pub fn version_of(&self, id: &B256) -> Option<u64> {
+        let table = self.table();
+        let index = *table.by_id.get(id)?;
+        table.entries[index as usize]
+            .as_ref()
+            .map(|e| e.key.version)
+    }
+
     /// Whether a ban under `aref` still belongs to its assertion's current
     /// version.
     pub fn is_live(&self, aref: AssertionRef) -> bool {

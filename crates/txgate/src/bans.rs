@@ -88,6 +88,12 @@ impl Names {
     }
 }
 
+/// Bans posted to `/bans/import` at once: about 4 MB of JSON, well under
+/// the listener's default cap.
+const IMPORT_CHUNK: usize = 20_000;
+/// How long the instance has to answer one request.
+const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A failure, and the exit code it gets.
 struct Failed(u8, String);
 
@@ -112,10 +118,12 @@ impl Bans {
             Some(url) => parse_admin(url)?,
             None => reachable(config.admin.listen),
         };
-        let token = match &self.token_file {
-            Some(path) => Some(read_token(path)?),
-            None => config.admin.token().map_err(|e| Failed(2, e.to_string()))?,
+        // The same reader, and checks, as the daemon's.
+        let admin = txgate_config::AdminConfig {
+            token_file: self.token_file.clone().or(config.admin.token_file.clone()),
+            ..txgate_config::AdminConfig::default()
         };
+        let token = admin.token().map_err(|e| Failed(2, e.to_string()))?;
         let client = Client { target, token };
         match self.action {
             Action::Lookup(names) => print(&client.json("/bans/lookup", &names.json()).await?),
@@ -130,10 +138,7 @@ impl Bans {
                     std::fs::read(&file)
                         .map_err(|e| Failed(2, format!("cannot read {}: {e}", file.display())))?
                 };
-                let answer = client
-                    .send("POST", "/bans/import", Bytes::from(body))
-                    .await?;
-                print(&answer)
+                print(&client.import(&body).await?)
             }
             Action::Export { output } => client.export(output).await,
         }
@@ -149,12 +154,6 @@ fn print(value: &Value) -> Result<(), Failed> {
     let text = serde_json::to_string_pretty(value).unwrap_or_default();
     println!("{text}");
     Ok(())
-}
-
-fn read_token(path: &PathBuf) -> Result<String, Failed> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failed(2, format!("cannot read {}: {e}", path.display())))?;
-    Ok(text.trim().to_owned())
 }
 
 /// `http://host:port` (a path is not allowed: the endpoints are fixed).
@@ -198,8 +197,9 @@ impl Client {
                 format!("cannot reach the admin listener at {}: {e}", self.target),
             )
         };
-        let stream = tokio::net::TcpStream::connect(self.target)
+        let stream = tokio::time::timeout(TIMEOUT, tokio::net::TcpStream::connect(self.target))
             .await
+            .map_err(|e| unreachable(&e))?
             .map_err(|e| unreachable(&e))?;
         let (sender, connection) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
@@ -235,17 +235,23 @@ impl Client {
     /// Sends a request; the JSON answer on success, its error otherwise.
     async fn send(&self, method: &str, path: &str, body: Bytes) -> Result<Value, Failed> {
         let mut sender = self.connect().await?;
-        let response = sender
-            .send_request(self.request(method, path, body)?)
+        let exchange = async {
+            let response = sender
+                .send_request(self.request(method, path, body)?)
+                .await
+                .map_err(|e| Failed(1, format!("the admin listener did not answer: {e}")))?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| Failed(1, format!("the answer broke off: {e}")))?
+                .to_bytes();
+            Ok::<_, Failed>((status, body))
+        };
+        let (status, body) = tokio::time::timeout(TIMEOUT, exchange)
             .await
-            .map_err(|e| Failed(1, format!("the admin listener did not answer: {e}")))?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| Failed(1, format!("the answer broke off: {e}")))?
-            .to_bytes();
+            .map_err(|_| Failed(1, format!("no answer within {} s", TIMEOUT.as_secs())))??;
         let value: Value = serde_json::from_slice(&body).unwrap_or_else(
             |_| json!({ "error": String::from_utf8_lossy(&body).trim().to_string() }),
         );
@@ -256,13 +262,41 @@ impl Client {
         Err(Failed(1, format!("{status}: {message}")))
     }
 
+    /// Posts an export in chunks of [`IMPORT_CHUNK`] bans (a full
+    /// instance's export is larger than a listener takes at once); the
+    /// answers added up.
+    async fn import(&self, export: &[u8]) -> Result<Value, Failed> {
+        let mut list: Value = serde_json::from_slice(export)
+            .map_err(|e| Failed(2, format!("not an export (JSON): {e}")))?;
+        let Some(bans) = list
+            .get_mut("bans")
+            .and_then(Value::as_array_mut)
+            .map(std::mem::take)
+        else {
+            return Err(Failed(2, "not an export: no \"bans\" list".into()));
+        };
+        let (mut imported, mut skipped) = (0u64, 0u64);
+        for chunk in bans.chunks(IMPORT_CHUNK) {
+            list["bans"] = Value::Array(chunk.to_vec());
+            let answer = self
+                .send("POST", "/bans/import", Bytes::from(list.to_string()))
+                .await?;
+            imported += answer["imported"].as_u64().unwrap_or(0);
+            skipped += answer["skipped"].as_u64().unwrap_or(0);
+        }
+        Ok(json!({ "imported": imported, "skipped": skipped }))
+    }
+
     /// Streams `GET /bans` to `output` (standard output by default).
     async fn export(&self, output: Option<PathBuf>) -> Result<(), Failed> {
         let mut sender = self.connect().await?;
-        let response = sender
-            .send_request(self.request("GET", "/bans", Bytes::new())?)
-            .await
-            .map_err(|e| Failed(1, format!("the admin listener did not answer: {e}")))?;
+        let response = tokio::time::timeout(
+            TIMEOUT,
+            sender.send_request(self.request("GET", "/bans", Bytes::new())?),
+        )
+        .await
+        .map_err(|_| Failed(1, format!("no answer within {} s", TIMEOUT.as_secs())))?
+        .map_err(|e| Failed(1, format!("the admin listener did not answer: {e}")))?;
         if !response.status().is_success() {
             let status = response.status();
             let body = response.into_body().collect().await.map(|c| c.to_bytes());

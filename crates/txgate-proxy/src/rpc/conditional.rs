@@ -130,8 +130,9 @@ impl Conditions {
     }
 
     /// Checks a call's params (`[raw, condition]`) at `now`; counts the
-    /// outcome. In monitor-only mode a refusal is counted as
-    /// `would_refuse` and `Ok` (nothing is charged to the rate then).
+    /// outcome. In monitor-only mode a refusal (other than the switch) is
+    /// counted as `would_refuse` and `Ok` (nothing is charged to the rate
+    /// then).
     pub fn check(
         &self,
         params: Option<&RawValue>,
@@ -154,7 +155,9 @@ impl Conditions {
                 if let ConditionRefusal::Condition(Invalid::Invalid(reason)) = &refusal {
                     c.invalid[*reason as usize].inc();
                 }
-                if monitor_only {
+                // Monitor-only watches the checks; the switch is the
+                // operator's own decision and holds.
+                if monitor_only && refusal != ConditionRefusal::Disabled {
                     c.would_refuse.inc();
                     return Ok(());
                 }
@@ -188,7 +191,7 @@ impl Conditions {
         if !self.enabled {
             return Err(ConditionRefusal::Disabled);
         }
-        let (raw, condition) = params
+        let (_, condition) = params
             .and_then(|p| serde_json::from_str::<(&RawValue, &RawValue)>(p.get()).ok())
             .ok_or(ConditionRefusal::Missing)?;
         let cost = txgate_conditional::check(condition.get(), self.max_cost)
@@ -197,8 +200,7 @@ impl Conditions {
         if self.targets.is_empty() {
             return Ok(cost);
         }
-        let raw: std::borrow::Cow<'_, str> =
-            serde_json::from_str(raw.get()).map_err(|_| ConditionRefusal::Missing)?;
+        let raw = crate::screening::raw_param(params).ok_or(ConditionRefusal::Missing)?;
         let tx = txgate_screen::decode_hex(&raw)
             .and_then(|bytes| txgate_screen::decode(&bytes))
             .map_err(ConditionRefusal::Undecodable)?;

@@ -140,6 +140,49 @@ impl Screen {
         self.recent_failures.remove(tx_hash, now).is_some()
     }
 
+    /// Imports bans given by an operator (another instance's export):
+    /// unlike a snapshot restore, an import never moves the assertion
+    /// table. An assertion this instance holds at another version is left
+    /// out of the record (a typo or an older export must not lift every
+    /// ban under the current version); a record left with none of the
+    /// assertions it named is skipped. Times are capped at what a verdict
+    /// here would give (`denied_ttl`, and the suspect window after it), so
+    /// no imported ban outlives the assertions it names. Returns how many
+    /// were imported.
+    pub fn import_bans_by_hand(&self, records: &[BanRecord], now: Millis) -> usize {
+        let settings = self.settings();
+        let (ban_cap, suspect_cap) = (
+            settings.denied_ttl,
+            settings.denied_ttl.saturating_add(settings.suspect_window),
+        );
+        let kept: Vec<BanRecord> = records
+            .iter()
+            .filter_map(|r| {
+                let assertions: Vec<AssertionKey> = r
+                    .assertions
+                    .iter()
+                    .filter(|k| {
+                        self.assertions
+                            .version_of(&k.id)
+                            .is_none_or(|held| held == k.version)
+                    })
+                    .copied()
+                    .collect();
+                if assertions.is_empty() && !r.assertions.is_empty() {
+                    return None;
+                }
+                let suspect_for = r.suspect_for.min(suspect_cap);
+                (suspect_for > 0).then(|| BanRecord {
+                    fingerprint: r.fingerprint,
+                    expires_in: r.expires_in.min(ban_cap),
+                    suspect_for,
+                    assertions,
+                })
+            })
+            .collect();
+        self.import_bans(&kept, now)
+    }
+
     /// The shards of the denied set, for [`Screen::export_bans_in`].
     pub fn ban_shards(&self) -> usize {
         self.denied.shard_count()
@@ -255,6 +298,47 @@ mod tests {
         whole.sort_unstable();
         assert_eq!(by_shard.len(), 200);
         assert_eq!(by_shard, whole);
+    }
+
+    #[test]
+    fn an_import_by_hand_never_moves_the_assertion_table() {
+        let s = screen();
+        s.apply(&[invalidation(1, Some(key(0xa1)))], 0);
+        let record = |fp: u8, assertion: AssertionKey, expires_in: Millis| BanRecord {
+            fingerprint: B256::repeat_byte(fp),
+            expires_in,
+            suspect_for: expires_in * 2,
+            assertions: vec![assertion],
+        };
+        let bumped = AssertionKey {
+            version: u64::MAX - 1,
+            ..key(0xa1)
+        };
+        let imported = s.import_bans_by_hand(
+            &[
+                // The held assertion at another version: skipped, and the
+                // ban under the current version stays.
+                record(2, bumped, 10_000),
+                // An unknown assertion: learned, the ban imported.
+                record(3, key(0xb2), 10_000),
+                // A week asked for: capped at this instance's ban time.
+                record(4, key(0xa1), 7 * 24 * 3_600_000),
+                // Dead on arrival.
+                BanRecord {
+                    suspect_for: 0,
+                    ..record(5, key(0xa1), 0)
+                },
+            ],
+            1,
+        );
+        assert_eq!(imported, 2);
+        assert!(s.ban_of(&B256::repeat_byte(1), 2).unwrap().denied);
+        assert!(s.ban_of(&B256::repeat_byte(2), 2).is_none());
+        assert!(s.ban_of(&B256::repeat_byte(3), 2).is_some());
+        let capped = s.ban_of(&B256::repeat_byte(4), 1).unwrap();
+        assert_eq!(capped.expires_in, 128_000);
+        assert_eq!(capped.suspect_for, 256_000);
+        assert!(s.ban_of(&B256::repeat_byte(5), 2).is_none());
     }
 
     #[test]

@@ -164,12 +164,12 @@ async fn bans_are_looked_up_exported_imported_and_lifted() {
         "{logs}"
     );
 
-    // Malformed bodies: a clear 400, nothing changed.
+    // Without the token a body is never read: 401. Malformed bodies with
+    // it: a clear 400, nothing changed.
     let auth = format!("{}/bans/lift", a.admin_url);
     let (status, _, body) = post(&auth, Some("application/json"), "{")
         .await
         .expect("post");
-    // No token: 401 before the body is read.
     assert_eq!(status, 401, "{body:?}");
     let lift = bans(
         &a.admin_url,

@@ -9,6 +9,12 @@
 //! | `POST /bans/lift` `{"fingerprint"?, "sender"?, "tx_hash"?}` | lifts a ban, a sender's backoff, a failed tx hash |
 //! | `POST /bans/import` (what `GET /bans` gave) | adds those bans (moving bans between instances, seeding a new one) |
 //!
+//! An import never moves the assertion table (a ban naming an assertion
+//! held here at another version is skipped), ages the bans by the time
+//! since the export was taken, and caps them at this instance's ban time.
+//! A cooldown is not lifted here: it ends by itself (its duration) or with
+//! a new version of its assertion.
+//!
 //! Access: with `admin.token_file`, every request needs `Authorization:
 //! Bearer <token>` (401 otherwise); without it, only loopback peers are
 //! served (403 otherwise). Checked before the body is read. Bad input is a
@@ -103,12 +109,8 @@ impl Bans {
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
         B::Error: std::error::Error + Send + Sync + 'static,
     {
-        let (endpoint, allowed) = match req.uri().path() {
-            "/bans/lookup" => (Endpoint::Lookup, "GET, POST"),
-            "/bans" | "/bans/export" => (Endpoint::Export, "GET"),
-            "/bans/lift" => (Endpoint::Lift, "POST"),
-            "/bans/import" => (Endpoint::Import, "POST"),
-            _ => return error(StatusCode::NOT_FOUND, "no such ban endpoint"),
+        let Some((endpoint, allowed)) = endpoint(req.uri().path()) else {
+            return error(StatusCode::NOT_FOUND, "no such ban endpoint");
         };
         let answer = self.serve(endpoint, allowed, req, peer).await;
         let (answered, response) = match answer {
@@ -199,7 +201,10 @@ impl Bans {
             .headers()
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|v| {
+                let (scheme, token) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then_some(token)
+            })
             .map(str::trim);
         match given {
             Some(given) if crate::ops::secret::equal(given.as_bytes(), token.as_bytes()) => Ok(()),
@@ -364,16 +369,25 @@ impl Bans {
                 "expected format \"{FORMAT}\" version {VERSION} (what GET /bans gives)"
             )));
         }
+        // An export taken a while ago: its times have run on since.
+        let aged = list
+            .taken_at_unix_ms
+            .map_or(0, |taken| Clock::now().unix_ms.saturating_sub(taken));
         let records = list
             .bans
             .iter()
             .enumerate()
             .map(|(i, ban)| {
                 ban.record()
+                    .map(|mut r| {
+                        r.expires_in = r.expires_in.saturating_sub(aged);
+                        r.suspect_for = r.suspect_for.saturating_sub(aged);
+                        r
+                    })
                     .map_err(|e| Refused::bad(format!("bans[{i}]: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let imported = self.screen.import_bans(&records, now);
+        let imported = self.screen.import_bans_by_hand(&records, now);
         self.metrics
             .admin
             .change(Change::Import)
@@ -422,6 +436,17 @@ impl Bans {
             .headers_mut()
             .insert(CONTENT_TYPE, crate::rpc::rescue::JSON);
         response
+    }
+}
+
+/// The endpoint at `path` and the methods it takes.
+pub fn endpoint(path: &str) -> Option<(Endpoint, &'static str)> {
+    match path {
+        "/bans/lookup" => Some((Endpoint::Lookup, "GET, POST")),
+        "/bans" => Some((Endpoint::Export, "GET")),
+        "/bans/lift" => Some((Endpoint::Lift, "POST")),
+        "/bans/import" => Some((Endpoint::Import, "POST")),
+        _ => None,
     }
 }
 
@@ -517,8 +542,9 @@ impl Facts {
 struct List {
     format: String,
     version: u64,
+    /// When the export was taken: imported times are aged by what has
+    /// passed since.
     #[serde(default)]
-    #[allow(dead_code)]
     taken_at_unix_ms: Option<u64>,
     bans: Vec<BanJson>,
 }

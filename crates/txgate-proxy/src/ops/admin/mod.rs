@@ -46,10 +46,16 @@ impl Admin {
         if path == "/bans" || path.starts_with("/bans/") {
             return match &self.bans {
                 Some(bans) => bans.handle(req, peer).await,
-                None => bans::error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "screening is off: there are no bans",
-                ),
+                None => {
+                    if let Some((endpoint, _)) = bans::endpoint(path) {
+                        let unavailable = crate::ops::metrics::admin::Answered::Unavailable;
+                        self.metrics.admin.request(endpoint, unavailable);
+                    }
+                    bans::error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "screening is off: there are no bans",
+                    )
+                }
             };
         }
         route(&req, &self.metrics, &self.readiness).map(|body| body.boxed_unsync())

@@ -45,9 +45,9 @@ pub(super) const SCREEN_BUCKETS: &[f64] = &[
     0.01,
 ];
 
-/// Stage time buckets in seconds, 250 ns to 10 ms: a stage takes from a
+/// Stage time buckets in seconds, 250 ns to 50 ms: a stage takes from a
 /// fraction of a microsecond (a cache probe) to tens (one ECDSA recovery),
-/// and a ShouldForward probe milliseconds.
+/// and a ShouldForward probe milliseconds (its deadline included).
 pub(super) const STAGE_BUCKETS: &[f64] = &[
     0.000_000_25,
     0.000_000_5,
@@ -63,6 +63,8 @@ pub(super) const STAGE_BUCKETS: &[f64] = &[
     0.001,
     0.002_5,
     0.01,
+    0.025,
+    0.05,
 ];
 
 /// `txgate_screen_entries{cache}`: entries held by each cache.

@@ -95,9 +95,14 @@ fn cost_over_the_max_disabled_any_target_and_monitor_only() {
         off.check(Some(&params(&two_roots)), Instant::now(), false),
         Err(ConditionRefusal::Disabled)
     );
-    // Monitor-only: counted, let through.
+    // Monitor-only does not override the switch...
     assert_eq!(
         off.check(Some(&params(&two_roots)), Instant::now(), true),
+        Err(ConditionRefusal::Disabled)
+    );
+    // ...and lets a refusal of the checks through, counted.
+    assert_eq!(
+        c.check(Some(&params(&two_roots)), Instant::now(), true),
         Ok(())
     );
     let (any, _) = conditions(ConditionalConfig {
