@@ -96,6 +96,7 @@ pub struct Proxy {
     client_limits: Option<Arc<ClientLimits>>,
     fleet: Option<Arc<FleetLink>>,
     admin: Arc<ops::admin::Admin>,
+    conditions: Arc<rpc::conditional::Conditions>,
 }
 
 /// Reads the API keys again on the operator's signal (SIGHUP).
@@ -198,10 +199,15 @@ impl Proxy {
                 )
             }),
         });
+        let conditions = Arc::new(rpc::conditional::Conditions::new(
+            &config.conditional,
+            &metrics,
+        ));
         Ok(Proxy {
             client_limits,
             fleet,
             admin,
+            conditions,
             config: Arc::new(config),
             metrics,
             readiness,
@@ -225,6 +231,12 @@ impl Proxy {
             limits: limits.clone(),
             config: self.config.clone(),
         })
+    }
+
+    /// The checks on conditional transactions (their switch is flipped on
+    /// SIGHUP).
+    pub fn conditions(&self) -> Arc<rpc::conditional::Conditions> {
+        self.conditions.clone()
     }
 
     /// The metrics registry and handles.
@@ -318,10 +330,7 @@ impl Proxy {
                 &self.config.log,
                 &self.metrics.screen,
             )),
-            conditions: Arc::new(rpc::conditional::Conditions::new(
-                &self.config.conditional,
-                &self.metrics,
-            )),
+            conditions: self.conditions.clone(),
             verdicts: self.verdicts.clone(),
             probed: self.sources.iter().find(|s| s.should_forward).cloned(),
         }

@@ -235,12 +235,12 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_FAILED);
         }
     };
-    let code = runtime.block_on(run(config));
+    let code = runtime.block_on(run(config, cli.config.clone()));
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     code
 }
 
-async fn run(config: Config) -> ExitCode {
+async fn run(config: Config, config_path: Option<PathBuf>) -> ExitCode {
     let workers = config.server.effective_workers();
     let (listen, admin) = (config.server.listen, config.admin.listen);
     let upstream_url = config.upstream.url.clone();
@@ -275,7 +275,14 @@ async fn run(config: Config) -> ExitCode {
     // ends the process without draining or writing the last snapshot).
     // SIGHUP is always handled, for the same reason.
     let shutdown = shutdown_signal();
-    tokio::spawn(reload_on_sighup(hangups(), proxy.key_reloader()));
+    tokio::spawn(reload_on_sighup(
+        hangups(),
+        proxy.key_reloader(),
+        Switches {
+            config: config_path,
+            conditions: proxy.conditions(),
+        },
+    ));
     tracing::info!(rpc = %rpc_addr, admin = %admin_addr, upstream = %upstream_url, workers, screening, clients = %clients, sidecar = %sidecar, aeges = %aeges, "listening");
     let Exit { drained, fatal } = proxy.run(listeners, shutdown).await;
     match drained {
@@ -383,25 +390,65 @@ fn hangups() -> Option<tokio::signal::unix::Signal> {
     use tokio::signal::unix::{SignalKind, signal};
     signal(SignalKind::hangup())
         .inspect_err(|_| {
-            tracing::error!("cannot install the SIGHUP handler; API keys are not reloaded");
+            tracing::error!(
+                "cannot install the SIGHUP handler; API keys and switches are not reloaded"
+            );
         })
         .ok()
 }
 
-/// Reloads the API keys on every SIGHUP (when per-client limits are on;
-/// otherwise there is nothing to reload, and the signal is only logged).
+/// What SIGHUP switches without a restart: `conditional.enabled`, read
+/// again from the config file.
+struct Switches {
+    config: Option<PathBuf>,
+    conditions: std::sync::Arc<txgate_proxy::rpc::conditional::Conditions>,
+}
+
+impl Switches {
+    /// Reads the config file again and applies its switches; a file that
+    /// does not load or validate changes nothing.
+    fn reload(&self) {
+        let Some(path) = &self.config else {
+            return;
+        };
+        let loaded = Config::from_file(path).and_then(|config| {
+            config.validate()?;
+            Ok(config)
+        });
+        match loaded {
+            Ok(config) => {
+                let on = config.conditional.enabled;
+                if self.conditions.set_enabled(on) != on {
+                    tracing::warn!(
+                        enabled = on,
+                        "eth_sendRawTransactionConditional switched by SIGHUP"
+                    );
+                }
+            }
+            Err(e) => tracing::error!(
+                path = %path.display(),
+                error = %e,
+                "config not read again on SIGHUP; the switches in force stay"
+            ),
+        }
+    }
+}
+
+/// On every SIGHUP: the API keys (when per-client limits are on) and the
+/// switches of the config file.
 async fn reload_on_sighup(
     hup: Option<tokio::signal::unix::Signal>,
     reloader: Option<txgate_proxy::KeyReloader>,
+    switches: Switches,
 ) {
     let Some(mut hup) = hup else {
         return;
     };
     while hup.recv().await.is_some() {
-        match &reloader {
-            Some(reloader) => reloader.reload(),
-            None => tracing::info!("SIGHUP received: no API keys to reload"),
+        if let Some(reloader) = &reloader {
+            reloader.reload();
         }
+        switches.reload();
     }
 }
 

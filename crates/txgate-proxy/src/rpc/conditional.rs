@@ -21,10 +21,11 @@
 //! held calls open while it waited would run out of connections and
 //! in-flight slots under exactly the load the limit is for.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use alloy_primitives::Address;
-use prometheus::IntCounter;
+use prometheus::{IntCounter, IntGauge};
 use serde_json::value::RawValue;
 use txgate_conditional::{Reason, Refusal as Invalid};
 use txgate_config::ConditionalConfig;
@@ -73,7 +74,8 @@ impl ConditionRefusal {
 /// The checks, built once from `[conditional]`.
 #[derive(Debug)]
 pub struct Conditions {
-    enabled: bool,
+    /// The switch, flipped by SIGHUP ([`Conditions::set_enabled`]).
+    enabled: AtomicBool,
     max_cost: u64,
     /// Empty: any target.
     targets: Vec<Address>,
@@ -82,6 +84,8 @@ pub struct Conditions {
     /// Time zero of the rate's clock.
     epoch: Instant,
     counters: Counters,
+    enabled_gauge: IntGauge,
+    switches: IntCounter,
 }
 
 #[derive(Debug)]
@@ -107,7 +111,7 @@ impl Conditions {
     pub fn new(config: &ConditionalConfig, metrics: &Metrics) -> Conditions {
         let m = &metrics.conditional;
         Conditions {
-            enabled: config.enabled,
+            enabled: AtomicBool::new(config.enabled),
             max_cost: config.max_cost,
             targets: config
                 .target_addresses()
@@ -117,6 +121,11 @@ impl Conditions {
                 .collect(),
             rate: Rate::new(config.rate_per_sec, config.burst).map(SharedRate::new),
             epoch: Instant::now(),
+            enabled_gauge: {
+                m.enabled.set(i64::from(config.enabled));
+                m.enabled.clone()
+            },
+            switches: m.switches.clone(),
             counters: Counters {
                 accepted: m.calls.with_label_values(&["accepted"]),
                 would_refuse: m.calls.with_label_values(&["would_refuse"]),
@@ -171,6 +180,22 @@ impl Conditions {
         }
     }
 
+    /// Turns the method on or off for every worker at once (the operator's
+    /// switch, read again on SIGHUP); whether it was on.
+    pub fn set_enabled(&self, on: bool) -> bool {
+        let was = self.enabled.swap(on, Ordering::Relaxed);
+        self.enabled_gauge.set(i64::from(on));
+        if was != on {
+            self.switches.inc();
+        }
+        was
+    }
+
+    /// Whether the method is on.
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
     /// Charges `cost` lookups to the instance's rate at `now`.
     fn charge(&self, cost: u64, now: Instant) -> Result<(), ConditionRefusal> {
         let Some(rate) = &self.rate else {
@@ -188,7 +213,7 @@ impl Conditions {
 
     /// The checks that need no state; the condition's cost when it passes.
     fn verdict(&self, params: Option<&RawValue>) -> Result<u64, ConditionRefusal> {
-        if !self.enabled {
+        if !self.enabled.load(Ordering::Relaxed) {
             return Err(ConditionRefusal::Disabled);
         }
         let (_, condition) = params

@@ -7,7 +7,7 @@ use std::time::Duration;
 use alloy_primitives::Address;
 use serde_json::{Value, json};
 
-use crate::support::{Eoa, RecordingUpstream, TempFile, Txgate, metric, post};
+use crate::support::{Eoa, RecordingUpstream, TempFile, Txgate, eventually, metric, post};
 
 const ENTRY_POINT: &str = "0x0000000071727De22E5E9d8BAf0edAc6f37da032";
 const ROOT: &str = "0x00000000000000000000000000000000000000000000000000000000000000aa";
@@ -272,5 +272,92 @@ async fn over_the_rate_a_call_is_refused_at_once_with_a_wait() {
     assert_eq!(
         metric(&m, "txgate_conditional_total{result=\"rate_limited\"}"),
         1.0
+    );
+}
+
+/// One HTTP/1.1 exchange on a connection kept open across calls.
+async fn exchange(stream: &mut tokio::net::TcpStream, body: &str) -> Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let request = format!(
+        "POST / HTTP/1.1\r\nhost: txgate\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut chunk).await.expect("read");
+        assert!(n > 0, "the connection was closed");
+        buf.extend_from_slice(&chunk[..n]);
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("content-length");
+        if buf.len() >= end + 4 + length {
+            return serde_json::from_slice(&buf[end + 4..end + 4 + length]).expect("JSON");
+        }
+    }
+}
+
+/// The switch is read again on SIGHUP and flips for every worker, on a
+/// connection that stays open; a config file that does not load changes
+/// nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_switch_flips_on_sighup_without_dropping_a_connection() {
+    let node = RecordingUpstream::start().await;
+    let config = TempFile::new("[conditional]\nenabled = true\n");
+    let txgate = Txgate::start(&node.url, &["--config", config.arg()]);
+    let raw = Eoa::new(504).sign(0, entry_point(), &[1, 2, 3, 4], 0, 1_000_000_000);
+    let body = call(json!(1), &raw, json!({}));
+    let mut stream = tokio::net::TcpStream::connect(txgate.rpc_addr)
+        .await
+        .expect("connect");
+    assert_eq!(exchange(&mut stream, &body).await["result"], "0x01");
+
+    let enabled = |on: bool| {
+        let txgate = &txgate;
+        async move {
+            eventually(Duration::from_secs(5), || async {
+                let want = if on { 1.0 } else { 0.0 };
+                metric(&txgate.metrics().await, "txgate_conditional_enabled") == want
+            })
+            .await
+        }
+    };
+    std::fs::write(&config.path, "[conditional]\nenabled = false\n").unwrap();
+    txgate.proc.signal(libc::SIGHUP);
+    assert!(enabled(false).await, "the switch never flipped off");
+    let answer = exchange(&mut stream, &body).await;
+    assert_eq!(answer["error"]["message"], "endpoint disabled", "{answer}");
+
+    // A file that does not load: logged, the switch stays off.
+    std::fs::write(&config.path, "[conditional]\nenabled = \"maybe\"\n").unwrap();
+    txgate.proc.signal(libc::SIGHUP);
+    let logged = eventually(Duration::from_secs(5), || async {
+        txgate
+            .drain_logs()
+            .iter()
+            .any(|l| l.contains("config not read again on SIGHUP"))
+    })
+    .await;
+    assert!(logged);
+    let answer = exchange(&mut stream, &body).await;
+    assert_eq!(answer["error"]["message"], "endpoint disabled", "{answer}");
+
+    std::fs::write(&config.path, "[conditional]\nenabled = true\n").unwrap();
+    txgate.proc.signal(libc::SIGHUP);
+    assert!(enabled(true).await, "the switch never flipped on");
+    assert_eq!(exchange(&mut stream, &body).await["result"], "0x01");
+    let m = txgate.metrics().await;
+    assert_eq!(metric(&m, "txgate_conditional_switches_total"), 2.0);
+    assert_eq!(
+        metric(&m, "txgate_conditional_total{result=\"disabled\"}"),
+        2.0
     );
 }

@@ -1,6 +1,6 @@
 //! Conditional transactions: what the checks before screening decided.
 
-use prometheus::IntCounterVec;
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
 
 use super::registrar::Registrar;
 
@@ -13,6 +13,10 @@ pub struct ConditionalMetrics {
     /// `txgate_conditional_invalid_total{reason}`: malformed conditions by
     /// what was wrong.
     pub invalid: IntCounterVec,
+    /// `txgate_conditional_enabled`: 1 while the method is on.
+    pub enabled: IntGauge,
+    /// `txgate_conditional_switches_total`: times the switch changed.
+    pub switches: IntCounter,
 }
 
 impl std::fmt::Debug for ConditionalMetrics {
@@ -49,6 +53,17 @@ impl ConditionalMetrics {
         for reason in txgate_conditional::Reason::ALL {
             invalid.with_label_values(&[reason.as_str()]);
         }
-        ConditionalMetrics { calls, invalid }
+        ConditionalMetrics {
+            calls,
+            invalid,
+            enabled: r.gauge(
+                "conditional_enabled",
+                "1 while eth_sendRawTransactionConditional is accepted (conditional.enabled)",
+            ),
+            switches: r.counter(
+                "conditional_switches_total",
+                "Times conditional.enabled changed while running (SIGHUP)",
+            ),
+        }
     }
 }
