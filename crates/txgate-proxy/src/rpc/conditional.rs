@@ -59,14 +59,19 @@ pub enum ConditionRefusal {
 impl ConditionRefusal {
     /// The label it is counted under.
     pub fn as_str(&self) -> &'static str {
+        REFUSALS[self.index()]
+    }
+
+    /// Its position in [`REFUSALS`].
+    fn index(&self) -> usize {
         match self {
-            ConditionRefusal::Disabled => "disabled",
-            ConditionRefusal::Missing => "missing",
-            ConditionRefusal::Condition(Invalid::Invalid(_)) => "invalid",
-            ConditionRefusal::Condition(Invalid::CostExceeded { .. }) => "cost_exceeded",
-            ConditionRefusal::Undecodable(_) => "undecodable",
-            ConditionRefusal::Target => "target",
-            ConditionRefusal::RateLimited { .. } => "rate_limited",
+            ConditionRefusal::Disabled => 0,
+            ConditionRefusal::Missing => 1,
+            ConditionRefusal::Condition(Invalid::Invalid(_)) => 2,
+            ConditionRefusal::Condition(Invalid::CostExceeded { .. }) => 3,
+            ConditionRefusal::Undecodable(_) => 4,
+            ConditionRefusal::Target => 5,
+            ConditionRefusal::RateLimited { .. } => 6,
         }
     }
 }
@@ -96,7 +101,10 @@ struct Counters {
     invalid: Vec<IntCounter>,
 }
 
-const RESULTS: [&str; 7] = [
+/// The labels of the refusals, by [`ConditionRefusal::index`]; with
+/// `accepted` and `would_refuse`, the `result` label of
+/// `txgate_conditional_total`.
+pub const REFUSALS: [&str; 7] = [
     "disabled",
     "missing",
     "invalid",
@@ -129,7 +137,7 @@ impl Conditions {
             counters: Counters {
                 accepted: m.calls.with_label_values(&["accepted"]),
                 would_refuse: m.calls.with_label_values(&["would_refuse"]),
-                refused: RESULTS.map(|r| m.calls.with_label_values(&[r])),
+                refused: REFUSALS.map(|r| m.calls.with_label_values(&[r])),
                 invalid: Reason::ALL
                     .iter()
                     .map(|r| m.invalid.with_label_values(&[r.as_str()]))
@@ -170,10 +178,7 @@ impl Conditions {
                     c.would_refuse.inc();
                     return Ok(());
                 }
-                let index = RESULTS
-                    .iter()
-                    .position(|r| *r == refusal.as_str())
-                    .unwrap_or(0);
+                let index = refusal.index();
                 c.refused[index].inc();
                 Err(refusal)
             }

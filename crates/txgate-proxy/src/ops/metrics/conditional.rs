@@ -32,17 +32,10 @@ impl ConditionalMetrics {
             "eth_sendRawTransactionConditional calls by what the condition checks decided",
             &["result"],
         );
-        for result in [
-            "accepted",
-            "would_refuse",
-            "disabled",
-            "missing",
-            "invalid",
-            "cost_exceeded",
-            "undecodable",
-            "target",
-            "rate_limited",
-        ] {
+        let results = ["accepted", "would_refuse"]
+            .into_iter()
+            .chain(crate::rpc::conditional::REFUSALS);
+        for result in results {
             calls.with_label_values(&[result]);
         }
         let invalid = r.counter_vec(
