@@ -47,6 +47,7 @@
 //! assert!(txgate_conditional::check(r#"{"timestampMin": 9, "timestampMax": 8}"#, 1000).is_err());
 //! ```
 
+pub mod caller;
 mod parse;
 
 pub use parse::{Checked, Reason, Refusal, check};

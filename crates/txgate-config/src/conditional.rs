@@ -19,6 +19,12 @@ pub const MAX_MAX_COST: u64 = 1_000_000;
 pub const DEFAULT_RATE_PER_SEC: u32 = 5000;
 /// Default lookups at once before the rate applies (op-txproxy's burst).
 pub const DEFAULT_BURST: u32 = 1000;
+/// Default callers whose rate is tracked at once (per instance).
+pub const DEFAULT_MAX_CALLERS: usize = 10_000;
+/// The most callers that may be tracked.
+pub const MAX_MAX_CALLERS: usize = 10_000_000;
+/// The most addresses `conditional.callers` may list.
+pub const MAX_CALLERS_LISTED: usize = 100_000;
 
 /// Conditional transactions.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -37,6 +43,17 @@ pub struct ConditionalConfig {
     pub rate_per_sec: u32,
     /// Lookups at once before the rate applies.
     pub burst: u32,
+    /// Callers allowed to send conditional transactions (0x-hex addresses
+    /// that sign the body in `X-Optimism-Signature`); empty: anyone, a
+    /// signature checked when present.
+    pub callers: Vec<String>,
+    /// Lookups a second one signed caller may cost (on top of the
+    /// instance's rate); 0: no per-caller limit.
+    pub caller_rate_per_sec: u32,
+    /// Lookups at once before a caller's rate applies (0: its rate).
+    pub caller_burst: u32,
+    /// Callers whose rate is tracked at once.
+    pub max_callers: usize,
 }
 
 impl ConditionalConfig {
@@ -54,25 +71,52 @@ impl ConditionalConfig {
                 "must be at least 1 while conditional.rate_per_sec is set",
             ));
         }
+        if self.max_callers == 0 || self.max_callers > MAX_MAX_CALLERS {
+            return Err(ConfigError::new(
+                "conditional.max_callers",
+                format!(
+                    "{} is out of range (1 to {MAX_MAX_CALLERS})",
+                    self.max_callers
+                ),
+            ));
+        }
+        if self.callers.len() > MAX_CALLERS_LISTED {
+            return Err(ConfigError::new(
+                "conditional.callers",
+                format!("more than {MAX_CALLERS_LISTED} addresses"),
+            ));
+        }
+        self.caller_addresses()?;
         self.target_addresses().map(|_| ())
+    }
+
+    /// The allowed callers as 20-byte addresses, or the key of the first
+    /// that is not one.
+    pub fn caller_addresses(&self) -> Result<Vec<[u8; 20]>, ConfigError> {
+        addresses("conditional.callers", &self.callers)
     }
 
     /// The targets as 20-byte addresses, or the key of the first that is
     /// not one.
     pub fn target_addresses(&self) -> Result<Vec<[u8; 20]>, ConfigError> {
-        self.targets
-            .iter()
-            .enumerate()
-            .map(|(i, text)| {
-                parse_address(text).ok_or_else(|| {
-                    ConfigError::new(
-                        format!("conditional.targets[{i}]"),
-                        format!("`{text}` is not a 0x-prefixed 20-byte address"),
-                    )
-                })
-            })
-            .collect()
+        addresses("conditional.targets", &self.targets)
     }
+}
+
+/// `list` (the setting `key`) as addresses, or the key of the first that
+/// is not one.
+fn addresses(key: &str, list: &[String]) -> Result<Vec<[u8; 20]>, ConfigError> {
+    list.iter()
+        .enumerate()
+        .map(|(i, text)| {
+            parse_address(text).ok_or_else(|| {
+                ConfigError::new(
+                    format!("{key}[{i}]"),
+                    format!("`{text}` is not a 0x-prefixed 20-byte address"),
+                )
+            })
+        })
+        .collect()
 }
 
 fn parse_address(text: &str) -> Option<[u8; 20]> {
@@ -96,6 +140,10 @@ impl Default for ConditionalConfig {
             targets: DEFAULT_TARGETS.iter().map(|t| (*t).to_owned()).collect(),
             rate_per_sec: DEFAULT_RATE_PER_SEC,
             burst: DEFAULT_BURST,
+            callers: Vec::new(),
+            caller_rate_per_sec: 0,
+            caller_burst: 0,
+            max_callers: DEFAULT_MAX_CALLERS,
         }
     }
 }
@@ -135,6 +183,22 @@ mod tests {
             ..ConditionalConfig::default()
         };
         assert_eq!(no_burst.validate().unwrap_err().key, "conditional.burst");
+        let bad_caller = ConditionalConfig {
+            callers: vec!["0x5FF137D4b0FDCD49DcA30c7CF57E578a026d27".into()],
+            ..ConditionalConfig::default()
+        };
+        assert_eq!(
+            bad_caller.validate().unwrap_err().key,
+            "conditional.callers[0]"
+        );
+        let no_callers = ConditionalConfig {
+            max_callers: 0,
+            ..ConditionalConfig::default()
+        };
+        assert_eq!(
+            no_callers.validate().unwrap_err().key,
+            "conditional.max_callers"
+        );
         let any = ConditionalConfig {
             targets: Vec::new(),
             ..ConditionalConfig::default()

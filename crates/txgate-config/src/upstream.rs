@@ -12,6 +12,11 @@ pub const DEFAULT_UPSTREAM: &str = "http://127.0.0.1:8546";
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// Default upstream call timeout (headers and body).
 pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 10_000;
+/// Default upstream timeout of an `eth_sendRawTransactionSync` call: above
+/// the longest wait a node grants one (go-ethereum's and op-geth's
+/// `--rpc.txsync.maxtimeout`, 1 min; reth's 30 s), so the node's own
+/// timeout answer (code 4) arrives first.
+pub const DEFAULT_SYNC_CALL_TIMEOUT_MS: u64 = 65_000;
 /// Default cap on an upstream response body.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 128 * 1024 * 1024;
 /// Default idle keep-alive connections kept to the upstream (0: same as
@@ -33,6 +38,10 @@ pub struct UpstreamConfig {
     pub connect_timeout_ms: u64,
     /// Whole-call timeout: request sent, response headers and body read.
     pub call_timeout_ms: u64,
+    /// The same for a call (or a batch) that holds an
+    /// `eth_sendRawTransactionSync`, which the node answers once the
+    /// transaction is in a block or its own timeout passes.
+    pub sync_call_timeout_ms: u64,
     /// Upstream response body cap.
     pub max_response_bytes: usize,
     /// Idle keep-alive connections kept; 0 means `admission.max_in_flight`.
@@ -49,6 +58,7 @@ impl Default for UpstreamConfig {
             url: DEFAULT_UPSTREAM.to_string(),
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             call_timeout_ms: DEFAULT_CALL_TIMEOUT_MS,
+            sync_call_timeout_ms: DEFAULT_SYNC_CALL_TIMEOUT_MS,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             pool_max_idle: DEFAULT_POOL_MAX_IDLE,
             pool_idle_timeout_ms: DEFAULT_POOL_IDLE_TIMEOUT_MS,
@@ -81,6 +91,7 @@ impl UpstreamConfig {
         require_positive(&[
             ("upstream.connect_timeout_ms", self.connect_timeout_ms),
             ("upstream.call_timeout_ms", self.call_timeout_ms),
+            ("upstream.sync_call_timeout_ms", self.sync_call_timeout_ms),
             (
                 "upstream.max_response_bytes",
                 self.max_response_bytes as u64,
@@ -110,9 +121,13 @@ mod tests {
 
     #[test]
     fn each_rule_names_its_key() {
-        let cases: [(Change, &str); 6] = [
+        let cases: [(Change, &str); 7] = [
             (|c| c.connect_timeout_ms = 0, "upstream.connect_timeout_ms"),
             (|c| c.call_timeout_ms = 0, "upstream.call_timeout_ms"),
+            (
+                |c| c.sync_call_timeout_ms = 0,
+                "upstream.sync_call_timeout_ms",
+            ),
             (|c| c.max_response_bytes = 0, "upstream.max_response_bytes"),
             (
                 |c| c.pool_idle_timeout_ms = 0,

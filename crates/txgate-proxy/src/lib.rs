@@ -176,33 +176,37 @@ impl Proxy {
             metrics.clone(),
         )
         .map(Arc::new);
-        let fleet = match (fleet, &client_limits) {
-            (Some(link), Some(_)) => {
+        let rates = rpc::conditional::Rates::new(&config.conditional, &config.redis, fleet.clone())
+            .map(Arc::new);
+        let fleet = match fleet {
+            Some(link) if client_limits.is_some() || rates.is_some() => {
                 readiness.set_redis(link.clone());
                 Some(link)
             }
-            (Some(_), None) => {
-                tracing::info!("no per-client limit is set: Redis shares bans only");
+            Some(_) => {
+                tracing::info!("no per-client or conditional limit is set: Redis shares bans only");
                 None
             }
-            (None, _) => None,
+            None => None,
         };
+        let conditions = Arc::new(rpc::conditional::Conditions::new(
+            &config.conditional,
+            rates,
+            &metrics,
+        ));
         let admin = Arc::new(ops::admin::Admin {
             metrics: metrics.clone(),
             readiness: readiness.clone(),
             bans: screen.as_ref().map(|screen| {
                 ops::admin::Bans::new(
                     screen.clone(),
-                    admin_token,
+                    admin_token.clone(),
                     config.admin.max_import_bytes,
                     metrics.clone(),
                 )
             }),
+            switch: ops::admin::switch::Switch::new(conditions.clone(), admin_token),
         });
-        let conditions = Arc::new(rpc::conditional::Conditions::new(
-            &config.conditional,
-            &metrics,
-        ));
         Ok(Proxy {
             client_limits,
             fleet,
@@ -331,6 +335,7 @@ impl Proxy {
                 &self.metrics.screen,
             )),
             conditions: self.conditions.clone(),
+            sync: Arc::new(rpc::sync::SyncCalls::new(config, &self.metrics)),
             verdicts: self.verdicts.clone(),
             probed: self.sources.iter().find(|s| s.should_forward).cloned(),
         }
@@ -385,26 +390,32 @@ impl Proxy {
         Ok(background)
     }
 
-    /// The per-client limits' task: the fleet sync with Redis when one is
-    /// configured, else the tracked-clients gauges alone.
+    /// The rate limits' task: the fleet sync with Redis when one is
+    /// configured (the per-client limits and the conditional calls'
+    /// rates), else the tracked-clients gauges alone.
     fn start_client_limits(&self, background: &mut Background) {
-        let Some(limits) = &self.client_limits else {
-            return;
-        };
-        let limits = limits.clone();
         let quick = Duration::from_secs(2);
+        let mut tables: Vec<Arc<dyn limits::fleet::Synced>> = Vec::new();
+        if let Some(limits) = &self.client_limits {
+            tables.push(limits.clone());
+        }
         match &self.fleet {
             Some(link) => {
+                if let Some(rates) = self.conditions.rates() {
+                    tables.push(rates);
+                }
                 let (link, config) = (link.clone(), self.config.redis.clone());
                 let metrics = self.metrics.clone();
                 background.spawn("limits-fleet-sync", Role::Optional, quick, |stop| {
-                    limits::fleet::run(limits, link, config, metrics, stop)
+                    limits::fleet::run(tables, link, config, metrics, stop)
                 });
             }
             None => {
-                background.spawn("limits-gauges", Role::Optional, quick, |stop| {
-                    limits::fleet::gauges(limits, stop)
-                });
+                if let Some(limits) = tables.pop() {
+                    background.spawn("limits-gauges", Role::Optional, quick, |stop| {
+                        limits::fleet::gauges(limits, stop)
+                    });
+                }
             }
         }
     }

@@ -22,7 +22,7 @@ use txgate_config::{LimitsConfig, RateConfig, RedisConfig, UnknownKey};
 use txgate_identity::TrustedProxies;
 use txgate_limits::{Limits, Nanos, Rate, Slot, Spans, Table, Usage, Which, ip_key};
 
-use super::fleet::FleetLink;
+use super::fleet::{FleetLink, Synced};
 use crate::ops::metrics::Metrics;
 use crate::rpc::rescue::{Body, Refusal};
 use crate::server::identity::Client;
@@ -79,6 +79,10 @@ pub enum Kind {
     Ip,
     /// By API key.
     Key,
+    /// The lookups of every conditional call (one bucket).
+    Conditional,
+    /// The lookups of one signed conditional caller.
+    Caller,
 }
 
 impl Kind {
@@ -87,6 +91,8 @@ impl Kind {
         match self {
             Kind::Ip => "ip",
             Kind::Key => "key",
+            Kind::Conditional => "conditional",
+            Kind::Caller => "caller",
         }
     }
 }
@@ -319,10 +325,14 @@ impl ClientLimits {
             .with_label_values(&["key"])
             .set(self.keys.len() as i64);
     }
+}
 
-    /// Moves up to `max` clients' usage not yet reported to the fleet into
-    /// `out`.
-    pub fn drain_unsynced(&self, out: &mut Vec<(Kind, Usage)>, max: usize) {
+impl Synced for ClientLimits {
+    fn now(&self) -> Nanos {
+        ClientLimits::now(self)
+    }
+
+    fn drain_unsynced(&self, out: &mut Vec<(Kind, Usage)>, max: usize) {
         let mut usage = Vec::new();
         for (kind, table) in [(Kind::Ip, &self.ips), (Kind::Key, &self.keys)] {
             usage.clear();
@@ -331,12 +341,16 @@ impl ClientLimits {
         }
     }
 
-    /// Takes the fleet's view of one client (see [`Table::merge_fleet`]).
-    pub fn merge_fleet(&self, kind: Kind, key: u128, now: Nanos, ahead: Spans) {
+    fn merge_fleet(&self, kind: Kind, key: u128, now: Nanos, ahead: Spans) {
         match kind {
             Kind::Ip => self.ips.merge_fleet(key, now, ahead),
             Kind::Key => self.keys.merge_fleet(key, now, ahead),
+            Kind::Conditional | Kind::Caller => {}
         }
+    }
+
+    fn update_gauges(&self) {
+        ClientLimits::update_gauges(self);
     }
 }
 

@@ -34,9 +34,9 @@ use redis::{AsyncConnectionConfig, Script};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use txgate_config::RedisConfig;
-use txgate_limits::{Spans, Usage};
+use txgate_limits::{Nanos, Spans, Usage};
 
-use super::clients::{ClientLimits, Kind};
+use super::clients::Kind;
 use crate::ops::metrics::Metrics;
 
 /// The state of the link to Redis.
@@ -134,9 +134,24 @@ const IDLE_PING: Duration = Duration::from_secs(1);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
+/// A table of GCRA debts whose usage the fleet sync reports and whose
+/// debts it takes back: the per-client limits, and the conditional calls'
+/// rates.
+pub trait Synced: std::fmt::Debug + Send + Sync + 'static {
+    /// Nanoseconds on the table's own clock.
+    fn now(&self) -> Nanos;
+    /// Moves up to `max` entries' usage not yet reported into `out`.
+    fn drain_unsynced(&self, out: &mut Vec<(Kind, Usage)>, max: usize);
+    /// Takes the fleet's view of one entry at `now` (its clock): how far
+    /// ahead of now its TATs are across the fleet.
+    fn merge_fleet(&self, kind: Kind, key: u128, now: Nanos, ahead: Spans);
+    /// Sets the table's gauges.
+    fn update_gauges(&self);
+}
+
 /// Keeps the tracked-clients gauges current until `stop`, when there is no
 /// fleet to sync with.
-pub async fn gauges(limits: Arc<ClientLimits>, stop: CancellationToken) {
+pub async fn gauges(limits: Arc<dyn Synced>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
@@ -147,10 +162,10 @@ pub async fn gauges(limits: Arc<ClientLimits>, stop: CancellationToken) {
     }
 }
 
-/// Syncs `limits` with Redis until `stop`; also keeps the tracked-clients
-/// gauges current.
+/// Syncs `tables` with Redis until `stop`; also keeps their gauges
+/// current.
 pub async fn run(
-    limits: Arc<ClientLimits>,
+    tables: Vec<Arc<dyn Synced>>,
     link: Arc<FleetLink>,
     config: RedisConfig,
     metrics: Arc<Metrics>,
@@ -181,15 +196,19 @@ pub async fn run(
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let (mut conn, mut retry_at, mut backoff) = (None, Instant::now(), BACKOFF_MIN);
     let mut last_ok = Instant::now();
-    let mut batch = Vec::new();
+    let (mut batch, mut drained) = (Vec::new(), Vec::new());
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        limits.update_gauges();
         batch.clear();
-        limits.drain_unsynced(&mut batch, MAX_PER_SYNC);
+        for (index, table) in tables.iter().enumerate() {
+            table.update_gauges();
+            drained.clear();
+            table.drain_unsynced(&mut drained, MAX_PER_SYNC.saturating_sub(batch.len()));
+            batch.extend(drained.iter().map(|(kind, usage)| (index, *kind, *usage)));
+        }
         if conn.is_none() && Instant::now() >= retry_at {
             match open(&client, &connect, timeout).await {
                 Ok(c) => {
@@ -215,7 +234,7 @@ pub async fn run(
         if batch.is_empty() && last_ok.elapsed() < IDLE_PING {
             continue;
         }
-        let synced = sync(c, &script, &prefix, &limits, &batch, timeout).await;
+        let synced = sync(c, &script, &prefix, &tables, &batch, timeout).await;
         match synced {
             Ok(()) => {
                 m.syncs.with_label_values(&["ok"]).inc();
@@ -263,8 +282,8 @@ async fn sync(
     conn: &mut MultiplexedConnection,
     script: &Script,
     prefix: &str,
-    limits: &ClientLimits,
-    batch: &[(Kind, Usage)],
+    tables: &[Arc<dyn Synced>],
+    batch: &[(usize, Kind, Usage)],
     timeout: Duration,
 ) -> redis::RedisResult<()> {
     if batch.is_empty() {
@@ -275,7 +294,7 @@ async fn sync(
     }
     for chunk in batch.chunks(CHUNK) {
         let mut call = script.prepare_invoke();
-        for (kind, usage) in chunk {
+        for (_, kind, usage) in chunk {
             call.key(format!("{prefix}:{}:{:032x}", kind.as_str(), usage.key));
             call.arg(micros(usage.spans.calls))
                 .arg(micros(usage.spans.txs));
@@ -283,14 +302,15 @@ async fn sync(
         let ahead: Vec<i64> = tokio::time::timeout(timeout, call.invoke_async(conn))
             .await
             .unwrap_or_else(|_| Err(timed_out()))?;
-        let now = limits.now();
-        for ((kind, usage), ahead) in chunk.iter().zip(ahead.chunks_exact(2)) {
+        // Each table's clock read once per chunk.
+        let nows: Vec<Nanos> = tables.iter().map(|t| t.now()).collect();
+        for ((index, kind, usage), ahead) in chunk.iter().zip(ahead.chunks_exact(2)) {
             let nanos = |us: i64| u64::try_from(us).unwrap_or(0).saturating_mul(1000);
             let spans = Spans {
                 calls: nanos(ahead[0]),
                 txs: nanos(ahead[1]),
             };
-            limits.merge_fleet(*kind, usage.key, now, spans);
+            tables[*index].merge_fleet(*kind, usage.key, nows[*index], spans);
         }
     }
     Ok(())

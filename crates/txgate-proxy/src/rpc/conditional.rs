@@ -13,25 +13,40 @@
 //! and a disabled method -32003 "endpoint disabled" (op-txproxy). A call
 //! without its condition is -32602, as op-geth answers a missing argument.
 //!
-//! Last, a call that passed is charged its condition's cost against one
-//! token bucket in lookups for the whole instance (`rate_per_sec`,
-//! `burst`; GCRA on an atomic, shared by every worker): over it, HTTP 429
-//! with `Retry-After` and -32005 "rate limited" (op-txproxy's code and
-//! message), at once. op-txproxy waits for tokens instead; a proxy that
-//! held calls open while it waited would run out of connections and
-//! in-flight slots under exactly the load the limit is for.
+//! Then the caller (op-txproxy's authentication, `caller`): an
+//! `X-Optimism-Signature` header is verified when present (one ECDSA
+//! recovery per request, however many conditional calls its batch holds);
+//! a bad one is -32003 "invalid authentication", whatever is wrong with it
+//! (the reason is counted, not told). With `conditional.callers` set, a
+//! call without the header is -32003 "missing authentication" and a signer
+//! off the list -32003 "caller not allowed"; with no list, unsigned callers
+//! pass and signed and unsigned calls are counted apart.
+//!
+//! Last, a call that passed is charged its condition's cost in lookups
+//! ([`rates`]): to its signed caller's bucket when
+//! `conditional.caller_rate_per_sec` is set, then to the instance's (the
+//! fleet's, with Redis). Over either, HTTP 429 with `Retry-After` and
+//! -32005 "rate limited" (op-txproxy's code and message), at once.
+//! op-txproxy waits for tokens instead; a proxy that held calls open while
+//! it waited would run out of connections and in-flight slots under
+//! exactly the load the limit is for.
 
+mod rates;
+
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use alloy_primitives::Address;
 use prometheus::{IntCounter, IntGauge};
 use serde_json::value::RawValue;
+use txgate_conditional::caller::CallerError;
 use txgate_conditional::{Reason, Refusal as Invalid};
 use txgate_config::ConditionalConfig;
-use txgate_limits::{Rate, SharedRate};
 
 use crate::ops::metrics::Metrics;
+pub use rates::{Rates, Scope};
 
 /// The method these checks are for.
 pub const METHOD: &str = "eth_sendRawTransactionConditional";
@@ -49,8 +64,16 @@ pub enum ConditionRefusal {
     Undecodable(txgate_screen::DecodeError),
     /// The target is not on `conditional.targets` (or a creation).
     Target,
-    /// Over the instance's rate of lookups.
+    /// No `X-Optimism-Signature` while `conditional.callers` is set.
+    Unauthenticated,
+    /// An `X-Optimism-Signature` that does not verify.
+    BadAuthentication(CallerError),
+    /// A verified signer not on `conditional.callers`.
+    CallerDenied,
+    /// Over a rate of lookups.
     RateLimited {
+        /// The instance's (fleet's) rate or the caller's.
+        scope: Scope,
         /// When the same cost would fit.
         retry_after_ms: u64,
     },
@@ -71,7 +94,16 @@ impl ConditionRefusal {
             ConditionRefusal::Condition(Invalid::CostExceeded { .. }) => 3,
             ConditionRefusal::Undecodable(_) => 4,
             ConditionRefusal::Target => 5,
-            ConditionRefusal::RateLimited { .. } => 6,
+            ConditionRefusal::Unauthenticated => 6,
+            ConditionRefusal::BadAuthentication(_) => 7,
+            ConditionRefusal::CallerDenied => 8,
+            ConditionRefusal::RateLimited {
+                scope: Scope::All, ..
+            } => 9,
+            ConditionRefusal::RateLimited {
+                scope: Scope::Caller,
+                ..
+            } => 10,
         }
     }
 }
@@ -84,10 +116,10 @@ pub struct Conditions {
     max_cost: u64,
     /// Empty: any target.
     targets: Vec<Address>,
-    /// Lookups a second for the instance (`None`: no limit).
-    rate: Option<SharedRate>,
-    /// Time zero of the rate's clock.
-    epoch: Instant,
+    /// Empty: any caller, signed or not.
+    callers: HashSet<Address>,
+    /// The rates of lookups (`None`: no limit).
+    rates: Option<Arc<Rates>>,
     counters: Counters,
     enabled_gauge: IntGauge,
     switches: IntCounter,
@@ -97,26 +129,79 @@ pub struct Conditions {
 struct Counters {
     accepted: IntCounter,
     would_refuse: IntCounter,
-    refused: [IntCounter; 7],
+    refused: [IntCounter; 11],
     invalid: Vec<IntCounter>,
+    /// Calls that passed the caller check: unsigned, signed.
+    callers: [IntCounter; 2],
+    /// Headers that did not verify, by [`CallerError`].
+    auth_failures: [IntCounter; 3],
 }
 
 /// The labels of the refusals, by [`ConditionRefusal::index`]; with
 /// `accepted` and `would_refuse`, the `result` label of
 /// `txgate_conditional_total`.
-pub const REFUSALS: [&str; 7] = [
+pub const REFUSALS: [&str; 11] = [
     "disabled",
     "missing",
     "invalid",
     "cost_exceeded",
     "undecodable",
     "target",
+    "unauthenticated",
+    "bad_authentication",
+    "caller_denied",
     "rate_limited",
+    "caller_rate_limited",
 ];
 
+/// The `reason` label of `txgate_conditional_auth_failures_total`, by
+/// [`CallerError`].
+pub const AUTH_FAILURES: [CallerError; 3] = [
+    CallerError::Malformed,
+    CallerError::BadSignature,
+    CallerError::Mismatch,
+];
+
+/// What the caller check needs from a request: its signature header and
+/// the body it signs. Verified at most once, when a conditional call of the
+/// request first needs it (a batch of them costs one recovery; a request
+/// without one costs none).
+#[derive(Debug)]
+pub struct Signed<'a> {
+    header: Option<&'a [u8]>,
+    body: &'a [u8],
+    verified: OnceLock<Result<Address, CallerError>>,
+}
+
+impl<'a> Signed<'a> {
+    /// The request's `X-Optimism-Signature` (if any) over `body`.
+    pub fn new(header: Option<&'a [u8]>, body: &'a [u8]) -> Signed<'a> {
+        Signed {
+            header,
+            body,
+            verified: OnceLock::new(),
+        }
+    }
+
+    /// `None` without a header, else what verifying it says.
+    fn caller(&self) -> Option<Result<Address, CallerError>> {
+        let header = self.header?;
+        Some(
+            *self
+                .verified
+                .get_or_init(|| txgate_conditional::caller::verify(header, self.body)),
+        )
+    }
+}
+
 impl Conditions {
-    /// The checks `config` asks for (validated: the targets parse).
-    pub fn new(config: &ConditionalConfig, metrics: &Metrics) -> Conditions {
+    /// The checks `config` asks for (validated: the addresses parse), with
+    /// `rates` built from it ([`Rates::new`]).
+    pub fn new(
+        config: &ConditionalConfig,
+        rates: Option<Arc<Rates>>,
+        metrics: &Metrics,
+    ) -> Conditions {
         let m = &metrics.conditional;
         Conditions {
             enabled: AtomicBool::new(config.enabled),
@@ -127,8 +212,13 @@ impl Conditions {
                 .into_iter()
                 .map(Address::from)
                 .collect(),
-            rate: Rate::new(config.rate_per_sec, config.burst).map(SharedRate::new),
-            epoch: Instant::now(),
+            callers: config
+                .caller_addresses()
+                .unwrap_or_default()
+                .into_iter()
+                .map(Address::from)
+                .collect(),
+            rates,
             enabled_gauge: {
                 m.enabled.set(i64::from(config.enabled));
                 m.enabled.clone()
@@ -142,6 +232,9 @@ impl Conditions {
                     .iter()
                     .map(|r| m.invalid.with_label_values(&[r.as_str()]))
                     .collect(),
+                callers: ["unsigned", "signed"].map(|k| m.callers.with_label_values(&[k])),
+                auth_failures: AUTH_FAILURES
+                    .map(|e| m.auth_failures.with_label_values(&[e.as_str()])),
             },
         }
     }
@@ -153,15 +246,17 @@ impl Conditions {
     pub fn check(
         &self,
         params: Option<&RawValue>,
+        signed: &Signed<'_>,
         now: Instant,
         monitor_only: bool,
     ) -> Result<(), ConditionRefusal> {
         let c = &self.counters;
         let verdict = self.verdict(params).and_then(|cost| {
+            let caller = self.caller(signed)?;
             if monitor_only {
                 return Ok(());
             }
-            self.charge(cost, now)
+            self.charge(caller.as_ref(), cost, now)
         });
         match verdict {
             Ok(()) => {
@@ -201,17 +296,48 @@ impl Conditions {
         self.enabled.load(Ordering::Relaxed)
     }
 
-    /// Charges `cost` lookups to the instance's rate at `now`.
-    fn charge(&self, cost: u64, now: Instant) -> Result<(), ConditionRefusal> {
-        let Some(rate) = &self.rate else {
+    /// The rates, for the fleet sync.
+    pub fn rates(&self) -> Option<Arc<Rates>> {
+        self.rates.clone()
+    }
+
+    /// The verified caller (`None`: unsigned and allowed), counted.
+    fn caller(&self, signed: &Signed<'_>) -> Result<Option<Address>, ConditionRefusal> {
+        let c = &self.counters;
+        let caller = match signed.caller() {
+            None if self.callers.is_empty() => None,
+            None => return Err(ConditionRefusal::Unauthenticated),
+            Some(Err(e)) => {
+                c.auth_failures[e as usize].inc();
+                return Err(ConditionRefusal::BadAuthentication(e));
+            }
+            Some(Ok(address)) => {
+                if !self.callers.is_empty() && !self.callers.contains(&address) {
+                    return Err(ConditionRefusal::CallerDenied);
+                }
+                Some(address)
+            }
+        };
+        c.callers[usize::from(caller.is_some())].inc();
+        Ok(caller)
+    }
+
+    /// Charges `cost` lookups to the rates at `now`.
+    fn charge(
+        &self,
+        caller: Option<&Address>,
+        cost: u64,
+        now: Instant,
+    ) -> Result<(), ConditionRefusal> {
+        let Some(rates) = &self.rates else {
             return Ok(());
         };
-        let nanos =
-            u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
         // Costs are at most `MAX_MAX_COST`, far inside u32.
         let cost = u32::try_from(cost).unwrap_or(u32::MAX);
-        rate.charge(nanos, cost)
-            .map_err(|wait| ConditionRefusal::RateLimited {
+        rates
+            .charge(caller, cost, now)
+            .map_err(|(scope, wait)| ConditionRefusal::RateLimited {
+                scope,
                 retry_after_ms: wait.div_ceil(1_000_000),
             })
     }

@@ -10,6 +10,7 @@
 pub mod conditional;
 pub mod policy;
 pub mod rescue;
+pub mod sync;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -56,6 +57,27 @@ struct Screening {
 /// One screened call of a batch, under way.
 type Screened<'a> = Pin<Box<dyn Future<Output = (usize, Option<Refusal>)> + Send + 'a>>;
 
+/// What every worker's service shares, one of each per process: one rate
+/// of log lines, one conditional rate and switch, one cap on sync calls.
+#[derive(Debug, Clone)]
+pub struct PerProcess {
+    /// The refusal log.
+    pub refusals: Arc<screening::RefusalLog>,
+    /// The checks on conditional transactions.
+    pub conditions: Arc<conditional::Conditions>,
+    /// The cap and timeout of sync calls.
+    pub sync: Arc<sync::SyncCalls>,
+}
+
+/// Who sent a request, as the checks of its calls need it.
+#[derive(Debug)]
+struct From<'a> {
+    /// The client's address.
+    client: Option<IpAddr>,
+    /// Its signature header over its body, for conditional calls.
+    signed: conditional::Signed<'a>,
+}
+
 /// Settings and handles shared by every clone of [`RpcService`].
 #[derive(Debug)]
 struct Shared {
@@ -72,6 +94,8 @@ struct Shared {
     /// Count, log and forward what would be refused.
     monitor_only: bool,
     screening: Option<Screening>,
+    /// `eth_sendRawTransactionSync`: its own cap in flight and timeout.
+    sync: Arc<sync::SyncCalls>,
 }
 
 /// The innermost service of the client-facing stack.
@@ -84,17 +108,20 @@ impl RpcService {
     /// Builds the service from the validated config; `screen` is the
     /// screening state shared by every worker (`None`: screening off),
     /// `probe` the sidecar's ShouldForward client (`None`: not asked) and
-    /// `refusals` the process's refusal log and `conditions` its checks on
-    /// conditional transactions.
+    /// `process` what every worker shares.
     pub fn new(
         config: &Config,
         upstream: Upstream,
         metrics: Arc<Metrics>,
         screen: Option<Arc<Screen>>,
         probe: Option<Arc<screening::ProbeClient>>,
-        refusals: Arc<screening::RefusalLog>,
-        conditions: Arc<conditional::Conditions>,
+        process: PerProcess,
     ) -> Self {
+        let PerProcess {
+            refusals,
+            conditions,
+            sync,
+        } = process;
         let screening = screen.map(|screen| Screening {
             stack: screening::stack(probe),
             screen,
@@ -114,6 +141,7 @@ impl RpcService {
                 conditions,
                 monitor_only: config.screen.monitor_only,
                 screening,
+                sync,
             }),
         }
     }
@@ -181,6 +209,12 @@ impl Shared {
         }
         let charged = req.extensions_mut().remove::<Charged>();
         let client = req.extensions().get::<Client>().map(|c| c.ip);
+        // Kept for the caller check of conditional calls (a HeaderValue
+        // clone shares its bytes).
+        let signature = req
+            .headers()
+            .get(txgate_conditional::caller::HEADER)
+            .cloned();
         let read = Limited::new(req.into_body(), self.max_body_bytes).collect();
         let body = match tokio::time::timeout(self.body_read_timeout, read).await {
             Ok(Ok(collected)) => collected.to_bytes(),
@@ -218,12 +252,14 @@ impl Shared {
                 return self.refuse(refusal, id);
             }
         }
+        let signed = conditional::Signed::new(signature.as_ref().map(HeaderValue::as_bytes), &body);
+        let from = From { client, signed };
         match frame {
-            Ok(Frame::Single(Entry::Call(call))) => self.single(&call, body.clone(), client).await,
+            Ok(Frame::Single(Entry::Call(call))) => self.single(&call, body.clone(), &from).await,
             Ok(Frame::Single(Entry::Invalid(invalid))) => {
                 self.refuse(Refusal::InvalidRequest(invalid.message), invalid.id)
             }
-            Ok(Frame::Batch(entries)) => self.batch(&entries, body.len(), client).await,
+            Ok(Frame::Batch(entries)) => self.batch(&entries, body.len(), &from).await,
             Err(FrameError::Parse) => self.refuse(Refusal::Parse, None),
             Err(FrameError::NotARequest) => self.refuse(
                 Refusal::InvalidRequest(
@@ -244,15 +280,18 @@ impl Shared {
     /// The checks of a call before it is forwarded: a conditional
     /// transaction's condition (always), then screening; `Some` when it is
     /// refused.
-    async fn check_call(&self, call: &Call<'_>, client: Option<IpAddr>) -> Option<Refusal> {
+    async fn check_call(&self, call: &Call<'_>, from: &From<'_>) -> Option<Refusal> {
         if call.method == conditional::METHOD
-            && let Err(refusal) =
-                self.conditions
-                    .check(call.params, std::time::Instant::now(), self.monitor_only)
+            && let Err(refusal) = self.conditions.check(
+                call.params,
+                &from.signed,
+                std::time::Instant::now(),
+                self.monitor_only,
+            )
         {
             return Some(Refusal::Conditional(refusal));
         }
-        self.screen_call(call, client).await
+        self.screen_call(call, from.client).await
     }
 
     /// Screens a raw-transaction call from `client`; `Some` when it is
@@ -330,7 +369,7 @@ impl Shared {
         &self,
         call: &Call<'_>,
         body: Bytes,
-        client: Option<IpAddr>,
+        from: &From<'_>,
     ) -> (Outcome, Response<Body>) {
         self.metrics.http.call(&call.method);
         if !self.policy.allows(&call.method) {
@@ -339,13 +378,22 @@ impl Shared {
             }
             return self.refuse(Refusal::MethodDenied, call.id);
         }
-        if let Some(refusal) = self.check_call(call, client).await {
+        // A sync call takes its own slot before anything else it costs.
+        let sync = match self.sync.enter(&call.method) {
+            Ok(slot) => slot,
+            Err(refusal) => return self.refuse(refusal, call.id),
+        };
+        if let Some(refusal) = self.check_call(call, from).await {
             if call.is_notification() {
                 return (refusal.class().outcome, no_content());
             }
             return self.refuse(refusal, call.id);
         }
-        match self.upstream.call(body).await {
+        match self
+            .upstream
+            .call_within(body, self.sync.timeout(sync.is_some()))
+            .await
+        {
             Ok(reply) if reply.status.is_success() || reply.is_json_rpc() => {
                 if call.is_notification() {
                     (Outcome::Notification, no_content())
@@ -369,7 +417,7 @@ impl Shared {
         &self,
         entries: &[Entry<'_>],
         body_len: usize,
-        client: Option<IpAddr>,
+        from: &From<'_>,
     ) -> (Outcome, Response<Body>) {
         enum Slot {
             /// No answer owed (a notification).
@@ -390,18 +438,24 @@ impl Shared {
         // network round trip), their verdicts kept in the caller's order.
         let mut verdicts: Vec<Option<Refusal>> = Vec::with_capacity(entries.len());
         let mut screened: Vec<Screened<'_>> = Vec::new();
+        // The sync calls' slots, held until the batch is answered.
+        let mut syncs = Vec::new();
         for (index, entry) in entries.iter().enumerate() {
             let verdict = match entry {
                 Entry::Call(call) => {
                     self.metrics.http.call(&call.method);
                     if !self.policy.allows(&call.method) {
                         Some(Refusal::MethodDenied)
+                    } else if let Err(refusal) =
+                        self.sync.enter(&call.method).map(|slot| syncs.extend(slot))
+                    {
+                        Some(refusal)
                     } else {
                         let checked = call.method == conditional::METHOD
                             || (self.screening.is_some() && screening::is_screened(&call.method));
                         if checked {
                             screened.push(Box::pin(
-                                self.check_call(call, client)
+                                self.check_call(call, from)
                                     .map(move |verdict| (index, verdict)),
                             ));
                         }
@@ -464,7 +518,12 @@ impl Shared {
         let mut failure = None;
         if forwarded > 0 {
             let awaiting = slots.iter().any(|s| matches!(s, Slot::Awaiting));
-            failure = match self.upstream.call(Bytes::from(upstream_body)).await {
+            let timeout = self.sync.timeout(!syncs.is_empty());
+            failure = match self
+                .upstream
+                .call_within(Bytes::from(upstream_body), timeout)
+                .await
+            {
                 // Only notifications went up: nothing to read back.
                 Ok(reply) if !awaiting && reply.status.is_success() => None,
                 Ok(reply) => match encode::parse_upstream_batch(&reply.body) {

@@ -27,6 +27,8 @@ pub(crate) const JSON: HeaderValue = HeaderValue::from_static("application/json"
 pub enum Refusal {
     /// Over the global in-flight cap.
     Overloaded,
+    /// Over `admission.max_sync_in_flight`.
+    SyncOverloaded,
     /// Over a per-client rate.
     RateLimited {
         /// The limit.
@@ -94,7 +96,7 @@ impl Refusal {
     /// HTTP status, JSON-RPC code and outcome label.
     pub fn class(&self) -> Class {
         match self {
-            Refusal::Overloaded => class(
+            Refusal::Overloaded | Refusal::SyncOverloaded => class(
                 StatusCode::TOO_MANY_REQUESTS,
                 code::LIMIT_EXCEEDED,
                 Outcome::Overloaded,
@@ -198,6 +200,13 @@ impl Refusal {
                     code::TRANSACTION_REJECTED,
                     Outcome::Screened,
                 ),
+                ConditionRefusal::Unauthenticated
+                | ConditionRefusal::BadAuthentication(_)
+                | ConditionRefusal::CallerDenied => class(
+                    StatusCode::OK,
+                    code::TRANSACTION_REJECTED,
+                    Outcome::Unauthorized,
+                ),
             },
         }
     }
@@ -207,6 +216,10 @@ impl Refusal {
         match self {
             Refusal::Overloaded => {
                 "limit exceeded: too many requests in flight, retry later".into()
+            }
+            Refusal::SyncOverloaded => {
+                "limit exceeded: too many eth_sendRawTransactionSync calls in flight, retry later"
+                    .into()
             }
             Refusal::RateLimited { limit, .. } => format!(
                 "limit exceeded: {} for this {}, retry later",
@@ -246,6 +259,11 @@ impl Refusal {
                 ConditionRefusal::Condition(c) => c.to_string(),
                 ConditionRefusal::Undecodable(e) => format!("invalid params: {e}"),
                 ConditionRefusal::Target => "only 4337 Entrypoint contract support".into(),
+                ConditionRefusal::Unauthenticated => "missing authentication".into(),
+                // What is wrong with it is counted, not told (op-txproxy's
+                // one message).
+                ConditionRefusal::BadAuthentication(_) => "invalid authentication".into(),
+                ConditionRefusal::CallerDenied => "caller not allowed".into(),
                 ConditionRefusal::RateLimited { .. } => "rate limited".into(),
             },
             Refusal::Screened(rejection) => match rejection {
@@ -288,6 +306,7 @@ impl Refusal {
             }
             | Refusal::Conditional(ConditionRefusal::RateLimited {
                 retry_after_ms: retry_after,
+                ..
             }) => Some(retry_after.div_ceil(1000).max(1)),
             _ => None,
         }
@@ -310,7 +329,7 @@ impl Refusal {
         if let Refusal::Conditional(refusal) = self {
             let mut data =
                 serde_json::json!({ "reason": format!("conditional_{}", refusal.as_str()) });
-            if let ConditionRefusal::RateLimited { retry_after_ms } = refusal {
+            if let ConditionRefusal::RateLimited { retry_after_ms, .. } = refusal {
                 data["retry_after_ms"] = (*retry_after_ms).into();
             }
             return serde_json::value::to_raw_value(&data).ok();

@@ -23,8 +23,10 @@ use crate::background::{Fatal, FatalGuard, FatalSender};
 use crate::limits::admission::AdmissionLayer;
 use crate::limits::clients::ClientLimitLayer;
 use crate::ops::metrics::Metrics;
+use crate::rpc::PerProcess;
 use crate::rpc::RpcService;
 use crate::rpc::conditional::Conditions;
+use crate::rpc::sync::SyncCalls;
 use crate::screening::{ProbeClient, RefusalLog, VerdictCache};
 use crate::server::identity::Edge;
 use crate::server::{self, Drained, ServerSettings};
@@ -47,6 +49,8 @@ pub(crate) struct Shared {
     pub(crate) refusals: Arc<RefusalLog>,
     /// The checks on conditional transactions: one rate for the process.
     pub(crate) conditions: Arc<Conditions>,
+    /// The cap and timeout of sync calls, one per process.
+    pub(crate) sync: Arc<SyncCalls>,
     pub(crate) verdicts: Option<Arc<VerdictCache>>,
     /// The source ShouldForward asks, if one does.
     pub(crate) probed: Option<Source>,
@@ -134,6 +138,7 @@ fn serve(
         screen,
         refusals,
         conditions,
+        sync,
         verdicts,
         probed,
     } = shared;
@@ -176,8 +181,11 @@ fn serve(
                 metrics.clone(),
                 screen,
                 probe,
-                refusals,
-                conditions,
+                PerProcess {
+                    refusals,
+                    conditions,
+                    sync,
+                },
             ));
         server::serve(
             listener,

@@ -114,6 +114,16 @@ impl Upstream {
 
     /// Posts `body` and reads the whole answer within the call timeout.
     pub async fn call(&self, body: Bytes) -> Result<Reply, UpstreamFailure> {
+        self.call_within(body, None).await
+    }
+
+    /// Posts `body` and reads the whole answer within `timeout` (`None`:
+    /// the call timeout).
+    pub async fn call_within(
+        &self,
+        body: Bytes,
+        timeout: Option<Duration>,
+    ) -> Result<Reply, UpstreamFailure> {
         let inner = &self.inner;
         let started = Instant::now();
         let exchange = async {
@@ -131,7 +141,8 @@ impl Upstream {
                 }
             }
         };
-        let result = match tokio::time::timeout(inner.call_timeout, exchange).await {
+        let limit = timeout.unwrap_or(inner.call_timeout);
+        let result = match tokio::time::timeout(limit, exchange).await {
             Ok(result) => result,
             Err(_) => Err(UpstreamFailure::Timeout),
         };

@@ -12,11 +12,11 @@ use crate::support::{Eoa, RecordingUpstream, TempFile, Txgate, eventually, metri
 const ENTRY_POINT: &str = "0x0000000071727De22E5E9d8BAf0edAc6f37da032";
 const ROOT: &str = "0x00000000000000000000000000000000000000000000000000000000000000aa";
 
-fn entry_point() -> Address {
+pub(crate) fn entry_point() -> Address {
     ENTRY_POINT.parse().unwrap()
 }
 
-fn call(id: Value, raw: &str, condition: Value) -> String {
+pub(crate) fn call(id: Value, raw: &str, condition: Value) -> String {
     json!({"jsonrpc": "2.0", "id": id, "method": "eth_sendRawTransactionConditional",
         "params": [raw, condition]})
     .to_string()
@@ -24,7 +24,7 @@ fn call(id: Value, raw: &str, condition: Value) -> String {
 
 /// What reached the node of the conditional method (the health probe's
 /// calls left out).
-fn conditional_calls(node: &RecordingUpstream) -> Vec<bytes::Bytes> {
+pub(crate) fn conditional_calls(node: &RecordingUpstream) -> Vec<bytes::Bytes> {
     node.received()
         .into_iter()
         .filter(|b| {
@@ -276,7 +276,7 @@ async fn over_the_rate_a_call_is_refused_at_once_with_a_wait() {
 }
 
 /// One HTTP/1.1 exchange on a connection kept open across calls.
-async fn exchange(stream: &mut tokio::net::TcpStream, body: &str) -> Value {
+pub(crate) async fn exchange(stream: &mut tokio::net::TcpStream, body: &str) -> Value {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let request = format!(
         "POST / HTTP/1.1\r\nhost: txgate\r\ncontent-type: application/json\r\n\

@@ -71,14 +71,14 @@ pub struct Bans {
 }
 
 /// A refusal of a ban request.
-struct Refused {
-    status: StatusCode,
-    answered: Answered,
-    message: String,
+pub(super) struct Refused {
+    pub(super) status: StatusCode,
+    pub(super) answered: Answered,
+    pub(super) message: String,
 }
 
 impl Refused {
-    fn bad(message: impl Into<String>) -> Refused {
+    pub(super) fn bad(message: impl Into<String>) -> Refused {
         Refused {
             status: StatusCode::BAD_REQUEST,
             answered: Answered::BadRequest,
@@ -186,34 +186,7 @@ impl Bans {
     }
 
     fn authorize<B>(&self, req: &Request<B>, peer: IpAddr) -> Result<(), Refused> {
-        let Some(token) = &self.token else {
-            if peer.to_canonical().is_loopback() {
-                return Ok(());
-            }
-            return Err(Refused {
-                status: StatusCode::FORBIDDEN,
-                answered: Answered::Forbidden,
-                message: "the ban endpoints answer loopback only unless admin.token_file is set"
-                    .into(),
-            });
-        };
-        let given = req
-            .headers()
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                let (scheme, token) = v.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then_some(token)
-            })
-            .map(str::trim);
-        match given {
-            Some(given) if crate::ops::secret::equal(given.as_bytes(), token.as_bytes()) => Ok(()),
-            _ => Err(Refused {
-                status: StatusCode::UNAUTHORIZED,
-                answered: Answered::Unauthorized,
-                message: "missing or wrong bearer token".into(),
-            }),
-        }
+        authorize(self.token.as_deref(), req, peer)
     }
 
     /// What is held against what the query names; see [`Lookup`].
@@ -671,12 +644,49 @@ fn address(text: &str) -> Result<Address, Refused> {
     Address::from_str(text.trim()).map_err(|_| Refused::bad("sender is not 20 bytes of hex"))
 }
 
-fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Refused> {
+/// Who may use an endpoint that changes state: with `admin.token_file`
+/// (`token`), a request with `Authorization: Bearer <token>`; without it,
+/// loopback peers only.
+pub(super) fn authorize<B>(
+    token: Option<&str>,
+    req: &Request<B>,
+    peer: IpAddr,
+) -> Result<(), Refused> {
+    let Some(token) = token else {
+        if peer.to_canonical().is_loopback() {
+            return Ok(());
+        }
+        return Err(Refused {
+            status: StatusCode::FORBIDDEN,
+            answered: Answered::Forbidden,
+            message: "this endpoint answers loopback only unless admin.token_file is set".into(),
+        });
+    };
+    let given = req
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, token) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then_some(token)
+        })
+        .map(str::trim);
+    match given {
+        Some(given) if crate::ops::secret::equal(given.as_bytes(), token.as_bytes()) => Ok(()),
+        _ => Err(Refused {
+            status: StatusCode::UNAUTHORIZED,
+            answered: Answered::Unauthorized,
+            message: "missing or wrong bearer token".into(),
+        }),
+    }
+}
+
+pub(super) fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Refused> {
     serde_json::from_slice(body).map_err(|e| Refused::bad(format!("bad JSON body: {e}")))
 }
 
 /// The body, at most `max` bytes, within [`BODY_TIMEOUT`].
-async fn read<B>(req: Request<B>, max: usize) -> Result<Bytes, Refused>
+pub(super) async fn read<B>(req: Request<B>, max: usize) -> Result<Bytes, Refused>
 where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -707,7 +717,7 @@ where
     }
 }
 
-fn ok(value: &Value) -> Response<AdminBody> {
+pub(super) fn ok(value: &Value) -> Response<AdminBody> {
     json_response(StatusCode::OK, format!("{value}\n"))
 }
 

@@ -1,10 +1,12 @@
-//! The admin listener: `/metrics`, `/healthz`, `/readyz`, and the ban
-//! endpoints under `/bans` ([`bans`]).
+//! The admin listener: `/metrics`, `/healthz`, `/readyz`, the ban
+//! endpoints under `/bans` ([`bans`]) and the conditional switch at
+//! `/conditional` ([`switch`]).
 //!
 //! Separate from the client-facing server so that load balancers and
 //! Prometheus never queue behind client traffic or admission control.
 
 pub mod bans;
+pub mod switch;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -33,6 +35,8 @@ pub struct Admin {
     pub readiness: Arc<Readiness>,
     /// The ban endpoints (`None`: screening is off; they answer 503).
     pub bans: Option<Bans>,
+    /// The conditional switch.
+    pub switch: switch::Switch,
 }
 
 impl Admin {
@@ -43,6 +47,9 @@ impl Admin {
         B::Error: std::error::Error + Send + Sync + 'static,
     {
         let path = req.uri().path();
+        if path == switch::PATH {
+            return self.switch.handle(req, peer).await;
+        }
         if path == "/bans" || path.starts_with("/bans/") {
             return match &self.bans {
                 Some(bans) => bans.handle(req, peer).await,

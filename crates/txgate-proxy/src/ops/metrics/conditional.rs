@@ -8,8 +8,15 @@ use super::registrar::Registrar;
 pub struct ConditionalMetrics {
     /// `txgate_conditional_total{result}`: accepted, would_refuse
     /// (monitor-only), and each refusal (disabled, missing, invalid,
-    /// cost_exceeded, undecodable, target, rate_limited).
+    /// cost_exceeded, undecodable, target, unauthenticated,
+    /// bad_authentication, caller_denied, rate_limited, caller_rate_limited).
     pub calls: IntCounterVec,
+    /// `txgate_conditional_callers_total{kind}`: calls that passed the
+    /// caller check, signed or unsigned.
+    pub callers: IntCounterVec,
+    /// `txgate_conditional_auth_failures_total{reason}`: signature headers
+    /// that did not verify (malformed, bad_signature, mismatch).
+    pub auth_failures: IntCounterVec,
     /// `txgate_conditional_invalid_total{reason}`: malformed conditions by
     /// what was wrong.
     pub invalid: IntCounterVec,
@@ -46,8 +53,26 @@ impl ConditionalMetrics {
         for reason in txgate_conditional::Reason::ALL {
             invalid.with_label_values(&[reason.as_str()]);
         }
+        let callers = r.counter_vec(
+            "conditional_callers_total",
+            "Conditional calls that passed the caller check, by whether they were signed (X-Optimism-Signature)",
+            &["kind"],
+        );
+        for kind in ["signed", "unsigned"] {
+            callers.with_label_values(&[kind]);
+        }
+        let auth_failures = r.counter_vec(
+            "conditional_auth_failures_total",
+            "X-Optimism-Signature headers that did not verify, by what was wrong",
+            &["reason"],
+        );
+        for e in crate::rpc::conditional::AUTH_FAILURES {
+            auth_failures.with_label_values(&[e.as_str()]);
+        }
         ConditionalMetrics {
             calls,
+            callers,
+            auth_failures,
             invalid,
             enabled: r.gauge(
                 "conditional_enabled",

@@ -49,6 +49,12 @@ pub struct UpstreamMetrics {
     pub duration: Histogram,
     /// 1 while the last upstream health probe succeeded.
     pub up: IntGauge,
+    /// `eth_sendRawTransactionSync` calls holding a slot now.
+    pub sync_in_flight: IntGauge,
+    /// Their cap (`admission.max_sync_in_flight`).
+    pub sync_max_in_flight: IntGauge,
+    /// Sync calls refused at once because every slot was taken.
+    pub sync_refused: IntCounter,
 }
 
 impl std::fmt::Debug for UpstreamMetrics {
@@ -75,6 +81,18 @@ impl UpstreamMetrics {
                 LATENCY_BUCKETS,
             ),
             up: r.gauge("upstream_up", "1 while the upstream health probe succeeds"),
+            sync_in_flight: r.gauge(
+                "upstream_sync_in_flight",
+                "eth_sendRawTransactionSync calls in flight (each waits for its receipt)",
+            ),
+            sync_max_in_flight: r.gauge(
+                "upstream_sync_max_in_flight",
+                "Cap on eth_sendRawTransactionSync calls in flight (admission.max_sync_in_flight)",
+            ),
+            sync_refused: r.counter(
+                "upstream_sync_refused_total",
+                "eth_sendRawTransactionSync calls refused because admission.max_sync_in_flight were in flight",
+            ),
         }
     }
 

@@ -13,7 +13,29 @@ const ENTRY_POINT: &str = "0x5FF137D4b0FDCD49DcA30c7CF57E578a026d2789";
 
 fn conditions(config: ConditionalConfig) -> (Conditions, Metrics) {
     let metrics = Metrics::new();
-    (Conditions::new(&config, &metrics), metrics)
+    let rates = Rates::new(&config, &txgate_config::RedisConfig::default(), None).map(Arc::new);
+    (Conditions::new(&config, rates, &metrics), metrics)
+}
+
+/// The checks of a request without a signature header.
+trait Unsigned {
+    fn check_unsigned(
+        &self,
+        params: Option<&RawValue>,
+        now: Instant,
+        monitor_only: bool,
+    ) -> Result<(), ConditionRefusal>;
+}
+
+impl Unsigned for Conditions {
+    fn check_unsigned(
+        &self,
+        params: Option<&RawValue>,
+        now: Instant,
+        monitor_only: bool,
+    ) -> Result<(), ConditionRefusal> {
+        Conditions::check(self, params, &Signed::new(None, b""), now, monitor_only)
+    }
 }
 
 fn params(text: &str) -> Box<RawValue> {
@@ -31,7 +53,7 @@ fn each_check_refuses_in_order_and_counts() {
     let entry: Address = ENTRY_POINT.parse().unwrap();
     let to_entry = raw_to(entry);
     let ok = params(&format!(r#"["{to_entry}", {{"blockNumberMax": "0x10"}}]"#));
-    assert_eq!(c.check(Some(&ok), Instant::now(), false), Ok(()));
+    assert_eq!(c.check_unsigned(Some(&ok), Instant::now(), false), Ok(()));
     let cases = [
         (format!(r#"["{to_entry}"]"#), "missing"),
         (format!(r#"["{to_entry}", {{"nope": 1}}]"#), "invalid"),
@@ -44,18 +66,18 @@ fn each_check_refuses_in_order_and_counts() {
     ];
     for (text, label) in &cases {
         let refusal = c
-            .check(Some(&params(text)), Instant::now(), false)
+            .check_unsigned(Some(&params(text)), Instant::now(), false)
             .unwrap_err();
         assert_eq!(refusal.as_str(), *label, "{text}");
     }
     assert_eq!(
-        c.check(None, Instant::now(), false).unwrap_err(),
+        c.check_unsigned(None, Instant::now(), false).unwrap_err(),
         ConditionRefusal::Missing
     );
     // A malformed condition is refused before the transaction is decoded.
     let both_bad = params(r#"["0xzz", {"timestampMin": "x"}]"#);
     assert_eq!(
-        c.check(Some(&both_bad), Instant::now(), false)
+        c.check_unsigned(Some(&both_bad), Instant::now(), false)
             .unwrap_err()
             .as_str(),
         "invalid"
@@ -81,7 +103,7 @@ fn cost_over_the_max_disabled_any_target_and_monitor_only() {
         ..ConditionalConfig::default()
     });
     let refusal = c
-        .check(Some(&params(&two_roots)), Instant::now(), false)
+        .check_unsigned(Some(&params(&two_roots)), Instant::now(), false)
         .unwrap_err();
     assert_eq!(
         refusal,
@@ -92,17 +114,17 @@ fn cost_over_the_max_disabled_any_target_and_monitor_only() {
         ..ConditionalConfig::default()
     });
     assert_eq!(
-        off.check(Some(&params(&two_roots)), Instant::now(), false),
+        off.check_unsigned(Some(&params(&two_roots)), Instant::now(), false),
         Err(ConditionRefusal::Disabled)
     );
     // Monitor-only does not override the switch...
     assert_eq!(
-        off.check(Some(&params(&two_roots)), Instant::now(), true),
+        off.check_unsigned(Some(&params(&two_roots)), Instant::now(), true),
         Err(ConditionRefusal::Disabled)
     );
     // ...and lets a refusal of the checks through, counted.
     assert_eq!(
-        c.check(Some(&params(&two_roots)), Instant::now(), true),
+        c.check_unsigned(Some(&params(&two_roots)), Instant::now(), true),
         Ok(())
     );
     let (any, _) = conditions(ConditionalConfig {
@@ -110,7 +132,10 @@ fn cost_over_the_max_disabled_any_target_and_monitor_only() {
         ..ConditionalConfig::default()
     });
     let elsewhere = params(&format!(r#"["{}", {{}}]"#, raw(3, 0, &[1])));
-    assert_eq!(any.check(Some(&elsewhere), Instant::now(), false), Ok(()));
+    assert_eq!(
+        any.check_unsigned(Some(&elsewhere), Instant::now(), false),
+        Ok(())
+    );
 }
 
 /// The instance's bucket in lookups: a burst, then the rate; each call
@@ -133,32 +158,160 @@ fn calls_are_charged_their_cost_against_one_rate() {
         2
     ));
     let t0 = Instant::now();
-    assert_eq!(c.check(Some(&four), t0, false), Ok(()));
-    assert_eq!(c.check(Some(&four), t0, false), Ok(()));
+    assert_eq!(c.check_unsigned(Some(&four), t0, false), Ok(()));
+    assert_eq!(c.check_unsigned(Some(&four), t0, false), Ok(()));
     // 8 of 10 used: 4 more do not fit; they will in 20 ms (2 lookups at 100/s).
-    let refused = c.check(Some(&four), t0, false).unwrap_err();
+    let refused = c.check_unsigned(Some(&four), t0, false).unwrap_err();
     assert_eq!(
         refused,
-        ConditionRefusal::RateLimited { retry_after_ms: 20 }
+        ConditionRefusal::RateLimited {
+            scope: Scope::All,
+            retry_after_ms: 20
+        }
     );
     // Monitor-only charges nothing and refuses nothing.
-    assert_eq!(c.check(Some(&four), t0, true), Ok(()));
+    assert_eq!(c.check_unsigned(Some(&four), t0, true), Ok(()));
     assert_eq!(
-        c.check(Some(&four), t0 + Duration::from_millis(20), false),
+        c.check_unsigned(Some(&four), t0 + Duration::from_millis(20), false),
         Ok(())
     );
     // A refused condition is never charged.
     let bad = params(r#"["0x01", {"nope": 1}]"#);
     for _ in 0..100 {
         assert!(
-            c.check(Some(&bad), t0 + Duration::from_millis(60), false)
+            c.check_unsigned(Some(&bad), t0 + Duration::from_millis(60), false)
                 .is_err()
         );
     }
     assert_eq!(
-        c.check(Some(&four), t0 + Duration::from_millis(60), false),
+        c.check_unsigned(Some(&four), t0 + Duration::from_millis(60), false),
         Ok(())
     );
     let text = String::from_utf8(metrics.render()).unwrap();
     assert!(text.contains("txgate_conditional_total{result=\"rate_limited\"} 1"));
+}
+
+/// A request signed by the test key `n` (`X-Optimism-Signature` over its
+/// body): the signer and the header.
+fn signed_by(n: u8, body: &[u8]) -> (Address, Vec<u8>) {
+    use secp256k1::{Message, SECP256K1, SecretKey};
+    let key = SecretKey::from_byte_array([n; 32]).unwrap();
+    let digest = alloy_primitives::eip191_hash_message(body);
+    let sig = SECP256K1.sign_ecdsa_recoverable(Message::from_digest(digest.0), &key);
+    let (id, compact) = sig.serialize_compact();
+    let public = key.public_key(SECP256K1).serialize_uncompressed();
+    let address = Address::from_slice(&alloy_primitives::keccak256(&public[1..])[12..]);
+    let mut header = format!("{address}:0x").into_bytes();
+    for b in compact.iter().chain([&(i32::from(id) as u8)]) {
+        header.extend(format!("{b:02x}").bytes());
+    }
+    (address, header)
+}
+
+/// Open by default: unsigned calls pass, a signed one is verified (a bad
+/// signature refused), and the two are counted apart; with a list of
+/// callers, only a listed signer passes.
+#[test]
+fn callers_are_verified_counted_and_listed() {
+    let entry: Address = ENTRY_POINT.parse().unwrap();
+    let call = params(&format!(r#"["{}", {{}}]"#, raw_to(entry)));
+    let body = br#"{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransactionConditional"}"#;
+    let (alice, header) = signed_by(1, body);
+    let now = Instant::now();
+    let (open, metrics) = conditions(ConditionalConfig::default());
+    assert_eq!(
+        open.check(Some(&call), &Signed::new(None, body), now, false),
+        Ok(())
+    );
+    assert_eq!(
+        open.check(Some(&call), &Signed::new(Some(&header), body), now, false),
+        Ok(())
+    );
+    // The same header over another body: another signer recovers.
+    assert_eq!(
+        open.check(Some(&call), &Signed::new(Some(&header), b"{}"), now, false),
+        Err(ConditionRefusal::BadAuthentication(CallerError::Mismatch))
+    );
+    assert_eq!(
+        open.check(
+            Some(&call),
+            &Signed::new(Some(b"nonsense"), body),
+            now,
+            false
+        ),
+        Err(ConditionRefusal::BadAuthentication(CallerError::Malformed))
+    );
+    // Monitor-only counts a bad signature and forwards.
+    assert_eq!(
+        open.check(Some(&call), &Signed::new(Some(&header), b"{}"), now, true),
+        Ok(())
+    );
+    let text = String::from_utf8(metrics.render()).unwrap();
+    for line in [
+        "txgate_conditional_callers_total{kind=\"signed\"} 1",
+        "txgate_conditional_callers_total{kind=\"unsigned\"} 1",
+        "txgate_conditional_auth_failures_total{reason=\"mismatch\"} 2",
+        "txgate_conditional_auth_failures_total{reason=\"malformed\"} 1",
+        "txgate_conditional_total{result=\"bad_authentication\"} 2",
+        "txgate_conditional_total{result=\"would_refuse\"} 1",
+    ] {
+        assert!(text.contains(line), "{line}");
+    }
+
+    let (listed, _) = conditions(ConditionalConfig {
+        callers: vec![format!("{alice}")],
+        ..ConditionalConfig::default()
+    });
+    assert_eq!(
+        listed.check(Some(&call), &Signed::new(Some(&header), body), now, false),
+        Ok(())
+    );
+    assert_eq!(
+        listed.check(Some(&call), &Signed::new(None, body), now, false),
+        Err(ConditionRefusal::Unauthenticated)
+    );
+    let (_, bob) = signed_by(2, body);
+    assert_eq!(
+        listed.check(Some(&call), &Signed::new(Some(&bob), body), now, false),
+        Err(ConditionRefusal::CallerDenied)
+    );
+    // A bad condition is refused before the signature costs a recovery.
+    let bad = params(r#"["0x01", {"nope": 1}]"#);
+    let signed = Signed::new(Some(&header), body);
+    assert!(listed.check(Some(&bad), &signed, now, false).is_err());
+    assert!(signed.verified.get().is_none());
+}
+
+/// Each signed caller has its own bucket; unsigned calls only the
+/// instance's.
+#[test]
+fn a_caller_over_its_rate_is_refused_alone() {
+    let entry: Address = ENTRY_POINT.parse().unwrap();
+    let call = params(&format!(
+        r#"["{}", {{"blockNumberMax": 9}}]"#,
+        raw_to(entry)
+    ));
+    let body = b"{}";
+    let (_, alice) = signed_by(1, body);
+    let (_, bob) = signed_by(2, body);
+    let (c, metrics) = conditions(ConditionalConfig {
+        caller_rate_per_sec: 2,
+        ..ConditionalConfig::default()
+    });
+    let now = Instant::now();
+    let check =
+        |header: Option<&[u8]>| c.check(Some(&call), &Signed::new(header, body), now, false);
+    assert_eq!(check(Some(&alice)), Ok(()));
+    assert_eq!(check(Some(&alice)), Ok(()));
+    assert!(matches!(
+        check(Some(&alice)),
+        Err(ConditionRefusal::RateLimited {
+            scope: Scope::Caller,
+            retry_after_ms: 500
+        })
+    ));
+    assert_eq!(check(Some(&bob)), Ok(()));
+    assert_eq!(check(None), Ok(()));
+    let text = String::from_utf8(metrics.render()).unwrap();
+    assert!(text.contains("txgate_conditional_total{result=\"caller_rate_limited\"} 1"));
 }

@@ -1,0 +1,112 @@
+//! `eth_sendRawTransactionSync` (EIP-7966): the node holds the call until
+//! the transaction's receipt (or its own timeout, up to a minute), so a
+//! sync call holds an in-flight slot and an upstream connection thousands
+//! of times longer than any other call. It gets its own upstream timeout
+//! (`upstream.sync_call_timeout_ms`, above the node's longest wait, so the
+//! node's own timeout answer arrives first) and its own cap in flight
+//! (`admission.max_sync_in_flight`), taken as soon as the method is known,
+//! before screening: over it the call is refused at once (HTTP 429,
+//! -32005), and the other slots stay free for fast calls.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use prometheus::{IntCounter, IntGauge};
+use txgate_config::Config;
+
+use crate::ops::metrics::Metrics;
+use crate::rpc::rescue::Refusal;
+
+/// The method.
+pub const METHOD: &str = "eth_sendRawTransactionSync";
+
+/// The cap and timeout of sync calls, one per process.
+#[derive(Debug)]
+pub struct SyncCalls {
+    max: usize,
+    in_flight: AtomicUsize,
+    timeout: Duration,
+    gauge: IntGauge,
+    refused: IntCounter,
+}
+
+/// One sync call's slot, given back when dropped.
+#[derive(Debug)]
+pub struct SyncSlot<'a> {
+    calls: &'a SyncCalls,
+}
+
+impl Drop for SyncSlot<'_> {
+    fn drop(&mut self) {
+        self.calls.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.calls.gauge.dec();
+    }
+}
+
+impl SyncCalls {
+    /// From the validated config.
+    pub fn new(config: &Config, metrics: &Metrics) -> SyncCalls {
+        let m = &metrics.upstream;
+        m.sync_max_in_flight
+            .set(i64::try_from(config.admission.max_sync_in_flight).unwrap_or(i64::MAX));
+        SyncCalls {
+            max: config.admission.max_sync_in_flight,
+            in_flight: AtomicUsize::new(0),
+            timeout: Duration::from_millis(config.upstream.sync_call_timeout_ms),
+            gauge: m.sync_in_flight.clone(),
+            refused: m.sync_refused.clone(),
+        }
+    }
+
+    /// A slot when `method` is the sync method (`Ok(None)` for any other);
+    /// [`Refusal::SyncOverloaded`] when every slot is taken.
+    pub fn enter(&self, method: &str) -> Result<Option<SyncSlot<'_>>, Refusal> {
+        if method != METHOD {
+            return Ok(None);
+        }
+        let taken = self
+            .in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < self.max).then_some(n + 1)
+            });
+        if taken.is_err() {
+            self.refused.inc();
+            return Err(Refusal::SyncOverloaded);
+        }
+        self.gauge.inc();
+        Ok(Some(SyncSlot { calls: self }))
+    }
+
+    /// The upstream timeout of a request that holds sync slots (`None`:
+    /// the ordinary call timeout).
+    pub fn timeout(&self, holds_sync: bool) -> Option<Duration> {
+        holds_sync.then_some(self.timeout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn only_sync_calls_take_slots_and_the_cap_holds() {
+        let mut config = Config::default();
+        config.admission.max_sync_in_flight = 2;
+        let metrics = Metrics::new();
+        let sync = SyncCalls::new(&config, &metrics);
+        assert!(sync.enter("eth_sendRawTransaction").unwrap().is_none());
+        let a = sync.enter(METHOD).unwrap().unwrap();
+        let b = sync.enter(METHOD).unwrap().unwrap();
+        assert!(matches!(sync.enter(METHOD), Err(Refusal::SyncOverloaded)));
+        assert_eq!(metrics.upstream.sync_in_flight.get(), 2);
+        assert_eq!(metrics.upstream.sync_refused.get(), 1);
+        drop(a);
+        let c = sync.enter(METHOD).unwrap().unwrap();
+        drop((b, c));
+        assert_eq!(metrics.upstream.sync_in_flight.get(), 0);
+        assert_eq!(sync.timeout(true), Some(Duration::from_millis(65_000)));
+        assert_eq!(sync.timeout(false), None);
+    }
+}

@@ -1,0 +1,115 @@
+//! `eth_sendRawTransactionSync`: a real receipt through txgate from anvil;
+//! its own upstream timeout (longer than other calls'), and its own cap in
+//! flight, so slow sync calls never starve fast ones.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{Anvil, Eoa, SlowUpstream, TempFile, Txgate, fund, metric, rpc_json};
+
+fn sync_call(id: u64, raw: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "eth_sendRawTransactionSync", "params": [raw]})
+        .to_string()
+}
+
+/// Screened like any submission, answered with the node's receipt.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sync_call_gets_its_receipt_through_txgate() {
+    let anvil = Anvil::start().await;
+    let sender = Eoa::new(701);
+    fund(&anvil.url, &[sender.address]).await;
+    let txgate = Txgate::start(&anvil.url, &[]);
+    let raw = sender.sign(
+        0,
+        alloy_primitives::Address::repeat_byte(0x42),
+        &[],
+        1,
+        1_000_000_000,
+    );
+    let (status, answer) = rpc_json(&txgate.url, &sync_call(1, &raw)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["result"]["status"], "0x1", "{answer}");
+    assert!(answer["result"]["blockNumber"].is_string(), "{answer}");
+    let m = txgate.metrics().await;
+    assert_eq!(metric(&m, "txgate_upstream_sync_in_flight"), 0.0);
+}
+
+/// Against a node that takes 1.5 s for everything: an ordinary call times
+/// out at `upstream.call_timeout_ms` (1 s), a sync call gets its answer
+/// (`upstream.sync_call_timeout_ms`, 5 s); with two sync calls holding
+/// both slots, a third is refused at once while a batch of fast calls
+/// still gets through.
+#[tokio::test(flavor = "multi_thread")]
+async fn sync_calls_have_their_own_timeout_and_cap() {
+    let node = SlowUpstream::start(Duration::from_millis(1500)).await;
+    let config = TempFile::new(
+        "[upstream]\ncall_timeout_ms = 1000\nsync_call_timeout_ms = 5000\n\
+         [admission]\nmax_sync_in_flight = 2\n[screen]\nenabled = false\n",
+    );
+    let txgate = Txgate::start(&node.url, &["--config", config.arg()]);
+    let raw = Eoa::new(702).sign(0, alloy_primitives::Address::repeat_byte(1), &[], 0, 1);
+
+    let (status, answer) = rpc_json(
+        &txgate.url,
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}"#,
+    )
+    .await;
+    assert_eq!(status, 504, "{answer}");
+
+    let url = txgate.url.clone();
+    let held: Vec<_> = (0..2)
+        .map(|i| {
+            let (url, body) = (url.clone(), sync_call(10 + i, &raw));
+            tokio::spawn(async move { rpc_json(&url, &body).await })
+        })
+        .collect();
+    // Both slots taken (seen on the gauge), the third is refused at once.
+    let taken = crate::support::eventually(Duration::from_secs(5), || async {
+        metric(&txgate.metrics().await, "txgate_upstream_sync_in_flight") == 2.0
+    })
+    .await;
+    assert!(taken, "the two sync calls never held their slots");
+    let started = Instant::now();
+    let (status, answer) = rpc_json(&txgate.url, &sync_call(12, &raw)).await;
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(status, 429, "{answer}");
+    assert_eq!(answer["id"], 12);
+    assert_eq!(answer["error"]["code"], -32005);
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("eth_sendRawTransactionSync"),
+        "{answer}"
+    );
+    // In a batch, the sync call over the cap is refused on its own; the
+    // other call goes up (and meets the ordinary timeout of this slow
+    // node: the batch holds no sync slot).
+    let batch = json!([
+        {"jsonrpc": "2.0", "id": 1, "method": "eth_sendRawTransactionSync", "params": [raw]},
+        {"jsonrpc": "2.0", "id": 2, "method": "eth_chainId", "params": []},
+    ]);
+    let (_, answer) = rpc_json(&txgate.url, &batch.to_string()).await;
+    let answers: Vec<Value> = match answer {
+        Value::Array(a) => a,
+        other => panic!("not a batch answer: {other}"),
+    };
+    assert_eq!(answers[0]["error"]["code"], -32005, "{answers:?}");
+    assert_eq!(
+        answers[1]["error"]["message"], "upstream timed out",
+        "{answers:?}"
+    );
+    for call in held {
+        let (status, answer) = call.await.unwrap();
+        assert_eq!(
+            (status.as_u16(), &answer["result"]),
+            (200, &json!("0x1")),
+            "{answer}"
+        );
+    }
+    let m = txgate.metrics().await;
+    assert_eq!(metric(&m, "txgate_upstream_sync_refused_total"), 2.0);
+    assert_eq!(metric(&m, "txgate_upstream_sync_max_in_flight"), 2.0);
+    assert_eq!(metric(&m, "txgate_upstream_sync_in_flight"), 0.0);
+}
