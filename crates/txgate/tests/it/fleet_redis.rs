@@ -78,7 +78,7 @@ async fn redis_link(admin: SocketAddr) -> String {
     body["redis"]["link"].as_str().unwrap_or("none").to_string()
 }
 
-async fn all_links(admins: &[SocketAddr], want: &str) -> bool {
+pub(crate) async fn all_links(admins: &[SocketAddr], want: &str) -> bool {
     for admin in admins {
         if redis_link(*admin).await != want {
             return false;
@@ -107,7 +107,7 @@ async fn paced(url: &str, from: &str, n: usize, every: Duration) -> (usize, usiz
 
 /// What a limit of `rate`/s and `burst` lets through in `secs` at most
 /// (the calls earned while the test ran count: a loaded machine is slow).
-fn allowed(burst: usize, rate: f64, secs: f64) -> usize {
+pub(crate) fn allowed(burst: usize, rate: f64, secs: f64) -> usize {
     burst + (rate * secs).ceil() as usize
 }
 

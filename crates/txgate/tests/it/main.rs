@@ -9,6 +9,7 @@ mod bans;
 mod cli;
 mod conditional;
 mod conditional_callers;
+mod conditional_fleet;
 mod credible;
 mod deploy;
 mod faults;
