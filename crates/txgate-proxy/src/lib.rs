@@ -176,8 +176,13 @@ impl Proxy {
             metrics.clone(),
         )
         .map(Arc::new);
-        let rates = rpc::conditional::Rates::new(&config.conditional, &config.redis, fleet.clone())
-            .map(Arc::new);
+        let rates = rpc::conditional::Rates::new(
+            &config.conditional,
+            &config.redis,
+            fleet.clone(),
+            &metrics,
+        )
+        .map(Arc::new);
         let fleet = match fleet {
             Some(link) if client_limits.is_some() || rates.is_some() => {
                 readiness.set_redis(link.clone());
@@ -399,11 +404,14 @@ impl Proxy {
         if let Some(limits) = &self.client_limits {
             tables.push(limits.clone());
         }
+        if let Some(rates) = self.conditions.rates() {
+            tables.push(rates);
+        }
+        if tables.is_empty() {
+            return;
+        }
         match &self.fleet {
             Some(link) => {
-                if let Some(rates) = self.conditions.rates() {
-                    tables.push(rates);
-                }
                 let (link, config) = (link.clone(), self.config.redis.clone());
                 let metrics = self.metrics.clone();
                 background.spawn("limits-fleet-sync", Role::Optional, quick, |stop| {
@@ -411,11 +419,9 @@ impl Proxy {
                 });
             }
             None => {
-                if let Some(limits) = tables.pop() {
-                    background.spawn("limits-gauges", Role::Optional, quick, |stop| {
-                        limits::fleet::gauges(limits, stop)
-                    });
-                }
+                background.spawn("limits-gauges", Role::Optional, quick, |stop| {
+                    limits::fleet::gauges(tables, stop)
+                });
             }
         }
     }

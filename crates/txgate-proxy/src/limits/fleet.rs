@@ -151,13 +151,13 @@ pub trait Synced: std::fmt::Debug + Send + Sync + 'static {
 
 /// Keeps the tracked-clients gauges current until `stop`, when there is no
 /// fleet to sync with.
-pub async fn gauges(limits: Arc<dyn Synced>, stop: CancellationToken) {
+pub async fn gauges(tables: Vec<Arc<dyn Synced>>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
-            _ = tick.tick() => limits.update_gauges(),
+            _ = tick.tick() => tables.iter().for_each(|t| t.update_gauges()),
         }
     }
 }

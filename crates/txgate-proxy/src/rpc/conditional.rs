@@ -1,6 +1,6 @@
 //! The checks on `eth_sendRawTransactionConditional` that come before
 //! everything else the call costs, with screening on or off, cheapest
-//! first: the switch (`conditional.enabled`), the condition's shape and
+//! first, each a layer of one tower stack ([`gates`]): the switch (`conditional.enabled`), the condition's shape and
 //! cost in state lookups (one pass over its JSON, no decoding:
 //! `txgate_conditional`), then the target allow-list (the envelope decoded
 //! for its `to`, never an ECDSA recovery). Only then does the screening
@@ -31,6 +31,7 @@
 //! it waited would run out of connections and in-flight slots under
 //! exactly the load the limit is for.
 
+pub mod gates;
 mod rates;
 
 use std::collections::HashSet;
@@ -120,6 +121,8 @@ pub struct Conditions {
     callers: HashSet<Address>,
     /// The rates of lookups (`None`: no limit).
     rates: Option<Arc<Rates>>,
+    /// The checks, as a tower stack.
+    gates: gates::Gates,
     counters: Counters,
     enabled_gauge: IntGauge,
     switches: IntCounter,
@@ -219,6 +222,7 @@ impl Conditions {
                 .map(Address::from)
                 .collect(),
             rates,
+            gates: gates::gates(),
             enabled_gauge: {
                 m.enabled.set(i64::from(config.enabled));
                 m.enabled.clone()
@@ -251,14 +255,16 @@ impl Conditions {
         monitor_only: bool,
     ) -> Result<(), ConditionRefusal> {
         let c = &self.counters;
-        let verdict = self.verdict(params).and_then(|cost| {
-            let caller = self.caller(signed)?;
-            if monitor_only {
-                return Ok(());
-            }
-            self.charge(caller.as_ref(), cost, now)
-        });
-        match verdict {
+        let pending = gates::Pending {
+            conditions: self,
+            params,
+            signed,
+            now,
+            monitor_only,
+            cost: 0,
+            caller: None,
+        };
+        match gates::run(&self.gates, pending) {
             Ok(()) => {
                 c.accepted.inc();
                 Ok(())
@@ -302,7 +308,7 @@ impl Conditions {
     }
 
     /// The verified caller (`None`: unsigned and allowed), counted.
-    fn caller(&self, signed: &Signed<'_>) -> Result<Option<Address>, ConditionRefusal> {
+    pub(crate) fn caller(&self, signed: &Signed<'_>) -> Result<Option<Address>, ConditionRefusal> {
         let c = &self.counters;
         let caller = match signed.caller() {
             None if self.callers.is_empty() => None,
@@ -323,7 +329,7 @@ impl Conditions {
     }
 
     /// Charges `cost` lookups to the rates at `now`.
-    fn charge(
+    pub(crate) fn charge(
         &self,
         caller: Option<&Address>,
         cost: u64,
@@ -342,26 +348,32 @@ impl Conditions {
             })
     }
 
-    /// The checks that need no state; the condition's cost when it passes.
-    fn verdict(&self, params: Option<&RawValue>) -> Result<u64, ConditionRefusal> {
-        if !self.enabled.load(Ordering::Relaxed) {
-            return Err(ConditionRefusal::Disabled);
-        }
+    /// The cost of the call's condition (`params` is `[raw, condition]`)
+    /// when it is well formed and within `max_cost`.
+    pub(crate) fn condition_cost(
+        &self,
+        params: Option<&RawValue>,
+    ) -> Result<u64, ConditionRefusal> {
         let (_, condition) = params
             .and_then(|p| serde_json::from_str::<(&RawValue, &RawValue)>(p.get()).ok())
             .ok_or(ConditionRefusal::Missing)?;
-        let cost = txgate_conditional::check(condition.get(), self.max_cost)
+        Ok(txgate_conditional::check(condition.get(), self.max_cost)
             .map_err(ConditionRefusal::Condition)?
-            .cost;
+            .cost)
+    }
+
+    /// Whether the raw transaction's target is on the list (any, when the
+    /// list is empty); the envelope is decoded for `to`, never recovered.
+    pub(crate) fn check_target(&self, params: Option<&RawValue>) -> Result<(), ConditionRefusal> {
         if self.targets.is_empty() {
-            return Ok(cost);
+            return Ok(());
         }
         let raw = crate::screening::raw_param(params).ok_or(ConditionRefusal::Missing)?;
         let tx = txgate_screen::decode_hex(&raw)
             .and_then(|bytes| txgate_screen::decode(&bytes))
             .map_err(ConditionRefusal::Undecodable)?;
         match tx.to {
-            Some(to) if self.targets.contains(&to) => Ok(cost),
+            Some(to) if self.targets.contains(&to) => Ok(()),
             _ => Err(ConditionRefusal::Target),
         }
     }

@@ -96,10 +96,15 @@ impl Refusal {
     /// HTTP status, JSON-RPC code and outcome label.
     pub fn class(&self) -> Class {
         match self {
-            Refusal::Overloaded | Refusal::SyncOverloaded => class(
+            Refusal::Overloaded => class(
                 StatusCode::TOO_MANY_REQUESTS,
                 code::LIMIT_EXCEEDED,
                 Outcome::Overloaded,
+            ),
+            Refusal::SyncOverloaded => class(
+                StatusCode::TOO_MANY_REQUESTS,
+                code::LIMIT_EXCEEDED,
+                Outcome::SyncOverloaded,
             ),
             Refusal::RateLimited { .. } => class(
                 StatusCode::TOO_MANY_REQUESTS,

@@ -110,6 +110,18 @@ async fn sync_calls_have_their_own_timeout_and_cap() {
     }
     let m = txgate.metrics().await;
     assert_eq!(metric(&m, "txgate_upstream_sync_refused_total"), 2.0);
+    // Counted apart from the global cap (its alert stays quiet).
+    assert_eq!(
+        metric(
+            &m,
+            "txgate_http_responses_total{outcome=\"sync_overloaded\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(&m, "txgate_http_responses_total{outcome=\"overloaded\"}"),
+        0.0
+    );
     assert_eq!(metric(&m, "txgate_upstream_sync_max_in_flight"), 2.0);
     assert_eq!(metric(&m, "txgate_upstream_sync_in_flight"), 0.0);
 }

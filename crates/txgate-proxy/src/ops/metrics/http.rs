@@ -73,6 +73,8 @@ pub enum Outcome {
     Notification,
     /// Refused by admission control (429).
     Overloaded,
+    /// A sync call over `admission.max_sync_in_flight` (429).
+    SyncOverloaded,
     /// Not a POST (405).
     BadHttpMethod,
     /// Wrong content type (415).
@@ -107,10 +109,11 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 18] = [
+    pub const ALL: [Outcome; 19] = [
         Outcome::Forwarded,
         Outcome::Notification,
         Outcome::Overloaded,
+        Outcome::SyncOverloaded,
         Outcome::BadHttpMethod,
         Outcome::BadContentType,
         Outcome::BodyTooLarge,
@@ -134,6 +137,7 @@ impl Outcome {
             Outcome::Forwarded => "forwarded",
             Outcome::Notification => "notification",
             Outcome::Overloaded => "overloaded",
+            Outcome::SyncOverloaded => "sync_overloaded",
             Outcome::BadHttpMethod => "bad_http_method",
             Outcome::BadContentType => "bad_content_type",
             Outcome::BodyTooLarge => "body_too_large",

@@ -16,7 +16,7 @@ pub struct LimitMetrics {
     pub keys: IntGauge,
     /// Reloads of the keys that failed (the old set stayed).
     pub keys_reload_failed: IntCounter,
-    /// Clients tracked, by table (`ip`, `key`).
+    /// Clients tracked, by table (`ip`, `key`, `caller`).
     pub tracked: IntGaugeVec,
     /// The fleet's Redis: its link, syncs, and what they carried.
     pub redis: RedisMetrics,
@@ -65,7 +65,7 @@ impl LimitMetrics {
             keys: r.gauge("limit_api_keys", "API keys in force"),
             tracked: r.gauge_vec(
                 "limit_tracked_clients",
-                "Clients tracked by the per-client limits, by table (bounded by limits.max_clients)",
+                "Clients tracked by the rate limits, by table (ip, key: bounded by limits.max_clients; caller: signed conditional callers, bounded by conditional.max_callers)",
                 &["table"],
             ),
             redis: RedisMetrics {

@@ -24,6 +24,8 @@ use txgate_limits::{Limits, Nanos, Rate, Spans, Table, Usage};
 
 use crate::limits::clients::Kind;
 use crate::limits::fleet::{FleetLink, Synced};
+use crate::ops::metrics::Metrics;
+use prometheus::IntGauge;
 
 /// The instance's (or fleet's) bucket's key in its table.
 const ALL: u128 = 0;
@@ -49,6 +51,8 @@ pub struct Rates {
     /// The fleet's link; while it is not up, the local shares apply.
     fleet: Option<Arc<FleetLink>>,
     epoch: Instant,
+    /// `txgate_limit_tracked_clients{kind="caller"}`.
+    tracked: IntGauge,
 }
 
 /// `per_sec` lookups a second with bursts of `burst` (0: the rate), times
@@ -84,6 +88,7 @@ impl Rates {
         config: &ConditionalConfig,
         redis: &RedisConfig,
         fleet: Option<Arc<FleetLink>>,
+        metrics: &Metrics,
     ) -> Option<Rates> {
         let all_limits = lookups(config.rate_per_sec, config.burst, 1.0);
         let caller_limits = lookups(config.caller_rate_per_sec, config.caller_burst, 1.0);
@@ -107,6 +112,10 @@ impl Rates {
             ),
             fleet,
             epoch: Instant::now(),
+            tracked: metrics
+                .limits
+                .tracked
+                .with_label_values(&[Kind::Caller.as_str()]),
         })
     }
 
@@ -178,7 +187,9 @@ impl Synced for Rates {
         }
     }
 
-    fn update_gauges(&self) {}
+    fn update_gauges(&self) {
+        self.tracked.set(self.callers.len() as i64);
+    }
 }
 
 #[cfg(test)]
@@ -199,12 +210,26 @@ mod tests {
 
     #[test]
     fn no_rate_no_buckets() {
-        assert!(Rates::new(&config(0, 0), &RedisConfig::default(), None).is_none());
+        assert!(
+            Rates::new(
+                &config(0, 0),
+                &RedisConfig::default(),
+                None,
+                &Metrics::new()
+            )
+            .is_none()
+        );
     }
 
     #[test]
     fn a_caller_is_refused_on_its_own_rate_before_the_instance_pays() {
-        let rates = Rates::new(&config(1000, 100), &RedisConfig::default(), None).unwrap();
+        let rates = Rates::new(
+            &config(1000, 100),
+            &RedisConfig::default(),
+            None,
+            &Metrics::new(),
+        )
+        .unwrap();
         let (a, b) = (Address::repeat_byte(1), Address::repeat_byte(2));
         let t = Instant::now();
         assert_eq!(rates.charge(Some(&a), 100, t), Ok(()));
@@ -220,12 +245,20 @@ mod tests {
         assert_eq!(rates.charge(Some(&a), 100, later), Ok(()));
         assert_eq!(rates.charge(None, 900, later), Ok(()));
         assert_eq!(rates.tracked_callers(), 2);
+        rates.update_gauges();
+        assert_eq!(rates.tracked.get(), 2);
     }
 
     #[test]
     fn fleet_usage_is_reported_and_the_fleets_debt_taken_back() {
         let link = Arc::new(FleetLink::default());
-        let rates = Rates::new(&config(1000, 0), &RedisConfig::default(), Some(link)).unwrap();
+        let rates = Rates::new(
+            &config(1000, 0),
+            &RedisConfig::default(),
+            Some(link),
+            &Metrics::new(),
+        )
+        .unwrap();
         let t = Instant::now();
         // Link not up: the local share (a quarter by default) applies.
         let share = RedisConfig::default().local_share;

@@ -13,7 +13,13 @@ const ENTRY_POINT: &str = "0x5FF137D4b0FDCD49DcA30c7CF57E578a026d2789";
 
 fn conditions(config: ConditionalConfig) -> (Conditions, Metrics) {
     let metrics = Metrics::new();
-    let rates = Rates::new(&config, &txgate_config::RedisConfig::default(), None).map(Arc::new);
+    let rates = Rates::new(
+        &config,
+        &txgate_config::RedisConfig::default(),
+        None,
+        &metrics,
+    )
+    .map(Arc::new);
     (Conditions::new(&config, rates, &metrics), metrics)
 }
 
@@ -314,4 +320,27 @@ fn a_caller_over_its_rate_is_refused_alone() {
     assert_eq!(check(None), Ok(()));
     let text = String::from_utf8(metrics.render()).unwrap();
     assert!(text.contains("txgate_conditional_total{result=\"caller_rate_limited\"} 1"));
+}
+
+/// The gates in order, each stopping the call before the next: a target
+/// off the list never costs the signature's recovery.
+#[test]
+fn the_gates_run_cheapest_first_and_stop_at_the_first_refusal() {
+    assert_eq!(
+        gates::NAMES,
+        ["switch", "condition", "target", "caller", "charge"]
+    );
+    let (c, _) = conditions(ConditionalConfig::default());
+    let elsewhere = params(&format!(r#"["{}", {{}}]"#, raw(3, 0, &[1])));
+    let (_, header) = signed_by(1, b"{}");
+    let signed = Signed::new(Some(&header), b"{}");
+    assert_eq!(
+        c.check(Some(&elsewhere), &signed, Instant::now(), false),
+        Err(ConditionRefusal::Target)
+    );
+    assert!(signed.verified.get().is_none());
+    let entry: Address = ENTRY_POINT.parse().unwrap();
+    let ok = params(&format!(r#"["{}", {{}}]"#, raw_to(entry)));
+    assert_eq!(c.check(Some(&ok), &signed, Instant::now(), false), Ok(()));
+    assert!(signed.verified.get().is_some());
 }
