@@ -2,7 +2,10 @@
 //! two baselines measured in the same run: one libsecp256k1 sender
 //! recovery (a typical condition of 10 accounts must cost at most a
 //! quarter of it) and serde_json parsing the same JSON into a `Value`
-//! (a 1000-lookup condition at most twice that).
+//! (a 1000-lookup condition at most twice that). Also the whole stack of
+//! conditional gates (switch, condition, target, caller, charge) on a
+//! typical call, unsigned and signed (`X-Optimism-Signature`: one more
+//! ECDSA recovery, over the EIP-191 hash of the body).
 
 #![allow(missing_docs)]
 
@@ -87,6 +90,70 @@ fn conditional(c: &mut Criterion) {
         b.iter(|| txgate_conditional::check(black_box(&thousand), 1000))
     });
     g.finish();
+    gates(c, &typical);
+}
+
+/// The gates on one typical call to the EntryPoint: the rate set so high
+/// it never refuses (the charge is still made).
+fn gates(c: &mut Criterion, typical: &str) {
+    use std::time::Instant;
+    use txgate_proxy::ops::metrics::Metrics;
+    use txgate_proxy::rpc::conditional::{Conditions, Rates, Signed};
+
+    let config = txgate_config::ConditionalConfig {
+        rate_per_sec: 1_000_000_000,
+        burst: 1_000_000_000,
+        ..txgate_config::ConditionalConfig::default()
+    };
+    let metrics = Metrics::new();
+    let rates = Rates::new(
+        &config,
+        &txgate_config::RedisConfig::default(),
+        None,
+        &metrics,
+    )
+    .map(std::sync::Arc::new);
+    let conditions = Conditions::new(&config, rates, &metrics);
+    let entry_point: alloy_primitives::Address = txgate_config::conditional::DEFAULT_TARGETS[1]
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let raw = raw_hex(&Eoa::new(0x43, 3).sign(0, entry_point, &[1, 2, 3, 4], 100_000, 1));
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransactionConditional","params":["{raw}",{typical}]}}"#
+    );
+    let params_text = format!(r#"["{raw}",{typical}]"#);
+    let params =
+        serde_json::value::RawValue::from_string(params_text).unwrap_or_else(|e| panic!("{e}"));
+    let header = sign_body(body.as_bytes());
+    let check =
+        |signed: &Signed<'_>| conditions.check(Some(&params), signed, Instant::now(), false);
+    assert_eq!(check(&Signed::new(None, body.as_bytes())), Ok(()));
+    assert_eq!(check(&Signed::new(Some(&header), body.as_bytes())), Ok(()));
+
+    let mut g = c.benchmark_group("conditional");
+    g.bench_function("gates_typical_unsigned", |b| {
+        b.iter(|| check(black_box(&Signed::new(None, body.as_bytes()))))
+    });
+    g.bench_function("gates_typical_signed", |b| {
+        b.iter(|| check(black_box(&Signed::new(Some(&header), body.as_bytes()))))
+    });
+    g.finish();
+}
+
+/// `X-Optimism-Signature` over `body` by a fixed key.
+fn sign_body(body: &[u8]) -> Vec<u8> {
+    let key = secp256k1::SecretKey::from_byte_array([0x11; 32]).unwrap_or_else(|e| panic!("{e}"));
+    let digest = alloy_primitives::eip191_hash_message(body);
+    let (id, compact) = secp256k1::SECP256K1
+        .sign_ecdsa_recoverable(secp256k1::Message::from_digest(digest.0), &key)
+        .serialize_compact();
+    let public = key
+        .public_key(secp256k1::SECP256K1)
+        .serialize_uncompressed();
+    let address = alloy_primitives::Address::from_raw_public_key(&public[1..]);
+    let mut sig = compact.to_vec();
+    sig.push(i32::from(id) as u8);
+    format!("{address}:0x{}", alloy_primitives::hex::encode(sig)).into_bytes()
 }
 
 criterion_group!(benches, conditional);
