@@ -491,7 +491,8 @@ def build():
     )
     d.timeseries(
         "Tracked clients",
-        "Clients tracked by the per-client limits, by table (bounded by limits.max_clients).",
+        "Clients tracked by the rate limits, by table: ip and key (bounded by limits.max_clients), caller "
+        "(signed conditional callers, bounded by conditional.max_callers).",
         "short",
         [(f"sum by (table) (txgate_limit_tracked_clients{{{I}}})", "{{table}}")],
         w=6,
@@ -510,6 +511,49 @@ def build():
         "Bans shared with the fleet's other instances per second, by event.",
         "short",
         [(rate("txgate_fleet_bans_total", "event"), "{{event}}")],
+        w=6,
+    )
+
+    d.row("Conditional and sync calls")
+    d.timeseries(
+        "Conditional calls by result",
+        "eth_sendRawTransactionConditional calls per second by what the gates decided: accepted, "
+        "would_refuse, disabled, missing, invalid, cost_exceeded, undecodable, target, unauthenticated, "
+        "bad_authentication, caller_denied, rate_limited, caller_rate_limited.",
+        "reqps",
+        [(rate("txgate_conditional_total", "result"), "{{result}}")],
+        w=6,
+    )
+    d.timeseries(
+        "Conditional callers",
+        "Conditional calls that passed the caller check per second, signed (X-Optimism-Signature) or "
+        "unsigned, and signatures that did not verify, by reason.",
+        "reqps",
+        [
+            (rate("txgate_conditional_callers_total", "kind"), "{{kind}}"),
+            (rate("txgate_conditional_auth_failures_total", "reason"), "bad: {{reason}}"),
+        ],
+        w=6,
+    )
+    d.timeseries(
+        "Conditional switch",
+        "1 while eth_sendRawTransactionConditional is accepted (conditional.enabled; SIGHUP or POST "
+        "/conditional on the admin listener).",
+        "short",
+        [(f"txgate_conditional_enabled{{{I}}}", "{{instance}}")],
+        max_=1,
+        w=6,
+    )
+    d.timeseries(
+        "Sync calls in flight",
+        "eth_sendRawTransactionSync calls waiting for their receipt, against admission.max_sync_in_flight, "
+        "and those refused at the cap per second.",
+        "short",
+        [
+            (f"sum by (instance) (txgate_upstream_sync_in_flight{{{I}}})", "{{instance}} in flight"),
+            (f"sum by (instance) (txgate_upstream_sync_max_in_flight{{{I}}})", "{{instance}} cap"),
+            (rate("txgate_upstream_sync_refused_total", "instance"), "{{instance}} refused/s"),
+        ],
         w=6,
     )
 
