@@ -206,7 +206,12 @@ fn main() -> ExitCode {
                 "loopback only"
             }
         );
-        println!("  max_in_flight {}", config.admission.max_in_flight);
+        println!(
+            "  max_in_flight {} ({} for eth_sendRawTransactionSync, upstream wait {} ms)",
+            config.admission.max_in_flight,
+            config.admission.max_sync_in_flight,
+            config.upstream.sync_call_timeout_ms
+        );
         println!(
             "  policy        {:?} {:?}",
             config.rpc.policy, config.rpc.methods
@@ -221,6 +226,7 @@ fn main() -> ExitCode {
             println!("  {label:<13} {source}");
         }
         println!("  aeges         {}", aeges_listener(&config));
+        println!("  conditional   {}", conditional_checks(&config));
         println!("  redis         {}", redis_link(&config));
         return ExitCode::SUCCESS;
     }
@@ -346,6 +352,42 @@ fn client_identity(config: &Config) -> String {
     )
 }
 
+/// What `eth_sendRawTransactionConditional` is checked against.
+fn conditional_checks(config: &Config) -> String {
+    let c = &config.conditional;
+    if !c.enabled {
+        return "off (every call refused: endpoint disabled)".to_string();
+    }
+    let per_sec = |rate: u32| {
+        if rate == 0 {
+            "no limit".to_string()
+        } else {
+            format!("{rate} lookups/s")
+        }
+    };
+    format!(
+        "max cost {}; targets {}; callers {}; rate {}{}, per caller {}",
+        c.max_cost,
+        if c.targets.is_empty() {
+            "any".to_string()
+        } else {
+            c.targets.len().to_string()
+        },
+        if c.callers.is_empty() {
+            "open (signatures checked when present)".to_string()
+        } else {
+            format!("{} listed (signature required)", c.callers.len())
+        },
+        per_sec(c.rate_per_sec),
+        if config.redis.enabled() && c.rate_per_sec > 0 {
+            " for the fleet"
+        } else {
+            ""
+        },
+        per_sec(c.caller_rate_per_sec)
+    )
+}
+
 /// The fleet's Redis (never its password) and what it shares; "off".
 fn redis_link(config: &Config) -> String {
     let redis = &config.redis;
@@ -353,7 +395,7 @@ fn redis_link(config: &Config) -> String {
         return "off (per-client limits are per instance)".to_string();
     }
     format!(
-        "{} shares the per-client limits, sync every {} ms; {}% of each limit per instance while down",
+        "{} shares the per-client limits and conditional rates, sync every {} ms; {}% of each limit per instance while down",
         redis.redacted_url(),
         redis.sync_interval_ms,
         (redis.local_share * 100.0).round()

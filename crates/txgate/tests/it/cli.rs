@@ -25,6 +25,17 @@ fn shipped_config_checks() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("configuration ok"));
     assert!(out.contains("http://127.0.0.1:8546"));
+    assert!(
+        out.contains("(250 for eth_sendRawTransactionSync, upstream wait 65000 ms)"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "conditional   max cost 1000; targets 2; callers open (signatures checked when \
+             present); rate 5000 lookups/s, per caller no limit"
+        ),
+        "{out}"
+    );
 }
 
 #[test]
