@@ -143,17 +143,7 @@ fn gates(c: &mut Criterion, typical: &str) {
 /// `X-Optimism-Signature` over `body` by a fixed key.
 fn sign_body(body: &[u8]) -> Vec<u8> {
     let key = secp256k1::SecretKey::from_byte_array([0x11; 32]).unwrap_or_else(|e| panic!("{e}"));
-    let digest = alloy_primitives::eip191_hash_message(body);
-    let (id, compact) = secp256k1::SECP256K1
-        .sign_ecdsa_recoverable(secp256k1::Message::from_digest(digest.0), &key)
-        .serialize_compact();
-    let public = key
-        .public_key(secp256k1::SECP256K1)
-        .serialize_uncompressed();
-    let address = alloy_primitives::Address::from_raw_public_key(&public[1..]);
-    let mut sig = compact.to_vec();
-    sig.push(i32::from(id) as u8);
-    format!("{address}:0x{}", alloy_primitives::hex::encode(sig)).into_bytes()
+    txgate_conditional::caller::sign(&key, body).1.into_bytes()
 }
 
 criterion_group!(benches, conditional);

@@ -102,6 +102,28 @@ fn nibble(c: u8) -> Result<u8, CallerError> {
     }
 }
 
+/// The header value a caller holding `key` sends with `body`
+/// (`0x<address>:0x<r ‖ s ‖ v>`, `v` 0 or 1): what a bundler signs with,
+/// and what the tests and benches use.
+pub fn sign(key: &secp256k1::SecretKey, body: &[u8]) -> (Address, String) {
+    let digest = eip191_hash_message(body);
+    let (id, compact) = secp256k1::SECP256K1
+        .sign_ecdsa_recoverable(Message::from_digest(digest.0), key)
+        .serialize_compact();
+    let public = key
+        .public_key(secp256k1::SECP256K1)
+        .serialize_uncompressed();
+    let address = Address::from_slice(&keccak256(&public[1..])[12..]);
+    let mut value = format!("{address}:0x");
+    for byte in compact.iter().chain([&(i32::from(id) as u8)]) {
+        value.push(char::from(HEX[usize::from(byte >> 4)]));
+        value.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
+    (address, value)
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
 /// The address whose key made `signature` (`r ‖ s ‖ v`) over `digest`.
 /// Unlike a transaction's, a high `s` is taken: the signature names a
 /// caller, and go-ethereum's recovery, which op-txproxy used, takes it.
@@ -124,19 +146,13 @@ fn recover(signature: &[u8; 65], digest: &[u8; 32]) -> Result<Address, CallerErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use secp256k1::{SECP256K1, SecretKey};
+    use secp256k1::SecretKey;
 
     /// A header signed by `key` over `body`, with recovery id `v + offset`.
     fn header(key: &SecretKey, body: &[u8], offset: u8) -> (Address, String) {
-        let digest = eip191_hash_message(body);
-        let sig = SECP256K1.sign_ecdsa_recoverable(Message::from_digest(digest.0), key);
-        let (id, compact) = sig.serialize_compact();
-        let mut bytes = compact.to_vec();
-        bytes.push(i32::from(id) as u8 + offset);
-        let public = key.public_key(SECP256K1).serialize_uncompressed();
-        let address = Address::from_slice(&keccak256(&public[1..])[12..]);
-        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        (address, format!("{address}:0x{hex}"))
+        let (address, value) = sign(key, body);
+        let v = u8::from_str_radix(&value[value.len() - 2..], 16).unwrap() + offset;
+        (address, format!("{}{v:02x}", &value[..value.len() - 2]))
     }
 
     fn key(n: u8) -> SecretKey {

@@ -333,12 +333,8 @@ impl Synced for ClientLimits {
     }
 
     fn drain_unsynced(&self, out: &mut Vec<(Kind, Usage)>, max: usize) {
-        let mut usage = Vec::new();
-        for (kind, table) in [(Kind::Ip, &self.ips), (Kind::Key, &self.keys)] {
-            usage.clear();
-            table.drain_unsynced(&mut usage, max.saturating_sub(out.len()));
-            out.extend(usage.iter().map(|u| (kind, *u)));
-        }
+        let tables = [(Kind::Ip, &self.ips), (Kind::Key, &self.keys)];
+        super::fleet::drain_tables(&tables, out, max);
     }
 
     fn merge_fleet(&self, kind: Kind, key: u128, now: Nanos, ahead: Spans) {

@@ -34,7 +34,7 @@ use redis::{AsyncConnectionConfig, Script};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use txgate_config::RedisConfig;
-use txgate_limits::{Nanos, Spans, Usage};
+use txgate_limits::{Nanos, Spans, Table, Usage};
 
 use super::clients::Kind;
 use crate::ops::metrics::Metrics;
@@ -147,6 +147,17 @@ pub trait Synced: std::fmt::Debug + Send + Sync + 'static {
     fn merge_fleet(&self, kind: Kind, key: u128, now: Nanos, ahead: Spans);
     /// Sets the table's gauges.
     fn update_gauges(&self);
+}
+
+/// Moves up to `max` entries' unsynced usage of `tables` into `out`
+/// (appended), tagged with each table's kind.
+pub fn drain_tables(tables: &[(Kind, &Table)], out: &mut Vec<(Kind, Usage)>, max: usize) {
+    let mut usage = Vec::new();
+    for (kind, table) in tables {
+        usage.clear();
+        table.drain_unsynced(&mut usage, max.saturating_sub(out.len()));
+        out.extend(usage.iter().map(|u| (*kind, *u)));
+    }
 }
 
 /// Keeps the tracked-clients gauges current until `stop`, when there is no

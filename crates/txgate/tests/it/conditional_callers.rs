@@ -12,20 +12,7 @@ use crate::support::{Eoa, RecordingUpstream, TempFile, Txgate, metric, rpc_from}
 /// A caller's key: its address and the header it signs `body` with.
 fn signature(seed: u8, body: &str) -> (alloy_primitives::Address, String) {
     let key = secp256k1::SecretKey::from_byte_array([seed; 32]).unwrap();
-    let digest = alloy_primitives::eip191_hash_message(body.as_bytes());
-    let (id, compact) = secp256k1::SECP256K1
-        .sign_ecdsa_recoverable(secp256k1::Message::from_digest(digest.0), &key)
-        .serialize_compact();
-    let public = key
-        .public_key(secp256k1::SECP256K1)
-        .serialize_uncompressed();
-    let address = alloy_primitives::Address::from_raw_public_key(&public[1..]);
-    let mut sig = compact.to_vec();
-    sig.push(i32::from(id) as u8);
-    (
-        address,
-        format!("{address}:0x{}", alloy_primitives::hex::encode(sig)),
-    )
+    txgate_conditional::caller::sign(&key, body.as_bytes())
 }
 
 async fn send(url: &str, header: Option<&str>, body: &str) -> (u16, Value) {

@@ -168,15 +168,11 @@ impl Synced for Rates {
     }
 
     fn drain_unsynced(&self, out: &mut Vec<(Kind, Usage)>, max: usize) {
-        let mut usage = Vec::new();
-        for (kind, table) in [
+        let tables = [
             (Kind::Conditional, &self.all),
             (Kind::Caller, &self.callers),
-        ] {
-            usage.clear();
-            table.drain_unsynced(&mut usage, max.saturating_sub(out.len()));
-            out.extend(usage.iter().map(|u| (kind, *u)));
-        }
+        ];
+        crate::limits::fleet::drain_tables(&tables, out, max);
     }
 
     fn merge_fleet(&self, kind: Kind, key: u128, now: Nanos, ahead: Spans) {

@@ -200,18 +200,9 @@ fn calls_are_charged_their_cost_against_one_rate() {
 /// A request signed by the test key `n` (`X-Optimism-Signature` over its
 /// body): the signer and the header.
 fn signed_by(n: u8, body: &[u8]) -> (Address, Vec<u8>) {
-    use secp256k1::{Message, SECP256K1, SecretKey};
-    let key = SecretKey::from_byte_array([n; 32]).unwrap();
-    let digest = alloy_primitives::eip191_hash_message(body);
-    let sig = SECP256K1.sign_ecdsa_recoverable(Message::from_digest(digest.0), &key);
-    let (id, compact) = sig.serialize_compact();
-    let public = key.public_key(SECP256K1).serialize_uncompressed();
-    let address = Address::from_slice(&alloy_primitives::keccak256(&public[1..])[12..]);
-    let mut header = format!("{address}:0x").into_bytes();
-    for b in compact.iter().chain([&(i32::from(id) as u8)]) {
-        header.extend(format!("{b:02x}").bytes());
-    }
-    (address, header)
+    let key = secp256k1::SecretKey::from_byte_array([n; 32]).unwrap();
+    let (address, header) = txgate_conditional::caller::sign(&key, body);
+    (address, header.into_bytes())
 }
 
 /// Open by default: unsigned calls pass, a signed one is verified (a bad
