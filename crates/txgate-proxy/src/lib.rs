@@ -400,12 +400,15 @@ impl Proxy {
     /// rates), else the tracked-clients gauges alone.
     fn start_client_limits(&self, background: &mut Background) {
         let quick = Duration::from_secs(2);
+        // The conditional rates first: a handful of entries, drained every
+        // sync even when the per-client tables have more than one sync
+        // takes.
         let mut tables: Vec<Arc<dyn limits::fleet::Synced>> = Vec::new();
-        if let Some(limits) = &self.client_limits {
-            tables.push(limits.clone());
-        }
         if let Some(rates) = self.conditions.rates() {
             tables.push(rates);
+        }
+        if let Some(limits) = &self.client_limits {
+            tables.push(limits.clone());
         }
         if tables.is_empty() {
             return;

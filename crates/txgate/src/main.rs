@@ -209,7 +209,7 @@ fn main() -> ExitCode {
         println!(
             "  max_in_flight {} ({} for eth_sendRawTransactionSync, upstream wait {} ms)",
             config.admission.max_in_flight,
-            config.admission.max_sync_in_flight,
+            config.admission.effective_max_sync_in_flight(),
             config.upstream.sync_call_timeout_ms
         );
         println!(
@@ -286,6 +286,7 @@ async fn run(config: Config, config_path: Option<PathBuf>) -> ExitCode {
         proxy.key_reloader(),
         Switches {
             config: config_path,
+            file_enabled: std::sync::atomic::AtomicBool::new(proxy.conditions().enabled()),
             conditions: proxy.conditions(),
         },
     ));
@@ -440,10 +441,14 @@ fn hangups() -> Option<tokio::signal::unix::Signal> {
 }
 
 /// What SIGHUP switches without a restart: `conditional.enabled`, read
-/// again from the config file.
+/// again from the config file. Applied only when the file's value changed
+/// since it was last read: a SIGHUP sent for another reason (API keys)
+/// does not undo a switch made on the admin listener.
 struct Switches {
     config: Option<PathBuf>,
     conditions: std::sync::Arc<txgate_proxy::rpc::conditional::Conditions>,
+    /// The file's `conditional.enabled` when last read.
+    file_enabled: std::sync::atomic::AtomicBool,
 }
 
 impl Switches {
@@ -460,6 +465,12 @@ impl Switches {
         match loaded {
             Ok(config) => {
                 let on = config.conditional.enabled;
+                let was_in_file = self
+                    .file_enabled
+                    .swap(on, std::sync::atomic::Ordering::Relaxed);
+                if was_in_file == on {
+                    return;
+                }
                 if self.conditions.set_enabled(on) != on {
                     tracing::warn!(
                         enabled = on,

@@ -381,6 +381,9 @@ impl Shared {
         // A sync call takes its own slot before anything else it costs.
         let sync = match self.sync.enter(&call.method) {
             Ok(slot) => slot,
+            Err(refusal) if call.is_notification() => {
+                return (refusal.class().outcome, no_content());
+            }
             Err(refusal) => return self.refuse(refusal, call.id),
         };
         if let Some(refusal) = self.check_call(call, from).await {
@@ -391,7 +394,7 @@ impl Shared {
         }
         match self
             .upstream
-            .call_within(body, self.sync.timeout(sync.is_some()))
+            .call_within(body, self.sync.timeout(usize::from(sync.is_some())))
             .await
         {
             Ok(reply) if reply.status.is_success() || reply.is_json_rpc() => {
@@ -446,8 +449,10 @@ impl Shared {
                     self.metrics.http.call(&call.method);
                     if !self.policy.allows(&call.method) {
                         Some(Refusal::MethodDenied)
-                    } else if let Err(refusal) =
-                        self.sync.enter(&call.method).map(|slot| syncs.extend(slot))
+                    } else if let Err(refusal) = self
+                        .sync
+                        .enter(&call.method)
+                        .map(|slot| syncs.extend(slot.map(|slot| (index, slot))))
                     {
                         Some(refusal)
                     } else {
@@ -476,6 +481,8 @@ impl Shared {
                 verdicts[index] = verdict;
             }
         }
+        // A sync call refused by its checks gives its slot back now.
+        syncs.retain(|(index, _)| verdicts[*index].is_none());
 
         for (index, (entry, verdict)) in entries.iter().zip(verdicts).enumerate() {
             let slot = match entry {
@@ -518,7 +525,7 @@ impl Shared {
         let mut failure = None;
         if forwarded > 0 {
             let awaiting = slots.iter().any(|s| matches!(s, Slot::Awaiting));
-            let timeout = self.sync.timeout(!syncs.is_empty());
+            let timeout = self.sync.timeout(syncs.len());
             failure = match self
                 .upstream
                 .call_within(Bytes::from(upstream_body), timeout)

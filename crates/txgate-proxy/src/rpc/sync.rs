@@ -47,10 +47,11 @@ impl SyncCalls {
     /// From the validated config.
     pub fn new(config: &Config, metrics: &Metrics) -> SyncCalls {
         let m = &metrics.upstream;
+        let max = config.admission.effective_max_sync_in_flight();
         m.sync_max_in_flight
-            .set(i64::try_from(config.admission.max_sync_in_flight).unwrap_or(i64::MAX));
+            .set(i64::try_from(max).unwrap_or(i64::MAX));
         SyncCalls {
-            max: config.admission.max_sync_in_flight,
+            max,
             in_flight: AtomicUsize::new(0),
             timeout: Duration::from_millis(config.upstream.sync_call_timeout_ms),
             gauge: m.sync_in_flight.clone(),
@@ -77,10 +78,12 @@ impl SyncCalls {
         Ok(Some(SyncSlot { calls: self }))
     }
 
-    /// The upstream timeout of a request that holds sync slots (`None`:
-    /// the ordinary call timeout).
-    pub fn timeout(&self, holds_sync: bool) -> Option<Duration> {
-        holds_sync.then_some(self.timeout)
+    /// The upstream timeout of a request that holds `slots` sync slots
+    /// (`None`: none, the ordinary call timeout). A node runs the calls
+    /// of a batch one after another, so each sync call adds its wait.
+    pub fn timeout(&self, slots: usize) -> Option<Duration> {
+        let slots = u32::try_from(slots).unwrap_or(u32::MAX);
+        (slots > 0).then(|| self.timeout.saturating_mul(slots))
     }
 }
 
@@ -106,7 +109,8 @@ mod tests {
         let c = sync.enter(METHOD).unwrap().unwrap();
         drop((b, c));
         assert_eq!(metrics.upstream.sync_in_flight.get(), 0);
-        assert_eq!(sync.timeout(true), Some(Duration::from_millis(65_000)));
-        assert_eq!(sync.timeout(false), None);
+        assert_eq!(sync.timeout(1), Some(Duration::from_millis(65_000)));
+        assert_eq!(sync.timeout(3), Some(Duration::from_millis(195_000)));
+        assert_eq!(sync.timeout(0), None);
     }
 }

@@ -12,7 +12,9 @@ use crate::support::{
     Eoa, RecordingUpstream, TempFile, Txgate, eventually, free_port, metric, post,
 };
 
-/// 10 lookups a second with a burst of 10 for the whole fleet; calls of
+/// 10 lookups a second with a burst of 10 for the whole fleet (and the
+/// whole of it for each instance while Redis is away, so only the fleet
+/// sync can hold the bound); calls of
 /// cost 1 sent to two instances in turn, 40 a second for 3 s: the fleet
 /// admits what one bucket allows (plus at most one sync interval's
 /// overshoot per extra instance), not twice that; and not much less.
@@ -22,7 +24,7 @@ async fn two_instances_share_one_rate_of_lookups() {
     let redis = RedisServer::start(free_port());
     let config = TempFile::new(&format!(
         "[conditional]\nrate_per_sec = 10\nburst = 10\n\
-         [redis]\nurl = \"{}\"\nsync_interval_ms = 20\ntimeout_ms = 200\nlocal_share = 0.5\n",
+         [redis]\nurl = \"{}\"\nsync_interval_ms = 20\ntimeout_ms = 200\nlocal_share = 1.0\n",
         redis.url()
     ));
     let fleet: Vec<Txgate> = (0..2)
@@ -67,8 +69,16 @@ async fn two_instances_share_one_rate_of_lookups() {
     );
     assert_eq!(ok + limited, 120);
     assert_eq!(conditional_calls(&node).len(), ok);
+    // Held by the fleet, not by each instance alone: with local_share 1.0
+    // two instances on their own would admit twice the bucket, so the
+    // bound above fails unless the link was up the whole run.
     for t in &fleet {
         let m = t.metrics().await;
         assert!(metric(&m, "txgate_redis_syncs_total{result=\"ok\"}") > 0.0);
+        assert_eq!(
+            metric(&m, "txgate_redis_syncs_total{result=\"error\"}"),
+            0.0
+        );
+        assert_eq!(metric(&m, "txgate_redis_up"), 1.0);
     }
 }

@@ -43,7 +43,7 @@ pub struct Pending<'a> {
     pub signed: &'a Signed<'a>,
     /// The decision time.
     pub now: Instant,
-    /// Count what would be refused, charge nothing.
+    /// Count what would be refused and forward it.
     pub monitor_only: bool,
     /// The condition's cost in lookups (from [`Condition`]).
     pub cost: u64,
@@ -110,16 +110,15 @@ impl Gate for Caller {
     }
 }
 
-/// The rates of lookups (nothing charged in monitor-only mode).
+/// The rates of lookups. In monitor-only mode too: a call over a rate is
+/// counted as one that would be refused (and forwarded, uncharged), so
+/// the count says what enforcing would refuse.
 #[derive(Debug)]
 pub enum Charge {}
 
 impl Gate for Charge {
     const NAME: &'static str = "charge";
     fn check(p: &mut Pending<'_>) -> Result<(), ConditionRefusal> {
-        if p.monitor_only {
-            return Ok(());
-        }
         p.conditions.charge(p.caller.as_ref(), p.cost, p.now)
     }
 }
@@ -238,8 +237,15 @@ pub const NAMES: [&str; 5] = [
     Charge::NAME,
 ];
 
-/// Runs `pending` through `gates`; ready at once.
+/// Runs `pending` through `gates`; ready at once (every gate is always
+/// ready, and its future complete when returned).
 pub fn run(gates: &Gates, pending: Pending<'_>) -> Result<(), ConditionRefusal> {
     let mut gates = gates.clone();
-    gates.call(pending).into_inner()
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    match Service::<Pending<'_>>::poll_ready(&mut gates, &mut cx) {
+        Poll::Ready(Ok(())) => gates.call(pending).into_inner(),
+        Poll::Ready(Err(refusal)) => Err(refusal),
+        // Never: no gate waits.
+        Poll::Pending => Ok(()),
+    }
 }

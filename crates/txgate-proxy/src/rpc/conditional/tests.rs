@@ -175,7 +175,8 @@ fn calls_are_charged_their_cost_against_one_rate() {
             retry_after_ms: 20
         }
     );
-    // Monitor-only charges nothing and refuses nothing.
+    // Monitor-only refuses nothing: over the rate, the call is counted as
+    // one that would be refused, and charges nothing.
     assert_eq!(c.check_unsigned(Some(&four), t0, true), Ok(()));
     assert_eq!(
         c.check_unsigned(Some(&four), t0 + Duration::from_millis(20), false),
@@ -195,6 +196,7 @@ fn calls_are_charged_their_cost_against_one_rate() {
     );
     let text = String::from_utf8(metrics.render()).unwrap();
     assert!(text.contains("txgate_conditional_total{result=\"rate_limited\"} 1"));
+    assert!(text.contains("txgate_conditional_total{result=\"would_refuse\"} 1"));
 }
 
 /// A request signed by the test key `n` (`X-Optimism-Signature` over its
@@ -313,25 +315,61 @@ fn a_caller_over_its_rate_is_refused_alone() {
     assert!(text.contains("txgate_conditional_total{result=\"caller_rate_limited\"} 1"));
 }
 
-/// The gates in order, each stopping the call before the next: a target
-/// off the list never costs the signature's recovery.
+/// The gates in order: for each pair of neighbours, a call that fails
+/// both is refused by the first, and the later one's work is not done (a
+/// target off the list never costs the signature's recovery).
 #[test]
 fn the_gates_run_cheapest_first_and_stop_at_the_first_refusal() {
-    assert_eq!(
-        gates::NAMES,
-        ["switch", "condition", "target", "caller", "charge"]
-    );
-    let (c, _) = conditions(ConditionalConfig::default());
-    let elsewhere = params(&format!(r#"["{}", {{}}]"#, raw(3, 0, &[1])));
+    let entry: Address = ENTRY_POINT.parse().unwrap();
     let (_, header) = signed_by(1, b"{}");
-    let signed = Signed::new(Some(&header), b"{}");
+    let body: &[u8] = b"{}";
+    let forged: &[u8] = b"0x12:0x34";
+    let now = Instant::now();
+    // Switch before condition.
+    let (off, _) = conditions(ConditionalConfig {
+        enabled: false,
+        ..ConditionalConfig::default()
+    });
+    let bad_condition = params(r#"["0x01", {"nope": 1}]"#);
     assert_eq!(
-        c.check(Some(&elsewhere), &signed, Instant::now(), false),
+        off.check_unsigned(Some(&bad_condition), now, false),
+        Err(ConditionRefusal::Disabled)
+    );
+    // Condition before target (the target would not decode either).
+    let (c, _) = conditions(ConditionalConfig {
+        rate_per_sec: 1,
+        burst: 1,
+        ..ConditionalConfig::default()
+    });
+    assert_eq!(
+        c.check_unsigned(Some(&bad_condition), now, false)
+            .unwrap_err()
+            .as_str(),
+        "invalid"
+    );
+    // Target before caller: the header is never looked at.
+    let elsewhere = params(&format!(r#"["{}", {{}}]"#, raw(3, 0, &[1])));
+    let signed = Signed::new(Some(&header), body);
+    assert_eq!(
+        c.check(Some(&elsewhere), &signed, now, false),
         Err(ConditionRefusal::Target)
     );
     assert!(signed.verified.get().is_none());
-    let entry: Address = ENTRY_POINT.parse().unwrap();
-    let ok = params(&format!(r#"["{}", {{}}]"#, raw_to(entry)));
-    assert_eq!(c.check(Some(&ok), &signed, Instant::now(), false), Ok(()));
+    // Caller before charge: a good call spends the bucket (one lookup); a
+    // forged one then gets the caller's refusal, not the rate's...
+    let one = params(&format!(
+        r#"["{}", {{"blockNumberMax": 1}}]"#,
+        raw_to(entry)
+    ));
+    assert_eq!(c.check(Some(&one), &signed, now, false), Ok(()));
     assert!(signed.verified.get().is_some());
+    assert!(matches!(
+        c.check(Some(&one), &Signed::new(Some(forged), body), now, false),
+        Err(ConditionRefusal::BadAuthentication(_))
+    ));
+    // ...and the same call, signed, meets the rate.
+    assert!(matches!(
+        c.check(Some(&one), &Signed::new(Some(&header), body), now, false),
+        Err(ConditionRefusal::RateLimited { .. })
+    ));
 }
