@@ -31,6 +31,8 @@
 
 pub mod aeges;
 pub mod background;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod limits;
 pub mod ops;
 pub mod rpc;

@@ -23,7 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use txgate_config::Config;
 
-mod h1;
+pub(crate) mod h1;
 
 use self::h1::{ReadError, ResponseReader};
 use crate::ops::metrics::{Metrics, UpstreamFailure};
