@@ -187,6 +187,13 @@ pub fn decode_with_hash(raw: &[u8], hash: B256) -> Result<Tx, DecodeError> {
     if first > 0x7f && first < 0xc0 {
         return Err(DecodeError::BadRlp("not a transaction envelope"));
     }
+    // Type 0 is legacy, which has no envelope: a 0x00 byte in front of a
+    // legacy list is no transaction (nodes refuse it, and its hash would
+    // not be the legacy transaction's). Found by the differential fuzz
+    // target against alloy.
+    if first == 0 {
+        return Err(DecodeError::UnknownType(0));
+    }
     let (ty, mut buf) = if first >= 0xc0 {
         (0, raw)
     } else {

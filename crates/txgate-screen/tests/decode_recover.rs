@@ -198,6 +198,17 @@ fn bad_hex_and_bad_rlp_say_which() {
         decode(&[0x7e, 0xc0]).unwrap_err(),
         DecodeError::UnknownType(0x7e)
     );
+    // A 0x00 type byte in front of a legacy list (found by fuzzing
+    // against alloy): legacy has no envelope, so no transaction.
+    let regression = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fuzz/regressions/raw_tx_differential/crash-cb37c18671fb166b6309790353396ccb47b9c2a0"
+    ))
+    .unwrap();
+    assert_eq!(
+        decode(&regression).unwrap_err(),
+        DecodeError::UnknownType(0)
+    );
     assert!(matches!(
         decode(&[0x02, 0xc3, 0x01]).unwrap_err(),
         DecodeError::BadRlp(_)
