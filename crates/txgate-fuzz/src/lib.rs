@@ -213,7 +213,9 @@ pub fn identity(data: &[u8]) {
             txgate_identity::forwarded::resolve(peer, &trusted, header, values.iter().copied());
         // Named by the header, the client is an address the header holds
         // (one of its tokens parses to it); else it is the peer.
-        let named = data
+        // (A quoted-string's `\x` is `x`: RFC 7230's quoted-pair.)
+        let unescaped: Vec<u8> = data.iter().copied().filter(|&b| b != b'\\').collect();
+        let named = unescaped
             .split(|b| b",; \t\"[]=\n".contains(b))
             .filter_map(|token| std::str::from_utf8(token).ok())
             .filter_map(|token| {
