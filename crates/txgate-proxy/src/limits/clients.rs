@@ -130,7 +130,16 @@ pub struct ClientLimits {
 /// The rates of `rates`, times `share` (rounded up: a limit never becomes
 /// 0, which would mean none).
 fn limits(rates: &RateConfig, share: f64) -> Limits {
-    let burst = |burst: u32, rate: u32| if burst == 0 { rate } else { burst };
+    Limits {
+        calls: rate(rates.calls_per_sec, rates.calls_burst, share),
+        txs: rate(rates.tx_per_sec, rates.tx_burst, share),
+    }
+}
+
+/// `per_sec` with bursts of `burst` (0: one second of the rate), both
+/// times `share` rounded up (a limit never becomes 0, which would mean
+/// none); `None` when `per_sec` is 0.
+pub(crate) fn rate(per_sec: u32, burst: u32, share: f64) -> Option<Rate> {
     let part = |n: u32| {
         if n == 0 || share >= 1.0 {
             n
@@ -138,16 +147,8 @@ fn limits(rates: &RateConfig, share: f64) -> Limits {
             ((f64::from(n) * share).ceil() as u32).max(1)
         }
     };
-    Limits {
-        calls: Rate::new(
-            part(rates.calls_per_sec),
-            part(burst(rates.calls_burst, rates.calls_per_sec)),
-        ),
-        txs: Rate::new(
-            part(rates.tx_per_sec),
-            part(burst(rates.tx_burst, rates.tx_per_sec)),
-        ),
-    }
+    let burst = if burst == 0 { per_sec } else { burst };
+    Rate::new(part(per_sec), part(burst))
 }
 
 /// The table key of an API key: the same on every instance, and not the

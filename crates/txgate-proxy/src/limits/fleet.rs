@@ -1,5 +1,6 @@
-//! Per-client limits held for the whole fleet through Redis, with Redis
-//! never on a call's path.
+//! Per-client limits, and the conditional calls' lookup rates, held for
+//! the whole fleet through Redis, with Redis never on a call's path: each
+//! is a [`Synced`] table, synced by one task.
 //!
 //! Every instance decides alone, from its own table, at once. The table
 //! remembers what each admitted call added to its client's TATs (GCRA's

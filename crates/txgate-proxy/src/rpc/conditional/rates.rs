@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use alloy_primitives::Address;
 use txgate_config::{ConditionalConfig, RedisConfig};
-use txgate_limits::{Limits, Nanos, Rate, Spans, Table, Usage};
+use txgate_limits::{Limits, Nanos, Spans, Table, Usage};
 
 use crate::limits::clients::Kind;
 use crate::limits::fleet::{FleetLink, Synced};
@@ -55,28 +55,21 @@ pub struct Rates {
     tracked: IntGauge,
 }
 
-/// `per_sec` lookups a second with bursts of `burst` (0: the rate), times
-/// `share` rounded up.
+/// `per_sec` lookups a second with bursts of `burst`, times `share` (the
+/// per-client limits' rounding).
 fn lookups(per_sec: u32, burst: u32, share: f64) -> Limits {
-    let part = |n: u32| {
-        if n == 0 || share >= 1.0 {
-            n
-        } else {
-            ((f64::from(n) * share).ceil() as u32).max(1)
-        }
-    };
-    let burst = if burst == 0 { per_sec } else { burst };
     Limits {
-        calls: Rate::new(part(per_sec), part(burst)),
+        calls: crate::limits::clients::rate(per_sec, burst, share),
         txs: None,
     }
 }
 
 /// A caller's key: the same on every instance.
 fn caller_key(caller: &Address) -> u128 {
-    let digest = alloy_primitives::keccak256(
-        [b"txgate.conditional-caller\0".as_slice(), caller.as_slice()].concat(),
-    );
+    let mut hasher = alloy_primitives::Keccak256::new();
+    hasher.update(b"txgate.conditional-caller\0");
+    hasher.update(caller);
+    let digest = hasher.finalize();
     u128::from_be_bytes(digest[..16].try_into().unwrap_or([0; 16]))
 }
 
