@@ -33,6 +33,9 @@ pub const DEFAULT_SIDECAR_CONNECT_TIMEOUT_MS: u64 = 1_000;
 pub const DEFAULT_SIDECAR_RECONNECT_INITIAL_MS: u64 = 100;
 /// Default: longest reconnect delay.
 pub const DEFAULT_SIDECAR_RECONNECT_MAX_MS: u64 = 5_000;
+/// Default: largest sidecar message accepted (1 MiB; an invalidation is a
+/// few hundred bytes).
+pub const DEFAULT_SIDECAR_MAX_MESSAGE_BYTES: usize = 1 << 20;
 /// Default: invalidations queued between the stream and the worker.
 pub const DEFAULT_SIDECAR_CHANNEL_CAPACITY: usize = 65_536;
 /// Default: invalidations applied in one pass at most.
@@ -152,6 +155,10 @@ pub struct SidecarConfig {
     pub reconnect_initial_ms: u64,
     /// Longest reconnect delay.
     pub reconnect_max_ms: u64,
+    /// Largest message accepted on a stream. A larger one is refused from
+    /// its length prefix, before it is read, and breaks the stream
+    /// (`txgate_sidecar_stream_ends_total{reason="too_large"}`).
+    pub max_message_bytes: usize,
     /// Invalidations queued between the stream and the batching worker.
     /// When full, the stream is read no further until there is room (the
     /// sidecar is slowed by HTTP/2 flow control); nothing is dropped.
@@ -256,6 +263,7 @@ impl SidecarConfig {
         require_positive(&[
             ("sidecar.connect_timeout_ms", self.connect_timeout_ms),
             ("sidecar.reconnect_initial_ms", self.reconnect_initial_ms),
+            ("sidecar.max_message_bytes", self.max_message_bytes as u64),
             ("sidecar.channel_capacity", self.channel_capacity as u64),
             ("sidecar.batch_max", self.batch_max as u64),
             (
@@ -308,6 +316,7 @@ impl Default for SidecarConfig {
             connect_timeout_ms: DEFAULT_SIDECAR_CONNECT_TIMEOUT_MS,
             reconnect_initial_ms: DEFAULT_SIDECAR_RECONNECT_INITIAL_MS,
             reconnect_max_ms: DEFAULT_SIDECAR_RECONNECT_MAX_MS,
+            max_message_bytes: DEFAULT_SIDECAR_MAX_MESSAGE_BYTES,
             channel_capacity: DEFAULT_SIDECAR_CHANNEL_CAPACITY,
             batch_max: DEFAULT_SIDECAR_BATCH_MAX,
             should_forward: DEFAULT_SHOULD_FORWARD,
@@ -354,7 +363,7 @@ mod tests {
 
     #[test]
     fn each_rule_names_its_key() {
-        let cases: [(Change, &str); 20] = [
+        let cases: [(Change, &str); 21] = [
             (|c| c.url = "https://x".into(), "sidecar.url"),
             (|c| c.url = "http://".into(), "sidecar.url"),
             (
@@ -419,6 +428,7 @@ mod tests {
                 |c| c.reconnect_initial_ms = 0,
                 "sidecar.reconnect_initial_ms",
             ),
+            (|c| c.max_message_bytes = 0, "sidecar.max_message_bytes"),
             (|c| c.channel_capacity = 0, "sidecar.channel_capacity"),
             (|c| c.batch_max = 0, "sidecar.batch_max"),
             (

@@ -521,6 +521,7 @@ impl Proxy {
                 connect_timeout: Duration::from_millis(config.sidecar.connect_timeout_ms),
                 reconnect_initial: Duration::from_millis(config.sidecar.reconnect_initial_ms),
                 reconnect_max: Duration::from_millis(config.sidecar.reconnect_max_ms),
+                max_message_bytes: config.sidecar.max_message_bytes,
             };
             let sink = sink.clone();
             background.spawn(

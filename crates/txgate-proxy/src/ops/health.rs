@@ -230,8 +230,15 @@ impl Readiness {
     }
 
     /// Records a source's link, and why it is down when known; logs the
-    /// changes (not every retry).
-    pub fn set_source(&self, index: usize, link: SidecarLink, error: Option<&'static str>) {
+    /// changes (not every retry), unless `log` is false (a flapping link,
+    /// whose ends the stream logs at powers of two).
+    pub fn set_source(
+        &self,
+        index: usize,
+        link: SidecarLink,
+        error: Option<&'static str>,
+        log: bool,
+    ) {
         let mut sources = self.sources_lock();
         let Some(source) = sources.get_mut(index) else {
             return;
@@ -260,13 +267,15 @@ impl Readiness {
             .set(i64::from(link == SidecarLink::Up));
         drop(sources);
         match (was, link) {
+            _ if !log => {}
             (SidecarLink::Up, SidecarLink::Up) => {}
             (_, SidecarLink::Up) => tracing::info!(protocol, url, "sidecar stream open"),
             // Lost after being up: the operator wants to know.
             (SidecarLink::Up, _) => tracing::warn!(
                 protocol,
                 url,
-                "sidecar unreachable: forwarding (fail open), keeping learned bans"
+                reason = error.unwrap_or_default(),
+                "sidecar link lost: forwarding (fail open), keeping learned bans"
             ),
             _ if error != was_error && error == Some("unimplemented") => tracing::error!(
                 protocol,

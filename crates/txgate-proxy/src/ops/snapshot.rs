@@ -121,10 +121,14 @@ pub fn save(path: &Path, screen: &Screen) -> std::io::Result<usize> {
     let records = screen.export_bans(now);
     let bytes = encode(&records);
     let tmp = sibling(path, ".tmp");
-    {
-        let mut file = std::fs::File::create(&tmp)?;
+    let written = std::fs::File::create(&tmp).and_then(|mut file| {
         file.write_all(&bytes)?;
-        file.sync_all()?;
+        file.sync_all()
+    });
+    if let Err(e) = written {
+        // A full disk: a partial file would only hold on to the space.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
     }
     // Keep the current generation as `.prev` (replaced atomically), so the
     // target is never missing and a damaged newest file has a fallback.
@@ -145,24 +149,49 @@ pub fn save(path: &Path, screen: &Screen) -> std::io::Result<usize> {
 }
 
 /// Saves on the blocking pool (encoding a million bans takes a while) and
-/// counts the result. Awaited: never two saves at once.
-async fn save_counted(path: &Path, screen: &Arc<Screen>, metrics: &Arc<Metrics>) {
-    let (path, screen, metrics) = (path.to_path_buf(), screen.clone(), metrics.clone());
-    let saved = tokio::task::spawn_blocking(move || match save(&path, &screen) {
+/// counts the result. Awaited: never two saves at once. `failing` is the
+/// number of failed writes in a row before this one; returns it after.
+/// A failure is logged the 1st, 2nd, 4th, 8th… time in a row (a full disk
+/// with a one-second interval must not flood the log), the recovery once.
+async fn save_counted(
+    path: &Path,
+    screen: &Arc<Screen>,
+    metrics: &Arc<Metrics>,
+    failing: u64,
+) -> u64 {
+    let (path, screen, m) = (path.to_path_buf(), screen.clone(), metrics.clone());
+    let saved = tokio::task::spawn_blocking(move || {
+        let result = save(&path, &screen);
+        (path, result)
+    })
+    .await;
+    let Ok((path, result)) = saved else {
+        return failing + 1;
+    };
+    match result {
         Ok(written) => {
-            metrics.snapshot.written.inc();
+            m.snapshot.written.inc();
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
-            metrics.snapshot.last_success.set(now as i64);
-            tracing::debug!(path = %path.display(), written, "ban snapshot written");
+            m.snapshot.last_success.set(now as i64);
+            if failing > 0 {
+                tracing::info!(path = %path.display(), written, after_failures = failing, "ban snapshot written again");
+            } else {
+                tracing::debug!(path = %path.display(), written, "ban snapshot written");
+            }
+            0
         }
         Err(e) => {
-            metrics.snapshot.write_failed.inc();
-            tracing::error!(path = %path.display(), error = %e, "cannot write the ban snapshot");
+            m.snapshot.write_failed.inc();
+            let failing = failing + 1;
+            if failing.is_power_of_two() {
+                tracing::error!(path = %path.display(), error = %e, in_a_row = failing,
+                    "cannot write the ban snapshot; the previous one is kept and bans stay in memory (logged at the 1st, 2nd, 4th… failure in a row)");
+            }
+            failing
         }
-    });
-    let _ = saved.await;
+    }
 }
 
 /// The snapshot task, the one writer: a snapshot every `interval`, and a
@@ -179,13 +208,14 @@ pub async fn run(
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
+    let mut failing = 0;
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
-            _ = tick.tick() => save_counted(&path, &screen, &metrics).await,
+            _ = tick.tick() => failing = save_counted(&path, &screen, &metrics, failing).await,
         }
     }
-    save_counted(&path, &screen, &metrics).await;
+    save_counted(&path, &screen, &metrics, failing).await;
 }
 
 #[cfg(test)]

@@ -33,6 +33,7 @@
 
 pub mod fleet;
 pub mod protocol;
+pub mod reconnect;
 pub mod stream;
 pub mod worker;
 

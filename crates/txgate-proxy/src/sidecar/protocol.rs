@@ -11,19 +11,25 @@ use txgate_proto::rpcproxy_v1::rpc_proxy_heuristics_client::RpcProxyHeuristicsCl
 use txgate_proto::transport_v1::SubscribeResultsRequest;
 use txgate_proto::transport_v1::sidecar_transport_client::SidecarTransportClient;
 use txgate_proto::v1::rpc_proxy_heuristics_client::RpcProxyHeuristicsClient as TxgateClient;
-use txgate_proto::{results, rpcproxy, rpcproxy_v1, to_invalidation, v1};
+use txgate_proto::{SCHEMA_VERSION, results, rpcproxy, rpcproxy_v1, to_invalidation, v1};
 
 use super::stream::Message;
 
 /// A subscription's messages.
 pub type Messages = Pin<Box<dyn Stream<Item = Result<Message, Status>> + Send>>;
 
-/// Subscribes to what `protocol` streams over `channel`.
-pub async fn subscribe(protocol: Protocol, channel: Channel) -> Result<Messages, Status> {
+/// Subscribes to what `protocol` streams over `channel`; a message over
+/// `max_message_bytes` breaks the stream (refused from its length prefix).
+pub async fn subscribe(
+    protocol: Protocol,
+    channel: Channel,
+    max_message_bytes: usize,
+) -> Result<Messages, Status> {
     Ok(match protocol {
         Protocol::TxgateV1 => {
             // Replay: a new fleet member learns every live ban at once.
             let stream = TxgateClient::new(channel)
+                .max_decoding_message_size(max_message_bytes)
                 .stream_invalidations(v1::StreamRequest { replay: true })
                 .await?
                 .into_inner();
@@ -31,6 +37,7 @@ pub async fn subscribe(protocol: Protocol, channel: Channel) -> Result<Messages,
         }
         Protocol::RpcproxyV1 => {
             let stream = RpcproxyClient::new(channel)
+                .max_decoding_message_size(max_message_bytes)
                 .stream_invalidations(rpcproxy_v1::Empty {})
                 .await?
                 .into_inner();
@@ -40,6 +47,7 @@ pub async fn subscribe(protocol: Protocol, channel: Channel) -> Result<Messages,
                         invalidation,
                         observed_ms: rpcproxy::observed_at_ms(&msg),
                         replayed_age_ms: None,
+                        newer_schema: None,
                     },
                     Err(e) => Message::Malformed(e),
                 })
@@ -48,6 +56,7 @@ pub async fn subscribe(protocol: Protocol, channel: Channel) -> Result<Messages,
         Protocol::TransportV1 => {
             // Live results only, from now on (no `from_block`).
             let stream = SidecarTransportClient::new(channel)
+                .max_decoding_message_size(max_message_bytes)
                 .subscribe_results(SubscribeResultsRequest { from_block: None })
                 .await?
                 .into_inner();
@@ -68,6 +77,7 @@ fn txgate_message(msg: &v1::Invalidation) -> Message {
             invalidation,
             observed_ms: (msg.observed_at > 0).then_some(msg.observed_at),
             replayed_age_ms: (kind == v1::Kind::Replayed).then_some(msg.age_ms),
+            newer_schema: (msg.schema_version > SCHEMA_VERSION).then_some(msg.schema_version),
         },
         Err(e) => Message::Malformed(e),
     }

@@ -15,8 +15,10 @@ use txgate_proto::results::{Outcome, Status as ResultStatus};
 use txgate_screen::{Invalidation, Screen};
 
 use super::protocol;
+use super::reconnect::Reconnect;
 use crate::ops::health::{Readiness, SidecarLink};
 use crate::ops::metrics::Metrics;
+pub use crate::ops::metrics::sidecar::StreamEnd;
 
 /// One source's settings.
 #[derive(Debug, Clone)]
@@ -31,6 +33,8 @@ pub struct StreamSettings {
     pub reconnect_initial: Duration,
     /// Longest reconnect delay.
     pub reconnect_max: Duration,
+    /// Largest message accepted; a larger one breaks the stream.
+    pub max_message_bytes: usize,
 }
 
 /// A message of any protocol.
@@ -44,6 +48,8 @@ pub enum Message {
         observed_ms: Option<u64>,
         /// Replayed on subscription, learned this long ago (ms).
         replayed_age_ms: Option<u64>,
+        /// The message's schema version, when newer than this build's.
+        newer_schema: Option<u32>,
     },
     /// The sidecar has replayed its live set; live invalidations follow.
     CaughtUp,
@@ -111,7 +117,7 @@ pub async fn run(
 ) {
     let m = &sink.metrics.sidecar;
     let protocol = settings.protocol.as_str();
-    let mut delay = settings.reconnect_initial;
+    let mut retries = Reconnect::new(settings.reconnect_initial, settings.reconnect_max);
     loop {
         let endpoint = match Endpoint::from_shared(settings.url.clone()) {
             Ok(endpoint) => endpoint
@@ -126,13 +132,13 @@ pub async fn run(
             () = stop.cancelled() => return,
             subscribed = async {
                 let channel = endpoint.connect().await.map_err(|e| Status::unavailable(e.to_string()))?;
-                protocol::subscribe(settings.protocol, channel).await
+                protocol::subscribe(settings.protocol, channel, settings.max_message_bytes).await
             } => subscribed,
         };
-        let error = match subscribed {
+        let end = match subscribed {
             Ok(messages) => {
-                readiness.set_source(index, SidecarLink::Up, None);
-                delay = settings.reconnect_initial;
+                readiness.set_source(index, SidecarLink::Up, None, !retries.flapping());
+                retries.opened(std::time::Instant::now());
                 // The marker is pulled only once every replayed
                 // invalidation before it was queued.
                 let marks = readiness.clone();
@@ -150,32 +156,37 @@ pub async fn run(
                             protocol,
                             "invalidation worker gone; sidecar stream closed"
                         );
-                        readiness.set_source(index, SidecarLink::Down, Some("closed"));
+                        readiness.set_source(index, SidecarLink::Down, Some("closed"), true);
                         return;
                     }
-                    Ended::Finished => {
-                        tracing::warn!(protocol, url = settings.url, "sidecar ended the stream");
-                        Some("ended")
-                    }
-                    Ended::Broken(status) => {
-                        tracing::warn!(protocol, url = settings.url, code = ?status.code(), "sidecar stream broke");
-                        Some("broken")
-                    }
+                    Ended::Finished => StreamEnd::Ended,
+                    Ended::Broken(status) => StreamEnd::broken(&status),
                 }
             }
-            Err(status) if status.code() == Code::Unimplemented => Some("unimplemented"),
+            Err(status) if status.code() == Code::Unimplemented => StreamEnd::Unimplemented,
             Err(status) => {
                 tracing::debug!(protocol, code = ?status.code(), error = status.message(), "sidecar subscription failed");
-                Some("unreachable")
+                StreamEnd::Unreachable
             }
         };
-        readiness.set_source(index, SidecarLink::Down, error);
         m.reconnects.inc();
+        m.stream_ends[end as usize].inc();
+        let retry = retries.ended(std::time::Instant::now());
+        readiness.set_source(index, SidecarLink::Down, Some(end.as_str()), retry.log);
+        if retry.log && retry.in_a_row > 1 {
+            tracing::warn!(
+                protocol,
+                url = settings.url,
+                reason = end.as_str(),
+                in_a_row = retry.in_a_row,
+                retry_ms = retry.delay.as_millis() as u64,
+                "sidecar link flapping: backing off (logged at the 2nd, 4th, 8th… end in a row)"
+            );
+        }
         tokio::select! {
             () = stop.cancelled() => return,
-            () = tokio::time::sleep(jittered(delay)) => {}
+            () = tokio::time::sleep(jittered(retry.delay)) => {}
         }
-        delay = (delay * 2).min(settings.reconnect_max);
     }
 }
 
@@ -212,8 +223,23 @@ async fn enqueue(message: Message, sink: &Sink) -> bool {
             invalidation,
             observed_ms,
             replayed_age_ms,
+            newer_schema,
         } => {
             m.received.inc();
+            if let Some(version) = newer_schema {
+                // Applied: protobuf keeps the fields this build knows, and
+                // a newer sidecar keeps their meaning (SIDECAR_API.md).
+                m.newer_schema.inc();
+                let n = m.newer_schema.get();
+                if n.is_power_of_two() {
+                    tracing::warn!(
+                        version,
+                        speaks = txgate_proto::SCHEMA_VERSION,
+                        count = n,
+                        "invalidation of a newer schema version: applied by the fields this build knows (logged at the 1st, 2nd, 4th…)"
+                    );
+                }
+            }
             if let Some(age) = replayed_age_ms {
                 // A replay is not lag; one older than the ban TTL has
                 // expired on the instances that learned it live.
@@ -284,7 +310,11 @@ async fn enqueue(message: Message, sink: &Sink) -> bool {
         Message::Malformed(e) => {
             m.received.inc();
             m.malformed.inc();
-            tracing::warn!(error = %e, "malformed invalidation from the sidecar, not applied");
+            // Logged on the 1st, 2nd, 4th, 8th… only, like the results.
+            let n = m.malformed.get();
+            if n.is_power_of_two() {
+                tracing::warn!(error = %e, count = n, "malformed invalidation from the sidecar, not applied (logged at the 1st, 2nd, 4th…)");
+            }
             return true;
         }
     };
@@ -335,6 +365,7 @@ mod tests {
             invalidation: to_invalidation(&wire(i)).unwrap_or_else(|e| panic!("{e}")),
             observed_ms: None,
             replayed_age_ms: None,
+            newer_schema: None,
         }
     }
 

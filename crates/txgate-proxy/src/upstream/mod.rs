@@ -258,7 +258,10 @@ impl Upstream {
                 Err(e) => {
                     tracing::debug!(error = ?e, started = reader.started(), "upstream answer unreadable");
                     return Err(Attempt {
-                        failure: UpstreamFailure::Io,
+                        failure: match e {
+                            ReadError::Truncated => UpstreamFailure::Io,
+                            _ => UpstreamFailure::Malformed,
+                        },
                         stale: false,
                     });
                 }

@@ -75,6 +75,18 @@ impl Proc {
         None
     }
 
+    /// Resident memory in bytes, from /proc.
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("/proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .expect("VmRSS")
+            * 1024
+    }
+
     pub fn signal(&self, signal: i32) {
         // SAFETY: plain kill(2) on the PID of a child we spawned and have
         // not reaped, so the PID cannot have been reused.

@@ -11,6 +11,66 @@ const LAG_BUCKETS: &[f64] = &[
     0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// Why a sidecar link went down:
+/// `txgate_sidecar_stream_ends_total{reason}`, and the source's `error` in
+/// `/readyz`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// The sidecar ended the stream.
+    Ended,
+    /// The stream failed (reset, gRPC error status).
+    Broken,
+    /// A message over `sidecar.max_message_bytes` (refused from its length
+    /// prefix, before it is read).
+    TooLarge,
+    /// A message that is not protobuf of the expected type.
+    Undecodable,
+    /// Connect or subscribe failed.
+    Unreachable,
+    /// The server does not serve the configured protocol.
+    Unimplemented,
+}
+
+impl StreamEnd {
+    /// Every reason, in label order.
+    pub const ALL: [StreamEnd; 6] = [
+        StreamEnd::Ended,
+        StreamEnd::Broken,
+        StreamEnd::TooLarge,
+        StreamEnd::Undecodable,
+        StreamEnd::Unreachable,
+        StreamEnd::Unimplemented,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamEnd::Ended => "ended",
+            StreamEnd::Broken => "broken",
+            StreamEnd::TooLarge => "too_large",
+            StreamEnd::Undecodable => "undecodable",
+            StreamEnd::Unreachable => "unreachable",
+            StreamEnd::Unimplemented => "unimplemented",
+        }
+    }
+
+    /// How a stream that failed with `status` ended. tonic answers a
+    /// length prefix over the cap with OUT_OF_RANGE and a protobuf it
+    /// cannot decode with INTERNAL (a server's own INTERNAL is read as
+    /// broken: its message does not start like a decode error).
+    pub fn broken(status: &tonic::Status) -> StreamEnd {
+        match status.code() {
+            tonic::Code::OutOfRange if status.message().contains("too large") => {
+                StreamEnd::TooLarge
+            }
+            tonic::Code::Internal if status.message().starts_with("failed to decode") => {
+                StreamEnd::Undecodable
+            }
+            _ => StreamEnd::Broken,
+        }
+    }
+}
+
 /// `txgate_should_forward_total{result}`: ShouldForward probes by outcome.
 #[derive(Debug)]
 pub struct ProbeCounters {
@@ -66,6 +126,11 @@ pub struct SidecarMetrics {
     pub source_up: IntGaugeVec,
     /// Stream (re)connection attempts that failed or streams that ended.
     pub reconnects: IntCounter,
+    /// The same, by reason ([`StreamEnd`] order).
+    pub stream_ends: Vec<IntCounter>,
+    /// Invalidations of a newer schema version than this build speaks
+    /// (applied: the fields it knows keep their meaning).
+    pub newer_schema: IntCounter,
     /// Invalidations received.
     pub received: IntCounter,
     /// 1 once a replaying source has sent its live set (caught up), by
@@ -141,6 +206,21 @@ impl SidecarMetrics {
             reconnects: r.counter(
                 "sidecar_reconnects_total",
                 "Sidecar connection attempts that failed and streams that ended",
+            ),
+            stream_ends: {
+                let ends = r.counter_vec(
+                    "sidecar_stream_ends_total",
+                    "Sidecar links that went down, by reason",
+                    &["reason"],
+                );
+                StreamEnd::ALL
+                    .iter()
+                    .map(|e| ends.with_label_values(&[e.as_str()]))
+                    .collect()
+            },
+            newer_schema: r.counter(
+                "sidecar_invalidations_newer_schema_total",
+                "Invalidations of a newer schema version than this build speaks (applied by the fields it knows)",
             ),
             received: r.counter(
                 "sidecar_invalidations_received_total",

@@ -12,8 +12,12 @@ pub enum UpstreamFailure {
     Connect,
     /// No full answer within the call timeout.
     Timeout,
-    /// Connection broke while sending or receiving.
+    /// Connection broke while sending or receiving (reset, or closed
+    /// before the answer was whole).
     Io,
+    /// An answer that is not HTTP/1.1: garbage status line, bad chunk
+    /// framing, headers that never end (over 64 KiB).
+    Malformed,
     /// Non-2xx answer without a JSON-RPC body.
     Status,
     /// Response over `upstream.max_response_bytes`.
@@ -22,10 +26,11 @@ pub enum UpstreamFailure {
 
 impl UpstreamFailure {
     /// Every kind, in label order.
-    pub const ALL: [UpstreamFailure; 5] = [
+    pub const ALL: [UpstreamFailure; 6] = [
         UpstreamFailure::Connect,
         UpstreamFailure::Timeout,
         UpstreamFailure::Io,
+        UpstreamFailure::Malformed,
         UpstreamFailure::Status,
         UpstreamFailure::TooLarge,
     ];
@@ -36,6 +41,7 @@ impl UpstreamFailure {
             UpstreamFailure::Connect => "connect",
             UpstreamFailure::Timeout => "timeout",
             UpstreamFailure::Io => "io",
+            UpstreamFailure::Malformed => "malformed",
             UpstreamFailure::Status => "status",
             UpstreamFailure::TooLarge => "too_large",
         }

@@ -1,0 +1,139 @@
+//! An upstream that breaks HTTP/1.1 in every way the response reader must
+//! survive: each fault gets the right JSON-RPC error within the call
+//! timeout, is counted by kind, is not logged per call, leaves memory
+//! bounded, and the next call on the same txgate is served.
+
+use std::time::{Duration, Instant};
+
+use hyper::StatusCode;
+
+use crate::fault_servers::FaultyUpstream;
+use crate::support::{TempFile, Txgate, metric, rpc_json};
+
+/// What txgate must answer to each fault: HTTP status, message, and the
+/// `txgate_upstream_errors_total` kind it is counted under.
+fn expected(fault: &str) -> (StatusCode, &'static str, &'static str) {
+    const BAD: StatusCode = StatusCode::BAD_GATEWAY;
+    const SLOW: StatusCode = StatusCode::GATEWAY_TIMEOUT;
+    match fault {
+        "reset" | "truncated_chunked" => (BAD, "upstream unavailable", "io"),
+        "garbage_status" | "endless_headers" => (BAD, "upstream unavailable", "malformed"),
+        "endless_chunked_body" | "endless_close_delimited_body" | "huge_content_length" => {
+            (BAD, "upstream unavailable", "too_large")
+        }
+        "slow_headers" | "silent" => (SLOW, "upstream timed out", "timeout"),
+        other => panic!("no expectation for {other}"),
+    }
+}
+
+fn call(id: &str, fault: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":"{id}","method":"eth_chainId","params":["fault:{fault}"]}}"#)
+}
+
+const HONEST: &str = r#"{"jsonrpc":"2.0","id":"honest","method":"eth_chainId","params":[]}"#;
+
+async fn honest_call_is_served(txgate: &Txgate, after: &str) {
+    let (status, v) = rpc_json(&txgate.url, HONEST).await;
+    assert_eq!(status, StatusCode::OK, "after {after}: {v}");
+    assert_eq!(v["result"], "0x1", "after {after}: {v}");
+    assert_eq!(v["id"], "honest");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_upstream_fault_gets_its_error_and_txgate_keeps_serving() {
+    let upstream = FaultyUpstream::start().await;
+    let config =
+        TempFile::new("[upstream]\ncall_timeout_ms = 1000\nmax_response_bytes = 1048576\n");
+    let txgate = Txgate::start(&upstream.url, &["--config", config.arg()]);
+    honest_call_is_served(&txgate, "start").await;
+    let _ = txgate.drain_logs();
+
+    for fault in FaultyUpstream::MODES {
+        let (want_status, want_message, kind) = expected(fault);
+        let series = format!("txgate_upstream_errors_total{{kind=\"{kind}\"}}");
+        let before = metric(&txgate.metrics().await, &series);
+        let started = Instant::now();
+        let (status, v) = tokio::time::timeout(
+            Duration::from_secs(10),
+            rpc_json(&txgate.url, &call(fault, fault)),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{fault}: no answer within 10 s"));
+        let elapsed = started.elapsed();
+        assert_eq!(status, want_status, "{fault}: {v}");
+        assert_eq!(v["id"], fault, "{fault}: {v}");
+        assert_eq!(v["error"]["code"], -32603, "{fault}: {v}");
+        assert_eq!(v["error"]["message"], want_message, "{fault}: {v}");
+        assert!(
+            v["error"].get("data").is_none(),
+            "{fault}: nothing internal in the answer: {v}"
+        );
+        assert!(
+            elapsed < Duration::from_millis(2500),
+            "{fault}: answered after {elapsed:?} (call timeout 1 s)"
+        );
+        let after = metric(&txgate.metrics().await, &series);
+        assert!(after > before, "{fault}: not counted as {kind}");
+        honest_call_is_served(&txgate, fault).await;
+    }
+
+    // A batch through a fault: every id gets the error.
+    let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":["fault:garbage_status"]},{"jsonrpc":"2.0","id":"two","method":"eth_blockNumber"}]"#;
+    let (status, v) = rpc_json(&txgate.url, batch).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{v}");
+    assert_eq!(
+        (v[0]["id"].clone(), v[1]["id"].clone()),
+        (1.into(), "two".into())
+    );
+    assert_eq!(v[1]["error"]["code"], -32603, "{v}");
+
+    // Logged without flooding: upstream faults are counted, not logged per
+    // call (they would be as many lines as calls under a broken node).
+    let loud: Vec<String> = txgate
+        .drain_logs()
+        .into_iter()
+        .filter(|l| l.contains("\"level\":\"WARN\"") || l.contains("\"level\":\"ERROR\""))
+        .collect();
+    assert!(loud.len() < 3, "{loud:#?}");
+}
+
+/// The response cap holds against answers that never end: twenty endless
+/// bodies leave txgate's memory where it was, whatever their framing.
+#[tokio::test(flavor = "multi_thread")]
+async fn endless_answers_cannot_grow_memory() {
+    let upstream = FaultyUpstream::start().await;
+    let config =
+        TempFile::new("[upstream]\ncall_timeout_ms = 5000\nmax_response_bytes = 4194304\n");
+    let txgate = Txgate::start(&upstream.url, &["--config", config.arg()]);
+    honest_call_is_served(&txgate, "start").await;
+    // Warm up the allocator with one of each before measuring.
+    let faults = [
+        "endless_chunked_body",
+        "endless_close_delimited_body",
+        "endless_headers",
+    ];
+    for fault in faults {
+        let _ = rpc_json(&txgate.url, &call("warm", fault)).await;
+    }
+    let before = txgate.proc.rss_bytes();
+    let calls: Vec<_> = (0..20)
+        .map(|i| {
+            let (url, body) = (txgate.url.clone(), call(&format!("c{i}"), faults[i % 3]));
+            tokio::spawn(async move { rpc_json(&url, &body).await })
+        })
+        .collect();
+    for c in calls {
+        let (status, v) = c.await.unwrap();
+        assert_eq!(status, StatusCode::BAD_GATEWAY, "{v}");
+    }
+    let after = txgate.proc.rss_bytes();
+    // Twenty calls at once may each hold up to the 4 MiB cap while they
+    // read; none may keep it, and none may read past it.
+    assert!(
+        after < before + 96 * 1024 * 1024,
+        "RSS grew from {before} to {after} bytes"
+    );
+    let metrics = txgate.metrics().await;
+    assert!(metric(&metrics, "txgate_upstream_errors_total{kind=\"too_large\"}") >= 13.0);
+    honest_call_is_served(&txgate, "endless answers").await;
+}
