@@ -102,6 +102,8 @@ pub enum FrameError {
     NotARequest,
     /// `[]` (-32600).
     EmptyBatch,
+    /// Arrays and objects nested deeper than [`MAX_DEPTH`] (-32600).
+    TooDeep,
     /// More calls than the batch cap allows.
     BatchTooLarge {
         /// Calls in the batch.
@@ -116,7 +118,9 @@ impl FrameError {
     pub fn code(&self) -> i64 {
         match self {
             FrameError::Parse => code::PARSE_ERROR,
-            FrameError::NotARequest | FrameError::EmptyBatch => code::INVALID_REQUEST,
+            FrameError::NotARequest | FrameError::EmptyBatch | FrameError::TooDeep => {
+                code::INVALID_REQUEST
+            }
             FrameError::BatchTooLarge { .. } => code::LIMIT_EXCEEDED,
         }
     }
@@ -130,6 +134,7 @@ impl fmt::Display for FrameError {
                 f.write_str("invalid request: body must be a request object or a batch array")
             }
             FrameError::EmptyBatch => f.write_str("invalid request: empty batch"),
+            FrameError::TooDeep => f.write_str(TOO_DEEP),
             FrameError::BatchTooLarge { len, max } => {
                 write!(f, "batch of {len} calls exceeds the limit of {max}")
             }
@@ -158,8 +163,53 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
     <&'de RawValue>::deserialize(d).map(Some)
 }
 
+/// Deepest nesting of arrays and objects a body may have: serde_json's
+/// own recursion limit, which Rust nodes enforce; Go's encoding/json stops
+/// at 10 000. No Ethereum method's params come near it (`eth_simulateV1`
+/// with state overrides is under ten). A body beyond it is refused before
+/// any parsing, so the node never spends time on one.
+pub const MAX_DEPTH: usize = 128;
+
+/// The refusal's message, one copy for the error and its display.
+pub const TOO_DEEP: &str = "invalid request: JSON nested deeper than 128 levels";
+
+/// Whether `body` opens more than `max` arrays or objects at once (outside
+/// strings). One pass over the bytes, no allocation; meaningful for valid
+/// JSON, harmless for the rest (the parser refuses it next).
+fn nested_deeper_than(body: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in body {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
 /// Parses a request body: one call or a batch of at most `max_batch` calls.
 pub fn parse(body: &[u8], max_batch: usize) -> Result<Frame<'_>, FrameError> {
+    // Nesting deeper than MAX_DEPTH needs at least twice as many bytes.
+    if body.len() > 2 * MAX_DEPTH && nested_deeper_than(body, MAX_DEPTH) {
+        return Err(FrameError::TooDeep);
+    }
     match body.iter().find(|b| !b.is_ascii_whitespace()) {
         Some(b'{') => parse_object(body).map(Frame::Single),
         Some(b'[') => {
@@ -272,6 +322,42 @@ mod tests {
             Ok(Frame::Single(entry)) => entry,
             other => panic!("expected a single entry, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn nesting_is_capped_at_max_depth_outside_strings() {
+        let nest = |depth: usize| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{}{}}}"#,
+                "[".repeat(depth - 1),
+                "]".repeat(depth - 1)
+            )
+        };
+        // The request object is level 1: params may open 127 more.
+        assert!(matches!(
+            parse(nest(MAX_DEPTH).as_bytes(), 10),
+            Ok(Frame::Single(Entry::Call(_)))
+        ));
+        assert_eq!(
+            parse(nest(MAX_DEPTH + 1).as_bytes(), 10).unwrap_err(),
+            FrameError::TooDeep
+        );
+        let batch = format!("[{}]", nest(MAX_DEPTH));
+        assert_eq!(
+            parse(batch.as_bytes(), 10).unwrap_err(),
+            FrameError::TooDeep
+        );
+        // Brackets in strings, escaped quotes included, do not count.
+        let quoted = format!(
+            r#"{{"jsonrpc":"2.0","id":"a\"[{{","method":"m","params":["{}"]}}"#,
+            "[{".repeat(500)
+        );
+        assert!(matches!(
+            parse(quoted.as_bytes(), 10),
+            Ok(Frame::Single(Entry::Call(_)))
+        ));
+        assert_eq!(FrameError::TooDeep.to_string(), TOO_DEEP);
+        assert!(TOO_DEEP.contains(&MAX_DEPTH.to_string()));
     }
 
     #[test]

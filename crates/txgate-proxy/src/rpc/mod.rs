@@ -271,6 +271,9 @@ impl Shared {
                 Refusal::InvalidRequest("invalid request: empty batch"),
                 None,
             ),
+            Err(FrameError::TooDeep) => {
+                self.refuse(Refusal::InvalidRequest(txgate_jsonrpc::TOO_DEEP), None)
+            }
             Err(FrameError::BatchTooLarge { len, max }) => {
                 self.refuse(Refusal::BatchTooLarge { len, max }, None)
             }

@@ -101,6 +101,10 @@ impl Edge {
                 (opened.source, opened.rest)
             }
         };
+        if !first_bytes(&stream, &rest, self.header_timeout).await {
+            self.metrics.http.silent_closed.inc();
+            return None;
+        }
         let source = source.map_or(peer, |s| canonical(s.ip()));
         let reads_header = self.header.is_some() && self.trusted.contains(source);
         Some((
@@ -133,6 +137,39 @@ impl Edge {
             peer: connection.peer,
         }
     }
+}
+
+/// Waits, within the header timeout, until the client's first bytes say
+/// which protocol it speaks (HTTP/1.1, or the h2c preface); false when
+/// they do not arrive in time. hyper's header timeout starts only once the
+/// protocol is known, so without this a connection that sends nothing (or
+/// the start of the h2c preface, then nothing) would hold its slot of
+/// `server.max_connections` for ever. The bytes are peeked, not read.
+async fn first_bytes(stream: &TcpStream, rest: &[u8], limit: Duration) -> bool {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let decided = |seen: &[u8]| seen.len() >= PREFACE.len() || !PREFACE.starts_with(seen);
+    if !rest.is_empty() && decided(rest) {
+        return true;
+    }
+    let wait = async {
+        let mut buf = [0u8; PREFACE.len()];
+        loop {
+            let n = match stream.peek(&mut buf).await {
+                // EOF or an error: hyper sees it and closes.
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let mut seen = rest.to_vec();
+            seen.extend_from_slice(&buf[..n]);
+            if decided(&seen) {
+                return;
+            }
+            // A preface sent in pieces (real clients send it whole): the
+            // bytes stay queued, so wait a little before peeking again.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(limit, wait).await.is_ok()
 }
 
 /// The client-facing service of one connection: puts each request's

@@ -173,7 +173,10 @@ pub async fn run(
         m.stream_ends[end as usize].inc();
         let retry = retries.ended(std::time::Instant::now());
         readiness.set_source(index, SidecarLink::Down, Some(end.as_str()), retry.log);
-        if retry.log && retry.in_a_row > 1 {
+        // A link that opened and ended again soon (a sidecar that cannot
+        // connect at all is logged by its readiness, once per reason).
+        let opened_and_ended = !matches!(end, StreamEnd::Unreachable | StreamEnd::Unimplemented);
+        if retry.log && retry.in_a_row > 1 && opened_and_ended {
             tracing::warn!(
                 protocol,
                 url = settings.url,

@@ -19,6 +19,7 @@ mod faults_snapshot;
 mod faults_upstream;
 mod fleet;
 mod fleet_redis;
+mod hostile_http;
 mod observability;
 mod passthrough;
 mod pool;

@@ -176,6 +176,9 @@ pub struct HttpMetrics {
     pub open_connections: IntGauge,
     /// Client connections accepted.
     pub connections_total: IntCounter,
+    /// Connections closed because their first bytes did not arrive within
+    /// `server.header_read_timeout_ms`.
+    pub silent_closed: IntCounter,
     /// Request handling time, admission to response.
     pub request_duration: Histogram,
     /// 1 while draining for shutdown.
@@ -220,6 +223,10 @@ impl HttpMetrics {
             ),
             open_connections: r.gauge("open_connections", "Open client connections"),
             connections_total: r.counter("connections_total", "Client connections accepted"),
+            silent_closed: r.counter(
+                "connections_silent_closed_total",
+                "Client connections closed because no request began within server.header_read_timeout_ms",
+            ),
             request_duration: r.histogram(
                 "request_duration_seconds",
                 "Time from admission to response",

@@ -1,0 +1,427 @@
+//! Hostile HTTP, each shape its own test: request smuggling shapes,
+//! pipelining, header floods, deeply nested JSON, thousands of idle
+//! connections, and on h2c the rapid-reset and CONTINUATION-flood
+//! patterns. Each ends in a clear answer or a closed connection, nothing
+//! smuggled reaches the node, memory stays bounded, and a well-behaved
+//! client is served meanwhile. (Slow headers and slow bodies: bad_input.)
+
+use std::time::{Duration, Instant};
+
+use hyper::StatusCode;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::{RecordingUpstream, TempFile, Txgate, metric, rpc_json};
+
+const HONEST: &str = r#"{"jsonrpc":"2.0","id":"honest","method":"eth_chainId","params":[]}"#;
+
+async fn setup(config: &str) -> (RecordingUpstream, Txgate, TempFile) {
+    let upstream = RecordingUpstream::start().await;
+    let config = TempFile::new(config);
+    let txgate = Txgate::start(&upstream.url, &["--config", config.arg()]);
+    (upstream, txgate, config)
+}
+
+/// Writes `bytes` on a new connection and reads until the server closes
+/// it or `wait` passes; returns what was read and whether it closed.
+async fn exchange(txgate: &Txgate, bytes: &[u8], wait: Duration) -> (String, bool) {
+    let mut stream = TcpStream::connect(txgate.rpc_addr).await.unwrap();
+    let _ = stream.write_all(bytes).await;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    let deadline = Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&out).into(), true),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+            Err(_) => return (String::from_utf8_lossy(&out).into(), false),
+        }
+    }
+}
+
+fn request(headers: &str, body: &str) -> String {
+    format!(
+        "POST / HTTP/1.1\r\nHost: txgate\r\nContent-Type: application/json\r\n{headers}\r\n{body}"
+    )
+}
+
+fn smuggled() -> String {
+    let body = r#"{"jsonrpc":"2.0","id":"smuggled","method":"eth_chainId"}"#;
+    request(&format!("Content-Length: {}\r\n", body.len()), body)
+}
+
+/// What reached the node besides txgate's health probe and the honest
+/// client's calls.
+fn foreign(upstream: &RecordingUpstream) -> Vec<String> {
+    const PROBE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
+    upstream
+        .received()
+        .iter()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .filter(|b| b != PROBE && b != HONEST)
+        .collect()
+}
+
+fn answers(text: &str) -> usize {
+    text.matches("HTTP/1.1 ").count()
+}
+
+/// Content-Length with Transfer-Encoding: the classic desync. The request
+/// is refused and the connection closed, or read by its chunked framing
+/// alone and the connection closed after it (RFC 9112 §6.3): either way
+/// nothing after the chunked body is served as a request.
+#[tokio::test(flavor = "multi_thread")]
+async fn content_length_with_transfer_encoding_smuggles_nothing() {
+    let (upstream, txgate, _c) = setup("").await;
+    let inner = smuggled();
+    let chunked_body = format!("0\r\n\r\n{inner}");
+    let wire = request(
+        &format!(
+            "Content-Length: {}\r\nTransfer-Encoding: chunked\r\n",
+            chunked_body.len()
+        ),
+        &chunked_body,
+    );
+    let (text, closed) = exchange(&txgate, wire.as_bytes(), Duration::from_secs(3)).await;
+    assert!(closed, "connection left open: {text}");
+    assert!(answers(&text) <= 1, "{text}");
+    assert!(!text.contains("smuggled"), "{text}");
+    let reached = foreign(&upstream);
+    assert!(
+        reached.iter().all(|b| !b.contains("smuggled")),
+        "the smuggled request reached the node: {reached:?}"
+    );
+    assert_eq!(rpc_json(&txgate.url, HONEST).await.0, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_content_lengths_are_refused_and_closed() {
+    let (upstream, txgate, _c) = setup("").await;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#;
+    let wire = request(
+        &format!(
+            "Content-Length: {}\r\nContent-Length: {}\r\n",
+            body.len(),
+            body.len() + 10
+        ),
+        &format!("{body}{}", smuggled()),
+    );
+    let (text, closed) = exchange(&txgate, wire.as_bytes(), Duration::from_secs(3)).await;
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    assert!(closed);
+    assert_eq!(answers(&text), 1, "{text}");
+    assert_eq!(foreign(&upstream), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn obsolete_line_folding_is_refused_and_closed() {
+    let (upstream, txgate, _c) = setup("").await;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#;
+    let wire = request(
+        &format!(
+            "X-Folded: first\r\n second\r\nContent-Length: {}\r\n",
+            body.len()
+        ),
+        body,
+    );
+    let (text, closed) = exchange(&txgate, wire.as_bytes(), Duration::from_secs(3)).await;
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    assert!(closed);
+    assert_eq!(foreign(&upstream), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pipelined_requests_are_answered_in_order() {
+    let (_upstream, txgate, _c) = setup("").await;
+    let mut wire = String::new();
+    for id in 1..=5 {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"eth_chainId"}}"#);
+        wire.push_str(&request(
+            &format!("Content-Length: {}\r\n", body.len()),
+            &body,
+        ));
+    }
+    let (text, _) = exchange(&txgate, wire.as_bytes(), Duration::from_secs(2)).await;
+    assert_eq!(answers(&text), 5, "{text}");
+    let ids: Vec<usize> = (1..=5)
+        .map(|id| {
+            text.find(&format!(r#""id":{id}"#))
+                .unwrap_or_else(|| panic!("no answer for {id}: {text}"))
+        })
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "out of order: {text}");
+}
+
+/// Too many headers, and one huge header: 431, connection closed, memory
+/// where it was.
+#[tokio::test(flavor = "multi_thread")]
+async fn header_floods_are_431_and_closed() {
+    let (upstream, txgate, _c) = setup("").await;
+    let before = txgate.proc.rss_bytes();
+    let many: String = (0..500).map(|i| format!("X-Flood-{i}: 1\r\n")).collect();
+    let huge = format!("X-Huge: {}\r\n", "a".repeat(1 << 20));
+    for flood in [many, huge] {
+        let wire = request(&format!("{flood}Content-Length: 2\r\n"), "{}");
+        let (text, closed) = exchange(&txgate, wire.as_bytes(), Duration::from_secs(3)).await;
+        assert!(
+            text.starts_with("HTTP/1.1 431"),
+            "{}",
+            &text[..text.len().min(200)]
+        );
+        assert!(closed);
+    }
+    // Many at once.
+    let huge = request(&format!("X-Huge: {}\r\n", "a".repeat(1 << 20)), "");
+    let floods: Vec<_> = (0..50)
+        .map(|_| {
+            let (addr, huge) = (txgate.rpc_addr, huge.clone());
+            tokio::spawn(async move {
+                let mut s = TcpStream::connect(addr).await.unwrap();
+                let _ = s.write_all(huge.as_bytes()).await;
+                let mut buf = Vec::new();
+                let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await;
+            })
+        })
+        .collect();
+    for f in floods {
+        f.await.unwrap();
+    }
+    let after = txgate.proc.rss_bytes();
+    assert!(after < before + 64 * 1024 * 1024, "RSS {before} → {after}");
+    assert_eq!(foreign(&upstream), Vec::<String>::new());
+    assert_eq!(rpc_json(&txgate.url, HONEST).await.0, StatusCode::OK);
+}
+
+/// JSON nested far deeper than any call (a million levels, in a batch, in
+/// params, in an object): refused before any parsing, never a stack
+/// overflow, never forwarded to a node that might choke on it.
+#[tokio::test(flavor = "multi_thread")]
+async fn deeply_nested_json_is_refused_without_a_crash() {
+    let (upstream, txgate, _c) = setup("").await;
+    let deep = 1_000_000;
+    let nested = format!("{}{}", "[".repeat(deep), "]".repeat(deep));
+    let in_params = format!(r#"{{"jsonrpc":"2.0","id":7,"method":"eth_call","params":{nested}}}"#);
+    let in_object = format!("{}1{}", r#"{"a":"#.repeat(deep / 10), "}".repeat(deep / 10));
+    for body in [nested, in_params, in_object] {
+        let (status, v) = rpc_json(&txgate.url, &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+        assert_eq!(v["error"]["code"], -32600, "{v}");
+        assert_eq!(
+            v["error"]["message"], "invalid request: JSON nested deeper than 128 levels",
+            "{v}"
+        );
+    }
+    assert_eq!(foreign(&upstream), Vec::<String>::new());
+    assert_eq!(rpc_json(&txgate.url, HONEST).await.0, StatusCode::OK);
+}
+
+async fn honest_p50(txgate: &Txgate, n: usize) -> Duration {
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        let (status, v) = rpc_json(&txgate.url, HONEST).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        times.push(started.elapsed());
+    }
+    times.sort();
+    times[n / 2]
+}
+
+/// 3000 connections that never send a byte, 100 that send the start of
+/// the h2c preface and 100 the start of a request line, then nothing: they
+/// cost a slot each and nothing else (a well-behaved client's latency
+/// stays where it was), and each is closed at the header timeout, giving
+/// its slot back.
+#[tokio::test(flavor = "multi_thread")]
+async fn thousands_of_idle_connections_are_cheap_and_reaped() {
+    let (_upstream, txgate, _c) = setup("[server]\nheader_read_timeout_ms = 2000\n").await;
+    let baseline = honest_p50(&txgate, 41).await;
+    let mut idle = Vec::new();
+    for i in 0..3200 {
+        let mut s = TcpStream::connect(txgate.rpc_addr).await.unwrap();
+        match i {
+            3000..3100 => s.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap(),
+            3100.. => s.write_all(b"POST / HT").await.unwrap(),
+            _ => {}
+        }
+        idle.push(s);
+    }
+    let during = honest_p50(&txgate, 41).await;
+    let open = metric(&txgate.metrics().await, "txgate_open_connections");
+    assert!(open >= 3200.0, "{open}");
+    assert!(
+        during <= baseline * 2 + Duration::from_millis(2),
+        "p50 {baseline:?} → {during:?} with 3200 idle connections"
+    );
+    // Reaped at the header timeout: each idle socket sees the close.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut held = 0;
+    for s in &mut idle {
+        let mut buf = [0u8; 256];
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        match tokio::time::timeout(left, s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {}
+            Ok(Ok(n)) if String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 408") => {}
+            _ => held += 1,
+        }
+    }
+    assert_eq!(
+        held, 0,
+        "idle connections still held after the header timeout"
+    );
+    let m = txgate.metrics().await;
+    assert!(metric(&m, "txgate_open_connections") < 10.0);
+    assert!(metric(&m, "txgate_connections_silent_closed_total") >= 3100.0);
+}
+
+/// h2c rapid reset (CVE-2023-44487): 20 000 streams opened and cancelled
+/// at once on one connection. Nothing reaches the node, memory stays
+/// bounded, txgate answers GOAWAY or keeps up, and a well-behaved client
+/// is served throughout.
+#[tokio::test(flavor = "multi_thread")]
+async fn h2c_rapid_reset_is_bounded() {
+    let (upstream, txgate, _c) = setup("").await;
+    let before = txgate.proc.rss_bytes();
+    let tcp = TcpStream::connect(txgate.rpc_addr).await.unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let driver = tokio::spawn(connection);
+    let honest = {
+        let url = txgate.url.clone();
+        tokio::spawn(async move {
+            let mut worst = Duration::ZERO;
+            for _ in 0..50 {
+                let started = Instant::now();
+                let (status, _) = rpc_json(&url, HONEST).await;
+                assert_eq!(status, StatusCode::OK);
+                worst = worst.max(started.elapsed());
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            worst
+        })
+    };
+    let mut sent = 0;
+    let mut refused = false;
+    for _ in 0..20_000 {
+        let request = http::Request::post("http://txgate/")
+            .header("content-type", "application/json")
+            .body(())
+            .unwrap();
+        let ready = match tokio::time::timeout(Duration::from_secs(5), client.clone().ready()).await
+        {
+            Ok(Ok(ready)) => ready,
+            _ => {
+                refused = true;
+                break;
+            }
+        };
+        client = ready;
+        match client.send_request(request, false) {
+            // Dropping both halves resets the stream (RST_STREAM CANCEL).
+            Ok((response, send)) => {
+                drop((response, send));
+                sent += 1;
+            }
+            Err(_) => {
+                refused = true;
+                break;
+            }
+        }
+    }
+    let worst = honest.await.unwrap();
+    driver.abort();
+    let after = txgate.proc.rss_bytes();
+    assert!(sent > 0);
+    assert!(after < before + 64 * 1024 * 1024, "RSS {before} → {after}");
+    assert_eq!(
+        foreign(&upstream),
+        Vec::<String>::new(),
+        "a reset call reached the node"
+    );
+    assert!(
+        worst < Duration::from_secs(1),
+        "honest call waited {worst:?} (sent {sent}, refused {refused})"
+    );
+    assert_eq!(rpc_json(&txgate.url, HONEST).await.0, StatusCode::OK);
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// The types of the whole frames in `bytes`.
+fn frame_kinds(mut bytes: &[u8]) -> Vec<u8> {
+    let mut kinds = Vec::new();
+    while bytes.len() >= 9 {
+        let len =
+            (usize::from(bytes[0]) << 16) | (usize::from(bytes[1]) << 8) | usize::from(bytes[2]);
+        kinds.push(bytes[3]);
+        bytes = &bytes[(9 + len).min(bytes.len())..];
+    }
+    kinds
+}
+
+/// h2c CONTINUATION flood: a header block that never ends, one
+/// CONTINUATION frame after another. txgate stops reading it (GOAWAY or
+/// close) long before the 32 MiB the attacker offers, with bounded memory.
+#[tokio::test(flavor = "multi_thread")]
+async fn h2c_continuation_flood_is_cut_off() {
+    let (upstream, txgate, _c) = setup("").await;
+    let before = txgate.proc.rss_bytes();
+    let mut s = TcpStream::connect(txgate.rpc_addr).await.unwrap();
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend(frame(0x4, 0, 0, &[]));
+    // :method POST, :scheme http, :path /, :authority txgate; no END_HEADERS.
+    let mut block = vec![0x83, 0x86, 0x84, 0x41, 6];
+    block.extend_from_slice(b"txgate");
+    hello.extend(frame(0x1, 0, 1, &block));
+    s.write_all(&hello).await.unwrap();
+    // Literal headers, 16 KiB per frame.
+    let mut entry = vec![0x00, 7];
+    entry.extend_from_slice(b"x-flood");
+    entry.push(100);
+    entry.extend(std::iter::repeat_n(b'a', 100));
+    let payload: Vec<u8> = entry.iter().copied().cycle().take(16_000).collect();
+    let continuation = frame(0x9, 0, 1, &payload);
+    let offered = 32usize << 20;
+    let mut written = 0;
+    let cut = tokio::time::timeout(Duration::from_secs(20), async {
+        while written < offered {
+            if s.write_all(&continuation).await.is_err() {
+                return true;
+            }
+            written += continuation.len();
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    // Whether or not the writes failed, the server must have said GOAWAY
+    // (frame type 7) or closed.
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        match tokio::time::timeout(Duration::from_secs(3), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break true,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => break false,
+        }
+    };
+    let goaway = frame_kinds(&got).contains(&0x7);
+    assert!(
+        cut || closed || goaway,
+        "txgate read {written} bytes of one header block without closing"
+    );
+    assert!(written < offered, "all {offered} bytes were taken in");
+    let after = txgate.proc.rss_bytes();
+    assert!(after < before + 64 * 1024 * 1024, "RSS {before} → {after}");
+    assert_eq!(foreign(&upstream), Vec::<String>::new());
+    assert_eq!(rpc_json(&txgate.url, HONEST).await.0, StatusCode::OK);
+}
