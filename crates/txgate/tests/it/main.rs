@@ -24,6 +24,7 @@ mod observability;
 mod passthrough;
 mod pool;
 mod screening;
+mod shutdown_under_load;
 mod sidecar_loop;
 mod support;
 mod sync_calls;

@@ -1,0 +1,296 @@
+//! SIGTERM under load: every call txgate accepted gets a complete 2xx
+//! answer, counted on both sides; new connections are refused once the
+//! listener closes; exit 0 within the grace period. Then a restart from
+//! the snapshot while an attack runs: no live ban is lost, not even for
+//! the first attempt after the restart.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::StatusCode;
+use tokio::net::TcpStream;
+
+use crate::fault_servers::tx;
+use crate::support::{RecordingUpstream, TempFile, Txgate, post, send_raw};
+
+/// What the load saw.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Ids answered 2xx with a whole JSON-RPC body.
+    answered: BTreeSet<u64>,
+    /// Answers that were not 2xx, or not whole.
+    bad: Vec<String>,
+    /// Requests sent whose connection then closed without an answer.
+    unanswered: u64,
+}
+
+/// One kept-alive connection sending `eth_chainId` calls with unique ids
+/// until it cannot connect any more.
+async fn connection(
+    addr: std::net::SocketAddr,
+    next: Arc<AtomicU64>,
+    seen: Arc<std::sync::Mutex<Seen>>,
+) {
+    loop {
+        let Ok(tcp) = TcpStream::connect(addr).await else {
+            return;
+        };
+        let Ok((mut send, conn)) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await
+        else {
+            continue;
+        };
+        tokio::spawn(conn);
+        loop {
+            if send.ready().await.is_err() {
+                break;
+            }
+            let id = next.fetch_add(1, Ordering::SeqCst);
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"eth_chainId"}}"#);
+            let request = hyper::Request::post("/")
+                .header("host", "txgate")
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .unwrap();
+            let response = match send.send_request(request).await {
+                Ok(response) => response,
+                Err(_) => {
+                    seen.lock().unwrap().unanswered += 1;
+                    break;
+                }
+            };
+            let status = response.status();
+            let body = response.into_body().collect().await.map(|b| b.to_bytes());
+            let mut s = seen.lock().unwrap();
+            match body {
+                Ok(body) if status == StatusCode::OK => {
+                    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                    if v["id"] == id && v["result"].is_string() {
+                        s.answered.insert(id);
+                    } else {
+                        s.bad.push(format!("{id}: {v}"));
+                    }
+                }
+                Ok(body) => s
+                    .bad
+                    .push(format!("{id}: {status} {}", String::from_utf8_lossy(&body))),
+                Err(e) => s.bad.push(format!("{id}: body cut: {e}")),
+            }
+        }
+    }
+}
+
+/// The ids of the load's calls that reached the node.
+fn forwarded_ids(upstream: &RecordingUpstream) -> BTreeSet<u64> {
+    upstream
+        .received()
+        .iter()
+        .filter_map(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
+        .filter(|v| v["params"].is_null())
+        .filter_map(|v| v["id"].as_u64())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_under_load_answers_every_accepted_call() {
+    let upstream = RecordingUpstream::start().await;
+    let mut txgate = Txgate::start(&upstream.url, &["--grace-period-ms", "5000"]);
+    let (next, seen) = (
+        Arc::new(AtomicU64::new(1_000)),
+        Arc::new(std::sync::Mutex::new(Seen::default())),
+    );
+    let load: Vec<_> = (0..50)
+        .map(|_| tokio::spawn(connection(txgate.rpc_addr, next.clone(), seen.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let signalled = Instant::now();
+    txgate.proc.signal(libc::SIGTERM);
+
+    // The listener closes: new connections are refused from then on.
+    let mut refused_at = None;
+    while signalled.elapsed() < Duration::from_secs(3) {
+        if TcpStream::connect(txgate.rpc_addr).await.is_err() {
+            refused_at = Some(signalled.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let refused_at = refused_at.expect("still accepting 3 s after SIGTERM");
+    for _ in 0..5 {
+        assert!(
+            TcpStream::connect(txgate.rpc_addr).await.is_err(),
+            "accepting again"
+        );
+    }
+    let status = txgate
+        .proc
+        .wait_timeout(Duration::from_secs(7))
+        .expect("no exit within the 5 s grace period");
+    let exited = signalled.elapsed();
+    assert_eq!(status.code(), Some(0));
+    for task in load {
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("a load connection hung")
+            .unwrap();
+    }
+
+    let seen = seen.lock().unwrap();
+    let forwarded = forwarded_ids(&upstream);
+    assert!(
+        seen.bad.is_empty(),
+        "{:?}",
+        &seen.bad[..seen.bad.len().min(10)]
+    );
+    assert!(
+        seen.answered.len() > 500,
+        "too little load: {}",
+        seen.answered.len()
+    );
+    let lost: Vec<_> = forwarded.difference(&seen.answered).collect();
+    assert!(
+        lost.is_empty(),
+        "accepted and forwarded, never answered: {lost:?}"
+    );
+    let phantom: Vec<_> = seen.answered.difference(&forwarded).collect();
+    assert!(
+        phantom.is_empty(),
+        "answered without reaching the node: {phantom:?}"
+    );
+    eprintln!(
+        "SIGTERM under load: {} calls accepted and forwarded, {} answered 2xx, 0 lost; \
+         {} sent on a closing connection and not accepted (retryable); listener refused \
+         {refused_at:?} after SIGTERM; exit 0 after {exited:?}",
+        forwarded.len(),
+        seen.answered.len(),
+        seen.unanswered
+    );
+}
+
+/// Bans the fingerprints of `raws` through the admin import.
+async fn import(admin: &str, raws: &[String]) {
+    let bans: Vec<serde_json::Value> = raws
+        .iter()
+        .map(|raw| {
+            let bytes = txgate_screen::decode_hex(raw).unwrap();
+            let fp =
+                txgate_screen::Fingerprint::of(&txgate_screen::decode(&bytes).unwrap()).unwrap();
+            serde_json::json!({"fingerprint": fp.hash.to_string(), "expires_in_ms": 120_000,
+                "suspect_for_ms": 120_000, "assertions": []})
+        })
+        .collect();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let body = serde_json::json!({"format": "txgate-bans", "version": 1,
+        "taken_at_unix_ms": now, "bans": bans});
+    let (status, _, answer) = post(
+        &format!("{admin}/bans/import"),
+        Some("application/json"),
+        body.to_string(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+}
+
+/// An attacker resends 200 banned transactions in a loop from 8
+/// connections while txgate stops (snapshot written at exit) and starts
+/// again from the snapshot on the same port: not one of them reaches the
+/// node, before, during or after the restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_from_the_snapshot_under_attack_loses_no_ban() {
+    let upstream = RecordingUpstream::start().await;
+    let dir = std::env::temp_dir().join(format!("txgate-restart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bans.bin");
+    let path = path.to_str().unwrap().to_string();
+    let port = crate::support::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let config = TempFile::new("[screen]\nsnapshot_interval_secs = 3600\n");
+    let args = [
+        "--listen",
+        &listen,
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &upstream.url,
+        "--log-format",
+        "json",
+        "--ban-snapshot",
+        &path,
+        "--config",
+        config.arg(),
+    ];
+    let mut first = Txgate::spawn(&args);
+    let banned: Vec<String> = (0..200).map(|n| tx(600 + n)).collect();
+    import(&first.admin_url, &banned).await;
+
+    let url = first.url.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let attempts = Arc::new(AtomicU64::new(0));
+    let attack: Vec<_> = (0..8)
+        .map(|k| {
+            let (url, banned, stop, attempts) =
+                (url.clone(), banned.clone(), stop.clone(), attempts.clone());
+            tokio::spawn(async move {
+                let mut i = k;
+                while !stop.load(Ordering::SeqCst) {
+                    // Refused connections while no instance listens are
+                    // expected: the attack goes on.
+                    let body = serde_json::json!({"jsonrpc": "2.0", "id": i,
+                        "method": "eth_sendRawTransaction", "params": [banned[i % banned.len()]]});
+                    let _ = crate::support::rpc(&url, &body.to_string()).await;
+                    attempts.fetch_add(1, Ordering::SeqCst);
+                    i += 8;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    first.proc.signal(libc::SIGTERM);
+    let status = first
+        .proc
+        .wait_timeout(Duration::from_secs(10))
+        .expect("exit");
+    assert_eq!(status.code(), Some(0));
+    let second = Txgate::spawn(&args);
+    // Every banned transaction, once, first thing on the new instance.
+    for raw in &banned {
+        let (status, v) = send_raw(&second.url, raw).await;
+        assert_eq!(
+            (status, v["error"]["code"].clone()),
+            (StatusCode::OK, (-32003).into()),
+            "{v}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::SeqCst);
+    for a in attack {
+        a.await.unwrap();
+    }
+    assert!(attempts.load(Ordering::SeqCst) > 200);
+    let reached: Vec<String> = upstream
+        .received()
+        .iter()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .filter(|b| b.contains("eth_sendRawTransaction"))
+        .collect();
+    assert!(
+        reached.is_empty(),
+        "{} banned calls reached the node",
+        reached.len()
+    );
+    drop(second);
+    let _ = std::fs::remove_dir_all(&dir);
+}
