@@ -457,7 +457,7 @@ def build():
     )
     d.timeseries(
         "Upstream errors by kind",
-        "Failed upstream calls per second: connect, timeout, io, status, too_large.",
+        "Failed upstream calls per second: connect, timeout, io, malformed, status, too_large.",
         "reqps",
         [(rate("txgate_upstream_errors_total", "kind"), "{{kind}}")],
         w=6,

@@ -163,15 +163,16 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
     <&'de RawValue>::deserialize(d).map(Some)
 }
 
-/// Deepest nesting of arrays and objects a body may have: serde_json's
-/// own recursion limit, which Rust nodes enforce; Go's encoding/json stops
-/// at 10 000. No Ethereum method's params come near it (`eth_simulateV1`
-/// with state overrides is under ten). A body beyond it is refused before
-/// any parsing, so the node never spends time on one.
-pub const MAX_DEPTH: usize = 128;
+/// Deepest nesting of arrays and objects a body may have: the deepest
+/// serde_json reads (its recursion limit, 128, refuses the 128th level),
+/// which Rust nodes enforce; Go's encoding/json stops at 10 000. No
+/// Ethereum method's params come near it (`eth_simulateV1` with state
+/// overrides is under ten). A body beyond it is refused before any
+/// parsing, so the node never spends time on one.
+pub const MAX_DEPTH: usize = 127;
 
 /// The refusal's message, one copy for the error and its display.
-pub const TOO_DEEP: &str = "invalid request: JSON nested deeper than 128 levels";
+pub const TOO_DEEP: &str = "invalid request: JSON nested deeper than 127 levels";
 
 /// Whether `body` opens more than `max` arrays or objects at once (outside
 /// strings). One pass over the bytes, no allocation; meaningful for valid
@@ -333,7 +334,7 @@ mod tests {
                 "]".repeat(depth - 1)
             )
         };
-        // The request object is level 1: params may open 127 more.
+        // The request object is level 1: params may open 126 more.
         assert!(matches!(
             parse(nest(MAX_DEPTH).as_bytes(), 10),
             Ok(Frame::Single(Entry::Call(_)))

@@ -121,29 +121,34 @@ pub fn save(path: &Path, screen: &Screen) -> std::io::Result<usize> {
     let records = screen.export_bans(now);
     let bytes = encode(&records);
     let tmp = sibling(path, ".tmp");
-    let written = std::fs::File::create(&tmp).and_then(|mut file| {
+    let prev_tmp = sibling(path, ".prev.tmp");
+    let steps = || -> std::io::Result<()> {
+        let mut file = std::fs::File::create(&tmp)?;
         file.write_all(&bytes)?;
-        file.sync_all()
-    });
-    if let Err(e) = written {
-        // A full disk: a partial file would only hold on to the space.
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    // Keep the current generation as `.prev` (replaced atomically), so the
-    // target is never missing and a damaged newest file has a fallback.
-    if path.exists() {
-        let prev_tmp = sibling(path, ".prev.tmp");
-        let _ = std::fs::remove_file(&prev_tmp);
-        if std::fs::hard_link(path, &prev_tmp).is_err() {
-            std::fs::copy(path, &prev_tmp)?;
+        file.sync_all()?;
+        // Keep the current generation as `.prev` (replaced atomically), so
+        // the target is never missing and a damaged newest file has a
+        // fallback.
+        if path.exists() {
+            let _ = std::fs::remove_file(&prev_tmp);
+            if std::fs::hard_link(path, &prev_tmp).is_err() {
+                std::fs::copy(path, &prev_tmp)?;
+            }
+            std::fs::rename(&prev_tmp, previous(path))?;
         }
-        std::fs::rename(&prev_tmp, previous(path))?;
-    }
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        // The renames are durable once the directory is synced.
-        std::fs::File::open(dir)?.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            // The renames are durable once the directory is synced.
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    };
+    if let Err(e) = steps() {
+        // A full disk: a partial or leftover file would only hold on to
+        // the space (once renamed, these names no longer exist).
+        let _ = std::fs::remove_file(&tmp);
+        let _ = std::fs::remove_file(&prev_tmp);
+        return Err(e);
     }
     Ok(records.len())
 }
@@ -166,29 +171,32 @@ async fn save_counted(
     })
     .await;
     let Ok((path, result)) = saved else {
+        m.snapshot.write_failed.inc();
+        tracing::error!("the ban snapshot writer panicked; the previous snapshot is kept");
         return failing + 1;
     };
     match result {
+        // Logged before counted: whoever sees the count sees the line.
         Ok(written) => {
-            m.snapshot.written.inc();
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            m.snapshot.last_success.set(now as i64);
             if failing > 0 {
                 tracing::info!(path = %path.display(), written, after_failures = failing, "ban snapshot written again");
             } else {
                 tracing::debug!(path = %path.display(), written, "ban snapshot written");
             }
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            m.snapshot.last_success.set(now as i64);
+            m.snapshot.written.inc();
             0
         }
         Err(e) => {
-            m.snapshot.write_failed.inc();
             let failing = failing + 1;
             if failing.is_power_of_two() {
                 tracing::error!(path = %path.display(), error = %e, in_a_row = failing,
                     "cannot write the ban snapshot; the previous one is kept and bans stay in memory (logged at the 1st, 2nd, 4th… failure in a row)");
             }
+            m.snapshot.write_failed.inc();
             failing
         }
     }

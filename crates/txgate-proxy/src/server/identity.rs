@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::Request;
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tower::Service;
 use txgate_config::{ForwardedHeader, ProxyProtocol, ServerConfig};
@@ -79,6 +81,8 @@ impl Edge {
         mut stream: TcpStream,
         peer: SocketAddr,
     ) -> Option<(Prefixed<TcpStream>, Connection)> {
+        // One deadline for the PROXY header and the first bytes together.
+        let deadline = tokio::time::Instant::now() + self.header_timeout;
         let peer = canonical(peer.ip());
         let trusted = self.trusted.contains(peer);
         let (source, rest) = match (self.proxy_protocol, trusted) {
@@ -101,10 +105,10 @@ impl Edge {
                 (opened.source, opened.rest)
             }
         };
-        if !first_bytes(&stream, &rest, self.header_timeout).await {
+        let Some(rest) = first_bytes(&mut stream, rest, deadline).await else {
             self.metrics.http.silent_closed.inc();
             return None;
-        }
+        };
         let source = source.map_or(peer, |s| canonical(s.ip()));
         let reads_header = self.header.is_some() && self.trusted.contains(source);
         Some((
@@ -139,37 +143,36 @@ impl Edge {
     }
 }
 
-/// Waits, within the header timeout, until the client's first bytes say
-/// which protocol it speaks (HTTP/1.1, or the h2c preface); false when
-/// they do not arrive in time. hyper's header timeout starts only once the
+/// Reads, until `deadline`, the client's first bytes until they say which
+/// protocol it speaks (HTTP/1.1, or the h2c preface); returns them after
+/// `rest` (handed to hyper in front of the stream), or `None` when they do
+/// not arrive in time. hyper's header timeout starts only once the
 /// protocol is known, so without this a connection that sends nothing (or
 /// the start of the h2c preface, then nothing) would hold its slot of
-/// `server.max_connections` for ever. The bytes are peeked, not read.
-async fn first_bytes(stream: &TcpStream, rest: &[u8], limit: Duration) -> bool {
+/// `server.max_connections` for ever. Waits on readiness, never polls; an
+/// end of stream hands what came to hyper, which closes.
+async fn first_bytes(
+    stream: &mut TcpStream,
+    rest: Bytes,
+    deadline: tokio::time::Instant,
+) -> Option<Bytes> {
     const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     let decided = |seen: &[u8]| seen.len() >= PREFACE.len() || !PREFACE.starts_with(seen);
-    if !rest.is_empty() && decided(rest) {
-        return true;
+    if decided(&rest) {
+        return Some(rest);
     }
-    let wait = async {
+    let mut seen = rest.to_vec();
+    let read = async {
         let mut buf = [0u8; PREFACE.len()];
-        loop {
-            let n = match stream.peek(&mut buf).await {
-                // EOF or an error: hyper sees it and closes.
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            let mut seen = rest.to_vec();
-            seen.extend_from_slice(&buf[..n]);
-            if decided(&seen) {
-                return;
+        while !decided(&seen) {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
             }
-            // A preface sent in pieces (real clients send it whole): the
-            // bytes stay queued, so wait a little before peeking again.
-            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     };
-    tokio::time::timeout(limit, wait).await.is_ok()
+    tokio::time::timeout_at(deadline, read).await.ok()?;
+    Some(Bytes::from(seen))
 }
 
 /// The client-facing service of one connection: puts each request's

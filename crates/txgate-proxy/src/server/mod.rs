@@ -108,10 +108,16 @@ where
         .timer(TokioTimer::new())
         .header_read_timeout(settings.header_read_timeout)
         .keep_alive(true);
+    // An h2c connection has no request-head timeout once its preface is
+    // in: it is pinged after each header timeout of silence and closed if
+    // the ping is not answered within another, so a peer that sent the
+    // preface and nothing more (not an HTTP/2 client) frees its slot.
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_concurrent_streams(256);
+        .max_concurrent_streams(256)
+        .keep_alive_interval(settings.header_read_timeout)
+        .keep_alive_timeout(settings.header_read_timeout);
     let builder = if settings.http2 {
         builder
     } else {
@@ -121,6 +127,9 @@ where
     let builder = Arc::new(builder);
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(settings.max_connections));
+    // Connections still waiting for their PROXY header or first bytes are
+    // closed at once when draining begins: they have no call to finish.
+    let opening = tokio_util::sync::CancellationToken::new();
     tokio::pin!(shutdown);
 
     loop {
@@ -149,17 +158,22 @@ where
         let _ = stream.set_nodelay(true);
         metrics.http.connections_total.inc();
         metrics.http.open_connections.inc();
-        // Watched from accept: a drain waits for a connection still
-        // reading its PROXY header too (bounded by the header timeout).
+        // Watched from accept; one still reading its PROXY header or first
+        // bytes when the drain begins is closed then (`opening`).
         let watcher = graceful.watcher();
-        let (builder, service, edge, metrics) = (
+        let (builder, service, edge, metrics, opening) = (
             builder.clone(),
             service.clone(),
             edge.clone(),
             metrics.clone(),
+            opening.clone(),
         );
         tokio::spawn(async move {
-            if let Some((io, connection)) = edge.open(stream, peer).await {
+            let opened = tokio::select! {
+                opened = edge.open(stream, peer) => opened,
+                () = opening.cancelled() => None,
+            };
+            if let Some((io, connection)) = opened {
                 let service = Identified::new(service, edge, connection);
                 let connection = builder
                     .serve_connection_with_upgrades(
@@ -178,6 +192,7 @@ where
 
     // Stop accepting: new clients get connection refused and go elsewhere.
     drop(listener);
+    opening.cancel();
     tracing::info!(
         grace_ms = settings.grace_period.as_millis() as u64,
         "draining connections"

@@ -22,7 +22,8 @@ pub struct Reconnect {
     stable: Duration,
     delay: Duration,
     opened: Option<Instant>,
-    in_a_row: u64,
+    flaps: u64,
+    last_logged: bool,
 }
 
 /// What to do after an end.
@@ -30,9 +31,13 @@ pub struct Reconnect {
 pub struct Retry {
     /// Wait this long (before jitter) and reconnect.
     pub delay: Duration,
-    /// Ends in a row without a stable period (1 after a stable link).
-    pub in_a_row: u64,
-    /// Whether this end gets a log line (the 1st, 2nd, 4th, 8th… in a row).
+    /// Links in a row that opened and ended before they were stable (0
+    /// for an attempt that did not open; 1 for the first end after a
+    /// stable link).
+    pub flaps: u64,
+    /// Whether this end gets its log lines: always for an attempt that did
+    /// not open (the readiness logs those once per reason) and for the end
+    /// of a stable link; for a flapping one, the 2nd, 4th, 8th… end.
     pub log: bool,
 }
 
@@ -47,7 +52,8 @@ impl Reconnect {
             stable: max.max(Duration::from_secs(1)),
             delay: initial,
             opened: None,
-            in_a_row: 0,
+            flaps: 0,
+            last_logged: true,
         }
     }
 
@@ -56,26 +62,32 @@ impl Reconnect {
         self.opened = Some(now);
     }
 
-    /// Whether the last end was not logged (the link is flapping and the
-    /// next line is due at the next power of two): its reopening is not
-    /// logged either.
-    pub fn flapping(&self) -> bool {
-        self.in_a_row > 0 && !self.in_a_row.is_power_of_two()
+    /// Whether the opening of the link is worth a line: not when it follows
+    /// an end that was not logged (a flapping link; the next line is due at
+    /// the next power of two).
+    pub fn log_open(&self) -> bool {
+        self.last_logged
     }
 
-    /// The link ended (or could not be opened) at `now`.
+    /// The link ended, or an attempt failed, at `now`.
     pub fn ended(&mut self, now: Instant) -> Retry {
-        if let Some(opened) = self.opened.take()
-            && now.saturating_duration_since(opened) >= self.stable
-        {
-            self.delay = self.initial;
-            self.in_a_row = 0;
-        }
-        self.in_a_row += 1;
+        let (log, flaps) = match self.opened.take() {
+            Some(opened) if now.saturating_duration_since(opened) >= self.stable => {
+                self.delay = self.initial;
+                self.flaps = 1;
+                (true, 1)
+            }
+            Some(_) => {
+                self.flaps += 1;
+                (self.flaps.is_power_of_two(), self.flaps)
+            }
+            None => (true, 0),
+        };
+        self.last_logged = log;
         let retry = Retry {
             delay: self.delay,
-            in_a_row: self.in_a_row,
-            log: self.in_a_row.is_power_of_two(),
+            flaps,
+            log,
         };
         self.delay = (self.delay * 2).min(self.max);
         retry
@@ -100,8 +112,9 @@ mod tests {
             let retry = r.ended(now);
             delays.push(retry.delay.as_millis());
             if retry.log {
-                logged.push(retry.in_a_row);
+                logged.push(retry.flaps);
             }
+            assert_eq!(r.log_open(), retry.log);
             now += retry.delay;
         }
         assert_eq!(&delays[..8], &[100, 200, 400, 800, 1600, 3200, 5000, 5000]);
@@ -125,20 +138,32 @@ mod tests {
             retry,
             Retry {
                 delay: 100 * MS,
-                in_a_row: 1,
+                flaps: 1,
                 log: true
             }
         );
     }
 
+    /// A sidecar restarting: attempts that fail back off but are not
+    /// flaps, and are always handed to the readiness to log (once per
+    /// reason), so the reopening after them is logged whatever their
+    /// number.
     #[test]
-    fn failed_attempts_back_off_too() {
+    fn failed_attempts_back_off_and_never_silence_the_recovery() {
         let mut r = Reconnect::new(100 * MS, 400 * MS);
-        let now = Instant::now();
-        let delays: Vec<_> = (0..4).map(|_| r.ended(now).delay.as_millis()).collect();
-        assert_eq!(delays, vec![100, 200, 400, 400]);
-        // Up less than a second: not stable even when `max` is shorter.
+        let mut now = Instant::now();
         r.opened(now);
-        assert_eq!(r.ended(now + 500 * MS).delay, 400 * MS);
+        now += Duration::from_secs(10);
+        assert!(r.ended(now).log);
+        for (attempt, want) in [200, 400, 400, 400, 400, 400].into_iter().enumerate() {
+            let retry = r.ended(now);
+            assert_eq!(retry.delay.as_millis(), want, "attempt {attempt}");
+            assert!(retry.log);
+            assert!(r.log_open(), "attempt {attempt}");
+        }
+        // Up less than a second: a flap even when `max` is shorter.
+        r.opened(now);
+        let retry = r.ended(now + 500 * MS);
+        assert_eq!((retry.flaps, retry.log), (2, true));
     }
 }

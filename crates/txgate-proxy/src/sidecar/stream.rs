@@ -137,7 +137,7 @@ pub async fn run(
         };
         let end = match subscribed {
             Ok(messages) => {
-                readiness.set_source(index, SidecarLink::Up, None, !retries.flapping());
+                readiness.set_source(index, SidecarLink::Up, None, retries.log_open());
                 retries.opened(std::time::Instant::now());
                 // The marker is pulled only once every replayed
                 // invalidation before it was queued.
@@ -173,17 +173,14 @@ pub async fn run(
         m.stream_ends[end as usize].inc();
         let retry = retries.ended(std::time::Instant::now());
         readiness.set_source(index, SidecarLink::Down, Some(end.as_str()), retry.log);
-        // A link that opened and ended again soon (a sidecar that cannot
-        // connect at all is logged by its readiness, once per reason).
-        let opened_and_ended = !matches!(end, StreamEnd::Unreachable | StreamEnd::Unimplemented);
-        if retry.log && retry.in_a_row > 1 && opened_and_ended {
+        if retry.log && retry.flaps > 1 {
             tracing::warn!(
                 protocol,
                 url = settings.url,
                 reason = end.as_str(),
-                in_a_row = retry.in_a_row,
+                flaps = retry.flaps,
                 retry_ms = retry.delay.as_millis() as u64,
-                "sidecar link flapping: backing off (logged at the 2nd, 4th, 8th… end in a row)"
+                "sidecar link flapping: ends soon after it opens; backing off (logged at the 2nd, 4th, 8th… in a row)"
             );
         }
         tokio::select! {

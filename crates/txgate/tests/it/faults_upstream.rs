@@ -97,8 +97,9 @@ async fn every_upstream_fault_gets_its_error_and_txgate_keeps_serving() {
     assert!(loud.len() < 3, "{loud:#?}");
 }
 
-/// The response cap holds against answers that never end: twenty endless
-/// bodies leave txgate's memory where it was, whatever their framing.
+/// The response cap holds against answers that never end, whatever their
+/// framing: twenty at once cannot make txgate read past the cap, and a
+/// second burst leaves its memory where the first did.
 #[tokio::test(flavor = "multi_thread")]
 async fn endless_answers_cannot_grow_memory() {
     let upstream = FaultyUpstream::start().await;
@@ -115,25 +116,35 @@ async fn endless_answers_cannot_grow_memory() {
     for fault in faults {
         let _ = rpc_json(&txgate.url, &call("warm", fault)).await;
     }
-    let before = txgate.proc.rss_bytes();
-    let calls: Vec<_> = (0..20)
-        .map(|i| {
-            let (url, body) = (txgate.url.clone(), call(&format!("c{i}"), faults[i % 3]));
-            tokio::spawn(async move { rpc_json(&url, &body).await })
-        })
-        .collect();
-    for c in calls {
-        let (status, v) = c.await.unwrap();
-        assert_eq!(status, StatusCode::BAD_GATEWAY, "{v}");
-    }
-    let after = txgate.proc.rss_bytes();
-    // Twenty calls at once may each hold up to the 4 MiB cap while they
-    // read; none may keep it, and none may read past it.
+    // Two bursts of twenty at once: the first may leave what the
+    // allocator keeps (each call holds up to the cap while it reads); the
+    // second must not add to it, and neither may read past the cap (an
+    // uncapped reader would be gigabytes in, at loopback speed).
+    let start = txgate.proc.rss_bytes();
+    let burst = || async {
+        let calls: Vec<_> = (0..20)
+            .map(|i| {
+                let (url, body) = (txgate.url.clone(), call(&format!("c{i}"), faults[i % 3]));
+                tokio::spawn(async move { rpc_json(&url, &body).await })
+            })
+            .collect();
+        for c in calls {
+            let (status, v) = c.await.unwrap();
+            assert_eq!(status, StatusCode::BAD_GATEWAY, "{v}");
+        }
+        txgate.proc.rss_bytes()
+    };
+    let first = burst().await;
+    let second = burst().await;
     assert!(
-        after < before + 96 * 1024 * 1024,
-        "RSS grew from {before} to {after} bytes"
+        first < start + 256 * 1024 * 1024,
+        "RSS grew from {start} to {first} bytes in one burst"
+    );
+    assert!(
+        second < first + 32 * 1024 * 1024,
+        "RSS kept growing: {start} → {first} → {second} bytes"
     );
     let metrics = txgate.metrics().await;
-    assert!(metric(&metrics, "txgate_upstream_errors_total{kind=\"too_large\"}") >= 13.0);
+    assert!(metric(&metrics, "txgate_upstream_errors_total{kind=\"too_large\"}") >= 26.0);
     honest_call_is_served(&txgate, "endless answers").await;
 }

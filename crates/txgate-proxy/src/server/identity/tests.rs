@@ -329,3 +329,32 @@ async fn a_proxy_header_source_that_is_itself_trusted_hands_over_to_the_forwardi
     let (direct, _) = open(&edge, "127.0.0.2", vec![data]).await.unwrap();
     assert_eq!(edge.client(direct, &xff).ip, ip("198.51.100.4"));
 }
+
+/// The first bytes are awaited within the header timeout, the PROXY
+/// header's time included (one deadline for both): silence after the
+/// header, or half the h2c preface and then silence, closes the
+/// connection (counted); a request sent a byte at a time is recognised
+/// and handed on whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn first_bytes_are_awaited_within_the_one_header_deadline() {
+    let (edge, metrics) = edge(&["127.0.0.2"], ProxyProtocol::V2, ForwardedHeader::None);
+    let header = v2_header([203, 0, 113, 7], 4000);
+    let started = std::time::Instant::now();
+    assert!(
+        open(&edge, "127.0.0.2", vec![header.clone()])
+            .await
+            .is_none()
+    );
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(250) && elapsed < Duration::from_millis(550),
+        "{elapsed:?} for one 300 ms deadline"
+    );
+    let half_preface = vec![header.clone(), b"PRI * HTTP/2.0\r\n".to_vec()];
+    assert!(open(&edge, "127.0.0.2", half_preface).await.is_none());
+    assert_eq!(count(&metrics, "txgate_connections_silent_closed_total"), 2);
+    let mut trickle = vec![header];
+    trickle.extend(bytes_each(HTTP));
+    let (_, rest) = open(&edge, "127.0.0.2", trickle).await.expect("kept");
+    assert_eq!(rest, HTTP);
+}
