@@ -76,8 +76,11 @@ pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 /// A client keeping up to `idle` connections per host.
 pub fn client(idle: usize) -> HttpClient {
+    // Idle connections are dropped before txgate's 5 s header timeout
+    // closes them, so a call never races a close on a reused connection.
     Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(idle)
+        .pool_idle_timeout(Duration::from_secs(4))
         .build_http()
 }
 

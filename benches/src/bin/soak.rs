@@ -66,8 +66,8 @@ fn args() -> Args {
         let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
         match flag.as_str() {
             "--minutes" => a.minutes = value().parse().expect("minutes"),
-            "--rate" => a.rate = value().parse().expect("rate"),
-            "--attack-rate" => a.attack_rate = value().parse().expect("attack-rate"),
+            "--rate" => a.rate = value().parse::<u64>().expect("rate").max(1),
+            "--attack-rate" => a.attack_rate = value().parse::<u64>().expect("attack-rate").max(8),
             "--storm-every" => a.storm_every = value().parse().expect("storm-every"),
             "--storm-size" => a.storm_size = value().parse().expect("storm-size"),
             "--sample-secs" => a.sample_secs = value().parse().expect("sample-secs"),

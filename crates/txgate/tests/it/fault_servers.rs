@@ -390,3 +390,37 @@ pub fn ban(raw: &str) -> v1::Invalidation {
     };
     txgate_proto::invalidation_message(&fp, key, None, None, 1, 0)
 }
+
+/// Bans the fingerprints of `raws` through the admin import (two minutes,
+/// no assertion), as an operator moving bans between instances does.
+pub async fn import_bans(admin: &str, raws: &[String]) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis();
+    let bans: Vec<serde_json::Value> = raws
+        .iter()
+        .map(|raw| {
+            let bytes = txgate_screen::decode_hex(raw).expect("hex");
+            let fp = txgate_screen::Fingerprint::of(&txgate_screen::decode(&bytes).expect("tx"))
+                .expect("fingerprint");
+            serde_json::json!({"fingerprint": fp.hash.to_string(), "expires_in_ms": 120_000,
+                "suspect_for_ms": 120_000, "assertions": []})
+        })
+        .collect();
+    let body = serde_json::json!({"format": "txgate-bans", "version": 1,
+        "taken_at_unix_ms": now, "bans": bans});
+    let (status, _, answer) = crate::support::post(
+        &format!("{admin}/bans/import"),
+        Some("application/json"),
+        body.to_string(),
+    )
+    .await
+    .expect("import");
+    assert_eq!(
+        status,
+        hyper::StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+}

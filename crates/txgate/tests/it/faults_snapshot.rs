@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use hyper::StatusCode;
 
-use crate::fault_servers::tx;
-use crate::support::{RecordingUpstream, Txgate, eventually, metric, post, send_raw};
+use crate::fault_servers::{import_bans, tx};
+use crate::support::{RecordingUpstream, Txgate, eventually, metric, send_raw};
 
 /// A tmpfs of `size` mounted on a fresh directory; unmounted on drop.
 struct Tmpfs {
@@ -94,39 +94,6 @@ fn fill(dir: &Path) -> PathBuf {
     filler
 }
 
-/// Bans the fingerprints of `raws` through the admin import.
-async fn import(admin: &str, raws: &[String]) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
-    let bans: Vec<serde_json::Value> = raws
-        .iter()
-        .map(|raw| {
-            let bytes = txgate_screen::decode_hex(raw).unwrap();
-            let fp =
-                txgate_screen::Fingerprint::of(&txgate_screen::decode(&bytes).unwrap()).unwrap();
-            serde_json::json!({"fingerprint": fp.hash.to_string(), "expires_in_ms": 120_000,
-                "suspect_for_ms": 120_000, "assertions": []})
-        })
-        .collect();
-    let body = serde_json::json!({"format": "txgate-bans", "version": 1,
-        "taken_at_unix_ms": now, "bans": bans});
-    let (status, _, answer) = post(
-        &format!("{admin}/bans/import"),
-        Some("application/json"),
-        body.to_string(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        status,
-        StatusCode::OK,
-        "{}",
-        String::from_utf8_lossy(&answer)
-    );
-}
-
 async fn all_refused(txgate: &Txgate, raws: &[String]) -> bool {
     for raw in raws {
         let (status, v) = send_raw(&txgate.url, raw).await;
@@ -168,7 +135,7 @@ async fn a_full_then_read_only_disk_loses_no_ban() {
     let batch = |from: u64| (from..from + 20).map(tx).collect::<Vec<_>>();
     let (first, second, third) = (batch(300), batch(400), batch(500));
 
-    import(&txgate.admin_url, &first).await;
+    import_bans(&txgate.admin_url, &first).await;
     let ok = counter(&txgate, OK).await;
     wait_for(&txgate, OK, ok + 1.0).await;
 
@@ -179,7 +146,7 @@ async fn a_full_then_read_only_disk_loses_no_ban() {
     let failed = counter(&txgate, FAILED).await;
     wait_for(&txgate, FAILED, failed + 1.0).await;
     let good = std::fs::read(&path).unwrap();
-    import(&txgate.admin_url, &second).await;
+    import_bans(&txgate.admin_url, &second).await;
     wait_for(&txgate, FAILED, failed + 6.0).await;
     assert!(all_refused(&txgate, &first).await && all_refused(&txgate, &second).await);
     assert!(
@@ -205,7 +172,7 @@ async fn a_full_then_read_only_disk_loses_no_ban() {
     wait_for(&txgate, OK, ok + 1.0).await;
 
     // Read-only: the same.
-    import(&txgate.admin_url, &third).await;
+    import_bans(&txgate.admin_url, &third).await;
     let ok = counter(&txgate, OK).await;
     wait_for(&txgate, OK, ok + 1.0).await;
     fs.remount("ro");

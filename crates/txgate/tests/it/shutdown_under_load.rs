@@ -14,8 +14,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::StatusCode;
 use tokio::net::TcpStream;
 
-use crate::fault_servers::tx;
-use crate::support::{RecordingUpstream, TempFile, Txgate, post, send_raw};
+use crate::fault_servers::{import_bans, tx};
+use crate::support::{RecordingUpstream, TempFile, Txgate, send_raw};
 
 /// What the load saw.
 #[derive(Debug, Default)]
@@ -171,39 +171,6 @@ async fn sigterm_under_load_answers_every_accepted_call() {
     );
 }
 
-/// Bans the fingerprints of `raws` through the admin import.
-async fn import(admin: &str, raws: &[String]) {
-    let bans: Vec<serde_json::Value> = raws
-        .iter()
-        .map(|raw| {
-            let bytes = txgate_screen::decode_hex(raw).unwrap();
-            let fp =
-                txgate_screen::Fingerprint::of(&txgate_screen::decode(&bytes).unwrap()).unwrap();
-            serde_json::json!({"fingerprint": fp.hash.to_string(), "expires_in_ms": 120_000,
-                "suspect_for_ms": 120_000, "assertions": []})
-        })
-        .collect();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
-    let body = serde_json::json!({"format": "txgate-bans", "version": 1,
-        "taken_at_unix_ms": now, "bans": bans});
-    let (status, _, answer) = post(
-        &format!("{admin}/bans/import"),
-        Some("application/json"),
-        body.to_string(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        status,
-        StatusCode::OK,
-        "{}",
-        String::from_utf8_lossy(&answer)
-    );
-}
-
 /// An attacker resends 200 banned transactions in a loop from 8
 /// connections while txgate stops (snapshot written at exit) and starts
 /// again from the snapshot on the same port: not one of them reaches the
@@ -234,7 +201,7 @@ async fn a_restart_from_the_snapshot_under_attack_loses_no_ban() {
     ];
     let mut first = Txgate::spawn(&args);
     let banned: Vec<String> = (0..200).map(|n| tx(600 + n)).collect();
-    import(&first.admin_url, &banned).await;
+    import_bans(&first.admin_url, &banned).await;
 
     let url = first.url.clone();
     let stop = Arc::new(AtomicBool::new(false));
