@@ -32,9 +32,12 @@ def main():
     minutes = [s["t_s"] / 60 for s in samples]
     rss = [s["rss_bytes"] / 2**20 for s in samples]
     fds = [s["fds"] for s in samples]
+    other = [s.get("other_fds", s["fds"]) for s in samples]
+    senders = [s.get("senders") for s in samples]
     denied = [s["denied"] if s["denied"] == s["denied"] else None for s in samples]
     failed = [s["honest_failed"] for s in samples]
     settle = summary["settle_s"] / 60
+    fds_range = summary.get("other_fds_after_settle") or summary.get("fds_after_settle")
 
     fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
     top.plot(minutes, rss, color="tab:blue", label="txgate RSS (MiB)")
@@ -48,15 +51,19 @@ def main():
     top.set_title(
         f"Soak, {summary['minutes']:.0f} min: RSS growth after {settle:.0f} min "
         f"{summary['rss_growth_after_settle'] * 100:+.1f}%, descriptors "
-        f"{summary['fds_after_settle'][0]}–{summary['fds_after_settle'][1]}, "
+        f"{fds_range[0]}–{fds_range[1]}, "
         f"honest calls {summary['honest_ok']} ok / {summary['honest_failed']} failed"
     )
     middle.plot(minutes, fds, color="tab:green", label="open file descriptors")
+    if any(o != f for o, f in zip(other, fds)):
+        middle.plot(minutes, other, color="tab:olive", label="descriptors other than client connections")
     middle.axvline(settle, color="grey", linestyle=":", linewidth=1)
     middle.set_ylabel("descriptors")
     middle.set_ylim(bottom=0, top=max(fds) * 1.5 + 1)
     middle.legend(loc="lower right")
     bottom.plot(minutes, denied, color="tab:orange", label="denied set entries")
+    if any(x is not None for x in senders):
+        bottom.plot(minutes, senders, color="tab:purple", label="sender cache entries")
     bottom.set_ylabel("entries")
     bottom.set_xlabel("minutes")
     twin = bottom.twinx()
