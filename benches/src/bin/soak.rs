@@ -26,6 +26,9 @@
 //! descriptors flat, no honest error) are checked and reported; the exit
 //! code is 1 when one is missed. `benches/report/soak_plot.py` plots it.
 //!
+//! `--attack-rate 0` or `--storm-size 0` leaves that load out (to find
+//! which load drives a growth).
+//!
 //! `cargo build --release -p txgate -p example-sidecar -p txgate-benches &&
 //!  target/release/soak --minutes 30 --json target/bench-report/soak.json`
 //! (or `benches/load/soak.sh`). Loopback only; stops what it starts.
@@ -68,7 +71,7 @@ fn args() -> Args {
         match flag.as_str() {
             "--minutes" => a.minutes = value().parse().expect("minutes"),
             "--rate" => a.rate = value().parse::<u64>().expect("rate").max(1),
-            "--attack-rate" => a.attack_rate = value().parse::<u64>().expect("attack-rate").max(8),
+            "--attack-rate" => a.attack_rate = value().parse().expect("attack-rate"),
             "--storm-every" => a.storm_every = value().parse().expect("storm-every"),
             "--storm-size" => a.storm_size = value().parse().expect("storm-size"),
             "--sample-secs" => a.sample_secs = value().parse().expect("sample-secs"),
@@ -392,19 +395,25 @@ async fn main() {
         counters.clone(),
         stop.clone(),
     ));
-    let attack_task = tokio::spawn(attack(
-        txgate_url.clone(),
-        a.attack_rate,
-        counters.clone(),
-        stop.clone(),
-    ));
-    let storm_task = tokio::spawn(storms(
-        format!("http://127.0.0.1:{sidecar_admin}"),
-        a.storm_every,
-        a.storm_size,
-        counters.clone(),
-        stop.clone(),
-    ));
+    // `--attack-rate 0` or `--storm-size 0` leaves that load out, to find
+    // which load drives a growth.
+    let attack_task = (a.attack_rate > 0).then(|| {
+        tokio::spawn(attack(
+            txgate_url.clone(),
+            a.attack_rate.max(8),
+            counters.clone(),
+            stop.clone(),
+        ))
+    });
+    let storm_task = (a.storm_size > 0).then(|| {
+        tokio::spawn(storms(
+            format!("http://127.0.0.1:{sidecar_admin}"),
+            a.storm_every,
+            a.storm_size,
+            counters.clone(),
+            stop.clone(),
+        ))
+    });
 
     let origin = Instant::now();
     let total = Duration::from_secs_f64(a.minutes * 60.0);
@@ -452,8 +461,12 @@ async fn main() {
     }
     stop.store(true, Ordering::Relaxed);
     let errors = honest_task.await.unwrap();
-    attack_task.await.unwrap();
-    storm_task.abort();
+    if let Some(task) = attack_task {
+        task.await.unwrap();
+    }
+    if let Some(task) = storm_task {
+        task.abort();
+    }
 
     // After the first 5 minutes (or the first third of a shorter run).
     let settle = (a.minutes * 60.0 / 3.0).min(300.0);
