@@ -11,6 +11,8 @@
 //! its oldest entry. The fingerprint itself is not stored: it is
 //! recomputed from its parts (one keccak) when a failure names the hash.
 
+use std::collections::VecDeque;
+
 use alloy_primitives::{Address, B256};
 use hashbrown::HashTable;
 
@@ -80,44 +82,79 @@ impl Slot {
 
 #[derive(Debug)]
 struct Shard {
-    /// Insertion order; `head` is the oldest, the ring is full at `cap`.
-    ring: Vec<Slot>,
-    head: usize,
-    len: usize,
+    /// Insertion order, the oldest at the front; at most `cap` slots. The
+    /// ring holds what is live, not its share of the bound: it grows when
+    /// full (doubling, up to `cap`) and shrinks when a sweep leaves it
+    /// mostly empty, so a steady rate far below the bound costs memory for
+    /// what it keeps for the time to live, however long it runs.
+    ring: VecDeque<Slot>,
+    /// Sequence number of the front slot: the slot with sequence `s` is
+    /// `ring[s - first]` (wrapping; a ring holds fewer than 2^32 slots).
+    first: u32,
     cap: usize,
-    /// Ring positions, by tx hash.
+    /// Sequence numbers, by tx hash: every one names a slot in the ring.
     index: HashTable<u32>,
     keys: KeyState,
 }
+
+/// A ring's capacity is not shrunk below this many slots.
+const MIN_SHRINK: usize = 64;
 
 impl Shard {
     fn hash(&self, tx_hash: &[u8; 32]) -> u64 {
         self.keys.hash_bytes(tx_hash)
     }
 
+    /// Ring position of a sequence number.
+    fn position(&self, seq: u32) -> usize {
+        seq.wrapping_sub(self.first) as usize
+    }
+
     fn find(&self, tx_hash: &[u8; 32]) -> Option<usize> {
-        let ring = &self.ring;
+        let (ring, first) = (&self.ring, self.first);
         self.index
-            .find(self.hash(tx_hash), |&i| {
-                ring[i as usize].tx_hash == *tx_hash
+            .find(self.hash(tx_hash), |&s| {
+                ring[s.wrapping_sub(first) as usize].tx_hash == *tx_hash
             })
-            .map(|&i| i as usize)
+            .map(|&s| self.position(s))
     }
 
     /// Drops the oldest entry.
     fn pop(&mut self) {
-        let slot = self.head;
-        let hash = self.hash(&self.ring[slot].tx_hash);
-        if let Ok(entry) = self.index.find_entry(hash, |&i| i as usize == slot) {
+        let Some(slot) = self.ring.pop_front() else {
+            return;
+        };
+        let seq = self.first;
+        self.first = self.first.wrapping_add(1);
+        if let Ok(entry) = self
+            .index
+            .find_entry(self.hash(&slot.tx_hash), |&s| s == seq)
+        {
             entry.remove();
         }
-        self.head = (self.head + 1) % self.cap;
-        self.len -= 1;
     }
 
     fn expire(&mut self, now: Millis) {
-        while self.len > 0 && self.ring[self.head].expires() <= now {
+        while self.ring.front().is_some_and(|s| s.expires() <= now) {
             self.pop();
+        }
+    }
+
+    /// Expires, then gives back memory a burst left behind: a ring (and
+    /// its index) under a quarter full is shrunk to twice what it holds,
+    /// so the next growth is a doubling away.
+    fn sweep(&mut self, now: Millis) {
+        self.expire(now);
+        let len = self.ring.len();
+        let target = (len * 2).max(MIN_SHRINK);
+        if self.ring.capacity() > MIN_SHRINK && len < self.ring.capacity() / 4 {
+            self.ring.shrink_to(target);
+        }
+        if self.index.capacity() > MIN_SHRINK && len < self.index.capacity() / 4 {
+            let (ring, first, keys) = (&self.ring, self.first, self.keys);
+            self.index.shrink_to(target, |&s| {
+                keys.hash_bytes(&ring[s.wrapping_sub(first) as usize].tx_hash)
+            });
         }
     }
 
@@ -130,34 +167,29 @@ impl Shard {
         {
             return;
         }
-        if self.len == self.cap {
+        if self.ring.len() == self.cap {
             self.pop();
         }
-        let pos = (self.head + self.len) % self.cap;
-        if pos == self.ring.len() {
+        if self.ring.len() == self.ring.capacity() {
             // Grows to `cap` and no further (doubling, then exactly).
-            if self.ring.len() == self.ring.capacity() {
-                let want = (self.ring.len() * 2).max(16).min(self.cap);
-                self.ring.reserve_exact(want - self.ring.len());
-            }
-            self.ring.push(slot);
-        } else {
-            self.ring[pos] = slot;
+            let want = (self.ring.len() * 2).max(16).min(self.cap);
+            self.ring.reserve_exact(want - self.ring.len());
         }
-        self.len += 1;
+        self.ring.push_back(slot);
+        let seq = self.first.wrapping_add(self.ring.len() as u32 - 1);
         let hash = self.hash(&slot.tx_hash);
-        let ring = &self.ring;
-        let keys = self.keys;
+        let (ring, first, keys) = (&self.ring, self.first, self.keys);
+        let at = |s: u32| &ring[s.wrapping_sub(first) as usize];
         // The same hash forwarded again: the index follows the newest slot
         // (the older one leaves the index, and the ring in its turn).
-        match self.index.find_mut(hash, |&i| {
-            i as usize != pos && ring[i as usize].tx_hash == slot.tx_hash
-        }) {
-            Some(i) => *i = pos as u32,
+        match self
+            .index
+            .find_mut(hash, |&s| s != seq && at(s).tx_hash == slot.tx_hash)
+        {
+            Some(s) => *s = seq,
             None => {
-                self.index.insert_unique(hash, pos as u32, |&i| {
-                    keys.hash_bytes(&ring[i as usize].tx_hash)
-                });
+                self.index
+                    .insert_unique(hash, seq, |&s| keys.hash_bytes(&at(s).tx_hash));
             }
         }
     }
@@ -175,9 +207,8 @@ impl ForwardedMap {
         let cap = max_entries.div_ceil(SHARDS).clamp(1, u32::MAX as usize);
         ForwardedMap {
             shards: Sharded::new(SHARDS, |keys| Shard {
-                ring: Vec::new(),
-                head: 0,
-                len: 0,
+                ring: VecDeque::new(),
+                first: 0,
                 cap,
                 index: HashTable::new(),
                 keys,
@@ -199,15 +230,16 @@ impl ForwardedMap {
         (slot.expires() > now).then(|| slot.forward())
     }
 
-    /// Drops expired entries of `shards` shards (round-robin).
+    /// Drops expired entries of `shards` shards (round-robin), and shrinks
+    /// a ring left mostly empty.
     pub fn sweep(&self, now: Millis, shards: usize) {
-        self.shards.sweep_next(shards, |s| s.expire(now));
+        self.shards.sweep_next(shards, |s| s.sweep(now));
     }
 
     /// Entries held (expired ones not yet swept included).
     pub fn len(&self) -> usize {
         let mut n = 0;
-        self.shards.for_each(|s| n += s.len);
+        self.shards.for_each(|s| n += s.ring.len());
         n
     }
 
@@ -308,5 +340,83 @@ mod tests {
         map.insert(h, &g, 300, 150);
         assert_eq!(map.get(&h, 299), Some(g));
         assert_eq!(map.get(&h, 300), None);
+    }
+    #[test]
+    fn a_steady_rate_below_the_bound_holds_only_what_is_live() {
+        // The bound allows 10 000 per shard; a steady 1 forward per ms
+        // that lives 1 s keeps about 16 per shard. After 200 000
+        // forwards the rings hold what is live, not a walk through their
+        // share of the bound (that was 200 000 slots, 21 MB, and grew for
+        // as long as the process ran).
+        let map = ForwardedMap::new(SHARDS * 10_000);
+        for i in 0..200_000 {
+            let (h, f) = fwd(i);
+            map.insert(h, &f, i + 1_000, i);
+            if i % 100 == 0 {
+                map.sweep(i, 1);
+            }
+        }
+        assert!(map.len() <= 1_000 + SHARDS * 100, "{}", map.len());
+        let walked = 200_000 * size_of::<Slot>();
+        assert!(
+            map.heap_bytes() < walked / 20,
+            "{} bytes held for about 1 000 live entries",
+            map.heap_bytes()
+        );
+        for i in 199_500..200_000 {
+            assert!(map.get(&fwd(i).0, 199_999).is_some(), "{i}");
+        }
+    }
+
+    #[test]
+    fn a_burst_is_given_back_once_it_expires() {
+        let map = ForwardedMap::new(SHARDS * 10_000);
+        for i in 0..100_000 {
+            let (h, f) = fwd(i);
+            map.insert(h, &f, 1_000, 0);
+        }
+        let burst = map.heap_bytes();
+        assert!(burst >= 100_000 * size_of::<Slot>(), "{burst}");
+        // A trickle after the burst expired: one sweep of every shard
+        // gives the rings and indexes back.
+        for i in 0..64 {
+            let (h, f) = fwd(1_000_000 + i);
+            map.insert(h, &f, 5_000, 2_000);
+        }
+        map.sweep(2_000, SHARDS);
+        assert_eq!(map.len(), 64);
+        // What is left is the floor a ring is not shrunk below, and its
+        // index: about 7 KB a shard, 3% of the burst.
+        let floor = SHARDS * (MIN_SHRINK * size_of::<Slot>() + 1_024);
+        assert!(map.heap_bytes() <= floor, "{} of {burst}", map.heap_bytes());
+        for i in 0..64 {
+            assert!(map.get(&fwd(1_000_000 + i).0, 2_001).is_some(), "{i}");
+        }
+    }
+
+    #[test]
+    fn sequence_numbers_wrap() {
+        let keys = KeyState::default();
+        let mut shard = Shard {
+            ring: VecDeque::new(),
+            first: u32::MAX - 10,
+            cap: 8,
+            index: HashTable::new(),
+            keys,
+        };
+        for i in 0..40u64 {
+            let (h, f) = fwd(i);
+            shard.insert(Slot::new(h, &f, 1_000), i);
+            // The newest eight are found, each at its own slot.
+            for j in i.saturating_sub(7)..=i {
+                let (h, f) = fwd(j);
+                let at = shard.find(&h.0).expect("held");
+                assert_eq!(shard.ring[at].forward(), f, "{i} {j}");
+            }
+            assert!(i < 8 || shard.find(&fwd(i - 8).0.0).is_none(), "{i}");
+        }
+        assert_eq!(shard.ring.len(), 8);
+        assert_eq!(shard.index.len(), 8);
+        assert!(shard.first < 100, "wrapped: {}", shard.first);
     }
 }
