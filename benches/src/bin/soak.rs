@@ -97,7 +97,11 @@ struct Counters {
     honest_sent: AtomicU64,
     honest_ok: AtomicU64,
     honest_failed: AtomicU64,
+    /// Refused by txgate.
     attack_refused: AtomicU64,
+    /// Forwarded by txgate and refused by the node.
+    attack_node_refused: AtomicU64,
+    /// Forwarded by txgate and taken by the node.
     attack_forwarded: AtomicU64,
     attack_other: AtomicU64,
     storms: AtomicU64,
@@ -214,12 +218,17 @@ async fn attack(url: String, rate: u64, counters: Arc<Counters>, stop: Arc<Atomi
                     let raw = raw_hex(&eoa.sign(0, guarded, &input, 100_000, 900_000_000_000));
                     n += 1;
                     let outcome = post(&client, &url, send_body(&raw)).await;
+                    // txgate's refusals name their reason in `error.data`;
+                    // an error without one is the node's (the sender is
+                    // unfunded): the call reached the node.
                     let counter = match &outcome {
                         Ok((_, v))
-                            if v["error"]["code"] == -32003 || v["error"]["code"] == -32005 =>
+                            if (v["error"]["code"] == -32003 || v["error"]["code"] == -32005)
+                                && v["error"]["data"]["reason"].is_string() =>
                         {
                             &counters.attack_refused
                         }
+                        Ok((_, v)) if v["error"].is_object() => &counters.attack_node_refused,
                         Ok((_, v)) if v["result"].is_string() => &counters.attack_forwarded,
                         _ => &counters.attack_other,
                     };
@@ -442,6 +451,7 @@ async fn main() {
             "honest_ok": c.honest_ok.load(Ordering::Relaxed),
             "honest_failed": c.honest_failed.load(Ordering::Relaxed),
             "attack_refused": c.attack_refused.load(Ordering::Relaxed),
+            "attack_node_refused": c.attack_node_refused.load(Ordering::Relaxed),
             "attack_forwarded": c.attack_forwarded.load(Ordering::Relaxed),
             "attack_other": c.attack_other.load(Ordering::Relaxed),
             "storms": c.storms.load(Ordering::Relaxed),
@@ -518,6 +528,7 @@ async fn main() {
         "honest_failed": honest_failed,
         "first_honest_errors": errors,
         "attack_refused": c.attack_refused.load(Ordering::Relaxed),
+        "attack_node_refused": c.attack_node_refused.load(Ordering::Relaxed),
         "attack_forwarded": c.attack_forwarded.load(Ordering::Relaxed),
         "attack_other": c.attack_other.load(Ordering::Relaxed),
         "storms": c.storms.load(Ordering::Relaxed),

@@ -24,6 +24,14 @@ use txgate_config::{Config, LogFormat};
 use txgate_proxy::server::Drained;
 use txgate_proxy::{Exit, Listeners, Proxy};
 
+/// jemalloc, not the C library's allocator: it gives freed pages back to
+/// the system after a few seconds (its decay), where glibc's arenas kept
+/// what an invalidation storm's short-lived buffers had used (see the soak
+/// in RELIABILITY.md).
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// A setting that cannot work.
 const EXIT_CONFIG: u8 = 2;
 /// A part txgate cannot serve without failed, or could not start.
