@@ -5,8 +5,10 @@
 
 Writes one PNG (default target/bench-report/soak.png): txgate's resident
 memory and open file descriptors every sample, the denied set's size, and
-the honest calls that failed, over the run; the settling time and the
-RSS growth bound (+5% of the RSS at the end of it) are drawn in.
+the honest calls that failed, over the run; the settling time, the two
+windows whose median RSS the growth target compares (the first after the
+settle and the last), and the bound (+5% of the first window's median)
+are drawn in.
 
 Needs matplotlib (scripts/install-plot-tools.sh puts it in .venv-plots/).
 """
@@ -39,18 +41,34 @@ def main():
     settle = summary["settle_s"] / 60
     fds_range = summary.get("other_fds_after_settle") or summary.get("fds_after_settle")
 
+    # The windows of the trend, as the tool computes them.
+    end = samples[-1]["t_s"]
+    window = min((summary["minutes"] * 60 - summary["settle_s"]) / 3, 300)
+
+    def median(lo, hi):
+        v = sorted(s["rss_bytes"] for s in samples if lo <= s["t_s"] < hi and s["t_s"] >= summary["settle_s"])
+        return v[len(v) // 2] / 2**20 if v else float("nan")
+
+    first = median(summary["settle_s"], summary["settle_s"] + window)
+    last = median(end - window, end + 1)
+    trend = last / first - 1
+
     fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
     top.plot(minutes, rss, color="tab:blue", label="txgate RSS (MiB)")
-    bound = summary["rss_at_settle_mib"] * 1.05
+    bound = first * 1.05
     top.axhline(bound, color="tab:red", linestyle="--", linewidth=1,
-                label=f"+5% of RSS at {settle:.0f} min ({bound:.1f} MiB)")
+                label=f"+5% of the first window's median ({bound:.1f} MiB)")
+    for lo, med in ((summary["settle_s"], first), (end - window, last)):
+        top.hlines(med, lo / 60, (lo + window) / 60, color="black", linewidth=2)
+    top.plot([], [], color="black", linewidth=2, label=f"window medians ({first:.1f}, {last:.1f} MiB)")
     top.axvline(settle, color="grey", linestyle=":", linewidth=1)
     top.set_ylabel("MiB")
     top.set_ylim(bottom=0)
     top.legend(loc="lower right")
     top.set_title(
-        f"Soak, {summary['minutes']:.0f} min: RSS growth after {settle:.0f} min "
-        f"{summary['rss_growth_after_settle'] * 100:+.1f}%, descriptors "
+        f"Soak, {summary['minutes']:.0f} min: RSS trend after {settle:.0f} min "
+        f"{trend * 100:+.1f}% (peak over the {settle:.0f}-min sample "
+        f"{summary['rss_growth_after_settle'] * 100:+.1f}%),\ndescriptors "
         f"{fds_range[0]}–{fds_range[1]}, "
         f"honest calls {summary['honest_ok']} ok / {summary['honest_failed']} failed"
     )

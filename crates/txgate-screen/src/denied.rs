@@ -120,44 +120,37 @@ impl CountingBloom {
     }
 }
 
-/// Of a shard's entries, the share (1/n) that may leave before its table
-/// is rebuilt (see [`Shard::removed`]).
-const REBUILD_FRACTION: usize = 4;
-/// Removals a shard absorbs before a rebuild, however small it is.
-const REBUILD_MIN: usize = 16;
-
-/// One shard: a table, and what left it since it was last rebuilt.
+/// One shard's table.
 #[derive(Debug)]
 struct Shard {
     map: HashMap<B256, Ban, KeyState>,
-    removed: usize,
 }
 
 impl Shard {
     fn new(keys: KeyState) -> Shard {
         Shard {
             map: HashMap::with_hasher(keys),
-            removed: 0,
         }
     }
 
-    /// Counts `n` entries that left. An entry that leaves a hash table
-    /// often leaves a tombstone, and a table whose free slots have turned
-    /// into tombstones doubles at its next insert if it is over half full:
-    /// a set that churns at 70-88% load (bans expiring while new ones come)
-    /// would double its memory a few cycles after its first expiries, for
-    /// no more entries. Once a quarter of its entries have left since the
-    /// last rebuild, the shard moves what it holds into a fresh table sized
-    /// for it, with no tombstones: each removal pays for four moves at
-    /// most, and the table keeps the size its entries need.
-    fn removed(&mut self, n: usize) {
-        self.removed += n;
-        if self.removed >= (self.map.len() / REBUILD_FRACTION).max(REBUILD_MIN) {
+    /// Before a new key goes in. An entry that leaves a hash table often
+    /// leaves a tombstone, which takes a free slot until the table is
+    /// rebuilt; when no free slot is left, hashbrown rebuilds the table at
+    /// its size if at most half of it is held, and doubles it otherwise.
+    /// A set that churns above half its table (bans expiring while new
+    /// ones arrive, or the bound evicting) would so double its tables a few
+    /// cycles after its first expiries, for no more entries. Here a table
+    /// with no free slot left is rebuilt for what it holds plus one: at its
+    /// size when tombstones took the room, doubled only when the entries
+    /// themselves fill it. As rare as hashbrown's own rebuilds (once per
+    /// table's worth of free slots turned into tombstones), and the memory
+    /// per entry stays what it is when the set is filled.
+    fn make_room(&mut self) {
+        if self.map.capacity() == self.map.len() {
             let mut fresh =
-                HashMap::with_capacity_and_hasher(self.map.len(), self.map.hasher().clone());
+                HashMap::with_capacity_and_hasher(self.map.len() + 1, *self.map.hasher());
             fresh.extend(self.map.drain());
             self.map = fresh;
-            self.removed = 0;
         }
     }
 }
@@ -258,6 +251,7 @@ impl DeniedSet {
         if shard.map.len() >= self.shard_cap {
             self.evict(shard, now);
         }
+        shard.make_room();
         shard.map.insert(
             key,
             Ban {
@@ -297,9 +291,8 @@ impl DeniedSet {
             }
             !evict
         });
-        let removed = before - shard.map.len();
-        self.len.fetch_sub(removed, Ordering::Relaxed);
-        shard.removed(removed);
+        self.len
+            .fetch_sub(before - shard.map.len(), Ordering::Relaxed);
     }
 
     /// Removes entries for which `dead(ban)` holds, in `shards` shards
@@ -317,9 +310,7 @@ impl DeniedSet {
                 }
                 keep
             });
-            let gone = before - shard.map.len();
-            shard.removed(gone);
-            removed += gone;
+            removed += before - shard.map.len();
         });
         self.len.fetch_sub(removed, Ordering::Relaxed);
         removed
@@ -330,10 +321,8 @@ impl DeniedSet {
         if !self.bloom.may_contain(key) {
             return false;
         }
-        let mut shard = self.shards.lock(key);
-        let removed = shard.map.remove(key).is_some();
+        let removed = self.shards.lock(key).map.remove(key).is_some();
         if removed {
-            shard.removed(1);
             self.bloom.remove(key);
             self.len.fetch_sub(1, Ordering::Relaxed);
         }
