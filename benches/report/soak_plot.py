@@ -55,6 +55,10 @@ def main():
 
     fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
     top.plot(minutes, rss, color="tab:blue", label="txgate RSS (MiB)")
+    allocated = [s.get("allocated_bytes") for s in samples]
+    if any(a is not None and a == a for a in allocated):
+        top.plot(minutes, [a / 2**20 if a is not None and a == a else None for a in allocated],
+                 color="tab:cyan", label="allocated by txgate (jemalloc, MiB)")
     bound = first * 1.05
     top.axhline(bound, color="tab:red", linestyle="--", linewidth=1,
                 label=f"+5% of the first window's median ({bound:.1f} MiB)")

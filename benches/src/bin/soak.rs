@@ -445,6 +445,9 @@ async fn main() {
         let senders = gauge(&metrics, "txgate_screen_entries{cache=\"senders\"}");
         let forwarded = gauge(&metrics, "txgate_screen_entries{cache=\"forwarded\"}");
         let connections = gauge(&metrics, "txgate_open_connections");
+        // What txgate holds against what the allocator keeps resident.
+        let allocated = gauge(&metrics, "txgate_allocator_bytes{kind=\"allocated\"}");
+        let allocator_resident = gauge(&metrics, "txgate_allocator_bytes{kind=\"resident\"}");
         // Descriptors that are not client connections: the leak signal
         // (client connections come and go with the load's latency).
         let other_fds = fds.saturating_sub(connections.max(0.0) as u64);
@@ -452,7 +455,8 @@ async fn main() {
         let sample = json!({
             "t_s": t, "rss_bytes": rss, "fds": fds, "other_fds": other_fds,
             "connections": connections, "denied": denied, "senders": senders,
-            "forwarded": forwarded,
+            "forwarded": forwarded, "allocated_bytes": allocated,
+            "allocator_resident_bytes": allocator_resident,
             "honest_ok": c.honest_ok.load(Ordering::Relaxed),
             "honest_failed": c.honest_failed.load(Ordering::Relaxed),
             "attack_refused": c.attack_refused.load(Ordering::Relaxed),

@@ -13,6 +13,8 @@
 //!   log says which;
 //! - 2: a setting cannot work; one line names the setting and the value.
 
+#[cfg(not(target_env = "msvc"))]
+mod allocator;
 mod bans;
 
 use std::net::SocketAddr;
@@ -23,14 +25,6 @@ use clap::{Parser, Subcommand};
 use txgate_config::{Config, LogFormat};
 use txgate_proxy::server::Drained;
 use txgate_proxy::{Exit, Listeners, Proxy};
-
-/// jemalloc, not the C library's allocator: it gives freed pages back to
-/// the system after a few seconds (its decay), where glibc's arenas kept
-/// what an invalidation storm's short-lived buffers had used (see the soak
-/// in RELIABILITY.md).
-#[cfg(not(target_env = "msvc"))]
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// A setting that cannot work.
 const EXIT_CONFIG: u8 = 2;
@@ -273,6 +267,8 @@ async fn run(config: Config, config_path: Option<PathBuf>) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    #[cfg(not(target_env = "msvc"))]
+    allocator::register(proxy.metrics().registry());
     let listeners = match Listeners::bind(listen, admin, workers) {
         Ok(listeners) => listeners,
         Err(e) => {
