@@ -41,17 +41,12 @@ def main():
     settle = summary["settle_s"] / 60
     fds_range = summary.get("other_fds_after_settle") or summary.get("fds_after_settle")
 
-    # The windows of the trend, as the tool computes them.
+    # The windows of the trend and their medians, from the tool's summary.
     end = samples[-1]["t_s"]
-    window = min((summary["minutes"] * 60 - summary["settle_s"]) / 3, 300)
-
-    def median(lo, hi):
-        v = sorted(s["rss_bytes"] for s in samples if lo <= s["t_s"] < hi and s["t_s"] >= summary["settle_s"])
-        return v[len(v) // 2] / 2**20 if v else float("nan")
-
-    first = median(summary["settle_s"], summary["settle_s"] + window)
-    last = median(end - window, end + 1)
-    trend = last / first - 1
+    window = summary["rss_window_s"]
+    first = summary["rss_median_first_window_mib"]
+    last = summary["rss_median_last_window_mib"]
+    trend = summary["rss_trend_growth"]
 
     fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
     top.plot(minutes, rss, color="tab:blue", label="txgate RSS (MiB)")

@@ -29,7 +29,8 @@
 //! 5% after the first 5 minutes: the median of the last 5 minutes against
 //! the median of minutes 5 to 10, with the peak over the sample at 5
 //! minutes reported beside it; descriptors flat; no honest error) are
-//! checked and reported; the exit code is 1 when one is missed. `benches/report/soak_plot.py` plots it.
+//! checked and reported; the exit code is 1 when one is missed.
+//! `benches/report/soak_plot.py` plots it.
 //!
 //! `--attack-rate 0` or `--storm-size 0` leaves that load out (to find
 //! which load drives a growth).

@@ -111,10 +111,9 @@ impl Shard {
     }
 
     fn find(&self, tx_hash: &[u8; 32]) -> Option<usize> {
-        let (ring, first) = (&self.ring, self.first);
         self.index
             .find(self.hash(tx_hash), |&s| {
-                ring[s.wrapping_sub(first) as usize].tx_hash == *tx_hash
+                self.ring[self.position(s)].tx_hash == *tx_hash
             })
             .map(|&s| self.position(s))
     }
