@@ -133,7 +133,7 @@ async fn main() {
     let txgate_config = dir.join("txgate.toml");
     std::fs::write(
         &txgate_config,
-        "[sidecar]\nshould_forward = true\nshould_forward_timeout_ms = 400\n",
+        "[sidecar]\nshould_forward = true\nshould_forward_scope = \"all\"\nshould_forward_timeout_ms = 400\n",
     )
     .unwrap();
     let txgate_url = format!("http://127.0.0.1:{rpc_port}");

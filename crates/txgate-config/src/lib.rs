@@ -106,11 +106,12 @@ pub use shutdown::{
     DEFAULT_DRAIN_DELAY_MS, DEFAULT_GRACE_PERIOD_MS, MAX_DRAIN_DELAY_MS, ShutdownConfig,
 };
 pub use sidecar::{
-    DEFAULT_MAX_PROBES_IN_FLIGHT, DEFAULT_MAX_VERDICTS, DEFAULT_SHOULD_FORWARD,
+    DEFAULT_HOT_WINDOW_MS, DEFAULT_MAX_HOT_CALLS, DEFAULT_MAX_PROBES_IN_FLIGHT,
+    DEFAULT_MAX_VERDICTS, DEFAULT_SHOULD_FORWARD, DEFAULT_SHOULD_FORWARD_SCOPE,
     DEFAULT_SHOULD_FORWARD_TIMEOUT_MS, DEFAULT_SIDECAR_BATCH_MAX, DEFAULT_SIDECAR_CHANNEL_CAPACITY,
     DEFAULT_SIDECAR_CONNECT_TIMEOUT_MS, DEFAULT_SIDECAR_RECONNECT_INITIAL_MS,
     DEFAULT_SIDECAR_RECONNECT_MAX_MS, DEFAULT_SIDECAR_URL, DEFAULT_VERDICT_TTL_MS, Protocol,
-    SidecarConfig, Source, SourceConfig,
+    ShouldForwardScope, SidecarConfig, Source, SourceConfig,
 };
 pub use upstream::{
     DEFAULT_CALL_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_HEALTH_INTERVAL_MS,
@@ -313,6 +314,8 @@ mod tests {
         assert_eq!(e.key, "screen.cooldown.duration_secs", "{e}");
         let e = Config::from_toml("[sidecar]\nmax_verdicts = -1\n").unwrap_err();
         assert_eq!(e.key, "sidecar.max_verdicts", "{e}");
+        let e = Config::from_toml("[sidecar]\nshould_forward_scope = \"cold\"\n").unwrap_err();
+        assert_eq!(e.key, "sidecar.should_forward_scope", "{e}");
         let e = Config::from_toml(
             "[[sidecar.sources]]\nurl = \"http://h:1\"\nprotocol = \"txgate.v1\"\n\
              [[sidecar.sources]]\nurl = \"http://h:2\"\nprotocol = \"grpc\"\n",
@@ -341,6 +344,26 @@ mod tests {
         assert_eq!(c.screen.batch_concurrency, 4);
         assert_eq!(c.screen.cooldown.assertion_idle_secs, 60);
         assert_eq!(c.sidecar.max_verdicts, 10);
+    }
+
+    #[test]
+    fn should_forward_asks_about_hot_calls_unless_told_otherwise() {
+        let c = Config::from_toml(
+            "[sidecar]\nurl = \"http://h:1\"\nshould_forward = true\nhot_window_ms = 60000\n",
+        )
+        .unwrap();
+        assert_eq!(c.sidecar.should_forward_scope, ShouldForwardScope::Hot);
+        assert_eq!(c.sidecar.hot_window_ms, 60_000);
+        assert!(c.sidecar.tracks_hot_calls());
+        let all = Config::from_toml(
+            "[sidecar]\nurl = \"http://h:1\"\nshould_forward = true\n\
+             should_forward_scope = \"all\"\n",
+        )
+        .unwrap();
+        assert!(!all.sidecar.tracks_hot_calls());
+        // Nobody asked: nothing to track.
+        let none = Config::from_toml("[sidecar]\nurl = \"http://h:1\"\n").unwrap();
+        assert!(!none.sidecar.tracks_hot_calls());
     }
 
     #[test]

@@ -51,6 +51,35 @@ pub const DEFAULT_VERDICT_TTL_MS: u64 = 10_000;
 pub const DEFAULT_MAX_VERDICTS: usize = 100_000;
 /// Default: ShouldForward questions in flight at most, process-wide.
 pub const DEFAULT_MAX_PROBES_IN_FLIGHT: usize = 256;
+/// Default: ShouldForward is asked about new fingerprints on hot calls
+/// only.
+pub const DEFAULT_SHOULD_FORWARD_SCOPE: ShouldForwardScope = ShouldForwardScope::Hot;
+/// Default: a call stays hot 5 minutes after an invalidation named it.
+pub const DEFAULT_HOT_WINDOW_MS: u64 = 300_000;
+/// Default: hot calls held at most.
+pub const DEFAULT_MAX_HOT_CALLS: usize = 65_536;
+
+/// Which fingerprints with no local verdict ShouldForward is asked about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShouldForwardScope {
+    /// Those on a *hot* call: a (target, selector) pair an invalidation
+    /// named within `sidecar.hot_window_ms`. Calls to anything else are
+    /// never asked about.
+    Hot,
+    /// Every one.
+    All,
+}
+
+impl ShouldForwardScope {
+    /// The name written in the config file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShouldForwardScope::Hot => "hot",
+            ShouldForwardScope::All => "all",
+        }
+    }
+}
 
 /// A sidecar protocol txgate speaks as a client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -169,6 +198,14 @@ pub struct SidecarConfig {
     /// local verdict. Needs a `sidecar.url`; to ask a `[[sidecar.sources]]`
     /// entry, set `should_forward` on that entry.
     pub should_forward: bool,
+    /// Which fingerprints are asked about: `hot` (on a call an
+    /// invalidation named within `hot_window_ms`) or `all`.
+    pub should_forward_scope: ShouldForwardScope,
+    /// How long a call (target, selector) stays hot after an invalidation
+    /// named it.
+    pub hot_window_ms: u64,
+    /// Hot calls held at most (a full table drops the oldest first).
+    pub max_hot_calls: usize,
     /// Deadline of that question; late or failed answers forward.
     pub should_forward_timeout_ms: u64,
     /// How long a "forward" verdict is kept.
@@ -256,6 +293,15 @@ impl SidecarConfig {
         Ok(sources)
     }
 
+    /// Whether calls are tracked hot or cold: a source is asked
+    /// ShouldForward, about hot calls only.
+    pub fn tracks_hot_calls(&self) -> bool {
+        self.should_forward_scope == ShouldForwardScope::Hot
+            && self
+                .sources()
+                .is_ok_and(|sources| sources.iter().any(|s| s.should_forward))
+    }
+
     /// Checks the `sidecar.*` keys, `sidecar.sources` included (see
     /// [`SidecarConfig::sources`]).
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -271,6 +317,8 @@ impl SidecarConfig {
                 self.should_forward_timeout_ms,
             ),
             ("sidecar.max_verdicts", self.max_verdicts as u64),
+            ("sidecar.hot_window_ms", self.hot_window_ms),
+            ("sidecar.max_hot_calls", self.max_hot_calls as u64),
             (
                 "sidecar.max_probes_in_flight",
                 self.max_probes_in_flight as u64,
@@ -320,6 +368,9 @@ impl Default for SidecarConfig {
             channel_capacity: DEFAULT_SIDECAR_CHANNEL_CAPACITY,
             batch_max: DEFAULT_SIDECAR_BATCH_MAX,
             should_forward: DEFAULT_SHOULD_FORWARD,
+            should_forward_scope: DEFAULT_SHOULD_FORWARD_SCOPE,
+            hot_window_ms: DEFAULT_HOT_WINDOW_MS,
+            max_hot_calls: DEFAULT_MAX_HOT_CALLS,
             should_forward_timeout_ms: DEFAULT_SHOULD_FORWARD_TIMEOUT_MS,
             verdict_ttl_ms: DEFAULT_VERDICT_TTL_MS,
             max_verdicts: DEFAULT_MAX_VERDICTS,
@@ -363,7 +414,7 @@ mod tests {
 
     #[test]
     fn each_rule_names_its_key() {
-        let cases: [(Change, &str); 21] = [
+        let cases: [(Change, &str); 23] = [
             (|c| c.url = "https://x".into(), "sidecar.url"),
             (|c| c.url = "http://".into(), "sidecar.url"),
             (
@@ -436,6 +487,8 @@ mod tests {
                 "sidecar.should_forward_timeout_ms",
             ),
             (|c| c.max_verdicts = 0, "sidecar.max_verdicts"),
+            (|c| c.hot_window_ms = 0, "sidecar.hot_window_ms"),
+            (|c| c.max_hot_calls = 0, "sidecar.max_hot_calls"),
             (
                 |c| c.max_probes_in_flight = 0,
                 "sidecar.max_probes_in_flight",

@@ -134,7 +134,7 @@ impl Proxy {
             .max_in_flight
             .set(config.admission.max_in_flight as i64);
         let screen = config.screen.enabled.then(|| {
-            let settings = screening::state::screen_settings(&config.screen);
+            let settings = screening::state::screen_settings(&config.screen, &config.sidecar);
             metrics
                 .screen
                 .set_capacity(&settings, config.sidecar.max_verdicts);

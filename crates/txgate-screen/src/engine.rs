@@ -28,6 +28,7 @@ use crate::backpressure::{BackpressureSettings, Charged, SenderBuckets};
 use crate::denied::{Ban, DeniedSet, Inserted};
 use crate::fingerprint::Fingerprint;
 use crate::forwarded::{Forward, ForwardedMap};
+use crate::hot::HotCalls;
 use crate::recover::{SignatureError, recover_sender};
 use crate::snapshot::BanRecord;
 use crate::ttl::{Millis, TtlMap};
@@ -73,6 +74,11 @@ pub struct ScreenSettings {
     pub backpressure: BackpressureSettings,
     /// Assertion cooldowns.
     pub cooldown: CooldownSettings,
+    /// How long a call (target, selector) stays hot after an invalidation
+    /// named it (see [`crate::hot`]); 0: calls are not tracked.
+    pub hot_window: Millis,
+    /// Hot calls held at most.
+    pub max_hot_calls: usize,
 }
 
 impl Default for ScreenSettings {
@@ -106,6 +112,8 @@ impl Default for ScreenSettings {
                 max_assertions: 65_536,
                 idle: 3_600_000,
             },
+            hot_window: 0,
+            max_hot_calls: 65_536,
         }
     }
 }
@@ -357,6 +365,8 @@ pub struct Sizes {
     pub cooldowns: usize,
     /// Assertions known.
     pub assertions: usize,
+    /// Hot calls held.
+    pub hot_calls: usize,
 }
 
 /// See the module docs.
@@ -371,6 +381,7 @@ pub struct Screen {
     assertions: Assertions,
     pending: TtlMap<B256, Pending>,
     forwarded: ForwardedMap,
+    hot: HotCalls,
 }
 
 impl Screen {
@@ -390,6 +401,7 @@ impl Screen {
             assertions: Assertions::new(cooldown),
             pending: TtlMap::new(settings.max_pending),
             forwarded: ForwardedMap::new(settings.max_forwarded),
+            hot: HotCalls::new(settings.hot_window, settings.max_hot_calls),
             settings,
             epoch,
         }
@@ -648,6 +660,14 @@ impl Screen {
                 }
             }
         }
+        // Every call an applied invalidation names turns (or stays) hot.
+        self.hot.heat(
+            live.iter()
+                .map(|&(i, _, _)| &batch[i])
+                .filter(|inv| inv.target != Address::ZERO)
+                .map(|inv| (inv.target, inv.selector)),
+            now,
+        );
         // 2. Bans, grouped by shard.
         let expires = now + s.denied_ttl;
         let items: Vec<(B256, Option<AssertionRef>)> = live
@@ -752,6 +772,19 @@ impl Screen {
         applied
     }
 
+    /// Whether call `call` (target, selector) drew an invalidation within
+    /// [`ScreenSettings::hot_window`] before `now`: a new fingerprint on it
+    /// is worth asking the sidecar about before it is forwarded.
+    #[inline]
+    pub fn is_hot(&self, call: &CallKey, now: Millis) -> bool {
+        self.hot.is_hot(call, now)
+    }
+
+    /// When `call` cools down, if it is hot at `now`.
+    pub fn hot_until(&self, call: &CallKey, now: Millis) -> Option<Millis> {
+        self.hot.hot_until(call, now)
+    }
+
     /// What was forwarded under `tx_hash` (fingerprint and sender), while
     /// it is remembered: how a source that names only the hash is turned
     /// into an [`Invalidation`].
@@ -786,6 +819,7 @@ impl Screen {
         self.senders.sweep(now, shards);
         self.pending.sweep(now, shards);
         self.forwarded.sweep(now, shards);
+        self.hot.sweep(now, shards);
         self.buckets.sweep(now);
         self.assertions.sweep(now);
     }
@@ -807,6 +841,7 @@ impl Screen {
             forwarded: self.forwarded.len(),
             cooldowns: self.assertions.cooldowns(),
             assertions: self.assertions.len(),
+            hot_calls: self.hot.len(),
         }
     }
 

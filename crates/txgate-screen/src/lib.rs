@@ -14,6 +14,7 @@
 //!   maps.
 //! - [`backpressure`]: token buckets per sender, charged by invalidations.
 //! - [`assertion`]: assertion versions and cooldowns with a trickle.
+//! - [`hot`]: the calls that drew an invalidation lately.
 //! - [`engine`]: [`Screen`], the state and the stages in order, and
 //!   [`Screen::apply`] for batches of invalidations.
 //! - [`stage`]: the stages of the request path, and their order, written
@@ -28,6 +29,7 @@ pub mod denied;
 pub mod engine;
 pub mod fingerprint;
 pub mod forwarded;
+pub mod hot;
 pub mod keyed;
 pub mod recover;
 mod shard;

@@ -560,3 +560,35 @@ fn failures_without_an_assertion_start_a_cooldown_of_the_call() {
         None
     );
 }
+
+#[test]
+fn an_applied_invalidation_heats_its_call_a_stale_one_does_not() {
+    let s = screen(ScreenSettings {
+        hot_window: 10_000,
+        ..ScreenSettings::default()
+    });
+    let attack = (TARGET, [0xde, 0xad, 0xbe, 0xef]);
+    let honest = (TARGET, [0xa9, 0x05, 0x9c, 0xbb]);
+    let first = raw_tx(&key(1), 0, &attack_input(), 1);
+    s.apply(&[invalidation_of(&first, 2)], 100);
+    assert!(s.is_hot(&attack, 100));
+    assert!(s.is_hot(&attack, 10_099));
+    assert!(!s.is_hot(&attack, 10_100));
+    // Another function of the same contract stays cold.
+    assert!(!s.is_hot(&honest, 200));
+    // An invalidation of an outdated version is ignored: it heats nothing.
+    let other = raw_tx(&key(2), 0, &honest_input(3), 1);
+    let applied = s.apply(&[invalidation_of(&other, 1)], 300);
+    assert_eq!(applied.stale, 1);
+    assert!(!s.is_hot(&honest, 300));
+    assert_eq!(s.sizes().hot_calls, 1);
+}
+
+#[test]
+fn calls_are_not_tracked_by_default() {
+    let s = screen(ScreenSettings::default());
+    let first = raw_tx(&key(1), 0, &attack_input(), 1);
+    s.apply(&[invalidation_of(&first, 1)], 100);
+    assert!(!s.is_hot(&(TARGET, [0xde, 0xad, 0xbe, 0xef]), 100));
+    assert_eq!(s.sizes().hot_calls, 0);
+}

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use txgate_config::{Config, LogFormat};
+use txgate_config::{Config, LogFormat, ShouldForwardScope};
 use txgate_proxy::server::Drained;
 use txgate_proxy::{Exit, Listeners, Proxy};
 
@@ -318,10 +318,18 @@ fn screening_mode(config: &Config) -> &'static str {
 }
 
 /// The sidecar sources, one line each: URL, protocol, and whether it is
-/// asked ShouldForward. The config is validated: the list parses.
+/// asked ShouldForward, about what. The config is validated: the list
+/// parses.
 fn sidecar_sources(config: &Config) -> Vec<String> {
-    config
-        .sidecar
+    let sidecar = &config.sidecar;
+    let scope = match sidecar.should_forward_scope {
+        ShouldForwardScope::Hot => format!(
+            " should_forward (new fingerprints on calls an invalidation named within {} ms)",
+            sidecar.hot_window_ms
+        ),
+        ShouldForwardScope::All => " should_forward (every new fingerprint)".to_string(),
+    };
+    sidecar
         .sources()
         .unwrap_or_default()
         .iter()
@@ -330,11 +338,7 @@ fn sidecar_sources(config: &Config) -> Vec<String> {
                 "http://{} {}{}",
                 source.url.authority(),
                 source.protocol,
-                if source.should_forward {
-                    " should_forward"
-                } else {
-                    ""
-                }
+                if source.should_forward { &scope } else { "" }
             )
         })
         .collect()

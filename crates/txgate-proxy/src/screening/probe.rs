@@ -2,8 +2,10 @@
 //! fingerprint with no local verdict, under a hard deadline.
 //!
 //! Asked only for calls every cheaper stage let through, that have a
-//! fingerprint, are not suspect (those are shaped already) and have no
-//! cached "forward" verdict. A "forward" answer is cached for its TTL; a
+//! fingerprint, are not suspect (those are shaped already), are on a hot
+//! call (a (target, selector) pair an invalidation named lately, see
+//! `txgate_screen::hot`; unless `sidecar.should_forward_scope = "all"`)
+//! and have no cached "forward" verdict. A "forward" answer is cached for its TTL; a
 //! "deny" answer bans the fingerprint like an invalidation and refuses the
 //! call; a late answer or an error forwards (fail open) and is counted.
 
@@ -17,7 +19,7 @@ use alloy_primitives::{Address, B256};
 use pin_project_lite::pin_project;
 use tonic::transport::Channel;
 use tower::Service;
-use txgate_config::Protocol;
+use txgate_config::{Protocol, ShouldForwardScope};
 use txgate_proto::rpcproxy_v1::rpc_proxy_heuristics_client::RpcProxyHeuristicsClient as RpcproxyClient;
 use txgate_proto::v1::rpc_proxy_heuristics_client::RpcProxyHeuristicsClient as TxgateClient;
 use txgate_proto::{assertion_key, fingerprint_message, rpcproxy, rpcproxy_v1, v1};
@@ -90,6 +92,7 @@ struct Question {
 #[derive(Debug)]
 pub struct ProbeClient {
     client: Asker,
+    scope: ShouldForwardScope,
     timeout: Duration,
     verdict_ttl: Millis,
     verdicts: Arc<VerdictCache>,
@@ -103,6 +106,7 @@ impl ProbeClient {
     pub fn new(
         protocol: Protocol,
         channel: Channel,
+        scope: ShouldForwardScope,
         timeout: Duration,
         verdict_ttl: Millis,
         verdicts: Arc<VerdictCache>,
@@ -115,6 +119,7 @@ impl ProbeClient {
         };
         Some(ProbeClient {
             client,
+            scope,
             timeout,
             verdict_ttl,
             verdicts,
@@ -264,12 +269,20 @@ impl<'a> Service<Submission<'a>> for Probe {
             return ready(&mut s);
         };
         let c = &s.candidate;
-        let question = c
-            .fingerprint
-            .filter(|fp| !c.suspect && !client.verdicts.knows(&fp.hash, c.now));
-        let Some(fp) = question else {
+        let Some(fp) = c.fingerprint.filter(|_| !c.suspect) else {
             return ready(&mut s);
         };
+        // A cold call is never asked about: honest users of contracts no
+        // invalidation named lately pay nothing.
+        if client.scope == ShouldForwardScope::Hot
+            && !s.screen.is_hot(&(fp.target, fp.selector), c.now)
+        {
+            client.metrics.sidecar.probe.cold.inc();
+            return ready(&mut s);
+        }
+        if client.verdicts.knows(&fp.hash, c.now) {
+            return ready(&mut s);
+        }
         // Process-wide cap: beyond it, forward without asking (as on a
         // timeout), so no client can make txgate flood the sidecar.
         let Ok(permit) = client.verdicts.in_flight.clone().try_acquire_owned() else {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use txgate_config::ScreenConfig;
+use txgate_config::{ScreenConfig, SidecarConfig};
 use txgate_screen::assertion::CooldownSettings;
 use txgate_screen::backpressure::BackpressureSettings;
 use txgate_screen::{Applied, Invalidation, Screen, ScreenSettings};
@@ -13,8 +13,9 @@ use txgate_screen::{Applied, Invalidation, Screen, ScreenSettings};
 use crate::ops::metrics::Metrics;
 use crate::screening::VerdictCache;
 
-/// Screening settings from the config's `[screen]` section.
-pub fn screen_settings(config: &ScreenConfig) -> ScreenSettings {
+/// Screening settings from the config's `[screen]` section, and from
+/// `[sidecar]` whether (and how long) calls are tracked hot.
+pub fn screen_settings(config: &ScreenConfig, sidecar: &SidecarConfig) -> ScreenSettings {
     let secs = |s: u64| s.saturating_mul(1000);
     ScreenSettings {
         chain_ids: config.chain_ids.clone(),
@@ -45,6 +46,12 @@ pub fn screen_settings(config: &ScreenConfig) -> ScreenSettings {
             max_assertions: config.cooldown.max_assertions,
             idle: secs(config.cooldown.assertion_idle_secs),
         },
+        hot_window: if sidecar.tracks_hot_calls() {
+            sidecar.hot_window_ms
+        } else {
+            0
+        },
+        max_hot_calls: sidecar.max_hot_calls,
     }
 }
 

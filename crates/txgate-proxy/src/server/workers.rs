@@ -157,6 +157,7 @@ fn serve(
                 ProbeClient::new(
                     source.protocol,
                     channel,
+                    config.sidecar.should_forward_scope,
                     Duration::from_millis(config.sidecar.should_forward_timeout_ms),
                     config.sidecar.verdict_ttl_ms,
                     verdicts,

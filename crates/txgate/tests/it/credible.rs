@@ -341,7 +341,7 @@ async fn should_forward_in_rpcproxy_v1_denies_allows_and_forwards_unknowns() {
         &[],
         // A deadline a loaded CI machine always meets: this test is about
         // the verdicts, not the deadline (a late answer forwards).
-        "should_forward_timeout_ms = 2000\n\
+        "should_forward_timeout_ms = 2000\nshould_forward_scope = \"all\"\n\
          [[sidecar.sources]]\nurl = \"{grpc}\"\nprotocol = \"rpcproxy.v1\"\nshould_forward = true\n",
     )
     .await;

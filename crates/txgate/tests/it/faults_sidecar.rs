@@ -209,7 +209,7 @@ async fn a_should_forward_answer_after_the_deadline_is_ignored() {
     let sidecar = FaultySidecar::start(StreamFault::Quiet, Duration::from_millis(300)).await;
     let s = start(
         &sidecar,
-        "should_forward = true\nshould_forward_timeout_ms = 20\n",
+        "should_forward = true\nshould_forward_scope = \"all\"\nshould_forward_timeout_ms = 20\n",
     )
     .await;
     let t = &s.txgate;

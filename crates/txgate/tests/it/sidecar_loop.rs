@@ -457,7 +457,7 @@ async fn readyz(txgate: &Txgate) -> serde_json::Value {
 async fn a_batch_waiting_on_should_forward_is_screened_concurrently() {
     let l = setup(
         "should_forward_delay_ms = 50",
-        "[sidecar]\nshould_forward = true\nshould_forward_timeout_ms = 400\n",
+        "[sidecar]\nshould_forward = true\nshould_forward_scope = \"all\"\nshould_forward_timeout_ms = 400\n",
     )
     .await;
     let eoas: Vec<Eoa> = (0..80).map(|i| Eoa::new(1000 + i)).collect();
@@ -506,7 +506,7 @@ async fn should_forward_times_out_open_and_denies_what_the_sidecar_simulates_as_
     // A slow sidecar: the probe's deadline passes, txgate forwards.
     let slow = setup(
         "should_forward_delay_ms = 500",
-        "[sidecar]\nshould_forward = true\nshould_forward_timeout_ms = 30\n",
+        "[sidecar]\nshould_forward = true\nshould_forward_scope = \"all\"\nshould_forward_timeout_ms = 30\n",
     )
     .await;
     let honest = Eoa::new(1);
@@ -532,7 +532,7 @@ async fn should_forward_times_out_open_and_denies_what_the_sidecar_simulates_as_
     // before it ever reaches the chain.
     let l = setup(
         "",
-        "[sidecar]\nshould_forward = true\nshould_forward_timeout_ms = 2000\n",
+        "[sidecar]\nshould_forward = true\nshould_forward_scope = \"all\"\nshould_forward_timeout_ms = 2000\n",
     )
     .await;
     let attacker = Eoa::new(2);
@@ -554,6 +554,84 @@ async fn should_forward_times_out_open_and_denies_what_the_sidecar_simulates_as_
     assert_eq!(count["result"], "0x0");
     let m = l.txgate.metrics().await;
     assert!(metric(&m, "txgate_should_forward_total{result=\"deny\"}") >= 1.0);
+}
+
+/// `should_forward_scope = "hot"` (the default): a call no invalidation
+/// named is never asked about; once the sidecar has judged one sweep, a
+/// fresh sweep from a fresh EOA (a new fingerprint) is asked about and
+/// refused before it reaches the node, while honest pokes are still never
+/// asked about.
+#[tokio::test(flavor = "multi_thread")]
+async fn should_forward_asks_about_hot_calls_only() {
+    let l = setup(
+        "",
+        "[sidecar]\nshould_forward = true\nshould_forward_timeout_ms = 2000\n",
+    )
+    .await;
+    let (honest, first, fresh) = (Eoa::new(51), Eoa::new(52), Eoa::new(53));
+    fund(
+        &l.anvil.url,
+        &[honest.address, first.address, fresh.address],
+    )
+    .await;
+    let probes = |m: &str, result: &str| {
+        metric(
+            m,
+            &format!("txgate_should_forward_total{{result=\"{result}\"}}"),
+        )
+    };
+    // Cold calls: forwarded without a question, the first sweep included
+    // (no invalidation has named the call yet).
+    accepted(&send_raw(&l.txgate.url, &honest.sign(0, l.contract, &poke(5), 0, TIP)).await);
+    let first_sweep = first.sign(0, l.contract, &sweep(1), 0, TIP);
+    accepted(&send_raw(&l.txgate.url, &first_sweep).await);
+    let m = l.txgate.metrics().await;
+    assert_eq!(
+        (probes(&m, "forward"), probes(&m, "deny")),
+        (0.0, 0.0),
+        "{m}"
+    );
+    assert!(metric(&m, "txgate_should_forward_cold_total") >= 2.0, "{m}");
+    // The sidecar judges the mined sweep; its invalidation heats the call.
+    let learned = eventually(Duration::from_secs(10), || {
+        refused_with(&l.txgate.url, &first_sweep, "recent_failure")
+    })
+    .await;
+    assert!(learned, "the first sweep was never invalidated");
+    // The gauge follows at the upkeep's next pass.
+    let gauged = eventually(Duration::from_secs(5), || async {
+        let m = l.txgate.metrics().await;
+        metric(&m, "txgate_screen_entries{cache=\"hot_calls\"}") == 1.0
+    })
+    .await;
+    assert!(
+        gauged,
+        "txgate_screen_entries{{cache=\"hot_calls\"}} never 1"
+    );
+    // A fresh sweep from a fresh EOA: a new fingerprint on a hot call,
+    // asked about, denied, never sent to the node.
+    refused(
+        &send_raw(&l.txgate.url, &fresh.sign(0, l.contract, &sweep(2), 0, TIP)).await,
+        200,
+        -32003,
+        "denied_fingerprint",
+    );
+    let (_, count) = crate::support::rpc_json(
+        &l.anvil.url,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getTransactionCount",
+            "params": [format!("{}", fresh.address), "pending"]})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(count["result"], "0x0");
+    // Honest pokes stay cold: forwarded, never asked about.
+    accepted(&send_raw(&l.txgate.url, &honest.sign(1, l.contract, &poke(6), 0, TIP)).await);
+    let m = l.txgate.metrics().await;
+    assert_eq!(
+        (probes(&m, "forward"), probes(&m, "deny")),
+        (0.0, 1.0),
+        "{m}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -88,6 +88,8 @@ pub struct CacheGauges {
     pub assertions: IntGauge,
     /// ShouldForward "forward" verdicts cached.
     pub verdicts: IntGauge,
+    /// Calls (target, selector) an invalidation named lately.
+    pub hot_calls: IntGauge,
 }
 
 impl CacheGauges {
@@ -103,6 +105,7 @@ impl CacheGauges {
             cooldowns: g("cooldowns"),
             assertions: g("assertions"),
             verdicts: g("verdicts"),
+            hot_calls: g("hot_calls"),
         }
     }
 }
@@ -287,6 +290,7 @@ impl ScreenMetrics {
         set(&c.forwarded, settings.max_forwarded);
         set(&c.assertions, settings.cooldown.max_assertions);
         set(&c.verdicts, max_verdicts);
+        set(&c.hot_calls, settings.max_hot_calls);
     }
 
     /// Sets the cache gauges.
@@ -301,6 +305,7 @@ impl ScreenMetrics {
         set(&e.forwarded, sizes.forwarded);
         set(&e.cooldowns, sizes.cooldowns);
         set(&e.assertions, sizes.assertions);
+        set(&e.hot_calls, sizes.hot_calls);
     }
 
     /// Counts what a batch of invalidations did.

@@ -86,6 +86,9 @@ pub struct ProbeCounters {
     pub saturated: IntCounter,
     /// The sidecar had no opinion (`rpcproxy.v1` UNKNOWN): forwarded.
     pub unknown: IntCounter,
+    /// `txgate_should_forward_cold_total`: not asked, the call is cold
+    /// (`sidecar.should_forward_scope = "hot"`).
+    pub cold: IntCounter,
 }
 
 /// The result stream (`sidecar.transport.v1`).
@@ -264,6 +267,10 @@ impl SidecarMetrics {
                 error: result("error"),
                 saturated: result("saturated"),
                 unknown: result("unknown"),
+                cold: r.counter(
+                    "should_forward_cold_total",
+                    "New fingerprints not asked about with ShouldForward: their call is cold",
+                ),
             },
             results: ResultCounters {
                 by_status: Status::ALL.map(|s| statuses.with_label_values(&[s.as_str()])),
