@@ -18,8 +18,25 @@
 //! did). Anvil mines a block per second (`--block-time 1`), so a submission
 //! returns once the node has pooled it, as on a sequencer.
 //!
+//! Settings of the stack it starts:
+//! - `--upstream anvil|sink` (anvil): what txgate forwards to. `sink` puts
+//!   the sink (`src/bin/sink.rs`) in front of anvil: every raw transaction
+//!   is taken at once and never mined, as at a sequencer's ingress, so the
+//!   honest latency shows what txgate adds, not anvil's block building;
+//!   set-up transactions then go to anvil directly to be mined and judged.
+//! - `--should-forward off|hot|all` (hot): txgate's
+//!   `sidecar.should_forward_scope`, or no ShouldForward.
+//! - `--cold-start`: the attacker's first sweep is not judged before the
+//!   attack (by default it is, so the sweep call is hot when the fresh
+//!   sweeps start, as when an attacker resubmits a call that failed).
+//! - `--honest-call poke|transfer` (poke): the honest client pokes the
+//!   protected contract (a call the replayed poke(13) makes hot: the cost
+//!   to an honest user of a hot call), or sends zero-value transfers to
+//!   fresh addresses (cold calls).
+//!
 //! `cargo build --release -p txgate -p example-sidecar -p txgate-benches &&
-//!  target/release/attack` (or `benches/load/attack.sh`).
+//!  target/release/attack` (or `benches/load/attack.sh`, or interleaved
+//! rounds of several settings with `benches/load/attack_rounds.sh`).
 //!
 //! The summary goes to stdout as JSON; `--json FILE` writes it too, with
 //! the time series the plots read (`benches/report/attack_plots.py`) under
@@ -65,6 +82,18 @@ struct Args {
     sample_ms: u64,
     /// A running stack to play against instead of starting one.
     external: External,
+    /// What txgate forwards to: anvil itself, or the sink in front of it.
+    sink: bool,
+    /// `sidecar.should_forward_scope` of the txgate started here ("hot" or
+    /// "all"), or "off" for no ShouldForward.
+    should_forward: String,
+    /// Leave out the attacker's first sweep, judged before the attack: the
+    /// attacked call is cold when the attack starts.
+    cold_start: bool,
+    /// The honest client sends zero-value transfers to fresh addresses
+    /// (calls no invalidation names) instead of pokes of the protected
+    /// contract (a call the attack's replays make hot).
+    honest_transfers: bool,
 }
 
 /// The URLs of a stack started by someone else (all or none).
@@ -87,6 +116,10 @@ fn args() -> Args {
         json: None,
         sample_ms: 250,
         external: External::default(),
+        sink: false,
+        should_forward: "hot".into(),
+        cold_start: false,
+        honest_transfers: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -104,6 +137,28 @@ fn args() -> Args {
             "--txgate-admin" => a.external.txgate_admin = Some(value()),
             "--sidecar-admin" => a.external.sidecar_admin = Some(value()),
             "--attack-only" => a.attack_only = Some(value()),
+            "--upstream" => {
+                a.sink = match value().as_str() {
+                    "sink" => true,
+                    "anvil" => false,
+                    other => panic!("--upstream anvil|sink, not {other}"),
+                }
+            }
+            "--should-forward" => {
+                a.should_forward = value();
+                assert!(
+                    matches!(a.should_forward.as_str(), "off" | "hot" | "all"),
+                    "--should-forward off|hot|all"
+                );
+            }
+            "--cold-start" => a.cold_start = true,
+            "--honest-call" => {
+                a.honest_transfers = match value().as_str() {
+                    "transfer" => true,
+                    "poke" => false,
+                    other => panic!("--honest-call poke|transfer, not {other}"),
+                }
+            }
             "--bench" => {}
             other => panic!("unknown flag {other}"),
         }
@@ -152,6 +207,15 @@ struct Honest {
     series: Vec<(f64, Option<f64>)>,
 }
 
+/// What the honest client sends.
+#[derive(Clone, Copy)]
+struct HonestLoad {
+    rate: u64,
+    seconds: u64,
+    /// Zero-value transfers to fresh addresses instead of pokes.
+    transfers: bool,
+}
+
 /// The honest client: `rate`/s distinct valid transactions for `seconds`,
 /// open loop.
 async fn honest(
@@ -159,22 +223,25 @@ async fn honest(
     url: String,
     eoas: Arc<Vec<Eoa>>,
     first_nonce: u64,
-    rate: u64,
-    seconds: u64,
+    load: HonestLoad,
     origin: Instant,
 ) -> Honest {
+    let HonestLoad { rate, seconds, .. } = load;
     let total = rate * seconds;
     // Signed ahead: the client's own signing is not what is measured.
     let raws: Vec<String> = (0..total)
         .map(|i| {
             let eoa = &eoas[(i % eoas.len() as u64) as usize];
             let nonce = first_nonce + i / eoas.len() as u64;
-            sign(
-                eoa,
-                nonce,
-                &call(POKE, 1_000_000 + first_nonce * 100_000 + i),
-                1_000_000_000,
-            )
+            let n = 1_000_000 + first_nonce * 100_000 + i;
+            if load.transfers {
+                let to = alloy_primitives::Address::left_padding_from(
+                    &(0xfeed_0000_0000 + n).to_be_bytes(),
+                );
+                raw_hex(&eoa.sign(nonce, to, &[], 100_000, 1_000_000_000))
+            } else {
+                sign(eoa, nonce, &call(POKE, n), 1_000_000_000)
+            }
         })
         .collect();
     let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / rate));
@@ -378,6 +445,9 @@ async fn attack(
 /// Where the node, txgate and the sidecar answer.
 struct Stack {
     node: String,
+    /// Where set-up transactions go to be mined: txgate when its upstream
+    /// is the node, the node when it is the sink (which mines nothing).
+    setup: String,
     txgate: String,
     txgate_admin: String,
     sidecar_admin: String,
@@ -398,18 +468,21 @@ impl Stack {
         };
         Some(Stack {
             node: url(&e.node),
+            setup: url(&e.txgate),
             txgate: url(&e.txgate),
             txgate_admin: url(&e.txgate_admin),
             sidecar_admin: url(&e.sidecar_admin),
         })
     }
 
-    /// Starts anvil (a block per second), the example sidecar and txgate on
-    /// free loopback ports; they stop when the processes are dropped.
-    async fn start(client: &HttpClient) -> (Vec<Proc>, Stack) {
+    /// Starts anvil (a block per second), the example sidecar, the sink
+    /// with `--upstream sink`, and txgate on free loopback ports; they stop
+    /// when the processes are dropped.
+    async fn start(client: &HttpClient, a: &Args) -> (Vec<Proc>, Stack) {
         let tools = root().join(".tools/bin");
         let release = root().join("target/release");
-        let (anvil_port, grpc_port, sidecar_admin, rpc_port, admin_port) = (
+        let (anvil_port, grpc_port, sidecar_admin, rpc_port, admin_port, sink_port) = (
+            free_port(),
             free_port(),
             free_port(),
             free_port(),
@@ -447,24 +520,58 @@ impl Stack {
                 root().join("config/example-sidecar.toml").to_str().unwrap(),
             ],
         );
+        let mut procs = Vec::new();
+        let upstream = if a.sink {
+            let url = format!("http://127.0.0.1:{sink_port}");
+            procs.push(spawn(
+                &release.join("sink"),
+                &[
+                    "--listen",
+                    &format!("127.0.0.1:{sink_port}"),
+                    "--node",
+                    &node,
+                ],
+            ));
+            wait_up(client, &url).await;
+            url
+        } else {
+            node.clone()
+        };
+        let config =
+            std::env::temp_dir().join(format!("txgate-attack-{}.toml", std::process::id()));
+        std::fs::write(
+            &config,
+            match a.should_forward.as_str() {
+                "off" => String::new(),
+                scope => format!(
+                    "[sidecar]\nshould_forward = true\nshould_forward_scope = \"{scope}\"\n"
+                ),
+            },
+        )
+        .unwrap();
         let txgate = spawn(
             &release.join("txgate"),
             &[
+                "--config",
+                config.to_str().unwrap(),
                 "--listen",
                 &format!("127.0.0.1:{rpc_port}"),
                 "--admin-listen",
                 &format!("127.0.0.1:{admin_port}"),
                 "--upstream",
-                &node,
+                &upstream,
                 "--sidecar",
                 &format!("http://127.0.0.1:{grpc_port}"),
                 "--max-in-flight",
                 "4096",
             ],
         );
+        let txgate_url = format!("http://127.0.0.1:{rpc_port}");
+        procs.extend([txgate, sidecar, anvil]);
         (
-            vec![txgate, sidecar, anvil],
+            procs,
             Stack {
+                setup: if a.sink { node.clone() } else { txgate_url },
                 node,
                 txgate: format!("http://127.0.0.1:{rpc_port}"),
                 txgate_admin: format!("http://127.0.0.1:{admin_port}"),
@@ -488,10 +595,13 @@ async fn main() {
 
     let (_stack, stack) = match Stack::external(&a.external) {
         Some(stack) => (Vec::new(), stack),
-        None => Stack::start(&client).await,
+        None => Stack::start(&client, &a).await,
     };
     wait_up(&client, &stack.node).await;
     wait_up(&client, &stack.txgate).await;
+    let _ = std::fs::remove_file(
+        std::env::temp_dir().join(format!("txgate-attack-{}.toml", std::process::id())),
+    );
     let (node, txgate_url) = (stack.node.clone(), stack.txgate.clone());
     let metrics_url = format!("{}/metrics", stack.txgate_admin);
     let sidecar_admin = stack.sidecar_admin.clone();
@@ -503,7 +613,7 @@ async fn main() {
             "send",
             "--json",
             "--rpc-url",
-            &txgate_url,
+            &stack.setup,
             "--private-key",
             DEPLOYER,
             "--create",
@@ -521,10 +631,12 @@ async fn main() {
     let honest_eoas: Arc<Vec<Eoa>> = Arc::new((0..50).map(|i| eoa(10 + i)).collect());
     let attackers: Arc<Vec<Eoa>> = Arc::new((0..a.attackers).map(|i| eoa(100_000 + i)).collect());
     let probers: Vec<Eoa> = (0..a.probes as u64 * 2).map(|i| eoa(900_000 + i)).collect();
+    let first_sweeper = eoa(99_999);
     let everyone: Vec<Value> = honest_eoas
         .iter()
         .chain(attackers.iter())
         .chain(probers.iter())
+        .chain(std::iter::once(&first_sweeper))
         .enumerate()
         .map(|(i, e)| {
             json!({"jsonrpc":"2.0","id":i,"method":"anvil_setBalance",
@@ -535,21 +647,32 @@ async fn main() {
         .await
         .unwrap();
 
-    // The first invalidation, from the chain: one reverting poke(13).
+    // The first invalidations, from the chain: one reverting poke(13), and
+    // (unless --cold-start) the attacker's first sweep, which makes the
+    // sweep call hot before the attack's fresh sweeps arrive.
     let first = sign(&attackers[0], 0, &call(POKE, 13), 1_000_000_000);
-    post(&client, &txgate_url, send_body(&first)).await.unwrap();
-    let banned_ready = async {
-        for _ in 0..500 {
-            if let Ok((_, v)) = post(&client, &txgate_url, send_body(&first)).await
-                && v["error"]["data"]["reason"] == "recent_failure"
-            {
-                return true;
+    let first_sweep = sign(&first_sweeper, 0, &call(SWEEP, 1), 1_000_000_000);
+    let mut firsts = vec![first];
+    if !a.cold_start {
+        firsts.push(first_sweep);
+    }
+    for raw in &firsts {
+        post(&client, &stack.setup, send_body(raw)).await.unwrap();
+    }
+    for raw in &firsts {
+        let banned_ready = async {
+            for _ in 0..500 {
+                if let Ok((_, v)) = post(&client, &txgate_url, send_body(raw)).await
+                    && v["error"]["data"]["reason"] == "recent_failure"
+                {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        false
-    };
-    assert!(banned_ready.await, "the first invalidation never arrived");
+            false
+        };
+        assert!(banned_ready.await, "a first invalidation never arrived");
+    }
 
     // The run's clock, and txgate's decision counters sampled on it until
     // the probes are done.
@@ -567,6 +690,11 @@ async fn main() {
         stop_sampling.clone(),
     ));
 
+    let load = HonestLoad {
+        rate: a.rate,
+        seconds: a.seconds,
+        transfers: a.honest_transfers,
+    };
     // 1. Baseline: honest alone.
     eprintln!("baseline: {} tx/s honest for {} s", a.rate, a.seconds);
     let baseline_started = Instant::now();
@@ -575,8 +703,7 @@ async fn main() {
         txgate_url.clone(),
         honest_eoas.clone(),
         0,
-        a.rate,
-        a.seconds,
+        load,
         origin,
     )
     .await;
@@ -620,8 +747,7 @@ async fn main() {
         txgate_url.clone(),
         honest_eoas.clone(),
         a.seconds * a.rate / 50 + 1,
-        a.rate,
-        a.seconds,
+        load,
         origin,
     )
     .await;
@@ -729,8 +855,17 @@ async fn main() {
         .map(|(_, v)| v)
         .sum();
     let honest_total = |l: &Vec<f64>, f: u64| l.len() as u64 + f;
+    let forwarded = outcomes.get("forwarded").copied().unwrap_or(0);
+    let probes = |result: &str| {
+        stat(&format!(
+            "txgate_should_forward_total{{result=\"{result}\"}}"
+        ))
+    };
     let summary = json!({
         "rate": a.rate, "seconds": a.seconds, "attackers": a.attackers, "connections": a.connections,
+        "upstream": if a.sink { "sink" } else { "anvil" },
+        "should_forward": a.should_forward, "cold_start": a.cold_start,
+        "honest_call": if a.honest_transfers { "transfer" } else { "poke" },
         "baseline": {"ok": base.len(), "failed": base_failed,
             "success": base.len() as f64 / honest_total(base, base_failed) as f64,
             "p50_ms": percentile(base, 0.5), "p99_ms": percentile(base, 0.99)},
@@ -739,7 +874,12 @@ async fn main() {
             "p50_ms": percentile(under, 0.5), "p99_ms": percentile(under, 0.99)},
         "p99_ratio": percentile(under, 0.99) / percentile(base, 0.99),
         "attack": {"sent": total_attack, "per_second": total_attack as f64 / attack_secs,
-            "refused_share": refused as f64 / total_attack.max(1) as f64, "outcomes": outcomes},
+            "refused_share": refused as f64 / total_attack.max(1) as f64,
+            "reached_upstream_share": forwarded as f64 / total_attack.max(1) as f64,
+            "outcomes": outcomes},
+        "should_forward_probes": {"forward": probes("forward"), "deny": probes("deny"),
+            "timeout": probes("timeout"), "error": probes("error"), "saturated": probes("saturated"),
+            "cold": stat("txgate_should_forward_cold_total")},
         "propagation_ms": {"n": propagation.len(), "p50": percentile(&propagation, 0.5),
             "max": propagation.last().copied().unwrap_or(f64::NAN)},
         "txgate": {"invalidations_received": stat("txgate_sidecar_invalidations_received_total"),

@@ -203,6 +203,14 @@ impl Config {
             .collect()
     }
 
+    /// Whether judging a call to `to` needs a simulation: some assertion
+    /// on it is about reverts.
+    pub(crate) fn needs_simulation(&self, to: Address) -> bool {
+        self.assertion
+            .iter()
+            .any(|a| a.contract == to && a.kind == Kind::NoRevert)
+    }
+
     /// Whether some assertion protects the contract at `to`.
     pub(crate) fn protects(&self, to: Address) -> bool {
         self.assertion.iter().any(|a| a.contract == to)

@@ -6,8 +6,9 @@
 //!   to replay, it first sends the live set (with ages) and a caught-up
 //!   marker.
 //! - `ShouldForward` answers from what the hub judged, and for a call to a
-//!   protected contract it has not judged, simulates it on the node with
-//!   `eth_call`.
+//!   protected contract it has not judged, judges it: from the calldata
+//!   when an assertion forbids its selector, else by simulating it on the
+//!   node with `eth_call` when an assertion is about reverts.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -116,19 +117,21 @@ impl RpcProxyHeuristics for Service {
         if let Some(assertions) = hub.verdict(&hash) {
             return Ok(Response::new(deny(assertions)));
         }
-        // Not judged yet: simulate a call to a protected contract.
+        // Not judged yet: judge a call to a protected contract, from its
+        // calldata when that is enough (a forbidden selector), else by
+        // simulating it on the node.
         let target = (fp.target.len() == 20).then(|| Address::from_slice(&fp.target));
         if let Some(target) = target.filter(|t| hub.config.protects(*t))
             && let Ok(raw) = txgate_screen::decode(&request.raw_tx)
         {
-            let sender = (request.sender.len() == 20).then(|| Address::from_slice(&request.sender));
-            let reverted = self.node.simulate(&raw, sender).await.ok();
-            let violated: Vec<AssertionKey> = hub
-                .config
-                .violated(target, &raw.input, reverted)
-                .into_iter()
-                .map(|a| a.key())
-                .collect();
+            let mut violated = hub.config.violated(target, &raw.input, None);
+            if violated.is_empty() && hub.config.needs_simulation(target) {
+                let sender =
+                    (request.sender.len() == 20).then(|| Address::from_slice(&request.sender));
+                let reverted = self.node.simulate(&raw, sender).await.ok();
+                violated = hub.config.violated(target, &raw.input, reverted);
+            }
+            let violated: Vec<AssertionKey> = violated.into_iter().map(|a| a.key()).collect();
             if !violated.is_empty() {
                 return Ok(Response::new(deny(violated)));
             }

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Medians over rounds of the attack benchmark's JSON summaries.
+
+Reads DIR/<setting>-r<N>.json (benches/load/attack_rounds.sh writes them)
+and prints one Markdown row per setting: honest success and latency
+without and with the attack, the p99 ratio, the attack's share refused and
+the share that reached the upstream, and the ShouldForward questions. Each
+figure is the median over the rounds (the rounds' values in brackets for
+the shares that the targets are about).
+"""
+
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def main() -> None:
+    directory = Path(sys.argv[1] if len(sys.argv) > 1 else "target/bench-report/attack-rounds")
+    runs = defaultdict(list)
+    order = []
+    for path in sorted(directory.glob("*-r*.json")):
+        setting = path.name.rsplit("-r", 1)[0]
+        if setting not in order:
+            order.append(setting)
+        runs[setting].append(json.loads(path.read_text()))
+
+    def med(values):
+        return statistics.median(values) if values else float("nan")
+
+    print(
+        "| setting | rounds | honest ok | p50 alone | p99 alone | p50 attack | p99 attack "
+        "| p99 ratio | attack/s | reached upstream | asked: forward / deny / timeout / saturated |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for setting in order:
+        rs = runs[setting]
+        ok = sum(r["baseline"]["ok"] + r["under_attack"]["ok"] for r in rs)
+        sent = ok + sum(r["baseline"]["failed"] + r["under_attack"]["failed"] for r in rs)
+        reached = [r["attack"]["reached_upstream_share"] * 100 for r in rs]
+        probes = [r.get("should_forward_probes", {}) for r in rs]
+
+        def probe(key):
+            return med([p.get(key, 0) for p in probes])
+
+        print(
+            f"| {setting} | {len(rs)} | {ok}/{sent} "
+            f"| {med([r['baseline']['p50_ms'] for r in rs]):.2f} ms "
+            f"| {med([r['baseline']['p99_ms'] for r in rs]):.2f} ms "
+            f"| {med([r['under_attack']['p50_ms'] for r in rs]):.2f} ms "
+            f"| {med([r['under_attack']['p99_ms'] for r in rs]):.2f} ms "
+            f"| {med([r['p99_ratio'] for r in rs]):.2f}× "
+            f"| {med([r['attack']['per_second'] for r in rs]) / 1000:.1f}k "
+            f"| {med(reached):.3f}% ({', '.join(f'{v:.3f}' for v in reached)}) "
+            f"| {probe('forward'):.0f} / {probe('deny'):.0f} / {probe('timeout'):.0f} "
+            f"/ {probe('saturated'):.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
