@@ -8,6 +8,10 @@
 //! configured bound). Each N runs in a fresh child process so that freed
 //! memory from a previous N does not hide growth.
 //!
+//! Then the bare denied set, txgate's against a moka-backed one
+//! (`txgate_benches::moka_denied`) with the same keys, and the forwarded
+//! map.
+//!
 //! `cargo bench -p txgate-benches --bench memory`
 
 #![allow(missing_docs)]
@@ -58,6 +62,46 @@ fn measure(n: usize) {
         (after - before) as f64 / (1024.0 * 1024.0)
     );
     drop(screen);
+}
+
+/// Resident memory per entry of the bare denied set, txgate's or the
+/// moka-backed one (`txgate_benches::moka_denied`), filled to its bound
+/// `n` with the same keys: the side-by-side of issue 10.
+fn measure_set(which: &str, n: usize) {
+    use alloy_primitives::{B256, keccak256};
+    use txgate_screen::assertion::AssertionRef;
+    let before = rss_bytes();
+    let items = |from: u64| -> Vec<(B256, Option<AssertionRef>)> {
+        (from..from + 10_000).map(|i| (keccak256(i.to_be_bytes()), None)).collect()
+    };
+    let held = match which {
+        "moka" => {
+            let set = txgate_benches::moka_denied::MokaDenied::new(n);
+            for from in (0..n as u64).step_by(10_000) {
+                set.insert_batch(&items(from), 60_000, 120_000, 0);
+            }
+            let held = set.len();
+            let after = rss_bytes();
+            std::mem::forget(set);
+            (held, after)
+        }
+        _ => {
+            let set = txgate_screen::denied::DeniedSet::new(n);
+            for from in (0..n as u64).step_by(10_000) {
+                set.insert_batch(&items(from), 60_000, 120_000, 0);
+            }
+            let held = set.len();
+            let after = rss_bytes();
+            std::mem::forget(set);
+            (held, after)
+        }
+    };
+    let (held, after) = held;
+    println!(
+        "{n:>9} into {which:>6}'s denied set: held {held:>9}, RSS +{:>7.1} MiB, {:>6.1} B/entry",
+        after.saturating_sub(before) as f64 / (1024.0 * 1024.0),
+        after.saturating_sub(before) as f64 / held.max(1) as f64,
+    );
 }
 
 /// The forward `i`: its tx hash and what is remembered under it.
@@ -117,6 +161,12 @@ fn main() {
             }
             return;
         }
+        Some("--set") => {
+            let which = args.next().unwrap_or_default();
+            let n = args.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+            measure_set(&which, n);
+            return;
+        }
         Some("--forwarded") => {
             let n = args.next().and_then(|v| v.parse().ok()).unwrap_or(0);
             let max = args.next().and_then(|v| v.parse().ok()).unwrap_or(n);
@@ -136,6 +186,20 @@ fn main() {
         if !status.is_ok_and(|s| s.success()) {
             eprintln!("measurement for {n} failed");
             std::process::exit(1);
+        }
+    }
+    // The bare sets side by side: txgate's and a moka cache with the same
+    // bloom in front (benches/denied.rs times them).
+    println!("resident memory per entry of the bare denied set, txgate's and moka-backed");
+    for n in [10_000usize, 100_000, 1_000_000] {
+        for which in ["txgate", "moka"] {
+            let status = Command::new(&exe)
+                .args(["--set", which, &n.to_string()])
+                .status();
+            if !status.is_ok_and(|s| s.success()) {
+                eprintln!("measurement of {which} at {n} failed");
+                std::process::exit(1);
+            }
         }
     }
     // The default bound (screen.max_forwarded, 10,000 tx/s over 60 s),

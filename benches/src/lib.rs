@@ -7,6 +7,7 @@ use alloy_primitives::{Address, B256, Bytes, Signature, TxKind, U256, keccak256}
 use secp256k1::{Message, SECP256K1, SecretKey};
 use txgate_screen::Invalidation;
 
+pub mod moka_denied;
 pub mod procs;
 
 /// Anvil's chain id.

@@ -16,21 +16,18 @@
 //! `[expires, expires + suspect window)`, the fingerprint is *suspect* (its
 //! ban expired recently) and only queue shaping applies.
 
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use alloy_primitives::B256;
 use hashbrown::HashMap;
 
 use crate::assertion::AssertionRef;
+use crate::bloom::CountingBloom;
 use crate::keyed::KeyState;
 use crate::shard::Sharded;
 use crate::ttl::Millis;
 
 const SHARDS: usize = 64;
-/// Counters probed per key.
-const PROBES: u64 = 5;
-/// Counters per entry of the configured bound (a power of two is taken).
-const COUNTERS_PER_ENTRY: usize = 8;
 /// Of a full shard, the share (1/n) evicted in one go, soonest to end first.
 const EVICT_FRACTION: usize = 8;
 
@@ -57,67 +54,6 @@ pub enum Inserted {
     New,
     /// An existing entry got a later expiry (or another assertion).
     Refreshed,
-}
-
-struct CountingBloom {
-    counters: Box<[AtomicU8]>,
-    mask: u64,
-    keys: KeyState,
-}
-
-impl std::fmt::Debug for CountingBloom {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CountingBloom")
-            .field("counters", &self.counters.len())
-            .finish()
-    }
-}
-
-impl CountingBloom {
-    fn new(max_entries: usize) -> CountingBloom {
-        let len = (max_entries.max(1024) * COUNTERS_PER_ENTRY).next_power_of_two();
-        // Zeroed pages are mapped lazily: an idle bloom costs no RSS.
-        let counters = (0..len).map(|_| AtomicU8::new(0)).collect();
-        CountingBloom {
-            counters,
-            mask: len as u64 - 1,
-            keys: KeyState::new(),
-        }
-    }
-
-    /// Blocked: one 64-counter block (one cache line) chosen by the high
-    /// bits of one keyed hash, and five counters within it by the low bits,
-    /// so a probe or an update touches one cache line, not five.
-    #[inline]
-    fn positions(&self, key: &B256) -> impl Iterator<Item = usize> + use<'_> {
-        let h = self.keys.hash_bytes(key.as_slice());
-        let block = ((h >> 32) & (self.mask >> 6)) << 6;
-        (0..PROBES).map(move |i| (block | ((h >> (6 * i)) & 63)) as usize)
-    }
-
-    #[inline]
-    fn may_contain(&self, key: &B256) -> bool {
-        self.positions(key)
-            .all(|p| self.counters[p].load(Ordering::Relaxed) != 0)
-    }
-
-    fn add(&self, key: &B256) {
-        for p in self.positions(key) {
-            let _ = self.counters[p].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
-                (c != u8::MAX).then(|| c + 1)
-            });
-        }
-    }
-
-    fn remove(&self, key: &B256) {
-        for p in self.positions(key) {
-            // A saturated counter has lost count: it stays (false positives
-            // only, never a false negative).
-            let _ = self.counters[p].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
-                (c != u8::MAX && c != 0).then(|| c - 1)
-            });
-        }
-    }
 }
 
 /// One shard's table.

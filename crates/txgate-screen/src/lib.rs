@@ -10,6 +10,7 @@
 //!   buckets.
 //! - [`ttl`]: the bounded, expiring map behind the recent-failure, sender
 //!   and pending caches.
+//! - [`bloom`]: the counting bloom filter, exact about absence.
 //! - [`denied`]: denied fingerprints, a counting bloom in front of sharded
 //!   maps.
 //! - [`backpressure`]: token buckets per sender, charged by invalidations.
@@ -25,6 +26,7 @@
 
 pub mod assertion;
 pub mod backpressure;
+pub mod bloom;
 pub mod denied;
 pub mod engine;
 pub mod fingerprint;
