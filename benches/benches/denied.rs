@@ -26,8 +26,9 @@ use txgate_benches::moka_denied::MokaDenied;
 use txgate_screen::assertion::AssertionRef;
 use txgate_screen::denied::DeniedSet;
 
-const EXPIRES: u64 = 60_000;
-const SUSPECT_UNTIL: u64 = 120_000;
+/// How long a ban lasts, and its suspect window after it.
+const BAN: u64 = 60_000;
+const SUSPECT: u64 = 60_000;
 
 fn key(i: u64) -> B256 {
     keccak256(i.to_be_bytes())
@@ -37,10 +38,12 @@ fn batch(from: u64) -> Vec<(B256, Option<AssertionRef>)> {
     (from..from + 1000).map(|i| (key(i), None)).collect()
 }
 
-/// One of the two sets, behind the operations the bench times.
+/// One of the two sets, behind the operations the bench times. Each
+/// batch is learned at `now` (one millisecond after the previous), so the
+/// newest bans end last, as in a running txgate.
 trait Denied {
     fn get(&self, key: &B256) -> bool;
-    fn insert_batch(&self, items: &[(B256, Option<AssertionRef>)]);
+    fn insert_batch(&self, items: &[(B256, Option<AssertionRef>)], now: u64);
     fn holds(&self, key: &B256) -> bool;
 }
 
@@ -48,8 +51,8 @@ impl Denied for DeniedSet {
     fn get(&self, key: &B256) -> bool {
         DeniedSet::get(self, key).is_some()
     }
-    fn insert_batch(&self, items: &[(B256, Option<AssertionRef>)]) {
-        DeniedSet::insert_batch(self, items, EXPIRES, SUSPECT_UNTIL, 0);
+    fn insert_batch(&self, items: &[(B256, Option<AssertionRef>)], now: u64) {
+        DeniedSet::insert_batch(self, items, now + BAN, now + BAN + SUSPECT, now);
     }
     fn holds(&self, key: &B256) -> bool {
         DeniedSet::get(self, key).is_some()
@@ -60,54 +63,58 @@ impl Denied for MokaDenied {
     fn get(&self, key: &B256) -> bool {
         MokaDenied::get(self, key).is_some()
     }
-    fn insert_batch(&self, items: &[(B256, Option<AssertionRef>)]) {
-        MokaDenied::insert_batch(self, items, EXPIRES, SUSPECT_UNTIL, 0);
+    fn insert_batch(&self, items: &[(B256, Option<AssertionRef>)], now: u64) {
+        MokaDenied::insert_batch(self, items, now + BAN, now + BAN + SUSPECT, now);
     }
     fn holds(&self, key: &B256) -> bool {
         MokaDenied::holds(self, key)
     }
 }
 
-/// Fills a set to its bound `n`.
-fn filled<D: Denied>(set: D, n: u64) -> D {
-    let mut next = 0;
-    while next < n {
-        set.insert_batch(&batch(next));
-        next += 1000;
+/// Fills a set to its bound `n`, a batch a millisecond; the next `now`.
+fn filled<D: Denied>(set: D, n: u64) -> (D, u64) {
+    let mut now = 0;
+    while now * 1000 < n {
+        set.insert_batch(&batch(now * 1000), now);
+        now += 1;
     }
-    set
+    (set, now)
 }
 
 fn side_by_side(c: &mut Criterion) {
     for (label, n) in [("10k", 10_000u64), ("100k", 100_000), ("1M", 1_000_000)] {
-        let sets: [(&str, Box<dyn Denied>); 2] = [
-            ("txgate", Box::new(filled(DeniedSet::new(n as usize), n))),
-            ("moka", Box::new(filled(MokaDenied::new(n as usize), n))),
-        ];
+        let (txgate, start) = filled(DeniedSet::new(n as usize), n);
+        let (moka, _) = filled(MokaDenied::new(n as usize), n);
+        let sets: [(&str, Box<dyn Denied>); 2] =
+            [("txgate", Box::new(txgate)), ("moka", Box::new(moka))];
+        // Keys never banned, hashed before the clock runs.
+        let misses: Vec<B256> = (0..4096).map(|i| key((1u64 << 50) + i)).collect();
         let mut g = c.benchmark_group(format!("denied/{label}"));
         g.sample_size(30);
         g.measurement_time(Duration::from_secs(3));
         let mut next = 1u64 << 40;
+        let mut now = start;
         for (name, set) in &sets {
             // A key of the last batch of the fill: held by both.
             let held = key(n - 1);
             g.bench_function(format!("{name}/get_hit"), |b| {
                 b.iter(|| set.get(black_box(&held)))
             });
-            let mut miss = 1u64 << 50;
+            let mut miss = 0;
             g.bench_function(format!("{name}/get_miss"), |b| {
                 b.iter(|| {
-                    miss += 1;
-                    set.get(black_box(&key(miss)))
+                    miss = (miss + 1) % misses.len();
+                    set.get(black_box(&misses[miss]))
                 })
             });
             g.bench_function(format!("{name}/insert_1000"), |b| {
                 b.iter_batched(
                     || {
                         next += 1000;
-                        batch(next)
+                        now += 1;
+                        (batch(next), now)
                     },
-                    |items| set.insert_batch(&items),
+                    |(items, now)| set.insert_batch(&items, now),
                     BatchSize::LargeInput,
                 )
             });
@@ -117,9 +124,12 @@ fn side_by_side(c: &mut Criterion) {
         for (name, set) in &sets {
             let from = 1u64 << 45;
             for b in 0..10 {
-                set.insert_batch(&batch(from + b * 1000));
+                now += 1;
+                set.insert_batch(&batch(from + b * 1000), now);
             }
-            let held = (from..from + 10_000).filter(|i| set.holds(&key(*i))).count();
+            let held = (from..from + 10_000)
+                .filter(|i| set.holds(&key(*i)))
+                .count();
             println!(
                 "denied/{label}/{name}: holds {:.1}% of 10 000 new bans just inserted at the bound",
                 held as f64 / 100.0

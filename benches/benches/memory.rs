@@ -72,7 +72,9 @@ fn measure_set(which: &str, n: usize) {
     use txgate_screen::assertion::AssertionRef;
     let before = rss_bytes();
     let items = |from: u64| -> Vec<(B256, Option<AssertionRef>)> {
-        (from..from + 10_000).map(|i| (keccak256(i.to_be_bytes()), None)).collect()
+        (from..from + 10_000)
+            .map(|i| (keccak256(i.to_be_bytes()), None))
+            .collect()
     };
     let held = match which {
         "moka" => {
