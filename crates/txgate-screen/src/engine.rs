@@ -11,10 +11,11 @@
 //!    [`Screen::candidate`], which makes the [`Candidate`];
 //! 2. fast-reject: the hash in the recent-failure cache;
 //! 3. envelope decoding and the chain-id allow-list;
-//! 4. sender: cache by tx hash, else libsecp256k1 recovery;
-//! 5. sender backpressure;
-//! 6. fingerprint: denied (bloom, then map), assertion cooldown, queue
-//!    shaping of suspect fingerprints; then the pending attribution
+//! 4. fingerprint: denied (bloom, then map), assertion cooldown, queue
+//!    shaping of suspect fingerprints (no sender needed, so before any
+//!    ECDSA);
+//! 5. sender: cache by tx hash, else libsecp256k1 recovery;
+//! 6. sender backpressure; then the pending attribution
 //!    ([`Screen::admit`]).
 
 use std::time::Instant;
@@ -467,7 +468,7 @@ impl Screen {
         }
     }
 
-    /// Stage 4: the sender, from the cache by tx hash or by recovery.
+    /// Stage 5: the sender, from the cache by tx hash or by recovery.
     pub fn stage_recover(&self, c: &mut Candidate) -> Result<(), Rejection> {
         if let Some(sender) = self.senders.get(&c.hash, c.now) {
             c.sender = Some(sender);
@@ -481,7 +482,7 @@ impl Screen {
         Ok(())
     }
 
-    /// Stage 5: sender backpressure.
+    /// Stage 6: sender backpressure.
     #[inline]
     pub fn stage_backpressure(&self, c: &Candidate) -> Result<(), Rejection> {
         let Some(sender) = &c.sender else {
@@ -493,7 +494,7 @@ impl Screen {
         }
     }
 
-    /// Stage 6: fingerprint checks: denied, cooldown, shaping.
+    /// Stage 4: fingerprint checks: denied, cooldown, shaping.
     pub fn stage_fingerprint(&self, c: &mut Candidate) -> Result<(), Rejection> {
         // Contract creations bypass.
         let Some(fp) = Fingerprint::of(self.decoded(c)?) else {

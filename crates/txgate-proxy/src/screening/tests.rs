@@ -302,9 +302,9 @@ async fn every_step_is_timed_up_to_the_refusal() {
             "candidate",
             "fast_reject",
             "decode",
+            "fingerprint",
             "recover",
             "backpressure",
-            "fingerprint",
             "probe"
         ]
     );
