@@ -4,7 +4,8 @@
 Reads DIR/<setting>-r<N>.json (benches/load/attack_rounds.sh writes them)
 and prints one Markdown row per setting: honest success and latency
 without and with the attack, the p99 ratio, the attack's share refused and
-the share that reached the upstream, and the ShouldForward questions. Each
+the share that reached the upstream, the ShouldForward questions, and
+txgate's CPU per call while under attack (from /proc). Each
 figure is the median over the rounds (the rounds' values in brackets for
 the shares that the targets are about).
 """
@@ -31,9 +32,10 @@ def main() -> None:
 
     print(
         "| setting | rounds | honest ok | p50 alone | p99 alone | p50 attack | p99 attack "
-        "| p99 ratio | attack/s | reached upstream | asked: forward / deny / timeout / saturated |"
+        "| p99 ratio | attack/s | reached upstream | asked: forward / deny / timeout / saturated "
+        "| txgate CPU per call under attack |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for setting in order:
         rs = runs[setting]
         ok = sum(r["baseline"]["ok"] + r["under_attack"]["ok"] for r in rs)
@@ -43,6 +45,13 @@ def main() -> None:
 
         def probe(key):
             return med([p.get(key, 0) for p in probes])
+
+        cpu = [
+            r["txgate_cpu_under_attack"]["us_per_call"]
+            for r in rs
+            if r.get("txgate_cpu_under_attack", {}).get("us_per_call") is not None
+        ]
+        cpu_cell = f"{med(cpu):.1f} µs ({', '.join(f'{v:.1f}' for v in cpu)})" if cpu else "n/a"
 
         print(
             f"| {setting} | {len(rs)} | {ok}/{sent} "
@@ -54,7 +63,7 @@ def main() -> None:
             f"| {med([r['attack']['per_second'] for r in rs]) / 1000:.1f}k "
             f"| {med(reached):.3f}% ({', '.join(f'{v:.3f}' for v in reached)}) "
             f"| {probe('forward'):.0f} / {probe('deny'):.0f} / {probe('timeout'):.0f} "
-            f"/ {probe('saturated'):.0f} |"
+            f"/ {probe('saturated'):.0f} | {cpu_cell} |"
         )
 
 

@@ -34,6 +34,9 @@
 //!   to an honest user of a hot call), or sends zero-value transfers to
 //!   fresh addresses (cold calls).
 //!
+//! `TXGATE_BIN=path` runs another build of txgate (for a same-run
+//! comparison of two builds).
+//!
 //! `cargo build --release -p txgate -p example-sidecar -p txgate-benches &&
 //!  target/release/attack` (or `benches/load/attack.sh`, or interleaved
 //! rounds of several settings with `benches/load/attack_rounds.sh`).
@@ -442,8 +445,23 @@ async fn attack(
     outcomes
 }
 
+/// CPU time a process has used (user + system), in ms, from
+/// `/proc/<pid>/stat` (fields 14 and 15, in clock ticks of 10 ms).
+fn cpu_ms(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name is in parentheses and may hold spaces: count from
+    // after it.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // After ")": state is field 3, so utime (14) and stime (15) are at 11, 12.
+    (ticks(11) + ticks(12)) * 10.0
+}
+
 /// Where the node, txgate and the sidecar answer.
 struct Stack {
+    /// txgate's process id, when this tool started it.
+    txgate_pid: Option<u32>,
     node: String,
     /// Where set-up transactions go to be mined: txgate when its upstream
     /// is the node, the node when it is the sink (which mines nothing).
@@ -471,6 +489,7 @@ impl Stack {
             setup: url(&e.txgate),
             txgate: url(&e.txgate),
             txgate_admin: url(&e.txgate_admin),
+            txgate_pid: None,
             sidecar_admin: url(&e.sidecar_admin),
         })
     }
@@ -549,8 +568,12 @@ impl Stack {
             },
         )
         .unwrap();
+        // TXGATE_BIN: another build of txgate (a same-run comparison).
+        let txgate_bin = std::env::var_os("TXGATE_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| release.join("txgate"));
         let txgate = spawn(
-            &release.join("txgate"),
+            &txgate_bin,
             &[
                 "--config",
                 config.to_str().unwrap(),
@@ -567,6 +590,7 @@ impl Stack {
             ],
         );
         let txgate_url = format!("http://127.0.0.1:{rpc_port}");
+        let txgate_pid = Some(txgate.pid());
         procs.extend([txgate, sidecar, anvil]);
         (
             procs,
@@ -575,6 +599,7 @@ impl Stack {
                 node,
                 txgate: format!("http://127.0.0.1:{rpc_port}"),
                 txgate_admin: format!("http://127.0.0.1:{admin_port}"),
+                txgate_pid,
                 sidecar_admin: format!("http://127.0.0.1:{sidecar_admin}"),
             },
         )
@@ -742,6 +767,7 @@ async fn main() {
     let attackers_started = Instant::now();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let attack_started = Instant::now();
+    let cpu_at_attack = stack.txgate_pid.map(cpu_ms);
     let under_attack = honest(
         client.clone(),
         txgate_url.clone(),
@@ -752,6 +778,10 @@ async fn main() {
     )
     .await;
     let honest_under_attack_ended = Instant::now();
+    let txgate_cpu_ms = stack
+        .txgate_pid
+        .zip(cpu_at_attack)
+        .map(|(pid, at)| cpu_ms(pid) - at);
     let (under, under_failed) = (&under_attack.latencies, under_attack.failed);
     let _ = attacker_proc.wait();
     let attackers_ended = Instant::now();
@@ -856,6 +886,14 @@ async fn main() {
         .sum();
     let honest_total = |l: &Vec<f64>, f: u64| l.len() as u64 + f;
     let forwarded = outcomes.get("forwarded").copied().unwrap_or(0);
+    // txgate's CPU over the honest-under-attack phase, per call it served
+    // then (the attack's calls of that phase, estimated at the attack's
+    // mean rate, and the honest ones).
+    let attack_phase_s = honest_under_attack_ended
+        .saturating_duration_since(attack_started)
+        .as_secs_f64();
+    let calls_in_phase =
+        total_attack as f64 / attack_secs * attack_phase_s + (under.len() as u64 + under_failed) as f64;
     let probes = |result: &str| {
         stat(&format!(
             "txgate_should_forward_total{{result=\"{result}\"}}"
@@ -877,6 +915,9 @@ async fn main() {
             "refused_share": refused as f64 / total_attack.max(1) as f64,
             "reached_upstream_share": forwarded as f64 / total_attack.max(1) as f64,
             "outcomes": outcomes},
+        "txgate_cpu_under_attack": {"ms": txgate_cpu_ms,
+            "us_per_call": txgate_cpu_ms.map(|ms| ms * 1000.0 / calls_in_phase.max(1.0)),
+            "cores": txgate_cpu_ms.map(|ms| ms / 1000.0 / attack_phase_s.max(0.001))},
         "should_forward_probes": {"forward": probes("forward"), "deny": probes("deny"),
             "timeout": probes("timeout"), "error": probes("error"), "saturated": probes("saturated"),
             "cold": stat("txgate_should_forward_cold_total")},
