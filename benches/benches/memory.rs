@@ -76,29 +76,26 @@ fn measure_set(which: &str, n: usize) {
             .map(|i| (keccak256(i.to_be_bytes()), None))
             .collect()
     };
-    let held = match which {
-        "moka" => {
-            let set = txgate_benches::moka_denied::MokaDenied::new(n);
-            for from in (0..n as u64).step_by(10_000) {
-                set.insert_batch(&items(from), 60_000, 120_000, 0);
-            }
-            let held = set.len();
-            let after = rss_bytes();
-            std::mem::forget(set);
-            (held, after)
+    type Batch = [(B256, Option<AssertionRef>)];
+    // Fills with `insert`, then reads what is held; the set is leaked so
+    // that the RSS is read while it still holds everything.
+    let fill = |insert: &dyn Fn(&Batch), len: &dyn Fn() -> usize| {
+        for from in (0..n as u64).step_by(10_000) {
+            insert(&items(from));
         }
-        _ => {
-            let set = txgate_screen::denied::DeniedSet::new(n);
-            for from in (0..n as u64).step_by(10_000) {
-                set.insert_batch(&items(from), 60_000, 120_000, 0);
-            }
-            let held = set.len();
-            let after = rss_bytes();
-            std::mem::forget(set);
-            (held, after)
-        }
+        (len(), rss_bytes())
     };
-    let (held, after) = held;
+    let (held, after) = if which == "moka" {
+        let set = Box::leak(Box::new(txgate_benches::moka_denied::MokaDenied::new(n)));
+        fill(&|b| drop(set.insert_batch(b, 60_000, 120_000, 0)), &|| {
+            set.len()
+        })
+    } else {
+        let set = Box::leak(Box::new(txgate_screen::denied::DeniedSet::new(n)));
+        fill(&|b| drop(set.insert_batch(b, 60_000, 120_000, 0)), &|| {
+            set.len()
+        })
+    };
     println!(
         "{n:>9} into {which:>6}'s denied set: held {held:>9}, RSS +{:>7.1} MiB, {:>6.1} B/entry",
         after.saturating_sub(before) as f64 / (1024.0 * 1024.0),

@@ -108,16 +108,7 @@ impl MokaDenied {
                             assertions: [assertion, None],
                         },
                         Some(mut ban) => {
-                            ban.expires = ban.expires.max(expires);
-                            ban.suspect_until = ban.suspect_until.max(suspect_until);
-                            match assertion {
-                                None => ban.assertions = [None, None],
-                                Some(_) if ban.assertions == [None, None] => {}
-                                Some(_) if ban.assertions[0] != assertion => {
-                                    ban.assertions = [assertion, ban.assertions[0]];
-                                }
-                                Some(_) => {}
-                            }
+                            ban.refresh(assertion, expires, suspect_until);
                             ban
                         }
                     };

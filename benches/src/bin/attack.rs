@@ -453,7 +453,12 @@ fn cpu_ms(pid: u32) -> f64 {
     // after it.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     // After ")": state is field 3, so utime (14) and stime (15) are at 11, 12.
     (ticks(11) + ticks(12)) * 10.0
 }
@@ -892,8 +897,8 @@ async fn main() {
     let attack_phase_s = honest_under_attack_ended
         .saturating_duration_since(attack_started)
         .as_secs_f64();
-    let calls_in_phase =
-        total_attack as f64 / attack_secs * attack_phase_s + (under.len() as u64 + under_failed) as f64;
+    let calls_in_phase = total_attack as f64 / attack_secs * attack_phase_s
+        + (under.len() as u64 + under_failed) as f64;
     let probes = |result: &str| {
         stat(&format!(
             "txgate_should_forward_total{{result=\"{result}\"}}"

@@ -44,6 +44,32 @@ pub struct Ban {
     pub assertions: [Option<AssertionRef>; 2],
 }
 
+impl Ban {
+    /// A held ban learned again: the later end wins, and the assertion
+    /// joins the two most recent.
+    pub fn refresh(
+        &mut self,
+        assertion: Option<AssertionRef>,
+        expires: Millis,
+        suspect_until: Millis,
+    ) {
+        self.expires = self.expires.max(expires);
+        self.suspect_until = self.suspect_until.max(suspect_until);
+        match assertion {
+            // A verdict that names no assertion makes the ban hold until
+            // its end whatever happens to the assertions it also named (a
+            // bump or an eviction never lifts it).
+            None => self.assertions = [None, None],
+            // Once unconditional, it stays so.
+            Some(_) if self.assertions == [None, None] => {}
+            Some(_) if self.assertions[0] != assertion => {
+                self.assertions = [assertion, self.assertions[0]];
+            }
+            Some(_) => {}
+        }
+    }
+}
+
 // A ban stays 32 bytes: "no assertion" rides in the stamp's niche.
 const _: () = assert!(std::mem::size_of::<Ban>() == 32);
 
@@ -168,20 +194,7 @@ impl DeniedSet {
         now: Millis,
     ) -> Inserted {
         if let Some(ban) = shard.map.get_mut(&key) {
-            ban.expires = ban.expires.max(expires);
-            ban.suspect_until = ban.suspect_until.max(suspect_until);
-            match assertion {
-                // A verdict that names no assertion makes the ban hold until
-                // its end whatever happens to the assertions it also named
-                // (a bump or an eviction never lifts it).
-                None => ban.assertions = [None, None],
-                // Once unconditional, it stays so.
-                Some(_) if ban.assertions == [None, None] => {}
-                Some(_) if ban.assertions[0] != assertion => {
-                    ban.assertions = [assertion, ban.assertions[0]];
-                }
-                Some(_) => {}
-            }
+            ban.refresh(assertion, expires, suspect_until);
             return Inserted::Refreshed;
         }
         if shard.map.len() >= self.shard_cap {

@@ -87,6 +87,19 @@ async fn setup(sidecar_extra: &str, txgate_config: &str) -> Loop {
     }
 }
 
+/// The node's transaction count of `address` at `block` ("latest",
+/// "pending"), as the node writes it.
+async fn nonce(node: &str, address: Address, block: &str) -> String {
+    let (_, count) = crate::support::rpc_json(
+        node,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getTransactionCount",
+            "params": [format!("{address}"), block]})
+        .to_string(),
+    )
+    .await;
+    count["result"].as_str().unwrap_or_default().to_string()
+}
+
 async fn sidecar_link(txgate: &Txgate) -> String {
     let (_, _, body) = get(&format!("{}/readyz", txgate.admin_url)).await;
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
@@ -544,14 +557,7 @@ async fn should_forward_times_out_open_and_denies_what_the_sidecar_simulates_as_
         -32003,
         "denied_fingerprint",
     );
-    let (_, count) = crate::support::rpc_json(
-        &l.anvil.url,
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getTransactionCount",
-            "params": [format!("{}", attacker.address), "latest"]})
-        .to_string(),
-    )
-    .await;
-    assert_eq!(count["result"], "0x0");
+    assert_eq!(nonce(&l.anvil.url, attacker.address, "latest").await, "0x0");
     let m = l.txgate.metrics().await;
     assert!(metric(&m, "txgate_should_forward_total{result=\"deny\"}") >= 1.0);
 }
@@ -616,14 +622,7 @@ async fn should_forward_asks_about_hot_calls_only() {
         -32003,
         "denied_fingerprint",
     );
-    let (_, count) = crate::support::rpc_json(
-        &l.anvil.url,
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getTransactionCount",
-            "params": [format!("{}", fresh.address), "pending"]})
-        .to_string(),
-    )
-    .await;
-    assert_eq!(count["result"], "0x0");
+    assert_eq!(nonce(&l.anvil.url, fresh.address, "pending").await, "0x0");
     // Honest pokes stay cold: forwarded, never asked about.
     accepted(&send_raw(&l.txgate.url, &honest.sign(1, l.contract, &poke(6), 0, TIP)).await);
     let m = l.txgate.metrics().await;
