@@ -1,0 +1,345 @@
+//! Screened end to end: distinct signed EIP-1559 transfers from many
+//! funded senders, sent through txgate and straight to the node in the
+//! same run, in interleaved rounds.
+//!
+//! Each round signs `--txs` (20 000) transfers from `--senders` (200)
+//! fresh accounts (each sender's nonces in order, a distinct recipient per
+//! transfer, so a distinct fingerprint each), funds the senders on anvil,
+//! and sends them over `--connections` (50) kept-alive connections as
+//! fast as they are answered; first straight to anvil, then the next
+//! round's own accounts through txgate (no sidecar: every stage runs, the
+//! sender is recovered once per transaction, nothing is refused). It
+//! reports per target: throughput, p50 and p99 of the round trip, and for
+//! txgate its CPU (utime + stime from /proc) per forwarded transaction.
+//!
+//! With `--perf`, the last txgate round runs under `perf record` and the
+//! share of txgate's samples in libsecp256k1 gives its CPU in the ECDSA
+//! for that round, so the target "CPU per screened transaction ≤ 1.6× its
+//! own CPU in libsecp256k1" is read from the same run.
+//!
+//! Anvil runs with `--block-time 1`: a submission returns once the node
+//! has pooled it, as on a sequencer.
+//!
+//! `cargo build --release -p txgate -p txgate-benches &&
+//!  target/release/screened --rounds 3 --perf`. Loopback only; bounded in
+//! count; stops what it starts.
+
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use alloy_primitives::Address;
+use serde_json::{Value, json};
+use txgate_benches::procs::{HttpClient, client, free_port, post, root, spawn, wait_up};
+use txgate_benches::{Eoa, raw_hex};
+
+struct Args {
+    txs: u64,
+    senders: u64,
+    connections: usize,
+    rounds: u64,
+    perf: bool,
+    json: Option<std::path::PathBuf>,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        txs: 20_000,
+        senders: 200,
+        connections: 50,
+        rounds: 3,
+        perf: false,
+        json: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().expect("flag value");
+        match flag.as_str() {
+            "--txs" => a.txs = value().parse().expect("txs"),
+            "--senders" => a.senders = value().parse().expect("senders"),
+            "--connections" => a.connections = value().parse().expect("connections"),
+            "--rounds" => a.rounds = value().parse().expect("rounds"),
+            "--perf" => a.perf = true,
+            "--json" => a.json = Some(value().into()),
+            "--bench" => {}
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    assert!(
+        a.senders > 0 && a.txs >= a.senders,
+        "--txs >= --senders > 0"
+    );
+    a
+}
+
+/// CPU time a process has used (user + system), in ms, from
+/// `/proc/<pid>/stat` (clock ticks of 10 ms).
+fn cpu_ms(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) * 10.0
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    percentile(&v, 0.5)
+}
+
+/// The round's transfers: sender `s` of the round sends its transfers
+/// with nonces 0, 1, …; transfer `i` goes to its own recipient.
+fn sign_round(round: u64, a: &Args) -> (Vec<Eoa>, Vec<Vec<String>>) {
+    let senders: Vec<Eoa> = (0..a.senders)
+        .map(|s| Eoa::new(0x5c, round * 1_000_000 + s))
+        .collect();
+    let per_sender = a.txs / a.senders;
+    let raws = senders
+        .iter()
+        .enumerate()
+        .map(|(s, eoa)| {
+            (0..per_sender)
+                .map(|nonce| {
+                    let n = round * 10_000_000 + s as u64 * 100_000 + nonce;
+                    let to = Address::left_padding_from(&(0xabc0_0000_0000 + n).to_be_bytes());
+                    raw_hex(&eoa.sign(nonce, to, &[], 30_000, 1_000_000_000))
+                })
+                .collect()
+        })
+        .collect();
+    (senders, raws)
+}
+
+async fn fund(client: &HttpClient, node: &str, senders: &[Eoa]) {
+    let calls: Vec<Value> = senders
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            json!({"jsonrpc":"2.0","id":i,"method":"anvil_setBalance",
+                "params":[format!("{}", e.address), "0x56bc75e2d63100000"]})
+        })
+        .collect();
+    post(client, node, Value::Array(calls).to_string())
+        .await
+        .unwrap();
+}
+
+struct Sent {
+    secs: f64,
+    latencies_ms: Vec<f64>,
+    failed: u64,
+}
+
+/// Sends every sender's transfers in nonce order, `connections` senders'
+/// queues at a time, each answered before its next is sent.
+async fn send(url: &str, raws: Vec<Vec<String>>, connections: usize) -> Sent {
+    let client: HttpClient = client(connections);
+    let queues = Arc::new(raws);
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..connections {
+        let (client, url, queues, next) = (
+            client.clone(),
+            url.to_string(),
+            queues.clone(),
+            next.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            let (mut latencies, mut failed) = (Vec::new(), 0u64);
+            loop {
+                let q = next.fetch_add(1, Ordering::Relaxed);
+                let Some(queue) = queues.get(q) else {
+                    break;
+                };
+                for raw in queue {
+                    let body = json!({"jsonrpc":"2.0","id":1,
+                        "method":"eth_sendRawTransaction","params":[raw]})
+                    .to_string();
+                    let t = Instant::now();
+                    match post(&client, &url, body).await {
+                        Ok((200, v)) if v["result"].is_string() => {
+                            latencies.push(t.elapsed().as_secs_f64() * 1000.0)
+                        }
+                        _ => failed += 1,
+                    }
+                }
+            }
+            (latencies, failed)
+        }));
+    }
+    let (mut latencies_ms, mut failed) = (Vec::new(), 0);
+    for w in workers {
+        let (l, f) = w.await.unwrap();
+        latencies_ms.extend(l);
+        failed += f;
+    }
+    latencies_ms.sort_by(f64::total_cmp);
+    Sent {
+        secs: started.elapsed().as_secs_f64(),
+        latencies_ms,
+        failed,
+    }
+}
+
+/// Starts `perf record` on `pid`; stopped by [`perf_stop`].
+fn perf_start(pid: u32, out: &std::path::Path) -> Option<std::process::Child> {
+    Command::new("perf")
+        .args(["record", "-F", "999", "-p", &pid.to_string(), "-o"])
+        .arg(out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()
+}
+
+/// Stops `perf record` (SIGINT, so it writes its file) and returns the
+/// share of samples in libsecp256k1.
+fn perf_stop(mut child: std::process::Child, out: &std::path::Path) -> Option<f64> {
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    let report = Command::new("perf")
+        .args(["report", "--stdio", "--no-children", "--sort", "sym", "-i"])
+        .arg(out)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&report.stdout);
+    let share: f64 = text
+        .lines()
+        .filter(|l| l.contains("secp256k1"))
+        .filter_map(|l| l.trim().split('%').next()?.trim().parse::<f64>().ok())
+        .sum();
+    let _ = std::fs::remove_file(out);
+    Some(share / 100.0)
+}
+
+#[tokio::main]
+async fn main() {
+    let a = args();
+    let control: HttpClient = client(4);
+    let tools = root().join(".tools/bin");
+    let (anvil_port, rpc_port, admin_port) = (free_port(), free_port(), free_port());
+    let node = format!("http://127.0.0.1:{anvil_port}");
+    let _anvil = spawn(
+        &tools.join("anvil"),
+        &[
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &anvil_port.to_string(),
+            "--silent",
+            "--block-time",
+            "1",
+            "--gas-limit",
+            "3000000000",
+        ],
+    );
+    wait_up(&control, &node).await;
+    let txgate = spawn(
+        &root().join("target/release/txgate"),
+        &[
+            "--listen",
+            &format!("127.0.0.1:{rpc_port}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin_port}"),
+            "--upstream",
+            &node,
+            "--max-in-flight",
+            "4096",
+        ],
+    );
+    let txgate_url = format!("http://127.0.0.1:{rpc_port}");
+    wait_up(&control, &txgate_url).await;
+    let pid = txgate.pid();
+
+    let mut rows = Vec::new();
+    let mut perf_share = None;
+    for round in 0..a.rounds {
+        for target in ["direct", "txgate"] {
+            // Each target of each round has accounts of its own.
+            let (senders, raws) = sign_round(round * 2 + u64::from(target == "txgate"), &a);
+            fund(&control, &node, &senders).await;
+            let url = if target == "direct" {
+                &node
+            } else {
+                &txgate_url
+            };
+            let profiled = target == "txgate" && a.perf && round + 1 == a.rounds;
+            let perf_file =
+                std::env::temp_dir().join(format!("txgate-screened-{}.perf", std::process::id()));
+            let perf = profiled.then(|| perf_start(pid, &perf_file)).flatten();
+            if perf.is_some() {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            let cpu_before = cpu_ms(pid);
+            let sent = send(url, raws, a.connections).await;
+            let cpu = cpu_ms(pid) - cpu_before;
+            if let Some(child) = perf {
+                perf_share = perf_stop(child, &perf_file);
+            }
+            let ok = sent.latencies_ms.len() as f64;
+            let row = json!({
+                "round": round + 1, "target": target,
+                "ok": sent.latencies_ms.len(), "failed": sent.failed,
+                "tx_per_s": ok / sent.secs,
+                "p50_ms": percentile(&sent.latencies_ms, 0.5),
+                "p99_ms": percentile(&sent.latencies_ms, 0.99),
+                "txgate_cpu_us_per_tx": (target == "txgate").then(|| cpu * 1000.0 / ok.max(1.0)),
+            });
+            eprintln!("{row}");
+            rows.push(row);
+            // Let the node mine what it pooled before the next target.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+    let of = |target: &str, key: &str| -> Vec<f64> {
+        rows.iter()
+            .filter(|r| r["target"] == target)
+            .filter_map(|r| r[key].as_f64())
+            .collect()
+    };
+    let ratios: Vec<f64> = of("txgate", "tx_per_s")
+        .iter()
+        .zip(of("direct", "tx_per_s"))
+        .map(|(t, d)| t / d)
+        .collect();
+    let cpu_median = median(of("txgate", "txgate_cpu_us_per_tx"));
+    let last_cpu = of("txgate", "txgate_cpu_us_per_tx").last().copied();
+    let summary = json!({
+        "txs": a.txs, "senders": a.senders, "connections": a.connections, "rounds": a.rounds,
+        "direct": {"tx_per_s": median(of("direct", "tx_per_s")),
+            "p50_ms": median(of("direct", "p50_ms")), "p99_ms": median(of("direct", "p99_ms"))},
+        "txgate": {"tx_per_s": median(of("txgate", "tx_per_s")),
+            "p50_ms": median(of("txgate", "p50_ms")), "p99_ms": median(of("txgate", "p99_ms")),
+            "cpu_us_per_tx": cpu_median},
+        "throughput_ratio": {"median": median(ratios.clone()), "rounds": ratios},
+        "failed": rows.iter().filter_map(|r| r["failed"].as_u64()).sum::<u64>(),
+        "libsecp256k1": perf_share.zip(last_cpu).map(|(share, cpu)| json!({
+            "share_of_txgate_samples": share,
+            "cpu_us_per_tx": cpu * share,
+            "txgate_cpu_over_libsecp256k1": 1.0 / share,
+        })),
+        "rows": rows,
+    });
+    println!("{}", serde_json::to_string_pretty(&summary).unwrap());
+    if let Some(path) = a.json {
+        std::fs::write(path, summary.to_string()).unwrap();
+    }
+}
