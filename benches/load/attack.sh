@@ -2,7 +2,10 @@
 # The attack benchmark (see benches/src/bin/attack.rs): builds txgate, the
 # example sidecar and the load tool (release), then runs it. Loopback only,
 # bounded in time. Extra arguments go to the tool (--seconds, --rate,
-# --attackers, --connections, --probes, --json FILE, --sample-ms).
+# --attackers, --connections, --probes, --json FILE, --sample-ms,
+# --upstream anvil|sink, --should-forward off|hot|all, --cold-start,
+# --honest-call poke|transfer; see benches/src/bin/attack.rs). Several
+# settings in interleaved rounds: benches/load/attack_rounds.sh.
 #
 # Then plots the run next to its JSON (benches/report/attack_plots.py, with
 # the matplotlib of scripts/install-plot-tools.sh): PNGs of honest latency

@@ -24,7 +24,7 @@
 //!   is taken at once and never mined, as at a sequencer's ingress, so the
 //!   honest latency shows what txgate adds, not anvil's block building;
 //!   set-up transactions then go to anvil directly to be mined and judged.
-//! - `--should-forward off|hot|all` (hot): txgate's
+//! - `--should-forward off|hot|all` (off, txgate's default): txgate's
 //!   `sidecar.should_forward_scope`, or no ShouldForward.
 //! - `--cold-start`: the attacker's first sweep is not judged before the
 //!   attack (by default it is, so the sweep call is hot when the fresh
@@ -120,7 +120,7 @@ fn args() -> Args {
         sample_ms: 250,
         external: External::default(),
         sink: false,
-        should_forward: "hot".into(),
+        should_forward: "off".into(),
         cold_start: false,
         honest_transfers: false,
     };
