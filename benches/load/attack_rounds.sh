@@ -39,7 +39,8 @@ for round in $(seq 1 "$rounds"); do
     # shellcheck disable=SC2086
     TXGATE_BIN=${bin:-target/release/txgate} \
       timeout 600 target/release/attack "${flags[@]}" ${ATTACK_ARGS:-} \
-      --json "$out/${setting//\//_}-r$round.json" >/dev/null 2>"$out/${setting//\//_}-r$round.log"
+      --json "$out/${setting//\//_}-r$round.json" >/dev/null 2>"$out/${setting//\//_}-r$round.log" ||
+      echo "round $round: $setting failed (see $out/${setting//\//_}-r$round.log); left out" >&2
   done
 done
 python3 benches/report/attack_rounds.py "$out" | tee "$out/table.md"

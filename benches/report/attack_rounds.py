@@ -28,6 +28,7 @@ def main() -> None:
         runs[setting].append(json.loads(path.read_text()))
 
     def med(values):
+        values = [v for v in values if v is not None]
         return statistics.median(values) if values else float("nan")
 
     print(

@@ -35,7 +35,9 @@
 //!   fresh addresses (cold calls).
 //!
 //! `TXGATE_BIN=path` runs another build of txgate (for a same-run
-//! comparison of two builds).
+//! comparison of two builds; a build older than `should_forward_scope`
+//! refuses that key, so compare it with `--should-forward off`, or with
+//! ShouldForward settings it knows).
 //!
 //! `cargo build --release -p txgate -p example-sidecar -p txgate-benches &&
 //!  target/release/attack` (or `benches/load/attack.sh`, or interleaved

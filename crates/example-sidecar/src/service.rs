@@ -119,7 +119,9 @@ impl RpcProxyHeuristics for Service {
         }
         // Not judged yet: judge a call to a protected contract, from its
         // calldata when that is enough (a forbidden selector), else by
-        // simulating it on the node.
+        // simulating it on the node. A call that breaks a forbidden-selector
+        // assertion is denied under that one alone, unsimulated, even if
+        // it would also revert.
         let target = (fp.target.len() == 20).then(|| Address::from_slice(&fp.target));
         if let Some(target) = target.filter(|t| hub.config.protects(*t))
             && let Ok(raw) = txgate_screen::decode(&request.raw_tx)

@@ -15,8 +15,9 @@
 //!    shaping of suspect fingerprints (no sender needed, so before any
 //!    ECDSA);
 //! 5. sender: cache by tx hash, else libsecp256k1 recovery;
-//! 6. sender backpressure; then the pending attribution
-//!    ([`Screen::admit`]).
+//! 6. sender backpressure, then a call on a cooldown's open trickle slot
+//!    takes it (the fingerprint stage only peeked); then the pending
+//!    attribution ([`Screen::admit`]).
 
 use std::time::Instant;
 
@@ -253,6 +254,12 @@ pub struct Candidate {
     pub sender_cached: bool,
     /// Whether the fingerprint was suspect (shaped).
     pub suspect: bool,
+    /// Whether its call is in cooldown and the trickle slot was open when
+    /// the fingerprint was checked: the slot is taken by the last stage
+    /// (backpressure), once every other check passed (a call refused in
+    /// between, for a bad signature or a backed-off sender, leaves the
+    /// slot to the next).
+    pub trickle: bool,
 }
 
 /// What an admitted submission carries on.
@@ -432,6 +439,7 @@ impl Screen {
             fingerprint: None,
             sender_cached: false,
             suspect: false,
+            trickle: false,
         })
     }
 
@@ -482,16 +490,16 @@ impl Screen {
         Ok(())
     }
 
-    /// Stage 6: sender backpressure.
+    /// Stage 6, the last: sender backpressure; then, for a call that
+    /// found its cooldown's trickle slot open, the slot is taken.
     #[inline]
     pub fn stage_backpressure(&self, c: &Candidate) -> Result<(), Rejection> {
-        let Some(sender) = &c.sender else {
-            return Ok(());
-        };
-        match self.buckets.backoff(sender, c.now) {
-            None => Ok(()),
-            Some(retry_after) => Err(Rejection::SenderBackoff { retry_after }),
+        if let Some(sender) = &c.sender
+            && let Some(retry_after) = self.buckets.backoff(sender, c.now)
+        {
+            return Err(Rejection::SenderBackoff { retry_after });
         }
+        self.take_trickle(c)
     }
 
     /// Stage 4: fingerprint checks: denied, cooldown, shaping.
@@ -516,9 +524,13 @@ impl Screen {
             }
         }
         let call: CallKey = (fp.target, fp.selector);
-        match self.assertions.check(&call, now) {
+        // Peeked: the slot is taken by the last stage (`stage_trickle`).
+        match self.assertions.peek(&call, now) {
             CooldownCheck::Clear => {}
-            CooldownCheck::Trickle(_) => suspect = true,
+            CooldownCheck::Trickle(_) => {
+                suspect = true;
+                c.trickle = true;
+            }
             CooldownCheck::Refuse {
                 assertion,
                 retry_after,
@@ -545,6 +557,30 @@ impl Screen {
         }
         c.suspect = suspect;
         Ok(())
+    }
+
+    /// A call that found its cooldown's trickle slot open takes it, once
+    /// every other check passed. Refused if another call took it meanwhile
+    /// (one call per trickle interval, as before).
+    fn take_trickle(&self, c: &Candidate) -> Result<(), Rejection> {
+        let (true, Some(fp)) = (c.trickle, c.fingerprint) else {
+            return Ok(());
+        };
+        match self.assertions.check(&(fp.target, fp.selector), c.now) {
+            CooldownCheck::Refuse {
+                assertion,
+                retry_after,
+            } => Err(Rejection::Cooldown {
+                fingerprint: fp.hash,
+                assertion: self
+                    .assertions
+                    .describe(assertion)
+                    .filter(|k| !k.is_call())
+                    .map(|k| k.id),
+                retry_after,
+            }),
+            CooldownCheck::Clear | CooldownCheck::Trickle(_) => Ok(()),
+        }
     }
 
     /// Last step: remember the forward for attribution (by fingerprint,

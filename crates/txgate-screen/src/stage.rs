@@ -55,7 +55,8 @@ impl Stage for RecoverSender {
     }
 }
 
-/// A sender charged with too many invalidations waits.
+/// A sender charged with too many invalidations waits; then a call on a
+/// cooldown's open trickle slot takes it (see `Screen::stage_backpressure`).
 #[derive(Debug)]
 pub enum SenderBackpressure {}
 
@@ -87,6 +88,10 @@ impl Stage for CheckFingerprint {
 /// microseconds. Under an attack of fresh EOAs on a call in cooldown, the
 /// recovery of calls that the cooldown then refused was 44% of txgate's
 /// CPU (PERFORMANCE.md). Backpressure needs the sender, so it comes last.
+/// The fingerprint stage only peeks at a cooldown's trickle slot; the last
+/// stage takes it once its own check passed, so a call refused in between
+/// never uses it up. (Not a stage of its own: each layer of the stack adds
+/// to the compile time of its higher-ranked service bounds.)
 pub type Stages = (
     FastReject,
     (

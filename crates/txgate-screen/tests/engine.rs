@@ -49,6 +49,31 @@ fn raw_tx(key: &SecretKey, nonce: u64, input: &[u8], tip: u128) -> String {
     )
 }
 
+/// The same transfer as [`raw_tx`], with its signature's `s` replaced by
+/// `n - s` (and the parity flipped): still a valid ECDSA signature, but
+/// high-s, which txgate refuses when it recovers the sender.
+fn high_s_tx(key: &SecretKey, nonce: u64, input: &[u8], tip: u128) -> String {
+    let raw = decode_hex(&raw_tx(key, nonce, input, tip)).unwrap();
+    let envelope =
+        <alloy_consensus::TxEnvelope as alloy_eips::eip2718::Decodable2718>::decode_2718(
+            &mut raw.as_slice(),
+        )
+        .unwrap();
+    let alloy_consensus::TxEnvelope::Eip1559(signed) = envelope else {
+        panic!("a 1559 transfer")
+    };
+    let n: U256 = "0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141"
+        .parse()
+        .unwrap();
+    let sig = signed.signature();
+    let high = Signature::new(sig.r(), n - sig.s(), !sig.v());
+    let envelope: alloy_consensus::TxEnvelope = signed.tx().clone().into_signed(high).into();
+    format!(
+        "0x{}",
+        alloy_primitives::hex::encode(envelope.encoded_2718())
+    )
+}
+
 fn attack_input() -> Vec<u8> {
     let mut input = vec![0xde, 0xad, 0xbe, 0xef];
     input.extend_from_slice(&[7u8; 32]);
@@ -208,6 +233,13 @@ fn cooldown_after_distinct_fingerprints_with_a_trickle() {
     assert_eq!(
         reason(s.screen(&fresh(0), 10)),
         Some(Reason::AssertionCooldown)
+    );
+    // A badly signed call finds the slot open but is refused for its
+    // signature after the fingerprint stage: the slot stays for the next.
+    let high_s = high_s_tx(&key(999), 0, &input, 1);
+    assert_eq!(
+        reason(s.screen(&high_s, trickle)),
+        Some(Reason::InvalidSignature)
     );
     assert_eq!(reason(s.screen(&fresh(1), trickle)), None, "the trickle");
     assert_eq!(

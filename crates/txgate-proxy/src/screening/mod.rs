@@ -15,11 +15,13 @@
 //! Screen::candidate          0x-hex → bytes, tx hash from the raw bytes → -32602
 //! Check<FastReject>          tx hash in the recent-failure cache → -32003
 //! Check<DecodeEnvelope>      EIP-2718 envelope, chain-id allow-list → -32602
-//! Check<RecoverSender>       sender: cache by tx hash, else libsecp256k1 → -32602
-//! Check<SenderBackpressure>  sender backed off → 429, -32005
 //! Check<CheckFingerprint>    denied (bloom, then map), cooldown, shaping → -32003
-//! Probe                      optional ShouldForward to the sidecar (hard
-//!                            deadline), then pending attribution
+//! Check<RecoverSender>       sender: cache by tx hash, else libsecp256k1 → -32602
+//! Check<SenderBackpressure>  sender backed off → 429, -32005; then a
+//!                            cooldown's open trickle slot taken → -32003
+//!                            if another call took it meanwhile
+//! Probe                      optional ShouldForward to the sidecar on hot
+//!                            calls (hard deadline), then pending attribution
 //! ```
 //!
 //! Every stage but the probe is synchronous, so each of their futures is

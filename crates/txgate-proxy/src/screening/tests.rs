@@ -200,7 +200,8 @@ impl<const N: usize> Stage for Tap<N> {
     }
 }
 
-/// The real stages, each followed by a tap, around the real probe.
+/// The real stages in `Stages` order, each followed by a tap, around the
+/// real probe.
 type Traced = (
     Tap<0>,
     (
@@ -212,13 +213,10 @@ type Traced = (
                 (
                     Tap<2>,
                     (
-                        RecoverSender,
+                        CheckFingerprint,
                         (
                             Tap<3>,
-                            (
-                                SenderBackpressure,
-                                (Tap<4>, (CheckFingerprint, (Tap<5>, ()))),
-                            ),
+                            (RecoverSender, (Tap<4>, (SenderBackpressure, (Tap<5>, ())))),
                         ),
                     ),
                 ),

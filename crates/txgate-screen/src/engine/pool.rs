@@ -89,26 +89,28 @@ impl Screen {
         if self.recent_failures.get(&tx.hash, now).is_some() {
             return deny(Reason::RecentFailure, None);
         }
+        // The request path's order: the fingerprint's checks, then the
+        // sender's. A creation has no fingerprint.
+        let fp = tx
+            .to
+            .map(|to| Fingerprint::from_parts(to, tx.payload, tx.value, tx.gas_limit));
+        if let Some(fp) = fp {
+            if let Some(ban) = self.denied.get(&fp.hash)
+                && self.ban_state(&ban, now) == BanState::Denied
+            {
+                return deny(Reason::DeniedFingerprint, Some(fp));
+            }
+            let call: CallKey = (fp.target, fp.selector);
+            if let CooldownCheck::Refuse { .. } = self.assertions.peek(&call, now)
+                && self.forwarded.get(&tx.hash, now).is_none()
+            {
+                return deny(Reason::AssertionCooldown, Some(fp));
+            }
+        }
         if self.buckets.backoff(&tx.sender, now).is_some() {
             return deny(Reason::SenderBackoff, None);
         }
-        let Some(to) = tx.to else {
-            // A creation has no fingerprint: nothing more to check.
-            return PoolVerdict::Allow(None);
-        };
-        let fp = Fingerprint::from_parts(to, tx.payload, tx.value, tx.gas_limit);
-        if let Some(ban) = self.denied.get(&fp.hash)
-            && self.ban_state(&ban, now) == BanState::Denied
-        {
-            return deny(Reason::DeniedFingerprint, Some(fp));
-        }
-        let call: CallKey = (fp.target, fp.selector);
-        if let CooldownCheck::Refuse { .. } = self.assertions.peek(&call, now)
-            && self.forwarded.get(&tx.hash, now).is_none()
-        {
-            return deny(Reason::AssertionCooldown, Some(fp));
-        }
-        PoolVerdict::Allow(Some(fp))
+        PoolVerdict::Allow(fp)
     }
 
     /// Remembers a transaction let into the pool like a forwarded one:

@@ -221,11 +221,12 @@ impl Bans {
                 }),
             );
         }
+        // The sender is checked after the fingerprint and the call, as on
+        // the request path (no ECDSA before the cheaper checks).
+        let mut backed_off = false;
         if let Some(sender) = facts.sender {
             let bucket = screen.sender_of(&sender, now);
-            if bucket.is_some_and(|b| b.backoff_for > 0) {
-                refuse("sender_backoff");
-            }
+            backed_off = bucket.is_some_and(|b| b.backoff_for > 0);
             out.insert(
                 "sender".into(),
                 json!({
@@ -277,6 +278,9 @@ impl Bans {
                     "cooldown": state,
                 }),
             );
+        }
+        if backed_off {
+            refuse("sender_backoff");
         }
         // A suspect fingerprint is not refused on its own: one forward of
         // it at a time (its state shows in `fingerprint.ban`).

@@ -269,7 +269,7 @@ impl SidecarMetrics {
                 unknown: result("unknown"),
                 cold: r.counter(
                     "should_forward_cold_total",
-                    "New fingerprints not asked about with ShouldForward: their call is cold",
+                    "Calls with a fingerprint not asked about with ShouldForward: their call is cold",
                 ),
             },
             results: ResultCounters {
