@@ -71,6 +71,57 @@ pub fn spawn(program: &Path, args: &[&str]) -> Proc {
     )
 }
 
+/// CPU time a process has used (user + system), in ms, from
+/// `/proc/<pid>/stat` (fields 14 and 15, in clock ticks of 10 ms).
+pub fn cpu_ms(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name is in parentheses and may hold spaces: count from
+    // after it, where the state is the first field, so utime and stime
+    // are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) * 10.0
+}
+
+/// Starts anvil on a free loopback port with `extra` flags (`--silent`
+/// always); its URL, once it answers. Stops when the process is dropped.
+pub async fn anvil(client: &HttpClient, extra: &[&str]) -> (Proc, String) {
+    let port = free_port();
+    let mut args = vec!["--host", "127.0.0.1", "--silent", "--port"];
+    let port_arg = port.to_string();
+    args.push(&port_arg);
+    args.extend_from_slice(extra);
+    let proc = spawn(&root().join(".tools/bin/anvil"), &args);
+    let url = format!("http://127.0.0.1:{port}");
+    wait_up(client, &url).await;
+    (proc, url)
+}
+
+/// Gives each of `addresses` 100 ether on anvil, in one batch.
+pub async fn fund(
+    client: &HttpClient,
+    node: &str,
+    addresses: impl IntoIterator<Item = alloy_primitives::Address>,
+) {
+    let calls: Vec<Value> = addresses
+        .into_iter()
+        .enumerate()
+        .map(|(i, address)| {
+            json!({"jsonrpc": "2.0", "id": i, "method": "anvil_setBalance",
+                "params": [format!("{address}"), "0x56bc75e2d63100000"]})
+        })
+        .collect();
+    post(client, node, Value::Array(calls).to_string())
+        .await
+        .unwrap_or_else(|e| panic!("funding on {node}: {e}"));
+}
+
 /// The HTTP client of the load tools.
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 

@@ -68,7 +68,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
-use txgate_benches::procs::{HttpClient, Proc, client, free_port, post, root, spawn, wait_up};
+use txgate_benches::procs::{
+    HttpClient, Proc, client, cpu_ms, free_port, post, root, spawn, wait_up,
+};
 use txgate_benches::{Eoa, call, raw_hex};
 
 const GUARDED: &str = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
@@ -445,24 +447,6 @@ async fn attack(
         }
     }
     outcomes
-}
-
-/// CPU time a process has used (user + system), in ms, from
-/// `/proc/<pid>/stat` (fields 14 and 15, in clock ticks of 10 ms).
-fn cpu_ms(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The command name is in parentheses and may hold spaces: count from
-    // after it.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // After ")": state is field 3, so utime (14) and stime (15) are at 11, 12.
-    (ticks(11) + ticks(12)) * 10.0
 }
 
 /// Where the node, txgate and the sidecar answer.

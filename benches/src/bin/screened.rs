@@ -32,8 +32,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use alloy_primitives::Address;
-use serde_json::{Value, json};
-use txgate_benches::procs::{HttpClient, client, free_port, post, root, spawn, wait_up};
+use serde_json::json;
+use txgate_benches::procs::{
+    HttpClient, anvil, client, cpu_ms, free_port, fund, post, root, spawn, wait_up,
+};
 use txgate_benches::{Eoa, raw_hex};
 
 struct Args {
@@ -75,21 +77,6 @@ fn args() -> Args {
     a
 }
 
-/// CPU time a process has used (user + system), in ms, from
-/// `/proc/<pid>/stat` (clock ticks of 10 ms).
-fn cpu_ms(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) * 10.0
-}
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -123,20 +110,6 @@ fn sign_round(round: u64, a: &Args) -> (Vec<Eoa>, Vec<Vec<String>>) {
         })
         .collect();
     (senders, raws)
-}
-
-async fn fund(client: &HttpClient, node: &str, senders: &[Eoa]) {
-    let calls: Vec<Value> = senders
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            json!({"jsonrpc":"2.0","id":i,"method":"anvil_setBalance",
-                "params":[format!("{}", e.address), "0x56bc75e2d63100000"]})
-        })
-        .collect();
-    post(client, node, Value::Array(calls).to_string())
-        .await
-        .unwrap();
 }
 
 struct Sent {
@@ -235,24 +208,12 @@ fn perf_stop(mut child: std::process::Child, out: &std::path::Path) -> Option<f6
 async fn main() {
     let a = args();
     let control: HttpClient = client(4);
-    let tools = root().join(".tools/bin");
-    let (anvil_port, rpc_port, admin_port) = (free_port(), free_port(), free_port());
-    let node = format!("http://127.0.0.1:{anvil_port}");
-    let _anvil = spawn(
-        &tools.join("anvil"),
-        &[
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &anvil_port.to_string(),
-            "--silent",
-            "--block-time",
-            "1",
-            "--gas-limit",
-            "3000000000",
-        ],
-    );
-    wait_up(&control, &node).await;
+    let (_anvil, node) = anvil(
+        &control,
+        &["--block-time", "1", "--gas-limit", "3000000000"],
+    )
+    .await;
+    let (rpc_port, admin_port) = (free_port(), free_port());
     let txgate = spawn(
         &root().join("target/release/txgate"),
         &[
@@ -283,7 +244,7 @@ async fn main() {
         for target in order {
             // Each target of each round has accounts of its own.
             let (senders, raws) = sign_round(round * 2 + u64::from(target == "txgate"), &a);
-            fund(&control, &node, &senders).await;
+            fund(&control, &node, senders.iter().map(|e| e.address)).await;
             let url = if target == "direct" {
                 &node
             } else {

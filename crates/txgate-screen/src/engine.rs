@@ -534,17 +534,7 @@ impl Screen {
             CooldownCheck::Refuse {
                 assertion,
                 retry_after,
-            } => {
-                return Err(Rejection::Cooldown {
-                    fingerprint: fp.hash,
-                    assertion: self
-                        .assertions
-                        .describe(assertion)
-                        .filter(|k| !k.is_call())
-                        .map(|k| k.id),
-                    retry_after,
-                });
-            }
+            } => return Err(self.cooldown_refusal(fp.hash, assertion, retry_after)),
         }
         if suspect && let Some(p) = self.pending.get(&fp.hash, now) {
             let slot_end = p.at + self.settings.shaping_hold;
@@ -570,16 +560,27 @@ impl Screen {
             CooldownCheck::Refuse {
                 assertion,
                 retry_after,
-            } => Err(Rejection::Cooldown {
-                fingerprint: fp.hash,
-                assertion: self
-                    .assertions
-                    .describe(assertion)
-                    .filter(|k| !k.is_call())
-                    .map(|k| k.id),
-                retry_after,
-            }),
+            } => Err(self.cooldown_refusal(fp.hash, assertion, retry_after)),
             CooldownCheck::Clear | CooldownCheck::Trickle(_) => Ok(()),
+        }
+    }
+
+    /// The refusal of a call in cooldown: the assertion named unless the
+    /// cooldown is keyed by the call itself.
+    fn cooldown_refusal(
+        &self,
+        fingerprint: B256,
+        assertion: AssertionRef,
+        retry_after: Millis,
+    ) -> Rejection {
+        Rejection::Cooldown {
+            fingerprint,
+            assertion: self
+                .assertions
+                .describe(assertion)
+                .filter(|k| !k.is_call())
+                .map(|k| k.id),
+            retry_after,
         }
     }
 
