@@ -524,7 +524,8 @@ impl Screen {
             }
         }
         let call: CallKey = (fp.target, fp.selector);
-        // Peeked: the slot is taken by the last stage (`stage_trickle`).
+        // Peeked: the slot is taken at the end of the last stage
+        // (`take_trickle`, from `stage_backpressure`).
         match self.assertions.peek(&call, now) {
             CooldownCheck::Clear => {}
             CooldownCheck::Trickle(_) => {
