@@ -15,6 +15,8 @@
 //! like the other caches ([`TtlMap`]: a full map drops its oldest first) and
 //! swept by the upkeep. A window of 0 tracks nothing.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::assertion::CallKey;
 use crate::ttl::{Millis, TtlMap};
 
@@ -23,6 +25,9 @@ use crate::ttl::{Millis, TtlMap};
 pub struct HotCalls {
     window: Millis,
     calls: TtlMap<CallKey, ()>,
+    /// The latest end of any call's heat: past it nothing is hot, and the
+    /// request path answers "cold" without taking a shard's lock.
+    latest: AtomicU64,
 }
 
 impl HotCalls {
@@ -32,6 +37,7 @@ impl HotCalls {
         HotCalls {
             window,
             calls: TtlMap::new(if window == 0 { 1 } else { max_calls }),
+            latest: AtomicU64::new(0),
         }
     }
 
@@ -53,13 +59,18 @@ impl HotCalls {
                 items.push((call, (), until));
             }
         }
-        self.calls.insert_batch(&items);
+        if !items.is_empty() {
+            self.calls.insert_batch(&items);
+            self.latest.fetch_max(until, Ordering::Relaxed);
+        }
     }
 
     /// Whether `call` drew an invalidation within the window before `now`.
     #[inline]
     pub fn is_hot(&self, call: &CallKey, now: Millis) -> bool {
-        self.enabled() && self.calls.get(call, now).is_some()
+        self.enabled()
+            && now < self.latest.load(Ordering::Relaxed)
+            && self.calls.get(call, now).is_some()
     }
 
     /// When `call` cools down, if it is hot at `now`.
