@@ -30,13 +30,17 @@
 //!   [`SidecarConfig::sources`]) and their [`Protocol`];
 //! * [`aeges`]: `[aeges]`, [`AegesConfig`], the listener the Credible Layer
 //!   sidecar posts its failure reports to (source networks as [`IpNet`],
-//!   re-exported from the `ipnet` crate).
+//!   re-exported from the `ipnet` crate);
+//! * [`websocket`]: `[websocket]`, [`WebSocketConfig`]: JSON-RPC over
+//!   WebSocket on the client port, its per-connection limits, and the
+//!   node's WebSocket endpoint ([`Config::websocket_upstream`]).
 //!
 //! And two shared by all of them:
 //!
 //! * [`error`]: [`ConfigError`], which names the key at fault;
-//! * [`url`]: [`HttpUrl`], the one parser of `upstream.url` and the sidecar
-//!   URLs, used by `check-config` and by the clients alike.
+//! * [`url`]: [`HttpUrl`], the one parser of `upstream.url`, the sidecar
+//!   URLs and `websocket.upstream_url`, used by `check-config` and by the
+//!   clients alike.
 
 pub mod admin;
 pub mod admission;
@@ -54,6 +58,7 @@ pub mod shutdown;
 pub mod sidecar;
 pub mod upstream;
 pub mod url;
+pub mod websocket;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -119,6 +124,14 @@ pub use upstream::{
     DEFAULT_SYNC_CALL_TIMEOUT_MS, DEFAULT_UPSTREAM, UpstreamConfig,
 };
 pub use url::HttpUrl;
+pub use websocket::{
+    DEFAULT_WEBSOCKET_ENABLED, DEFAULT_WEBSOCKET_FRAME_BURST, DEFAULT_WEBSOCKET_IDLE_TIMEOUT_MS,
+    DEFAULT_WEBSOCKET_MAX_FRAME_BYTES, DEFAULT_WEBSOCKET_MAX_FRAMES_PER_SEC,
+    DEFAULT_WEBSOCKET_MAX_IN_FLIGHT_PER_CONNECTION, DEFAULT_WEBSOCKET_MAX_MESSAGE_BYTES,
+    DEFAULT_WEBSOCKET_MAX_SEND_QUEUE_BYTES, DEFAULT_WEBSOCKET_MAX_SUBSCRIPTIONS,
+    DEFAULT_WEBSOCKET_MAX_SUBSCRIPTIONS_PER_CONNECTION, DEFAULT_WEBSOCKET_PING_INTERVAL_MS,
+    DEFAULT_WEBSOCKET_UPSTREAM_URL, WebSocketConfig,
+};
 
 /// A network of source addresses (`aeges.report_allow`), from the `ipnet`
 /// crate, re-exported so that users of this crate need not depend on it.
@@ -154,6 +167,8 @@ pub struct Config {
     pub redis: RedisConfig,
     /// Conditional transactions.
     pub conditional: ConditionalConfig,
+    /// JSON-RPC over WebSocket on the client port, and its limits.
+    pub websocket: WebSocketConfig,
 }
 
 /// A default address constant, known to parse.
@@ -207,6 +222,7 @@ impl Config {
         self.aeges.validate()?;
         self.redis.validate()?;
         self.conditional.validate()?;
+        self.websocket.validate()?;
 
         let pool_max_idle = self.upstream.pool_max_idle;
         let max_in_flight = self.admission.max_in_flight;
@@ -240,7 +256,22 @@ impl Config {
                 }
             }
         }
+        // The node's WebSocket endpoint, set or derived from upstream.url.
+        self.websocket_upstream()?;
         Ok(())
+    }
+
+    /// The node's WebSocket endpoint: `websocket.upstream_url` parsed, or,
+    /// when it is empty, `ws://` with the authority and path of
+    /// `upstream.url` (`http://node:8546/rpc` gives `ws://node:8546/rpc`).
+    /// An error names the key it comes from.
+    pub fn websocket_upstream(&self) -> Result<HttpUrl, ConfigError> {
+        if let Some(url) = self.websocket.upstream_endpoint()? {
+            return Ok(url);
+        }
+        let http = self.upstream.endpoint()?;
+        let ws = format!("ws://{}{}", http.authority(), http.path());
+        HttpUrl::parse_ws(&ws).map_err(|e| ConfigError::new("upstream.url", e))
     }
 }
 
@@ -492,6 +523,69 @@ mod tests {
         let mut c = Config::default();
         c.aeges.listen = "127.0.0.1:9546".into();
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn websocket_upstream_is_set_or_derived_from_upstream_url() {
+        let c = Config::default();
+        let u = c.websocket_upstream().unwrap();
+        assert_eq!(
+            (u.host(), u.port(), u.authority(), u.path()),
+            ("127.0.0.1", 8546, "127.0.0.1:8546", "/")
+        );
+        let mut c = Config::default();
+        c.upstream.url = "http://[::1]:9000/rpc?key=a".into();
+        let u = c.websocket_upstream().unwrap();
+        assert_eq!(
+            (u.host(), u.port(), u.authority(), u.path()),
+            ("::1", 9000, "[::1]:9000", "/rpc?key=a")
+        );
+        c.upstream.url = "HTTP://node.internal".into();
+        let u = c.websocket_upstream().unwrap();
+        assert_eq!((u.host(), u.port(), u.path()), ("node.internal", 80, "/"));
+        // Set, it wins over upstream.url.
+        c.websocket.upstream_url = "ws://10.0.0.2:8547/ws".into();
+        c.validate().unwrap();
+        let u = c.websocket_upstream().unwrap();
+        assert_eq!((u.host(), u.port(), u.path()), ("10.0.0.2", 8547, "/ws"));
+        // Errors name the key they come from.
+        let mut c = Config::default();
+        c.websocket.upstream_url = "http://10.0.0.2:8547".into();
+        assert_eq!(
+            c.websocket_upstream().unwrap_err().key,
+            "websocket.upstream_url"
+        );
+        assert_eq!(c.validate().unwrap_err().key, "websocket.upstream_url");
+        let mut c = Config::default();
+        c.upstream.url = "https://node".into();
+        assert_eq!(c.websocket_upstream().unwrap_err().key, "upstream.url");
+    }
+
+    #[test]
+    fn websocket_section_is_read_and_checked() {
+        let c = Config::from_toml(
+            "[websocket]\nenabled = false\nupstream_url = \"ws://127.0.0.1:8547\"\n\
+             max_subscriptions = 5\nping_interval_ms = 0\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert!(!c.websocket.enabled);
+        assert_eq!(c.websocket.max_subscriptions, 5);
+        assert_eq!(c.websocket.ping_interval_ms, 0);
+        assert_eq!(
+            c.websocket.max_frames_per_sec,
+            DEFAULT_WEBSOCKET_MAX_FRAMES_PER_SEC
+        );
+        let e = Config::from_toml("[websocket]\nmax_frame_size = 1\n").unwrap_err();
+        assert!(e.message.contains("max_frame_size"), "{e}");
+        let e = Config::from_toml("[websocket]\nframe_burst = -1\n").unwrap_err();
+        assert_eq!(e.key, "websocket.frame_burst", "{e}");
+        let mut c = Config::default();
+        c.websocket.max_frame_bytes = c.websocket.max_message_bytes + 1;
+        assert_eq!(c.validate().unwrap_err().key, "websocket.max_frame_bytes");
+        let mut c = Config::default();
+        c.websocket.max_subscriptions = 0;
+        assert_eq!(c.validate().unwrap_err().key, "websocket.max_subscriptions");
     }
 
     #[test]

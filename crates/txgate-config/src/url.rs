@@ -1,10 +1,12 @@
 //! [`HttpUrl`]: the one parser of the `http://` endpoints txgate connects
-//! to (`upstream.url`, `sidecar.url`).
+//! to (`upstream.url`, `sidecar.url`) and of the `ws://` one
+//! (`websocket.upstream_url`).
 //!
-//! It accepts exactly what txgate's cleartext HTTP client can use, so that
+//! It accepts exactly what txgate's cleartext clients can use, so that
 //! `txgate check-config` and the daemon agree on every URL:
 //!
-//! * scheme `http://` only (the scheme is case-insensitive);
+//! * scheme `http://` only ([`HttpUrl::parse`]), or `ws://` only
+//!   ([`HttpUrl::parse_ws`]) (the scheme is case-insensitive);
 //! * a non-empty host: a host name (letters, digits, `-`, `.`, `_`, `~`),
 //!   an IPv4 address (a host of digits and dots must be one), or an IPv6
 //!   address in brackets (`[::1]`, no zone id);
@@ -17,7 +19,9 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-/// An `http://` endpoint, parsed once by [`HttpUrl::parse`].
+/// An `http://` (or `ws://`) endpoint, parsed once by [`HttpUrl::parse`]
+/// (or [`HttpUrl::parse_ws`]). The scheme is not kept: the caller knows
+/// which one it asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpUrl {
     host: String,
@@ -26,51 +30,32 @@ pub struct HttpUrl {
     path: String,
 }
 
-const SCHEME: &str = "http://";
+/// A scheme txgate accepts, and what it speaks over it (for the error).
+struct Scheme {
+    prefix: &'static str,
+    speaks: &'static str,
+}
+
+const HTTP: Scheme = Scheme {
+    prefix: "http://",
+    speaks: "cleartext HTTP",
+};
+const WS: Scheme = Scheme {
+    prefix: "ws://",
+    speaks: "cleartext WebSocket",
+};
 
 impl HttpUrl {
-    /// Parses `url`; the error says what is wrong and quotes `url`.
+    /// Parses an `http://` `url`; the error says what is wrong and quotes
+    /// `url`.
     pub fn parse(url: &str) -> Result<HttpUrl, String> {
-        let rest = match url.get(..SCHEME.len()) {
-            Some(scheme) if scheme.eq_ignore_ascii_case(SCHEME) => &url[SCHEME.len()..],
-            _ => {
-                return Err(format!(
-                    "`{url}` must start with http:// (txgate speaks cleartext HTTP only)"
-                ));
-            }
-        };
-        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let (authority, tail) = rest.split_at(end);
-        if authority.is_empty() {
-            return Err(format!("`{url}` has no host"));
-        }
-        if authority.contains('@') {
-            return Err(format!(
-                "`{url}` has user-info (`user@`), which txgate does not send"
-            ));
-        }
-        let (host, port) = split_authority(authority).map_err(|e| format!("`{url}`: {e}"))?;
-        if tail.contains('#') {
-            return Err(format!(
-                "`{url}` has a fragment (`#...`), which is never sent to a server"
-            ));
-        }
-        let path = match tail {
-            "" => "/".to_string(),
-            query if query.starts_with('?') => format!("/{query}"),
-            path => path.to_string(),
-        };
-        if !path.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(format!(
-                "`{url}`: the path must be printable ASCII with no spaces or control characters"
-            ));
-        }
-        Ok(HttpUrl {
-            host,
-            port,
-            authority: authority.to_string(),
-            path,
-        })
+        parse_with(url, &HTTP)
+    }
+
+    /// Parses a `ws://` `url` by the same rules as [`HttpUrl::parse`]; the
+    /// error says what is wrong and quotes `url`.
+    pub fn parse_ws(url: &str) -> Result<HttpUrl, String> {
+        parse_with(url, &WS)
     }
 
     /// Host to connect to: a host name, an IPv4 address, or an IPv6 address
@@ -93,6 +78,51 @@ impl HttpUrl {
     pub fn path(&self) -> &str {
         &self.path
     }
+}
+
+/// [`HttpUrl::parse`] for the scheme `scheme`.
+fn parse_with(url: &str, scheme: &Scheme) -> Result<HttpUrl, String> {
+    let Scheme { prefix, speaks } = scheme;
+    let rest = match url.get(..prefix.len()) {
+        Some(given) if given.eq_ignore_ascii_case(prefix) => &url[prefix.len()..],
+        _ => {
+            return Err(format!(
+                "`{url}` must start with {prefix} (txgate speaks {speaks} only)"
+            ));
+        }
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    if authority.is_empty() {
+        return Err(format!("`{url}` has no host"));
+    }
+    if authority.contains('@') {
+        return Err(format!(
+            "`{url}` has user-info (`user@`), which txgate does not send"
+        ));
+    }
+    let (host, port) = split_authority(authority).map_err(|e| format!("`{url}`: {e}"))?;
+    if tail.contains('#') {
+        return Err(format!(
+            "`{url}` has a fragment (`#...`), which is never sent to a server"
+        ));
+    }
+    let path = match tail {
+        "" => "/".to_string(),
+        query if query.starts_with('?') => format!("/{query}"),
+        path => path.to_string(),
+    };
+    if !path.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "`{url}`: the path must be printable ASCII with no spaces or control characters"
+        ));
+    }
+    Ok(HttpUrl {
+        host,
+        port,
+        authority: authority.to_string(),
+        path,
+    })
 }
 
 /// `host[:port]` or `[ipv6][:port]` into host (unbracketed) and port.
@@ -231,6 +261,63 @@ mod tests {
             let e = HttpUrl::parse(url).expect_err(url);
             assert!(e.contains(&format!("`{url}`")), "{url}: {e}");
             assert!(e.contains(why), "{url}: {e}");
+        }
+    }
+
+    #[test]
+    fn ws_urls_follow_the_same_rules() {
+        let s = |x: &str| x.to_string();
+        let ws = |url: &str| {
+            let u = HttpUrl::parse_ws(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+            (
+                u.host().to_string(),
+                u.port(),
+                u.authority().to_string(),
+                u.path().to_string(),
+            )
+        };
+        assert_eq!(
+            ws("ws://127.0.0.1:8546"),
+            (s("127.0.0.1"), 8546, s("127.0.0.1:8546"), s("/"))
+        );
+        assert_eq!(
+            ws("WS://node.internal/ws?key=a"),
+            (s("node.internal"), 80, s("node.internal"), s("/ws?key=a"))
+        );
+        assert_eq!(
+            ws("ws://[::1]:9000/x"),
+            (s("::1"), 9000, s("[::1]:9000"), s("/x"))
+        );
+        // Every refusal of an http:// URL refuses its ws:// twin, for the
+        // same reason.
+        for (url, why) in [
+            ("ws://", "no host"),
+            ("ws://h:0", "port `0`"),
+            ("ws://h:1:2", "brackets"),
+            ("ws://user@h:1", "user-info"),
+            ("ws://h:1/a b", "path"),
+            ("ws://h#frag", "fragment"),
+            ("ws://999.1.1.1", "IPv4"),
+        ] {
+            let e = HttpUrl::parse_ws(url).expect_err(url);
+            assert!(
+                e.contains(&format!("`{url}`")) && e.contains(why),
+                "{url}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_parser_takes_its_own_scheme_only() {
+        for url in ["http://h:1", "wss://h:1", "https://h:1", "h:1", ""] {
+            let e = HttpUrl::parse_ws(url).expect_err(url);
+            assert!(e.contains(&format!("`{url}`")), "{url}: {e}");
+            assert!(e.contains("must start with ws://"), "{url}: {e}");
+            assert!(e.contains("cleartext WebSocket"), "{url}: {e}");
+        }
+        for url in ["ws://h:1", "wss://h:1"] {
+            let e = HttpUrl::parse(url).expect_err(url);
+            assert!(e.contains("must start with http://"), "{url}: {e}");
         }
     }
 }

@@ -87,6 +87,11 @@ impl<'a> UpstreamResponse<'a> {
         self.error
     }
 
+    /// The upstream's result, if it answered with one.
+    pub fn result(&self) -> Option<&'a RawValue> {
+        self.result
+    }
+
     /// Reads the upstream id as the index txgate gave the call.
     pub fn index(&self) -> Option<usize> {
         self.id.and_then(|raw| raw.get().parse().ok())

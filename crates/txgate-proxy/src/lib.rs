@@ -314,14 +314,21 @@ impl Proxy {
 
     fn worker_share(&self) -> server::workers::Shared {
         let config = &self.config;
+        let admission = AdmissionLayer::new(
+            config.admission.max_in_flight,
+            config.admission.retry_after_secs,
+            self.metrics.clone(),
+        );
+        // One stop for the workers' accept loops and their WebSocket
+        // sessions.
+        let stop = tokio_util::sync::CancellationToken::new();
         server::workers::Shared {
             config: config.clone(),
             metrics: self.metrics.clone(),
-            admission: AdmissionLayer::new(
-                config.admission.max_in_flight,
-                config.admission.retry_after_secs,
-                self.metrics.clone(),
-            ),
+            admission: admission.clone(),
+            websockets: rpc::websocket::WebSockets::new(config, admission, stop.clone())
+                .map(Arc::new),
+            stop,
             client_limits: ClientLimitLayer::new(
                 self.client_limits.clone(),
                 config.admission.retry_after_secs,

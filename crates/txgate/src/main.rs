@@ -89,6 +89,25 @@ struct Cli {
     /// endpoints [admin.token_file].
     #[arg(long, env = "TXGATE_ADMIN_TOKEN_FILE", global = true)]
     admin_token_file: Option<PathBuf>,
+    /// JSON-RPC over WebSocket on the client port: true or false
+    /// [websocket.enabled].
+    #[arg(
+        long,
+        env = "TXGATE_WEBSOCKET",
+        global = true,
+        value_name = "true|false"
+    )]
+    websocket: Option<bool>,
+    /// The node's WebSocket endpoint, ws://host:port[/path]; empty: ws://
+    /// and the host, port and path of the upstream URL
+    /// [websocket.upstream_url].
+    #[arg(
+        long,
+        env = "TXGATE_WEBSOCKET_UPSTREAM",
+        global = true,
+        value_name = "URL"
+    )]
+    websocket_upstream: Option<String>,
     /// Screen, count and log, but forward everything [screen.monitor_only].
     #[arg(long, env = "TXGATE_MONITOR_ONLY", global = true)]
     monitor_only: bool,
@@ -155,6 +174,12 @@ impl Cli {
         }
         if let Some(v) = &self.admin_token_file {
             config.admin.token_file = Some(v.clone());
+        }
+        if let Some(v) = self.websocket {
+            config.websocket.enabled = v;
+        }
+        if let Some(v) = &self.websocket_upstream {
+            config.websocket.upstream_url = v.clone();
         }
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)
@@ -230,6 +255,7 @@ fn main() -> ExitCode {
         println!("  aeges         {}", aeges_listener(&config));
         println!("  conditional   {}", conditional_checks(&config));
         println!("  redis         {}", redis_link(&config));
+        println!("  websocket     {}", websocket_link(&config));
         return ExitCode::SUCCESS;
     }
     init_logging(&config);
@@ -408,6 +434,23 @@ fn redis_link(config: &Config) -> String {
         redis.redacted_url(),
         redis.sync_interval_ms,
         (redis.local_share * 100.0).round()
+    )
+}
+
+/// WebSocket: the node's endpoint and the main limits; "off".
+fn websocket_link(config: &Config) -> String {
+    let ws = &config.websocket;
+    if !ws.enabled {
+        return "off".to_string();
+    }
+    // The config is validated: the endpoint parses.
+    let upstream = match config.websocket_upstream() {
+        Ok(url) => format!("ws://{}{}", url.authority(), url.path()),
+        Err(e) => e.to_string(),
+    };
+    format!(
+        "on, upstream {upstream}, {} subscriptions per connection ({} in all), {}-byte messages",
+        ws.max_subscriptions_per_connection, ws.max_subscriptions, ws.max_message_bytes
     )
 }
 

@@ -71,6 +71,27 @@ impl AdmissionLayer {
     }
 }
 
+impl AdmissionLayer {
+    /// One in-flight slot, or [`Refusal::Overloaded`] (counted) when the cap
+    /// is reached: a message on a WebSocket, admitted like a request.
+    pub(crate) fn try_admit(&self) -> Result<Permit, Refusal> {
+        self.limit.try_admit()
+    }
+}
+
+impl Limit {
+    fn try_admit(self: &Arc<Self>) -> Result<Permit, Refusal> {
+        let previous = self.in_flight.fetch_add(1, Ordering::AcqRel);
+        if previous >= self.max {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            self.metrics.http.outcome(Outcome::Overloaded);
+            return Err(Refusal::Overloaded);
+        }
+        self.metrics.http.in_flight.inc();
+        Ok(Permit(self.clone()))
+    }
+}
+
 impl<S> Layer<S> for AdmissionLayer {
     type Service = Admission<S>;
     fn layer(&self, inner: S) -> Admission<S> {
@@ -90,7 +111,7 @@ pub struct Admission<S> {
 
 /// Holds one in-flight slot until dropped.
 #[derive(Debug)]
-struct Permit(Arc<Limit>);
+pub(crate) struct Permit(Arc<Limit>);
 
 impl Drop for Permit {
     fn drop(&mut self) {
@@ -112,18 +133,15 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let limit = &self.limit;
-        let previous = limit.in_flight.fetch_add(1, Ordering::AcqRel);
-        if previous >= limit.max {
-            limit.in_flight.fetch_sub(1, Ordering::AcqRel);
-            limit.metrics.http.outcome(Outcome::Overloaded);
-            let response = Refusal::Overloaded.respond(None, &limit.retry_after);
-            return ResponseFuture::Rejected {
-                response: Some(response),
-            };
-        }
-        limit.metrics.http.in_flight.inc();
-        let permit = Permit(limit.clone());
+        let permit = match self.limit.try_admit() {
+            Ok(permit) => permit,
+            Err(refusal) => {
+                let response = refusal.respond(None, &self.limit.retry_after);
+                return ResponseFuture::Rejected {
+                    response: Some(response),
+                };
+            }
+        };
         ResponseFuture::Admitted {
             future: self.inner.call(req),
             permit,

@@ -449,6 +449,13 @@ pub struct Charged {
 }
 
 impl Charged {
+    /// Charges `calls` calls and `txs` submissions in full: a message on a
+    /// WebSocket, after the upgrade request paid its own call.
+    pub fn charge(&self, calls: usize, txs: usize) -> Result<(), Refusal> {
+        let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        self.limits.charge(self.subject, clamp(calls), clamp(txs))
+    }
+
     /// Charges the calls beyond the first and the submissions.
     pub fn rest(&self, calls: usize, txs: usize) -> Result<(), Refusal> {
         let more = calls.saturating_sub(1);

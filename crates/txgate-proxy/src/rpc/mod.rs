@@ -11,6 +11,7 @@ pub mod conditional;
 pub mod policy;
 pub mod rescue;
 pub mod sync;
+pub mod websocket;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -37,6 +38,7 @@ use crate::limits::clients::Charged;
 use crate::ops::metrics::{ClearedAs, Metrics, Outcome, UpstreamFailure};
 use crate::rpc::policy::MethodPolicy;
 use crate::rpc::rescue::{Body, Refusal, json_response, no_content};
+use crate::rpc::sync::SyncSlot;
 use crate::screening::{self, Stack};
 use crate::server::identity::Client;
 use crate::upstream::{Upstream, is_json_content_type};
@@ -67,6 +69,8 @@ pub struct PerProcess {
     pub conditions: Arc<conditional::Conditions>,
     /// The cap and timeout of sync calls.
     pub sync: Arc<sync::SyncCalls>,
+    /// Client WebSockets (`None`: off).
+    pub websockets: Option<Arc<websocket::WebSockets>>,
 }
 
 /// Who sent a request, as the checks of its calls need it.
@@ -96,6 +100,7 @@ struct Shared {
     screening: Option<Screening>,
     /// `eth_sendRawTransactionSync`: its own cap in flight and timeout.
     sync: Arc<sync::SyncCalls>,
+    websockets: Option<Arc<websocket::WebSockets>>,
 }
 
 /// The innermost service of the client-facing stack.
@@ -121,6 +126,7 @@ impl RpcService {
             refusals,
             conditions,
             sync,
+            websockets,
         } = process;
         let screening = screen.map(|screen| Screening {
             stack: screening::stack(probe),
@@ -142,6 +148,7 @@ impl RpcService {
                 monitor_only: config.screen.monitor_only,
                 screening,
                 sync,
+                websockets,
             }),
         }
     }
@@ -164,7 +171,13 @@ where
         let shared = self.shared.clone();
         Box::pin(async move {
             let started = Instant::now();
-            let (outcome, response) = shared.handle(req).await;
+            let (outcome, response) = match &shared.websockets {
+                Some(ws) if websocket::wants_upgrade(&req) => {
+                    let ws = ws.clone();
+                    websocket::accept(shared.clone(), &ws, req).await
+                }
+                _ => shared.handle(req).await,
+            };
             shared.metrics.http.outcome(outcome);
             shared
                 .metrics
@@ -173,6 +186,40 @@ where
                 .observe(started.elapsed().as_secs_f64());
             Ok(response)
         })
+    }
+}
+
+/// What a frame costs the client's rates (calls, submissions) and the id a
+/// refusal of it is answered under.
+fn frame_cost<'a>(frame: &Frame<'a>) -> (usize, usize, Option<Id<'a>>) {
+    match frame {
+        Frame::Single(Entry::Call(call)) => (
+            1,
+            usize::from(screening::is_screened(&call.method)),
+            call.id,
+        ),
+        Frame::Single(Entry::Invalid(_)) => (1, 0, None),
+        Frame::Batch(entries) => (
+            entries.len(),
+            entries
+                .iter()
+                .filter(|e| matches!(e, Entry::Call(c) if screening::is_screened(&c.method)))
+                .count(),
+            None,
+        ),
+    }
+}
+
+/// The refusal of a body (or message) that is not a usable frame.
+fn frame_refusal(e: FrameError) -> Refusal {
+    match e {
+        FrameError::Parse => Refusal::Parse,
+        FrameError::NotARequest => Refusal::InvalidRequest(
+            "invalid request: body must be a request object or a batch array",
+        ),
+        FrameError::EmptyBatch => Refusal::InvalidRequest("invalid request: empty batch"),
+        FrameError::TooDeep => Refusal::InvalidRequest(txgate_jsonrpc::TOO_DEEP),
+        FrameError::BatchTooLarge { len, max } => Refusal::BatchTooLarge { len, max },
     }
 }
 
@@ -230,24 +277,7 @@ impl Shared {
         // against their own rate (the first call was charged before the
         // body was read).
         if let (Some(charged), Ok(frame)) = (&charged, &frame) {
-            let (calls, txs, id) = match frame {
-                Frame::Single(Entry::Call(call)) => (
-                    1,
-                    usize::from(screening::is_screened(&call.method)),
-                    call.id,
-                ),
-                Frame::Single(Entry::Invalid(_)) => (1, 0, None),
-                Frame::Batch(entries) => (
-                    entries.len(),
-                    entries
-                        .iter()
-                        .filter(
-                            |e| matches!(e, Entry::Call(c) if screening::is_screened(&c.method)),
-                        )
-                        .count(),
-                    None,
-                ),
-            };
+            let (calls, txs, id) = frame_cost(frame);
             if let Err(refusal) = charged.rest(calls, txs) {
                 return self.refuse(refusal, id);
             }
@@ -260,23 +290,7 @@ impl Shared {
                 self.refuse(Refusal::InvalidRequest(invalid.message), invalid.id)
             }
             Ok(Frame::Batch(entries)) => self.batch(&entries, body.len(), &from).await,
-            Err(FrameError::Parse) => self.refuse(Refusal::Parse, None),
-            Err(FrameError::NotARequest) => self.refuse(
-                Refusal::InvalidRequest(
-                    "invalid request: body must be a request object or a batch array",
-                ),
-                None,
-            ),
-            Err(FrameError::EmptyBatch) => self.refuse(
-                Refusal::InvalidRequest("invalid request: empty batch"),
-                None,
-            ),
-            Err(FrameError::TooDeep) => {
-                self.refuse(Refusal::InvalidRequest(txgate_jsonrpc::TOO_DEEP), None)
-            }
-            Err(FrameError::BatchTooLarge { len, max }) => {
-                self.refuse(Refusal::BatchTooLarge { len, max }, None)
-            }
+            Err(e) => self.refuse(frame_refusal(e), None),
         }
     }
 
@@ -417,34 +431,18 @@ impl Shared {
         }
     }
 
-    /// A batch: refusals answered here, the rest forwarded as one upstream
-    /// batch with positions as ids, answers put back in the caller's order.
-    async fn batch(
+    /// Policy and screening of every call of a batch, in the caller's
+    /// order (`Some`: refused), and the sync slots of the calls that pass,
+    /// held until the batch is answered. The screened calls run at most
+    /// `batch_concurrency` at once (a ShouldForward probe is a network round
+    /// trip).
+    async fn verdicts(
         &self,
         entries: &[Entry<'_>],
-        body_len: usize,
         from: &From<'_>,
-    ) -> (Outcome, Response<Body>) {
-        enum Slot {
-            /// No answer owed (a notification).
-            Silent,
-            /// Forwarded; the upstream owes the answer.
-            Awaiting,
-            /// Answer ready.
-            Done(Vec<u8>),
-        }
-        let mut slots = Vec::with_capacity(entries.len());
-        let mut upstream_body = Vec::with_capacity(body_len + 16 * entries.len());
-        upstream_body.push(b'[');
-        let mut forwarded = 0usize;
-        let mut first_refusal = None;
-
-        // Policy and screening of every call; the screened ones run at
-        // most `batch_concurrency` at once (a ShouldForward probe is a
-        // network round trip), their verdicts kept in the caller's order.
+    ) -> (Vec<Option<Refusal>>, Vec<(usize, SyncSlot)>) {
         let mut verdicts: Vec<Option<Refusal>> = Vec::with_capacity(entries.len());
         let mut screened: Vec<Screened<'_>> = Vec::new();
-        // The sync calls' slots, held until the batch is answered.
         let mut syncs = Vec::new();
         for (index, entry) in entries.iter().enumerate() {
             let verdict = match entry {
@@ -486,6 +484,33 @@ impl Shared {
         }
         // A sync call refused by its checks gives its slot back now.
         syncs.retain(|(index, _)| verdicts[*index].is_none());
+
+        (verdicts, syncs)
+    }
+
+    /// A batch: refusals answered here, the rest forwarded as one upstream
+    /// batch with positions as ids, answers put back in the caller's order.
+    async fn batch(
+        &self,
+        entries: &[Entry<'_>],
+        body_len: usize,
+        from: &From<'_>,
+    ) -> (Outcome, Response<Body>) {
+        enum Slot {
+            /// No answer owed (a notification).
+            Silent,
+            /// Forwarded; the upstream owes the answer.
+            Awaiting,
+            /// Answer ready.
+            Done(Vec<u8>),
+        }
+        let mut slots = Vec::with_capacity(entries.len());
+        let mut upstream_body = Vec::with_capacity(body_len + 16 * entries.len());
+        upstream_body.push(b'[');
+        let mut forwarded = 0usize;
+        let mut first_refusal = None;
+
+        let (verdicts, syncs) = self.verdicts(entries, from).await;
 
         for (index, (entry, verdict)) in entries.iter().zip(verdicts).enumerate() {
             let slot = match entry {

@@ -71,6 +71,13 @@ pub enum Refusal {
     Screened(Rejection),
     /// A conditional transaction refused before screening.
     Conditional(crate::rpc::conditional::ConditionRefusal),
+    /// `eth_subscribe` over a WebSocket subscription cap.
+    TooManySubscriptions {
+        /// The cap.
+        max: usize,
+        /// The socket's own cap (else the process's).
+        per_connection: bool,
+    },
 }
 
 /// How a refusal is answered.
@@ -187,6 +194,9 @@ impl Refusal {
                 code::TRANSACTION_REJECTED,
                 Outcome::Screened,
             ),
+            Refusal::TooManySubscriptions { .. } => {
+                class(StatusCode::OK, code::LIMIT_EXCEEDED, Outcome::RateLimited)
+            }
             // op-geth's and op-txproxy's codes, HTTP 200 as theirs.
             Refusal::Conditional(refusal) => match refusal {
                 ConditionRefusal::Missing | ConditionRefusal::Undecodable(_) => {
@@ -256,6 +266,17 @@ impl Refusal {
             Refusal::UpstreamUnavailable => "upstream unavailable".into(),
             Refusal::UpstreamTimeout => "upstream timed out".into(),
             Refusal::InvalidParams(message) => (*message).into(),
+            Refusal::TooManySubscriptions {
+                max,
+                per_connection,
+            } => format!(
+                "limit exceeded: {} of {max} subscriptions",
+                if *per_connection {
+                    "this connection already holds its maximum"
+                } else {
+                    "txgate already holds its maximum"
+                }
+            ),
             Refusal::Conditional(refusal) => match refusal {
                 ConditionRefusal::Disabled => "endpoint disabled".into(),
                 ConditionRefusal::Missing => {
@@ -320,6 +341,19 @@ impl Refusal {
     /// The error's `data`: for screening refusals, the reason, the
     /// fingerprint, the assertion ids and a retry hint.
     pub fn data(&self) -> Option<Box<RawValue>> {
+        if let Refusal::TooManySubscriptions {
+            max,
+            per_connection,
+        } = self
+        {
+            let reason = if *per_connection {
+                "subscriptions_per_connection"
+            } else {
+                "subscriptions"
+            };
+            let data = serde_json::json!({"reason": reason, "max": max});
+            return serde_json::value::to_raw_value(&data).ok();
+        }
         if let Refusal::RateLimited {
             limit,
             retry_after_ms,
@@ -401,6 +435,12 @@ impl Refusal {
             &self.message(),
             data.as_deref(),
         );
+    }
+
+    /// Writes this refusal under an id kept as its JSON text.
+    pub fn write_raw_id(&self, out: &mut Vec<u8>, id: Option<&str>) {
+        let data = self.data();
+        encode::write_error(out, id, self.class().code, &self.message(), data.as_deref());
     }
 
     /// The whole HTTP response for this refusal.

@@ -8,6 +8,7 @@
 //! before screening: over it the call is refused at once (HTTP 429,
 //! -32005), and the other slots stay free for fast calls.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -32,11 +33,11 @@ pub struct SyncCalls {
 
 /// One sync call's slot, given back when dropped.
 #[derive(Debug)]
-pub struct SyncSlot<'a> {
-    calls: &'a SyncCalls,
+pub struct SyncSlot {
+    calls: Arc<SyncCalls>,
 }
 
-impl Drop for SyncSlot<'_> {
+impl Drop for SyncSlot {
     fn drop(&mut self) {
         self.calls.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.calls.gauge.dec();
@@ -61,7 +62,7 @@ impl SyncCalls {
 
     /// A slot when `method` is the sync method (`Ok(None)` for any other);
     /// [`Refusal::SyncOverloaded`] when every slot is taken.
-    pub fn enter(&self, method: &str) -> Result<Option<SyncSlot<'_>>, Refusal> {
+    pub fn enter(self: &Arc<Self>, method: &str) -> Result<Option<SyncSlot>, Refusal> {
         if method != METHOD {
             return Ok(None);
         }
@@ -75,7 +76,9 @@ impl SyncCalls {
             return Err(Refusal::SyncOverloaded);
         }
         self.gauge.inc();
-        Ok(Some(SyncSlot { calls: self }))
+        Ok(Some(SyncSlot {
+            calls: self.clone(),
+        }))
     }
 
     /// The upstream timeout of a request that holds `slots` sync slots
@@ -98,7 +101,7 @@ mod tests {
         let mut config = Config::default();
         config.admission.max_sync_in_flight = 2;
         let metrics = Metrics::new();
-        let sync = SyncCalls::new(&config, &metrics);
+        let sync = Arc::new(SyncCalls::new(&config, &metrics));
         assert!(sync.enter("eth_sendRawTransaction").unwrap().is_none());
         let a = sync.enter(METHOD).unwrap().unwrap();
         let b = sync.enter(METHOD).unwrap().unwrap();

@@ -22,6 +22,7 @@ use txgate_config::{ForwardedHeader, ProxyProtocol, ServerConfig};
 use txgate_identity::forwarded::{self, How};
 use txgate_identity::{TrustedProxies, canonical};
 
+use super::ConnectionSlot;
 use super::proxy_protocol::{self, Prefixed};
 use crate::ops::metrics::Metrics;
 
@@ -182,14 +183,21 @@ pub(crate) struct Identified<S> {
     inner: S,
     edge: Arc<Edge>,
     connection: Connection,
+    slot: Arc<ConnectionSlot>,
 }
 
 impl<S> Identified<S> {
-    pub(crate) fn new(inner: S, edge: Arc<Edge>, connection: Connection) -> Identified<S> {
+    pub(crate) fn new(
+        inner: S,
+        edge: Arc<Edge>,
+        connection: Connection,
+        slot: Arc<ConnectionSlot>,
+    ) -> Identified<S> {
         Identified {
             inner,
             edge,
             connection,
+            slot,
         }
     }
 }
@@ -208,6 +216,10 @@ where
 
     fn call(&mut self, mut req: Request<B>) -> S::Future {
         let client = self.edge.client(self.connection, req.headers());
+        // An upgrade takes the connection's slot with it.
+        if req.headers().contains_key(http::header::UPGRADE) {
+            req.extensions_mut().insert(self.slot.clone());
+        }
         req.extensions_mut().insert(client);
         self.inner.call(req)
     }

@@ -21,7 +21,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::Service;
 
 use crate::ops::metrics::Metrics;
@@ -157,15 +157,17 @@ where
         };
         let _ = stream.set_nodelay(true);
         metrics.http.connections_total.inc();
-        metrics.http.open_connections.inc();
+        let slot = Arc::new(ConnectionSlot::new(
+            permit,
+            metrics.http.open_connections.clone(),
+        ));
         // Watched from accept; one still reading its PROXY header or first
         // bytes when the drain begins is closed then (`opening`).
         let watcher = graceful.watcher();
-        let (builder, service, edge, metrics, opening) = (
+        let (builder, service, edge, opening) = (
             builder.clone(),
             service.clone(),
             edge.clone(),
-            metrics.clone(),
             opening.clone(),
         );
         tokio::spawn(async move {
@@ -174,7 +176,7 @@ where
                 () = opening.cancelled() => None,
             };
             if let Some((io, connection)) = opened {
-                let service = Identified::new(service, edge, connection);
+                let service = Identified::new(service, edge, connection, slot.clone());
                 let connection = builder
                     .serve_connection_with_upgrades(
                         TokioIo::new(io),
@@ -185,8 +187,9 @@ where
                     tracing::debug!(error = %e, "connection ended with an error");
                 }
             }
-            metrics.http.open_connections.dec();
-            drop(permit);
+            // A connection upgraded to a WebSocket keeps its slot until
+            // the session ends.
+            drop(slot);
         });
     }
 
@@ -197,12 +200,44 @@ where
         grace_ms = settings.grace_period.as_millis() as u64,
         "draining connections"
     );
+    // HTTP connections finish their calls; WebSocket sessions (told by the
+    // same stop) answer theirs and close: every slot comes back.
+    let all = u32::try_from(settings.max_connections).unwrap_or(u32::MAX);
+    let drained = async {
+        graceful.shutdown().await;
+        let _ = slots.acquire_many(all).await;
+    };
     Ok(
-        match tokio::time::timeout(settings.grace_period, graceful.shutdown()).await {
+        match tokio::time::timeout(settings.grace_period, drained).await {
             Ok(()) => Drained::Clean,
             Err(_) => Drained::TimedOut,
         },
     )
+}
+
+/// A client connection's place under `server.max_connections`, given back
+/// (and the open-connections gauge lowered) when its last holder drops it:
+/// the accept task, or the WebSocket session the connection became.
+#[derive(Debug)]
+pub struct ConnectionSlot {
+    _permit: OwnedSemaphorePermit,
+    open: prometheus::IntGauge,
+}
+
+impl ConnectionSlot {
+    fn new(permit: OwnedSemaphorePermit, open: prometheus::IntGauge) -> ConnectionSlot {
+        open.inc();
+        ConnectionSlot {
+            _permit: permit,
+            open,
+        }
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ use crate::rpc::PerProcess;
 use crate::rpc::RpcService;
 use crate::rpc::conditional::Conditions;
 use crate::rpc::sync::SyncCalls;
+use crate::rpc::websocket::WebSockets;
 use crate::screening::{ProbeClient, RefusalLog, VerdictCache};
 use crate::server::identity::Edge;
 use crate::server::{self, Drained, ServerSettings};
@@ -39,6 +40,10 @@ pub(crate) struct Shared {
     pub(crate) config: Arc<Config>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) admission: AdmissionLayer,
+    /// Client WebSockets (`None`: off).
+    pub(crate) websockets: Option<Arc<WebSockets>>,
+    /// Cancelled to drain: the accept loops and the WebSocket sessions.
+    pub(crate) stop: CancellationToken,
     /// Per-client rates, before admission.
     pub(crate) client_limits: ClientLimitLayer,
     pub(crate) settings: ServerSettings,
@@ -70,7 +75,7 @@ impl Workers {
         shared: &Shared,
         fatal: &FatalSender,
     ) -> io::Result<Workers> {
-        let stop = CancellationToken::new();
+        let stop = shared.stop.clone();
         let mut threads = Vec::with_capacity(listeners.len());
         for (index, listener) in listeners.into_iter().enumerate() {
             let (shared, stop) = (shared.clone(), stop.clone());
@@ -132,6 +137,8 @@ fn serve(
         config,
         metrics,
         admission,
+        websockets,
+        stop: _,
         client_limits,
         settings,
         edge,
@@ -186,6 +193,7 @@ fn serve(
                     refusals,
                     conditions,
                     sync,
+                    websockets,
                 },
             ));
         server::serve(

@@ -36,6 +36,50 @@ fn shipped_config_checks() {
         ),
         "{out}"
     );
+    assert!(
+        out.contains(
+            "\n  websocket     on, upstream ws://127.0.0.1:8546/, 32 subscriptions per \
+             connection (10000 in all), 5242880-byte messages\n"
+        ),
+        "{out}"
+    );
+}
+
+/// `[websocket]` is shown by `check-config`, after the redis line, and
+/// switched and pointed by its flag and environment variable.
+#[test]
+fn check_config_shows_websocket() {
+    let config = TempFile::new(
+        "[upstream]\nurl = \"http://127.0.0.1:7001/rpc\"\n\
+         [websocket]\nmax_subscriptions_per_connection = 4\n",
+    );
+    let (code, out, err) = txgate(&["check-config", "--config", config.arg()], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "  websocket     on, upstream ws://127.0.0.1:7001/rpc, 4 subscriptions per \
+             connection (10000 in all), 5242880-byte messages"
+        ),
+        "{out}"
+    );
+    let redis = out.find("  redis ").expect("redis line");
+    let websocket = out.find("  websocket ").expect("websocket line");
+    assert!(redis < websocket, "{out}");
+    let (code, out, err) = txgate(
+        &["check-config", "--config", config.arg()],
+        &[("TXGATE_WEBSOCKET_UPSTREAM", "ws://10.0.0.2:8547/ws")],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("upstream ws://10.0.0.2:8547/ws,"), "{out}");
+    let (code, out, err) = txgate(
+        &["check-config", "--websocket", "false"],
+        &[("TXGATE_WEBSOCKET", "true")],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("  websocket     off\n"), "{out}");
+    let (code, out, err) = txgate(&["check-config"], &[("TXGATE_WEBSOCKET", "false")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("  websocket     off\n"), "{out}");
 }
 
 #[test]
@@ -133,6 +177,10 @@ fn settings_that_cannot_work_are_refused_by_check_config() {
         (&["--upstream", "http://:8545"][..], "upstream.url"),
         (&["--sidecar", "http://127.0.0.1:99999"][..], "sidecar.url"),
         (&["--log-level", "txgate=loud=yes"][..], "log.level"),
+        (
+            &["--websocket-upstream", "http://127.0.0.1:8546"][..],
+            "websocket.upstream_url",
+        ),
         (
             &["--ban-snapshot", "/nonexistent-dir/bans.bin"][..],
             "screen.snapshot_path",

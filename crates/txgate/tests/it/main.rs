@@ -28,3 +28,4 @@ mod shutdown_under_load;
 mod sidecar_loop;
 mod support;
 mod sync_calls;
+mod websocket;

@@ -237,7 +237,10 @@ async fn the_demo_story_end_to_end() {
         ) >= 4.0
     })
     .await;
-    assert!(all_received, "the sidecar's four invalidations never all arrived");
+    assert!(
+        all_received,
+        "the sidecar's four invalidations never all arrived"
+    );
 
     let m = l.txgate.metrics().await;
     let refusals = |reason: &str| {

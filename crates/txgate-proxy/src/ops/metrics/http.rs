@@ -105,11 +105,13 @@ pub enum Outcome {
     RateLimited,
     /// An unknown API key (401).
     Unauthorized,
+    /// Upgraded to a WebSocket (101).
+    Upgraded,
 }
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 19] = [
+    pub const ALL: [Outcome; 20] = [
         Outcome::Forwarded,
         Outcome::Notification,
         Outcome::Overloaded,
@@ -129,6 +131,7 @@ impl Outcome {
         Outcome::Screened,
         Outcome::RateLimited,
         Outcome::Unauthorized,
+        Outcome::Upgraded,
     ];
 
     /// The label value.
@@ -153,6 +156,7 @@ impl Outcome {
             Outcome::Screened => "screened",
             Outcome::RateLimited => "rate_limited",
             Outcome::Unauthorized => "unauthorized",
+            Outcome::Upgraded => "upgraded",
         }
     }
 }

@@ -8,6 +8,8 @@
 //! - [`http`]: calls, responses by outcome, connections, in flight.
 //! - [`client`]: PROXY protocol headers, where each client came from.
 //! - [`limits`]: per-client limit refusals.
+//! - [`websocket`]: client WebSockets: sockets, messages, subscriptions,
+//!   closes.
 //! - [`upstream`]: upstream failures, round trip, health.
 //! - [`screen`]: screening decisions, caches, invalidations.
 //! - [`sidecar`]: the invalidation stream and the ShouldForward probe.
@@ -31,6 +33,7 @@ pub mod sidecar;
 pub mod snapshot;
 pub mod upstream;
 pub mod verify;
+pub mod websocket;
 
 use prometheus::{Encoder, Registry, TextEncoder};
 
@@ -46,6 +49,7 @@ pub use sidecar::SidecarMetrics;
 pub use snapshot::SnapshotMetrics;
 pub use upstream::{UpstreamFailure, UpstreamMetrics};
 pub use verify::VerifyMetrics;
+pub use websocket::{WebSocketMetrics, WsClose, WsSent};
 
 use registrar::Registrar;
 
@@ -76,6 +80,8 @@ pub struct Metrics {
     pub admin: AdminMetrics,
     /// Conditional transactions.
     pub conditional: ConditionalMetrics,
+    /// Client WebSockets.
+    pub websocket: WebSocketMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -101,8 +107,10 @@ impl Metrics {
         let (aeges, verify) = (AegesMetrics::new(&r), VerifyMetrics::new(&r));
         let (client, limits) = (ClientMetrics::new(&r), LimitMetrics::new(&r));
         let (admin, conditional) = (AdminMetrics::new(&r), ConditionalMetrics::new(&r));
+        let websocket = WebSocketMetrics::new(&r);
         Metrics {
             registry,
+            websocket,
             admin,
             conditional,
             client,

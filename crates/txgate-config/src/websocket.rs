@@ -1,0 +1,261 @@
+//! `[websocket]`: JSON-RPC over WebSocket on the client port, relayed to
+//! the node's WebSocket endpoint, and the limits that keep one socket from
+//! holding more than its share.
+//!
+//! Every limit is per connection except `max_subscriptions`, which holds
+//! for the whole process. The node's endpoint defaults to `upstream.url`
+//! with the scheme `ws://` ([`Config::websocket_upstream`]).
+//!
+//! [`Config::websocket_upstream`]: crate::Config::websocket_upstream
+
+use serde::Deserialize;
+
+use crate::error::{ConfigError, require_positive};
+use crate::url::HttpUrl;
+
+/// Default: WebSocket upgrades taken on the client port.
+pub const DEFAULT_WEBSOCKET_ENABLED: bool = true;
+/// Default: the node's WebSocket endpoint is `upstream.url` with `ws://`.
+pub const DEFAULT_WEBSOCKET_UPSTREAM_URL: &str = "";
+/// Default: largest message after reassembly, as `rpc.max_body_bytes`
+/// (5 MiB).
+pub const DEFAULT_WEBSOCKET_MAX_MESSAGE_BYTES: usize = 5 * 1024 * 1024;
+/// Default: largest single frame (1 MiB).
+pub const DEFAULT_WEBSOCKET_MAX_FRAME_BYTES: usize = 1024 * 1024;
+/// Default: frames a second from one client, sustained.
+pub const DEFAULT_WEBSOCKET_MAX_FRAMES_PER_SEC: u32 = 500;
+/// Default: frames one client may send at once above its rate.
+pub const DEFAULT_WEBSOCKET_FRAME_BURST: u32 = 1000;
+/// Default: subscriptions one connection may hold.
+pub const DEFAULT_WEBSOCKET_MAX_SUBSCRIPTIONS_PER_CONNECTION: usize = 32;
+/// Default: subscriptions the whole process may hold.
+pub const DEFAULT_WEBSOCKET_MAX_SUBSCRIPTIONS: usize = 10_000;
+/// Default: calls of one socket awaiting an answer.
+pub const DEFAULT_WEBSOCKET_MAX_IN_FLIGHT_PER_CONNECTION: usize = 256;
+/// Default: bytes queued to one client that does not read (8 MiB).
+pub const DEFAULT_WEBSOCKET_MAX_SEND_QUEUE_BYTES: usize = 8 * 1024 * 1024;
+/// Default: silence, either way, before a socket is closed (5 minutes).
+pub const DEFAULT_WEBSOCKET_IDLE_TIMEOUT_MS: u64 = 300_000;
+/// Default: interval of txgate's pings to the client.
+pub const DEFAULT_WEBSOCKET_PING_INTERVAL_MS: u64 = 30_000;
+
+/// JSON-RPC over WebSocket.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebSocketConfig {
+    /// Whether WebSocket upgrades are taken on the client port; false: no
+    /// WebSocket, the port serves JSON-RPC over HTTP only.
+    pub enabled: bool,
+    /// The node's WebSocket endpoint, `ws://host[:port][/path]` (the rules
+    /// of [`HttpUrl`], cleartext only like `upstream.url`); empty: `ws://`
+    /// and the authority and path of `upstream.url`.
+    pub upstream_url: String,
+    /// Largest message from a client, in bytes, once its frames are
+    /// reassembled; one byte more closes the socket with 1009 (message too
+    /// big).
+    pub max_message_bytes: usize,
+    /// Largest single frame from a client, in bytes (at most
+    /// `max_message_bytes`); one byte more closes the socket with 1009.
+    pub max_frame_bytes: usize,
+    /// Frames a second one connection may send, sustained (GCRA, with
+    /// `frame_burst`); a frame beyond the rate closes the socket with 1008
+    /// (policy violation).
+    pub max_frames_per_sec: u32,
+    /// Frames one connection may send at once above `max_frames_per_sec`;
+    /// beyond it, 1008 as for the rate.
+    pub frame_burst: u32,
+    /// Subscriptions one connection may hold; one more `eth_subscribe` is
+    /// refused with a JSON-RPC error, and the socket stays open.
+    pub max_subscriptions_per_connection: usize,
+    /// Subscriptions the whole process may hold, over every connection; one
+    /// more `eth_subscribe` is refused with a JSON-RPC error.
+    pub max_subscriptions: usize,
+    /// Calls of one socket awaiting an answer from the node; at the cap
+    /// txgate stops reading that socket until an answer frees a slot.
+    pub max_in_flight_per_connection: usize,
+    /// Bytes queued to a client that does not read its messages; beyond it
+    /// the connection is dropped and counted (`slow_reader`).
+    pub max_send_queue_bytes: usize,
+    /// Milliseconds with no message either way before the socket is closed
+    /// with 1000 "idle".
+    pub idle_timeout_ms: u64,
+    /// Milliseconds between txgate's pings to the client; a pong not back
+    /// within another interval closes the socket. 0: no pings.
+    pub ping_interval_ms: u64,
+}
+
+impl Default for WebSocketConfig {
+    fn default() -> Self {
+        WebSocketConfig {
+            enabled: DEFAULT_WEBSOCKET_ENABLED,
+            upstream_url: DEFAULT_WEBSOCKET_UPSTREAM_URL.to_string(),
+            max_message_bytes: DEFAULT_WEBSOCKET_MAX_MESSAGE_BYTES,
+            max_frame_bytes: DEFAULT_WEBSOCKET_MAX_FRAME_BYTES,
+            max_frames_per_sec: DEFAULT_WEBSOCKET_MAX_FRAMES_PER_SEC,
+            frame_burst: DEFAULT_WEBSOCKET_FRAME_BURST,
+            max_subscriptions_per_connection: DEFAULT_WEBSOCKET_MAX_SUBSCRIPTIONS_PER_CONNECTION,
+            max_subscriptions: DEFAULT_WEBSOCKET_MAX_SUBSCRIPTIONS,
+            max_in_flight_per_connection: DEFAULT_WEBSOCKET_MAX_IN_FLIGHT_PER_CONNECTION,
+            max_send_queue_bytes: DEFAULT_WEBSOCKET_MAX_SEND_QUEUE_BYTES,
+            idle_timeout_ms: DEFAULT_WEBSOCKET_IDLE_TIMEOUT_MS,
+            ping_interval_ms: DEFAULT_WEBSOCKET_PING_INTERVAL_MS,
+        }
+    }
+}
+
+impl WebSocketConfig {
+    /// `websocket.upstream_url` parsed, `None` when it is empty (then the
+    /// endpoint comes from `upstream.url`:
+    /// [`Config::websocket_upstream`](crate::Config::websocket_upstream)).
+    pub fn upstream_endpoint(&self) -> Result<Option<HttpUrl>, ConfigError> {
+        if self.upstream_url.is_empty() {
+            return Ok(None);
+        }
+        HttpUrl::parse_ws(&self.upstream_url)
+            .map(Some)
+            .map_err(|e| ConfigError::new("websocket.upstream_url", e))
+    }
+
+    /// Checks the `websocket.*` keys on their own: the URL when set, every
+    /// number above 0 (but `ping_interval_ms`, 0: no pings), and a frame
+    /// no larger than a message. Checked whether or not `enabled`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.upstream_endpoint()?;
+        require_positive(&[
+            ("websocket.max_message_bytes", self.max_message_bytes as u64),
+            ("websocket.max_frame_bytes", self.max_frame_bytes as u64),
+            (
+                "websocket.max_frames_per_sec",
+                u64::from(self.max_frames_per_sec),
+            ),
+            ("websocket.frame_burst", u64::from(self.frame_burst)),
+            (
+                "websocket.max_subscriptions_per_connection",
+                self.max_subscriptions_per_connection as u64,
+            ),
+            ("websocket.max_subscriptions", self.max_subscriptions as u64),
+            (
+                "websocket.max_in_flight_per_connection",
+                self.max_in_flight_per_connection as u64,
+            ),
+            (
+                "websocket.max_send_queue_bytes",
+                self.max_send_queue_bytes as u64,
+            ),
+            ("websocket.idle_timeout_ms", self.idle_timeout_ms),
+        ])?;
+        if self.max_frame_bytes > self.max_message_bytes {
+            return Err(ConfigError::new(
+                "websocket.max_frame_bytes",
+                format!(
+                    "{} is above websocket.max_message_bytes ({}): a message is one frame or more",
+                    self.max_frame_bytes, self.max_message_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Change = fn(&mut WebSocketConfig);
+
+    fn refused(change: impl FnOnce(&mut WebSocketConfig)) -> ConfigError {
+        let mut c = WebSocketConfig::default();
+        change(&mut c);
+        c.validate().unwrap_err()
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = WebSocketConfig::default();
+        c.validate().unwrap();
+        assert!(c.enabled);
+        assert_eq!(c.upstream_endpoint().unwrap(), None);
+        assert_eq!(c.max_message_bytes, 5_242_880);
+        assert_eq!(c.max_frame_bytes, 1_048_576);
+        assert_eq!(c.max_send_queue_bytes, 8_388_608);
+    }
+
+    #[test]
+    fn each_rule_names_its_key() {
+        let cases: [(Change, &str); 13] = [
+            (|c| c.max_message_bytes = 0, "websocket.max_message_bytes"),
+            (|c| c.max_frame_bytes = 0, "websocket.max_frame_bytes"),
+            (|c| c.max_frames_per_sec = 0, "websocket.max_frames_per_sec"),
+            (|c| c.frame_burst = 0, "websocket.frame_burst"),
+            (
+                |c| c.max_subscriptions_per_connection = 0,
+                "websocket.max_subscriptions_per_connection",
+            ),
+            (|c| c.max_subscriptions = 0, "websocket.max_subscriptions"),
+            (
+                |c| c.max_in_flight_per_connection = 0,
+                "websocket.max_in_flight_per_connection",
+            ),
+            (
+                |c| c.max_send_queue_bytes = 0,
+                "websocket.max_send_queue_bytes",
+            ),
+            (|c| c.idle_timeout_ms = 0, "websocket.idle_timeout_ms"),
+            (
+                |c| c.max_frame_bytes = c.max_message_bytes + 1,
+                "websocket.max_frame_bytes",
+            ),
+            (
+                |c| c.upstream_url = "http://127.0.0.1:8546".into(),
+                "websocket.upstream_url",
+            ),
+            (
+                |c| c.upstream_url = "wss://node:8546".into(),
+                "websocket.upstream_url",
+            ),
+            (
+                |c| c.upstream_url = "ws://node:0".into(),
+                "websocket.upstream_url",
+            ),
+        ];
+        for (change, key) in cases {
+            let e = refused(change);
+            assert_eq!(e.key, key, "{e}");
+        }
+    }
+
+    #[test]
+    fn what_is_allowed() {
+        // No pings; a frame as large as a message; off, still checked.
+        let c = WebSocketConfig {
+            ping_interval_ms: 0,
+            max_frame_bytes: DEFAULT_WEBSOCKET_MAX_MESSAGE_BYTES,
+            enabled: false,
+            ..WebSocketConfig::default()
+        };
+        c.validate().unwrap();
+        let c = WebSocketConfig {
+            enabled: false,
+            idle_timeout_ms: 0,
+            ..WebSocketConfig::default()
+        };
+        assert_eq!(c.validate().unwrap_err().key, "websocket.idle_timeout_ms");
+    }
+
+    #[test]
+    fn a_set_url_is_parsed() {
+        let c = WebSocketConfig {
+            upstream_url: "ws://[::1]:8546/ws".into(),
+            ..WebSocketConfig::default()
+        };
+        c.validate().unwrap();
+        let u = c.upstream_endpoint().unwrap().unwrap();
+        assert_eq!((u.host(), u.port(), u.path()), ("::1", 8546, "/ws"));
+        let e = refused(|c| c.upstream_url = "http://h:1".into());
+        assert!(e.message.contains("must start with ws://"), "{e}");
+        assert!(
+            e.to_string().starts_with("`websocket.upstream_url`: "),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,175 @@
+//! WebSocket metrics: open sockets, upgrades, messages each way,
+//! subscriptions, and why sockets closed.
+
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
+
+use super::Outcome;
+use super::registrar::Registrar;
+
+/// Why a WebSocket session ended; one counter each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WsClose {
+    /// The client closed (or its connection ended).
+    Client,
+    /// The node's socket closed or failed: the client got 1011.
+    Upstream,
+    /// No message either way for `websocket.idle_timeout_ms`: 1000.
+    Idle,
+    /// A ping went unanswered: 1008.
+    PingTimeout,
+    /// txgate is shutting down: 1001 once in-flight calls are answered.
+    Shutdown,
+    /// The client did not read: its send queue passed
+    /// `websocket.max_send_queue_bytes` and the connection was dropped.
+    SlowReader,
+    /// A message or frame over its cap: 1009.
+    TooBig,
+    /// Frames faster than `websocket.max_frames_per_sec`: 1008.
+    FrameRate,
+    /// A binary message: 1003.
+    Binary,
+    /// A protocol error or invalid UTF-8: 1002 or 1007.
+    Protocol,
+}
+
+impl WsClose {
+    /// Every reason, in label order.
+    pub const ALL: [WsClose; 10] = [
+        WsClose::Client,
+        WsClose::Upstream,
+        WsClose::Idle,
+        WsClose::PingTimeout,
+        WsClose::Shutdown,
+        WsClose::SlowReader,
+        WsClose::TooBig,
+        WsClose::FrameRate,
+        WsClose::Binary,
+        WsClose::Protocol,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WsClose::Client => "client",
+            WsClose::Upstream => "upstream",
+            WsClose::Idle => "idle",
+            WsClose::PingTimeout => "ping_timeout",
+            WsClose::Shutdown => "shutdown",
+            WsClose::SlowReader => "slow_reader",
+            WsClose::TooBig => "too_big",
+            WsClose::FrameRate => "frame_rate",
+            WsClose::Binary => "binary",
+            WsClose::Protocol => "protocol",
+        }
+    }
+}
+
+/// What txgate sent a client on its socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WsSent {
+    /// The answer to a message (forwarded calls, refusals, or both).
+    Answer,
+    /// A subscription notification relayed from the node.
+    Notification,
+}
+
+/// The `txgate_ws_*` series.
+pub struct WebSocketMetrics {
+    /// Sessions open now.
+    pub open: IntGauge,
+    /// Upgrades by result.
+    upgrades: IntCounterVec,
+    /// Messages from clients, by the outcome of each call (like
+    /// `txgate_requests_total`).
+    received: Vec<IntCounter>,
+    /// Messages to clients, by kind.
+    answers: IntCounter,
+    notifications: IntCounter,
+    /// Subscriptions open now, in the whole process.
+    pub subscriptions: IntGauge,
+    /// `eth_subscribe` refused over a cap.
+    pub subscriptions_refused: IntCounter,
+    closes: Vec<IntCounter>,
+}
+
+impl std::fmt::Debug for WebSocketMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebSocketMetrics").finish_non_exhaustive()
+    }
+}
+
+impl WebSocketMetrics {
+    pub(crate) fn new(r: &Registrar<'_>) -> WebSocketMetrics {
+        let messages = r.counter_vec(
+            "ws_messages_total",
+            "WebSocket messages by direction (in: from clients, by outcome; out: to clients, \
+             by kind)",
+            &["direction", "outcome"],
+        );
+        let received = Outcome::ALL
+            .iter()
+            .map(|o| messages.with_label_values(&["in", o.as_str()]))
+            .collect();
+        let closes = r.counter_vec(
+            "ws_closes_total",
+            "WebSocket sessions ended, by reason",
+            &["reason"],
+        );
+        let upgrades = r.counter_vec(
+            "ws_upgrades_total",
+            "WebSocket upgrade requests by result (upgraded, bad_handshake, \
+             upstream_unavailable)",
+            &["result"],
+        );
+        for result in ["upgraded", "bad_handshake", "upstream_unavailable"] {
+            upgrades.with_label_values(&[result]);
+        }
+        WebSocketMetrics {
+            open: r.gauge("ws_open_sockets", "WebSocket sessions open"),
+            upgrades,
+            received,
+            answers: messages.with_label_values(&["out", "answer"]),
+            notifications: messages.with_label_values(&["out", "notification"]),
+            subscriptions: r.gauge(
+                "ws_subscriptions",
+                "Subscriptions open on client WebSockets",
+            ),
+            subscriptions_refused: r.counter(
+                "ws_subscriptions_refused_total",
+                "eth_subscribe calls refused over websocket.max_subscriptions_per_connection or \
+                 websocket.max_subscriptions",
+            ),
+            closes: WsClose::ALL
+                .iter()
+                .map(|c| closes.with_label_values(&[c.as_str()]))
+                .collect(),
+        }
+    }
+
+    /// Counts an upgrade request by its result.
+    pub fn upgrade(&self, result: &str) {
+        self.upgrades.with_label_values(&[result]).inc();
+    }
+
+    /// Counts a message from a client by its outcome.
+    pub fn received(&self, outcome: Outcome) {
+        if let Some(i) = Outcome::ALL.iter().position(|o| *o == outcome) {
+            self.received[i].inc();
+        }
+    }
+
+    /// Counts a message to a client.
+    pub fn sent(&self, kind: WsSent) {
+        match kind {
+            WsSent::Answer => self.answers.inc(),
+            WsSent::Notification => self.notifications.inc(),
+        }
+    }
+
+    /// Counts a session's end.
+    pub fn closed(&self, reason: WsClose) {
+        if let Some(i) = WsClose::ALL.iter().position(|c| *c == reason) {
+            self.closes[i].inc();
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! One message's checks, as an HTTP body's: parsed, charged to the
+//! client's rates, admitted under the in-flight cap, each call through the
+//! method policy, the subscription caps and the screening stack; what
+//! passes becomes one upstream message with txgate's ids.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use txgate_jsonrpc::encode;
+use txgate_jsonrpc::{Entry, Frame};
+
+use super::{Peer, WebSockets};
+use crate::limits::admission::Permit;
+use crate::ops::metrics::Outcome;
+use crate::rpc::rescue::Refusal;
+use crate::rpc::sync::SyncSlot;
+use crate::rpc::{From, Shared, frame_cost, frame_refusal};
+
+/// One entry of a message's answer.
+#[derive(Debug)]
+pub(super) enum Part {
+    /// No answer owed (a notification).
+    Silent,
+    /// Forwarded; the node owes the answer.
+    Waiting,
+    /// Answer ready.
+    Done(Vec<u8>),
+}
+
+/// What a subscription call does to the socket's count.
+#[derive(Debug, Clone)]
+pub(super) enum Sub {
+    None,
+    /// `eth_subscribe`, one reserved: kept on success, given back on error.
+    Subscribe,
+    /// `eth_unsubscribe` of this id: given back when the node says `true`.
+    Unsubscribe(String),
+}
+
+/// A forwarded call awaiting the node, by txgate's upstream id.
+#[derive(Debug)]
+pub(super) struct Pending {
+    pub(super) message: u64,
+    pub(super) index: usize,
+    /// The caller's id, as JSON text (`None`: a notification).
+    pub(super) caller_id: Option<String>,
+    pub(super) sub: Sub,
+}
+
+/// A message's answer being put together.
+#[derive(Debug)]
+pub(super) struct Assembly {
+    pub(super) batch: bool,
+    pub(super) parts: Vec<Part>,
+    pub(super) waiting: usize,
+    pub(super) deadline: Instant,
+    /// Held until answered: the in-flight slot and any sync slots.
+    pub(super) _held: Held,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    pub(super) _permit: Option<Permit>,
+    pub(super) _syncs: Vec<SyncSlot>,
+}
+
+/// A message whose checks are done.
+#[derive(Debug)]
+pub(super) struct Checked {
+    pub(super) message: u64,
+    pub(super) batch: bool,
+    pub(super) parts: Vec<Part>,
+    pub(super) pending: Vec<(u64, Pending)>,
+    /// The forwarded calls, as one upstream message.
+    pub(super) upstream: Option<Vec<u8>>,
+    pub(super) outcome: Outcome,
+    pub(super) timeout: Option<Duration>,
+    pub(super) held: Held,
+}
+
+pub(super) type Checking = Pin<Box<dyn Future<Output = Checked> + Send>>;
+
+/// What every check of one socket shares.
+#[derive(Debug)]
+pub(super) struct Conn {
+    pub(super) shared: Arc<Shared>,
+    pub(super) ws: Arc<WebSockets>,
+    pub(super) peer: Peer,
+    /// txgate's next upstream id on this socket.
+    pub(super) next_id: AtomicUsize,
+    /// Subscriptions of this socket, open or asked for.
+    pub(super) subscriptions: AtomicUsize,
+    /// Subscriptions the node opened for this socket.
+    pub(super) open_subscriptions: AtomicUsize,
+}
+
+impl Conn {
+    pub(super) fn reserve_subscription(&self) -> Result<(), Refusal> {
+        let settings = &self.ws.settings;
+        let per_connection = settings.max_subscriptions_per_connection;
+        let taken = self
+            .subscriptions
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < per_connection).then_some(n + 1)
+            });
+        if taken.is_err() {
+            return Err(Refusal::TooManySubscriptions {
+                max: per_connection,
+                per_connection: true,
+            });
+        }
+        if !self.ws.reserve_subscription() {
+            self.subscriptions.fetch_sub(1, Ordering::AcqRel);
+            return Err(Refusal::TooManySubscriptions {
+                max: settings.max_subscriptions,
+                per_connection: false,
+            });
+        }
+        Ok(())
+    }
+
+    pub(super) fn release_subscription(&self) {
+        self.subscriptions.fetch_sub(1, Ordering::AcqRel);
+        self.ws.release_subscriptions(1);
+    }
+}
+
+/// Parses, charges, admits and screens one message; what passes becomes
+/// one upstream message with txgate's ids.
+pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked {
+    let shared = &conn.shared;
+    let mut checked = Checked {
+        message,
+        batch: false,
+        parts: Vec::new(),
+        pending: Vec::new(),
+        upstream: None,
+        outcome: Outcome::Forwarded,
+        timeout: None,
+        held: Held::default(),
+    };
+    let refuse = |checked: &mut Checked, refusal: Refusal, id| {
+        checked.outcome = refusal.class().outcome;
+        let mut out = Vec::with_capacity(96);
+        refusal.write(&mut out, id);
+        checked.parts = vec![Part::Done(out)];
+    };
+    let frame = match txgate_jsonrpc::parse(&text, shared.max_batch_size) {
+        Ok(frame) => frame,
+        Err(e) => {
+            refuse(&mut checked, frame_refusal(e), None);
+            return checked;
+        }
+    };
+    let (calls, txs, id) = frame_cost(&frame);
+    if let Some(charged) = &conn.peer.charged
+        && let Err(refusal) = charged.charge(calls, txs)
+    {
+        refuse(&mut checked, refusal, id);
+        return checked;
+    }
+    match conn.ws.admission.try_admit() {
+        Ok(permit) => checked.held._permit = Some(permit),
+        Err(refusal) => {
+            refuse(&mut checked, refusal, id);
+            return checked;
+        }
+    }
+    let entries = match frame {
+        Frame::Single(Entry::Invalid(invalid)) => {
+            refuse(
+                &mut checked,
+                Refusal::InvalidRequest(invalid.message),
+                invalid.id,
+            );
+            return checked;
+        }
+        Frame::Single(entry) => vec![entry],
+        Frame::Batch(entries) => {
+            checked.batch = true;
+            entries
+        }
+    };
+    let from = From {
+        client: conn.peer.client,
+        signed: crate::rpc::conditional::Signed::new(None, &text),
+    };
+    let (verdicts, syncs) = shared.verdicts(&entries, &from).await;
+    checked.timeout = shared.sync.timeout(syncs.len());
+    checked.held._syncs = syncs.into_iter().map(|(_, slot)| slot).collect();
+
+    let mut upstream = Vec::with_capacity(text.len() + 16 * entries.len());
+    if checked.batch {
+        upstream.push(b'[');
+    }
+    let mut forwarded = 0usize;
+    let mut first_refusal = None;
+    for (index, (entry, verdict)) in entries.iter().zip(verdicts).enumerate() {
+        let part = match entry {
+            Entry::Invalid(invalid) => {
+                first_refusal.get_or_insert(Outcome::InvalidRequest);
+                let mut out = Vec::with_capacity(96);
+                Refusal::InvalidRequest(invalid.message).write(&mut out, invalid.id);
+                Part::Done(out)
+            }
+            Entry::Call(call) => {
+                let sub = match call.method.as_ref() {
+                    "eth_subscribe" => Sub::Subscribe,
+                    "eth_unsubscribe" => Sub::Unsubscribe(first_string_param(call.params)),
+                    _ => Sub::None,
+                };
+                let verdict = match (verdict, &sub) {
+                    (None, Sub::Subscribe) => conn.reserve_subscription().err().inspect(|_| {
+                        shared.metrics.websocket.subscriptions_refused.inc();
+                    }),
+                    (verdict, _) => verdict,
+                };
+                if let Some(refusal) = verdict {
+                    first_refusal.get_or_insert(refusal.class().outcome);
+                    if call.is_notification() {
+                        Part::Silent
+                    } else {
+                        let mut out = Vec::with_capacity(96);
+                        refusal.write(&mut out, call.id);
+                        Part::Done(out)
+                    }
+                } else {
+                    let upstream_id = conn.next_id.fetch_add(1, Ordering::Relaxed);
+                    if forwarded > 0 {
+                        upstream.push(b',');
+                    }
+                    encode::write_upstream_call(&mut upstream, call, upstream_id);
+                    forwarded += 1;
+                    checked.pending.push((
+                        upstream_id as u64,
+                        Pending {
+                            message,
+                            index,
+                            caller_id: call.id.map(|i| i.as_str().to_owned()),
+                            sub,
+                        },
+                    ));
+                    if call.is_notification() {
+                        Part::Silent
+                    } else {
+                        Part::Waiting
+                    }
+                }
+            }
+        };
+        checked.parts.push(part);
+    }
+    if checked.batch {
+        upstream.push(b']');
+    }
+    if forwarded > 0 {
+        checked.upstream = Some(upstream);
+    }
+    checked.outcome = first_refusal.unwrap_or(Outcome::Forwarded);
+    checked
+}
+
+/// The first param as a string (`eth_unsubscribe`'s subscription id).
+fn first_string_param(params: Option<&serde_json::value::RawValue>) -> String {
+    params
+        .and_then(|p| serde_json::from_str::<(String,)>(p.get()).ok())
+        .map(|(id,)| id)
+        .unwrap_or_default()
+}

@@ -1,0 +1,312 @@
+//! WebSocket on the client port: the upgrade (same listener, admission,
+//! client identity and rates as HTTP), one upstream socket to the node per
+//! client socket, and every message through the same checks as an HTTP
+//! body ([`session`]).
+//!
+//! A message is parsed, charged to the client's rates, admitted under the
+//! in-flight cap, and its calls go through the method policy and the
+//! screening stack exactly as an HTTP body's; refusals are answered on the
+//! socket under the caller's ids and never reach the node. The rest is sent
+//! on the client's own upstream socket with txgate's ids, and answers come
+//! back under the caller's. Subscription notifications are relayed as the
+//! node sent them, in the node's order.
+
+mod check;
+mod session;
+mod writers;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{
+    CONNECTION, HeaderValue, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION,
+    UPGRADE,
+};
+use http::{Method, Request, Response, StatusCode, Version};
+use http_body_util::Full;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_util::sync::CancellationToken;
+use txgate_config::Config;
+use txgate_limits::gcra::Rate;
+
+use super::Shared;
+use crate::limits::admission::AdmissionLayer;
+use crate::limits::clients::Charged;
+use crate::ops::metrics::Outcome;
+use crate::rpc::rescue::{Body, Refusal};
+use crate::server::ConnectionSlot;
+use crate::server::identity::Client;
+
+/// The read buffer of each socket: small, since most messages are small and
+/// a busy endpoint holds thousands of sockets.
+const READ_BUFFER: usize = 8 * 1024;
+
+/// Client WebSockets: settings and what every session of the process
+/// shares.
+#[derive(Debug)]
+pub struct WebSockets {
+    settings: Settings,
+    /// Subscriptions open (or asked for) on every socket of the process.
+    subscriptions: AtomicUsize,
+    admission: AdmissionLayer,
+    /// Cancelled when txgate drains: sessions answer what is in flight
+    /// and close with 1001.
+    stop: CancellationToken,
+}
+
+#[derive(Debug)]
+struct Settings {
+    /// `ws://host:port/path` of the node.
+    upstream_url: String,
+    /// `host:port` to connect to.
+    upstream_addr: String,
+    connect_timeout: Duration,
+    call_timeout: Duration,
+    client_codec: WebSocketConfig,
+    upstream_codec: WebSocketConfig,
+    frame_rate: Option<Rate>,
+    max_subscriptions_per_connection: usize,
+    max_subscriptions: usize,
+    max_in_flight: usize,
+    max_send_queue_bytes: usize,
+    idle_timeout: Duration,
+    ping_interval: Option<Duration>,
+}
+
+impl WebSockets {
+    /// From the validated config; `None` when `websocket.enabled` is off.
+    pub fn new(
+        config: &Config,
+        admission: AdmissionLayer,
+        stop: CancellationToken,
+    ) -> Option<WebSockets> {
+        let ws = &config.websocket;
+        if !ws.enabled {
+            return None;
+        }
+        let url = config.websocket_upstream().ok()?;
+        let client_codec = WebSocketConfig::default()
+            .read_buffer_size(READ_BUFFER)
+            .write_buffer_size(0)
+            .max_write_buffer_size(ws.max_send_queue_bytes)
+            .max_message_size(Some(ws.max_message_bytes))
+            .max_frame_size(Some(ws.max_frame_bytes));
+        let upstream_codec = WebSocketConfig::default()
+            .read_buffer_size(READ_BUFFER)
+            .write_buffer_size(0)
+            .max_message_size(Some(config.upstream.max_response_bytes))
+            .max_frame_size(Some(config.upstream.max_response_bytes));
+        Some(WebSockets {
+            settings: Settings {
+                upstream_url: format!("ws://{}{}", url.authority(), url.path()),
+                upstream_addr: format!("{}:{}", url.host(), url.port()),
+                connect_timeout: Duration::from_millis(config.upstream.connect_timeout_ms),
+                call_timeout: Duration::from_millis(config.upstream.call_timeout_ms),
+                client_codec,
+                upstream_codec,
+                frame_rate: Rate::new(ws.max_frames_per_sec, ws.frame_burst),
+                max_subscriptions_per_connection: ws.max_subscriptions_per_connection,
+                max_subscriptions: ws.max_subscriptions,
+                max_in_flight: ws.max_in_flight_per_connection.max(1),
+                max_send_queue_bytes: ws.max_send_queue_bytes,
+                idle_timeout: Duration::from_millis(ws.idle_timeout_ms),
+                ping_interval: (ws.ping_interval_ms > 0)
+                    .then(|| Duration::from_millis(ws.ping_interval_ms)),
+            },
+            subscriptions: AtomicUsize::new(0),
+            admission,
+            stop,
+        })
+    }
+
+    /// Reserves one subscription of the process's; `false` at the cap.
+    fn reserve_subscription(&self) -> bool {
+        self.subscriptions
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < self.settings.max_subscriptions).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back `n` subscriptions of the process's.
+    fn release_subscriptions(&self, n: usize) {
+        if n > 0 {
+            self.subscriptions.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Whether a request asks for a WebSocket (`Upgrade: websocket`).
+pub(super) fn wants_upgrade<B>(req: &Request<B>) -> bool {
+    req.headers()
+        .get_all(UPGRADE)
+        .iter()
+        .any(|v| has_token(v, "websocket"))
+}
+
+/// Whether a comma-separated header value holds `token` (any case).
+fn has_token(value: &HeaderValue, token: &str) -> bool {
+    value.to_str().is_ok_and(|v| {
+        v.split(',')
+            .any(|part| part.trim().eq_ignore_ascii_case(token))
+    })
+}
+
+/// What is wrong with an upgrade request, as the client reads it.
+fn bad_handshake<B>(req: &Request<B>) -> Option<(StatusCode, &'static str)> {
+    let headers = req.headers();
+    if req.method() != Method::GET {
+        return Some((
+            StatusCode::BAD_REQUEST,
+            "invalid request: a WebSocket upgrade must be a GET",
+        ));
+    }
+    if req.version() != Version::HTTP_11 {
+        return Some((
+            StatusCode::BAD_REQUEST,
+            "invalid request: a WebSocket upgrade needs HTTP/1.1",
+        ));
+    }
+    if !headers
+        .get_all(CONNECTION)
+        .iter()
+        .any(|v| has_token(v, "upgrade"))
+    {
+        return Some((
+            StatusCode::BAD_REQUEST,
+            "invalid request: a WebSocket upgrade needs `Connection: upgrade`",
+        ));
+    }
+    if headers
+        .get(SEC_WEBSOCKET_VERSION)
+        .map(HeaderValue::as_bytes)
+        != Some(b"13")
+    {
+        return Some((
+            StatusCode::UPGRADE_REQUIRED,
+            "invalid request: only WebSocket version 13 is spoken",
+        ));
+    }
+    let key_ok = headers
+        .get(SEC_WEBSOCKET_KEY)
+        .is_some_and(|k| k.len() == 24 && k.as_bytes().ends_with(b"=="));
+    if !key_ok {
+        return Some((
+            StatusCode::BAD_REQUEST,
+            "invalid request: a WebSocket upgrade needs a 16-byte Sec-WebSocket-Key",
+        ));
+    }
+    None
+}
+
+/// Answers an upgrade request: 101 and a session once the node's socket is
+/// open, else a JSON-RPC error with the HTTP status that says why.
+pub(super) async fn accept<B>(
+    shared: Arc<Shared>,
+    ws: &Arc<WebSockets>,
+    mut req: Request<B>,
+) -> (Outcome, Response<Body>) {
+    let metrics = shared.metrics.clone();
+    let metrics = &metrics.websocket;
+    if let Some((status, message)) = bad_handshake(&req) {
+        metrics.upgrade("bad_handshake");
+        let (outcome, mut response) = shared.refuse(Refusal::InvalidRequest(message), None);
+        *response.status_mut() = status;
+        if status == StatusCode::UPGRADE_REQUIRED {
+            response
+                .headers_mut()
+                .insert(SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
+        }
+        return (outcome, response);
+    }
+    let upstream = match connect_upstream(&ws.settings).await {
+        Ok(upstream) => upstream,
+        Err(e) => {
+            tracing::warn!(error = %e, url = %ws.settings.upstream_url, "upstream WebSocket unavailable");
+            metrics.upgrade("upstream_unavailable");
+            shared
+                .metrics
+                .upstream
+                .failure(crate::ops::metrics::UpstreamFailure::Connect);
+            return shared.refuse(Refusal::UpstreamUnavailable, None);
+        }
+    };
+    let key = req
+        .headers()
+        .get(SEC_WEBSOCKET_KEY)
+        .map(|k| derive_accept_key(k.as_bytes()))
+        .unwrap_or_default();
+    let peer = Peer {
+        charged: req.extensions_mut().remove::<Charged>(),
+        client: req.extensions().get::<Client>().map(|c| c.ip),
+        _slot: req.extensions_mut().remove::<Arc<ConnectionSlot>>(),
+    };
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let (ws, codec) = (ws.clone(), ws.settings.client_codec);
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let client = WebSocketStream::from_raw_socket(
+                    TokioIo::new(upgraded),
+                    Role::Server,
+                    Some(codec),
+                )
+                .await;
+                session::run(shared, ws, client, upstream, peer).await;
+            }
+            Err(e) => tracing::debug!(error = %e, "WebSocket upgrade failed"),
+        }
+    });
+    metrics.upgrade("upgraded");
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let headers = response.headers_mut();
+    headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(UPGRADE, HeaderValue::from_static("websocket"));
+    if let Ok(accept) = HeaderValue::from_str(&key) {
+        headers.insert(SEC_WEBSOCKET_ACCEPT, accept);
+    }
+    (Outcome::Upgraded, response)
+}
+
+/// The client side of a session, from its upgrade request.
+#[derive(Debug)]
+struct Peer {
+    /// Its rates, charged per message (the upgrade paid one call).
+    charged: Option<Charged>,
+    client: Option<IpAddr>,
+    /// Its place under `server.max_connections`, held until the session
+    /// ends.
+    _slot: Option<Arc<ConnectionSlot>>,
+}
+
+type Upstream = WebSocketStream<TcpStream>;
+
+/// Opens the node's socket within the upstream connect timeout.
+async fn connect_upstream(settings: &Settings) -> Result<Upstream, String> {
+    let open = async {
+        let tcp = TcpStream::connect(&settings.upstream_addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let _ = tcp.set_nodelay(true);
+        tokio_tungstenite::client_async_with_config(
+            settings.upstream_url.as_str(),
+            tcp,
+            Some(settings.upstream_codec),
+        )
+        .await
+        .map(|(socket, _)| socket)
+        .map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(settings.connect_timeout, open).await {
+        Ok(result) => result,
+        Err(_) => Err("connect timed out".into()),
+    }
+}

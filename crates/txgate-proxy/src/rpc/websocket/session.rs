@@ -1,0 +1,514 @@
+//! One client WebSocket and its upstream socket, until either ends.
+//!
+//! One task runs the session: it reads the client, runs each message's
+//! checks (at most `websocket.max_in_flight_per_connection` at once; at the
+//! cap it stops reading, so TCP pushes back), sends what passes to the
+//! node with txgate's ids, and reads the node: answers go back under the
+//! caller's ids, notifications as they came, both in the node's order.
+//! Two small tasks write: one to the client, behind a queue bounded in
+//! bytes (a client that does not read is dropped, never buffered without
+//! end), one to the node.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
+use tokio::sync::mpsc;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::error::CapacityError;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
+use txgate_jsonrpc::encode::{self, UpstreamBatch, UpstreamResponse};
+use txgate_limits::gcra::Nanos;
+
+use super::check::{Assembly, Checked, Checking, Conn, Part, Pending, Sub, check};
+use super::writers::{Outbox, write_client, write_upstream};
+use super::{Peer, Upstream, WebSockets};
+use crate::ops::metrics::{WsClose, WsSent};
+use crate::rpc::Shared;
+use crate::rpc::rescue::Refusal;
+
+pub(super) type Client = WebSocketStream<TokioIo<Upgraded>>;
+
+/// How often pending calls are checked against the call timeout and the
+/// socket against the idle timeout.
+const SWEEP: Duration = Duration::from_millis(250);
+
+/// How long a closing session waits for its close frames to be written.
+const CLOSE_FLUSH: Duration = Duration::from_secs(1);
+
+/// Runs one session to its end.
+pub(super) async fn run(
+    shared: Arc<Shared>,
+    ws: Arc<WebSockets>,
+    client: Client,
+    upstream: Upstream,
+    peer: Peer,
+) {
+    let metrics = shared.metrics.clone();
+    metrics.websocket.open.inc();
+    let conn = Arc::new(Conn {
+        shared,
+        ws,
+        peer,
+        next_id: AtomicUsize::new(1),
+        subscriptions: AtomicUsize::new(0),
+        open_subscriptions: AtomicUsize::new(0),
+    });
+    let reason = Session::new(conn.clone(), client, upstream).run().await;
+    metrics.websocket.closed(reason);
+    metrics.websocket.open.dec();
+    // Every subscription of the socket ends with it (the node drops them
+    // with its socket).
+    let held = conn.subscriptions.swap(0, Ordering::AcqRel);
+    conn.ws.release_subscriptions(held);
+    let open = conn.open_subscriptions.swap(0, Ordering::AcqRel);
+    metrics
+        .websocket
+        .subscriptions
+        .sub(i64::try_from(open).unwrap_or(i64::MAX));
+}
+
+struct Session {
+    conn: Arc<Conn>,
+    client_rx: futures_util::stream::SplitStream<Client>,
+    upstream_rx: futures_util::stream::SplitStream<Upstream>,
+    outbox: Outbox,
+    to_upstream: mpsc::UnboundedSender<Message>,
+    client_writer: tokio::task::JoinHandle<()>,
+    upstream_writer: tokio::task::JoinHandle<()>,
+    checking: FuturesUnordered<Checking>,
+    assemblies: HashMap<u64, Assembly>,
+    pending: HashMap<u64, Pending>,
+    /// Subscription ids the node gave this socket.
+    subscribed: HashSet<String>,
+    next_message: u64,
+    /// The frame rate's theoretical arrival time.
+    tat: Nanos,
+    epoch: Instant,
+    last_activity: Instant,
+    awaiting_pong: bool,
+}
+
+impl Session {
+    fn new(conn: Arc<Conn>, client: Client, upstream: Upstream) -> Session {
+        let (client_tx, client_rx) = client.split();
+        let (upstream_tx, upstream_rx) = upstream.split();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let client_writer = tokio::spawn(write_client(client_tx, rx, queued.clone()));
+        let (to_upstream, up_rx) = mpsc::unbounded_channel();
+        let upstream_writer = tokio::spawn(write_upstream(upstream_tx, up_rx));
+        let max = conn.ws.settings.max_send_queue_bytes;
+        let now = Instant::now();
+        Session {
+            conn,
+            client_rx,
+            upstream_rx,
+            outbox: Outbox { tx, queued, max },
+            to_upstream,
+            client_writer,
+            upstream_writer,
+            checking: FuturesUnordered::new(),
+            assemblies: HashMap::new(),
+            pending: HashMap::new(),
+            subscribed: HashSet::new(),
+            next_message: 0,
+            tat: 0,
+            epoch: now,
+            last_activity: now,
+            awaiting_pong: false,
+        }
+    }
+
+    async fn run(mut self) -> WsClose {
+        let settings = &self.conn.ws.settings;
+        let max_in_flight = settings.max_in_flight;
+        let idle_timeout = settings.idle_timeout;
+        let mut sweep = tokio::time::interval(SWEEP);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let ping_every = settings.ping_interval.unwrap_or(Duration::from_secs(3600));
+        let pinging = settings.ping_interval.is_some();
+        let mut ping =
+            tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
+        let stop = self.conn.ws.stop.clone();
+        let mut draining = false;
+        loop {
+            let in_flight = self.checking.len() + self.assemblies.len();
+            if draining && in_flight == 0 {
+                return self
+                    .close(WsClose::Shutdown, CloseCode::Away, "txgate shutting down")
+                    .await;
+            }
+            let reading = !draining && in_flight < max_in_flight;
+            tokio::select! {
+                () = stop.cancelled(), if !draining => draining = true,
+                message = self.client_rx.next(), if reading => {
+                    if let Err(reason) = self.client_message(message) {
+                        return self.end(reason).await;
+                    }
+                }
+                Some(checked) = self.checking.next() => {
+                    if let Err(reason) = self.checked(checked) {
+                        return self.end(reason).await;
+                    }
+                }
+                message = self.upstream_rx.next() => {
+                    if let Err(reason) = self.upstream_message(message) {
+                        return self.end(reason).await;
+                    }
+                }
+                _ = sweep.tick() => {
+                    if let Err(reason) = self.expire() {
+                        return self.end(reason).await;
+                    }
+                    if self.last_activity.elapsed() >= idle_timeout {
+                        return self.close(WsClose::Idle, CloseCode::Normal, "idle timeout").await;
+                    }
+                    if self.client_writer.is_finished() {
+                        return self.end(WsClose::Client).await;
+                    }
+                }
+                _ = ping.tick(), if pinging => {
+                    if self.awaiting_pong {
+                        return self.close(WsClose::PingTimeout, CloseCode::Policy, "ping timeout").await;
+                    }
+                    self.awaiting_pong = true;
+                    if !self.outbox.push(Message::Ping(Bytes::from_static(b"txgate"))) {
+                        return self.end(WsClose::SlowReader).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A message from the client.
+    fn client_message(&mut self, message: Option<Result<Message, WsError>>) -> Result<(), WsClose> {
+        let message = match message {
+            None => return Err(WsClose::Client),
+            Some(Ok(message)) => message,
+            Some(Err(WsError::Capacity(CapacityError::MessageTooLong { .. }))) => {
+                return Err(WsClose::TooBig);
+            }
+            Some(Err(WsError::Utf8(_))) => return Err(WsClose::Protocol),
+            Some(Err(WsError::Protocol(_))) => return Err(WsClose::Protocol),
+            Some(Err(_)) => return Err(WsClose::Client),
+        };
+        if let Some(rate) = &self.conn.ws.settings.frame_rate {
+            let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            if rate.charge(&mut self.tat, now, 1).is_err() {
+                return Err(WsClose::FrameRate);
+            }
+        }
+        match message {
+            Message::Text(text) => {
+                self.last_activity = Instant::now();
+                let id = self.next_message;
+                self.next_message += 1;
+                self.checking
+                    .push(Box::pin(check(self.conn.clone(), id, Bytes::from(text))));
+                Ok(())
+            }
+            Message::Binary(_) => Err(WsClose::Binary),
+            Message::Ping(payload) => {
+                // tungstenite answers too; a second pong is harmless and
+                // this one is written at once.
+                if self.outbox.push(Message::Pong(payload)) {
+                    Ok(())
+                } else {
+                    Err(WsClose::SlowReader)
+                }
+            }
+            Message::Pong(_) => {
+                self.awaiting_pong = false;
+                Ok(())
+            }
+            Message::Close(_) => Err(WsClose::Client),
+            Message::Frame(_) => Ok(()),
+        }
+    }
+
+    /// A message whose checks are done: refusals answered, the rest sent
+    /// to the node.
+    fn checked(&mut self, checked: Checked) -> Result<(), WsClose> {
+        let metrics = &self.conn.shared.metrics.websocket;
+        metrics.received(checked.outcome);
+        let waiting = checked
+            .parts
+            .iter()
+            .filter(|p| matches!(p, Part::Waiting))
+            .count();
+        if let Some(body) = checked.upstream {
+            for (id, pending) in checked.pending {
+                self.pending.insert(id, pending);
+            }
+            let sent = Utf8Bytes::try_from(body)
+                .map(|text| self.to_upstream.send(Message::Text(text)).is_ok())
+                .unwrap_or(false);
+            if !sent {
+                return Err(WsClose::Upstream);
+            }
+        }
+        let assembly = Assembly {
+            batch: checked.batch,
+            parts: checked.parts,
+            waiting,
+            deadline: Instant::now()
+                + checked
+                    .timeout
+                    .unwrap_or(self.conn.ws.settings.call_timeout),
+            _held: checked.held,
+        };
+        if waiting == 0 {
+            return self.answer(assembly);
+        }
+        self.assemblies.insert(checked.message, assembly);
+        Ok(())
+    }
+
+    /// Sends a message's whole answer (nothing when every part is silent).
+    fn answer(&mut self, assembly: Assembly) -> Result<(), WsClose> {
+        let parts: Vec<&[u8]> = assembly
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Done(out) => Some(out.as_slice()),
+                _ => None,
+            })
+            .collect();
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let body = if assembly.batch {
+            let capacity = parts.iter().map(|p| p.len() + 1).sum();
+            encode::join_batch(parts.into_iter(), capacity)
+        } else {
+            Bytes::copy_from_slice(parts[0])
+        };
+        self.send_client(body, WsSent::Answer)
+    }
+
+    fn send_client(&mut self, body: Bytes, kind: WsSent) -> Result<(), WsClose> {
+        let Ok(text) = Utf8Bytes::try_from(body) else {
+            return Ok(());
+        };
+        if !self.outbox.push(Message::Text(text)) {
+            return Err(WsClose::SlowReader);
+        }
+        self.last_activity = Instant::now();
+        self.conn.shared.metrics.websocket.sent(kind);
+        Ok(())
+    }
+
+    /// A message from the node.
+    fn upstream_message(
+        &mut self,
+        message: Option<Result<Message, WsError>>,
+    ) -> Result<(), WsClose> {
+        let text = match message {
+            Some(Ok(Message::Text(text))) => text,
+            Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
+                self.fail_pending(&Refusal::UpstreamUnavailable)?;
+                return Err(WsClose::Upstream);
+            }
+            // Pings are answered by tungstenite; nothing else is expected.
+            Some(Ok(_)) => return Ok(()),
+        };
+        let bytes = text.as_bytes();
+        match encode::parse_upstream_batch(bytes) {
+            Some(UpstreamBatch::Whole(response)) if response.id.is_none() => {
+                // No id: a subscription notification, relayed as it came.
+                self.send_client(Bytes::from(text), WsSent::Notification)
+            }
+            Some(UpstreamBatch::Whole(response)) => self.upstream_answer(&response),
+            Some(UpstreamBatch::Responses(responses)) => {
+                for response in &responses {
+                    self.upstream_answer(response)?;
+                }
+                Ok(())
+            }
+            None => {
+                tracing::debug!("upstream WebSocket sent a message that is not JSON-RPC");
+                Ok(())
+            }
+        }
+    }
+
+    fn upstream_answer(&mut self, response: &UpstreamResponse<'_>) -> Result<(), WsClose> {
+        let Some(id) = response.index() else {
+            return Ok(());
+        };
+        let Some(pending) = self.pending.remove(&(id as u64)) else {
+            // Late (timed out already) or not ours.
+            return Ok(());
+        };
+        self.track_subscription(&pending.sub, response);
+        let Some(assembly) = self.assemblies.get_mut(&pending.message) else {
+            return Ok(());
+        };
+        if let Some(part @ Part::Waiting) = assembly.parts.get_mut(pending.index) {
+            let mut out = Vec::with_capacity(64);
+            response.write_with_id(&mut out, pending.caller_id.as_deref());
+            *part = Part::Done(out);
+            assembly.waiting -= 1;
+        } else if let Some(Part::Silent) = assembly.parts.get(pending.index) {
+            // A notification's answer: dropped, as over HTTP.
+        }
+        if assembly.waiting == 0
+            && let Some(done) = self.assemblies.remove(&pending.message)
+        {
+            return self.answer(done);
+        }
+        Ok(())
+    }
+
+    fn track_subscription(&mut self, sub: &Sub, response: &UpstreamResponse<'_>) {
+        let metrics = &self.conn.shared.metrics.websocket;
+        match sub {
+            Sub::None => {}
+            Sub::Subscribe => {
+                let id = response
+                    .result()
+                    .filter(|_| response.error().is_none())
+                    .and_then(|r| serde_json::from_str::<String>(r.get()).ok());
+                match id {
+                    Some(id) => {
+                        if self.subscribed.insert(id) {
+                            self.conn.open_subscriptions.fetch_add(1, Ordering::AcqRel);
+                            metrics.subscriptions.inc();
+                        } else {
+                            // The node reused an id: one subscription.
+                            self.conn.release_subscription();
+                        }
+                    }
+                    None => self.conn.release_subscription(),
+                }
+            }
+            Sub::Unsubscribe(id) => {
+                let done = response.result().is_some_and(|r| r.get() == "true");
+                if done && self.subscribed.remove(id) {
+                    self.conn.release_subscription();
+                    self.conn.open_subscriptions.fetch_sub(1, Ordering::AcqRel);
+                    metrics.subscriptions.dec();
+                }
+            }
+        }
+    }
+
+    /// Answers the calls past their deadline with a timeout.
+    fn expire(&mut self) -> Result<(), WsClose> {
+        let now = Instant::now();
+        let late: Vec<u64> = self
+            .assemblies
+            .iter()
+            .filter(|(_, a)| a.deadline <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in late {
+            self.conn
+                .shared
+                .metrics
+                .upstream
+                .failure(crate::ops::metrics::UpstreamFailure::Timeout);
+            self.fail_message(key, &Refusal::UpstreamTimeout)?;
+        }
+        Ok(())
+    }
+
+    /// Answers every call still owed with `refusal` (the node went away).
+    fn fail_pending(&mut self, refusal: &Refusal) -> Result<(), WsClose> {
+        let keys: Vec<u64> = self.assemblies.keys().copied().collect();
+        for key in keys {
+            self.fail_message(key, refusal)?;
+        }
+        Ok(())
+    }
+
+    /// Answers a message's calls still owed with `refusal`, under their
+    /// callers' ids; a late answer from the node is then dropped.
+    fn fail_message(&mut self, key: u64, refusal: &Refusal) -> Result<(), WsClose> {
+        let Some(mut assembly) = self.assemblies.remove(&key) else {
+            return Ok(());
+        };
+        let mut owed = Vec::new();
+        let conn = &self.conn;
+        self.pending.retain(|_, p| {
+            if p.message != key {
+                return true;
+            }
+            if let Sub::Subscribe = p.sub {
+                conn.release_subscription();
+            }
+            owed.push((p.index, p.caller_id.take()));
+            false
+        });
+        for (index, caller_id) in owed {
+            if let Some(part @ Part::Waiting) = assembly.parts.get_mut(index) {
+                let mut out = Vec::with_capacity(96);
+                refusal.write_raw_id(&mut out, caller_id.as_deref());
+                *part = Part::Done(out);
+            }
+        }
+        self.answer(assembly)
+    }
+
+    /// Ends the session for `reason` with the close frame it calls for.
+    async fn end(self, reason: WsClose) -> WsClose {
+        match reason {
+            WsClose::Upstream => {
+                self.close(reason, CloseCode::Error, "upstream closed")
+                    .await
+            }
+            WsClose::TooBig => self.close(reason, CloseCode::Size, "message too big").await,
+            WsClose::FrameRate => {
+                self.close(reason, CloseCode::Policy, "frame rate exceeded")
+                    .await
+            }
+            WsClose::Binary => {
+                self.close(
+                    reason,
+                    CloseCode::Unsupported,
+                    "binary messages are not supported",
+                )
+                .await
+            }
+            WsClose::Protocol => {
+                self.close(reason, CloseCode::Protocol, "protocol error")
+                    .await
+            }
+            WsClose::SlowReader => {
+                // The writer is stuck on the client: drop the connection.
+                self.client_writer.abort();
+                let _ = self.to_upstream.send(Message::Close(None));
+                reason
+            }
+            _ => self.close(reason, CloseCode::Normal, "").await,
+        }
+    }
+
+    /// Sends a close frame each way and waits briefly for them to go out.
+    async fn close(self, reason: WsClose, code: CloseCode, why: &'static str) -> WsClose {
+        let frame = CloseFrame {
+            code,
+            reason: Utf8Bytes::from_static(why),
+        };
+        if reason != WsClose::Client {
+            let _ = self.outbox.tx.send(Message::Close(Some(frame)));
+        }
+        let _ = self.to_upstream.send(Message::Close(None));
+        drop(self.outbox);
+        drop(self.to_upstream);
+        let writers = async {
+            let _ = self.client_writer.await;
+            let _ = self.upstream_writer.await;
+        };
+        let _ = tokio::time::timeout(CLOSE_FLUSH, writers).await;
+        reason
+    }
+}

@@ -1,0 +1,541 @@
+//! The WebSocket endpoint: anvil's WebSocket as upstream, a real
+//! WebSocket client (tokio-tungstenite) and cast; subscriptions relayed,
+//! every submission screened on the socket, bad input answered or closed
+//! with its own code, the socket's life tied to both ends and to SIGTERM.
+
+use std::time::{Duration, Instant};
+
+use alloy_primitives::{Address, B256};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use txgate_screen::{Invalidation, decode, decode_hex, recover_sender};
+
+use crate::support::{
+    ADDR1, Anvil, Eoa, InProcess, KEY0, Txgate, cast, eventually, fund, metric, rpc_json,
+};
+
+type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+const ASSERTION: B256 = B256::repeat_byte(0xa5);
+const TIP: u128 = 1_000_000_000;
+
+fn ws_url(http: &str) -> String {
+    http.replacen("http://", "ws://", 1)
+}
+
+async fn connect(url: &str) -> Socket {
+    let (socket, _) = tokio_tungstenite::connect_async(ws_url(url))
+        .await
+        .expect("WebSocket upgrade");
+    socket
+}
+
+async fn send(socket: &mut Socket, value: &Value) {
+    socket
+        .send(Message::text(value.to_string()))
+        .await
+        .expect("send");
+}
+
+/// The next text message, as JSON, within 10 s (pings skipped).
+async fn next_json(socket: &mut Socket) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let message = tokio::time::timeout(left, socket.next())
+            .await
+            .expect("a message within 10 s")
+            .expect("socket open")
+            .expect("a message");
+        match message {
+            Message::Text(text) => return serde_json::from_str(&text).expect("JSON"),
+            Message::Ping(_) | Message::Pong(_) => continue,
+            other => panic!("unexpected message {other:?}"),
+        }
+    }
+}
+
+/// Reads until the answer with `id`, keeping the notifications seen on the
+/// way.
+async fn answer(socket: &mut Socket, id: &Value, seen: &mut Vec<Value>) -> Value {
+    loop {
+        let message = next_json(socket).await;
+        if message.get("id") == Some(id) {
+            return message;
+        }
+        seen.push(message);
+    }
+}
+
+/// Reads until the socket closes; returns the close code (`None`: closed
+/// without a close frame).
+async fn close_code(socket: &mut Socket) -> Option<CloseCode> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, socket.next())
+            .await
+            .expect("closed within 10 s")
+        {
+            Some(Ok(Message::Close(frame))) => return frame.map(|f| f.code),
+            Some(Ok(_)) => continue,
+            Some(Err(_)) | None => return None,
+        }
+    }
+}
+
+/// Waits for a `newHeads` notification of `subscription`.
+async fn next_head(socket: &mut Socket, subscription: &Value) -> Value {
+    loop {
+        let message = next_json(socket).await;
+        if message["method"] == "eth_subscription"
+            && message["params"]["subscription"] == *subscription
+        {
+            return message["params"]["result"].clone();
+        }
+    }
+}
+
+async fn mine(anvil_url: &str) {
+    let (_, body) = rpc_json(
+        anvil_url,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "evm_mine", "params": []}).to_string(),
+    )
+    .await;
+    assert!(body.get("error").is_none(), "{body}");
+}
+
+fn invalidation(raw: &str) -> Invalidation {
+    let tx = decode(&decode_hex(raw).unwrap()).unwrap();
+    let sender = recover_sender(&tx).unwrap();
+    Invalidation::of(
+        &tx,
+        Some(sender),
+        Some(txgate_screen::AssertionKey {
+            id: ASSERTION,
+            version: 1,
+        }),
+    )
+    .unwrap()
+}
+
+fn attack_input() -> Vec<u8> {
+    let mut input = vec![0xde, 0xad, 0xbe, 0xef];
+    input.extend_from_slice(&[0x66; 32]);
+    input
+}
+
+async fn on_chain(anvil_url: &str, hash: &str) -> bool {
+    let (_, body) = rpc_json(
+        anvil_url,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getTransactionByHash",
+            "params": [hash]})
+        .to_string(),
+    )
+    .await;
+    !body["result"].is_null()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn subscriptions_flow_and_every_submission_on_the_socket_is_screened() {
+    let anvil = Anvil::start().await;
+    let txgate = InProcess::start(&anvil.url, "");
+    let target = Address::repeat_byte(0x77);
+    let attacker = Eoa::new(21);
+    let fresh = Eoa::new(22);
+    let honest = Eoa::new(23);
+    fund(
+        &anvil.url,
+        &[attacker.address, fresh.address, honest.address],
+    )
+    .await;
+
+    let mut socket = connect(&txgate.url).await;
+    let mut seen = Vec::new();
+    send(
+        &mut socket,
+        &json!({"jsonrpc": "2.0", "id": "sub", "method": "eth_subscribe", "params": ["newHeads"]}),
+    )
+    .await;
+    let subscribed = answer(&mut socket, &json!("sub"), &mut seen).await;
+    let subscription = subscribed["result"].clone();
+    assert!(subscription.is_string(), "{subscribed}");
+
+    // An honest transfer over the socket: accepted, and its block arrives
+    // as a head on the same socket.
+    let raw = honest.sign(0, target, &[], 1, TIP);
+    send(
+        &mut socket,
+        &json!({"jsonrpc": "2.0", "id": 7, "method": "eth_sendRawTransaction", "params": [raw]}),
+    )
+    .await;
+    let sent = answer(&mut socket, &json!(7), &mut seen).await;
+    let hash = sent["result"].as_str().expect("a hash").to_string();
+    let head = next_head(&mut socket, &subscription).await;
+    assert!(head["number"].is_string(), "{head}");
+    assert!(on_chain(&anvil.url, &hash).await);
+
+    // The attack goes through once; the sidecar's verdict arrives.
+    let attack = attacker.sign(0, target, &attack_input(), 0, TIP);
+    send(
+        &mut socket,
+        &json!({"jsonrpc": "2.0", "id": 8, "method": "eth_sendRawTransaction", "params": [attack]}),
+    )
+    .await;
+    assert!(answer(&mut socket, &json!(8), &mut seen).await["result"].is_string());
+    txgate.invalidations.apply(&[invalidation(&attack)]);
+
+    // The same raw tx, and the same calldata from a fresh EOA: refused on
+    // the socket under the caller's ids, as over HTTP.
+    send(
+        &mut socket,
+        &json!({"jsonrpc": "2.0", "id": "again", "method": "eth_sendRawTransaction",
+            "params": [attack]}),
+    )
+    .await;
+    let again = answer(&mut socket, &json!("again"), &mut seen).await;
+    assert_eq!(again["error"]["code"], -32003, "{again}");
+    assert_eq!(
+        again["error"]["data"]["reason"], "recent_failure",
+        "{again}"
+    );
+    let sweep = fresh.sign(0, target, &attack_input(), 0, TIP);
+    let sweep_hash = format!(
+        "{}",
+        alloy_primitives::keccak256(decode_hex(&sweep).unwrap())
+    );
+    // In a batch beside an honest call: the honest one goes through.
+    send(
+        &mut socket,
+        &json!([
+            {"jsonrpc": "2.0", "id": "a", "method": "eth_sendRawTransaction", "params": [sweep]},
+            {"jsonrpc": "2.0", "id": "b", "method": "eth_chainId", "params": []},
+        ]),
+    )
+    .await;
+    let batch = loop {
+        let message = next_json(&mut socket).await;
+        if message.is_array() {
+            break message;
+        }
+    };
+    assert_eq!(batch[0]["id"], "a", "{batch}");
+    assert_eq!(batch[0]["error"]["code"], -32003, "{batch}");
+    assert_eq!(
+        batch[0]["error"]["data"]["reason"], "denied_fingerprint",
+        "{batch}"
+    );
+    assert_eq!(batch[1]["id"], "b", "{batch}");
+    assert_eq!(batch[1]["result"], "0x7a69", "{batch}");
+    assert!(
+        !on_chain(&anvil.url, &sweep_hash).await,
+        "the sweep reached the node"
+    );
+
+    // The subscription keeps delivering on the same socket.
+    mine(&anvil.url).await;
+    let later = next_head(&mut socket, &subscription).await;
+    assert_ne!(later["number"], head["number"]);
+
+    // Unsubscribe, then close: the session and its subscription end.
+    send(
+        &mut socket,
+        &json!({"jsonrpc": "2.0", "id": 9, "method": "eth_unsubscribe", "params": [subscription]}),
+    )
+    .await;
+    assert_eq!(
+        answer(&mut socket, &json!(9), &mut seen).await["result"],
+        true
+    );
+    socket.close(None).await.unwrap();
+    let closed = eventually(Duration::from_secs(5), || async {
+        metric(&txgate.metrics().await, "txgate_ws_open_sockets") == 0.0
+    })
+    .await;
+    assert!(closed, "the session outlived its client");
+    let m = txgate.metrics().await;
+    assert_eq!(metric(&m, "txgate_ws_subscriptions"), 0.0);
+    assert_eq!(metric(&m, "txgate_ws_closes_total{reason=\"client\"}"), 1.0);
+    assert!(
+        metric(
+            &m,
+            "txgate_ws_messages_total{direction=\"out\",outcome=\"notification\"}"
+        ) >= 2.0
+    );
+    assert!(
+        metric(
+            &m,
+            "txgate_ws_messages_total{direction=\"in\",outcome=\"screened\"}"
+        ) >= 2.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cast_sends_a_transaction_over_the_socket() {
+    let anvil = Anvil::start().await;
+    let txgate = Txgate::start(&anvil.url, &[]);
+    let url = ws_url(&txgate.url);
+    let out = tokio::task::spawn_blocking(move || {
+        cast(&[
+            "send",
+            "--json",
+            "--rpc-url",
+            &url,
+            "--private-key",
+            KEY0,
+            ADDR1,
+            "--value",
+            "1ether",
+        ])
+    })
+    .await
+    .unwrap();
+    assert!(out.contains("\"status\":\"0x1\""), "{out}");
+    let m = txgate.metrics().await;
+    assert!(metric(&m, "txgate_ws_upgrades_total{result=\"upgraded\"}") >= 1.0);
+    assert!(
+        metric(
+            &m,
+            "txgate_rpc_calls_total{method=\"eth_sendRawTransaction\"}"
+        ) >= 1.0
+    );
+}
+
+/// Limits small enough to reach in a test.
+const TIGHT: &str = "[websocket]\nmax_message_bytes = 4096\nmax_frame_bytes = 4096\n\
+                     max_subscriptions_per_connection = 2\nmax_frames_per_sec = 50\n\
+                     frame_burst = 50\n";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_gets_its_own_answer_or_close_code() {
+    let anvil = Anvil::start().await;
+    let txgate = InProcess::start(&anvil.url, TIGHT);
+
+    // Not JSON: -32700 under a null id; the socket stays open.
+    let mut socket = connect(&txgate.url).await;
+    socket.send(Message::text("{not json")).await.unwrap();
+    let answer_ = next_json(&mut socket).await;
+    assert_eq!(answer_["error"]["code"], -32700, "{answer_}");
+    assert_eq!(answer_["id"], Value::Null);
+    // A denied method answers -32601 like HTTP (the default policy denies
+    // admin namespaces).
+    send(
+        &mut socket,
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "admin_peers", "params": []}),
+    )
+    .await;
+    let denied = next_json(&mut socket).await;
+    assert_eq!(denied["error"]["code"], -32601, "{denied}");
+
+    // Subscriptions over the socket's cap: -32005.
+    let mut seen = Vec::new();
+    for id in 1..=2 {
+        send(
+            &mut socket,
+            &json!({"jsonrpc": "2.0", "id": id, "method": "eth_subscribe", "params": ["newHeads"]}),
+        )
+        .await;
+        assert!(answer(&mut socket, &json!(id), &mut seen).await["result"].is_string());
+    }
+    send(
+        &mut socket,
+        &json!({"jsonrpc": "2.0", "id": 30, "method": "eth_subscribe", "params": ["newHeads"]}),
+    )
+    .await;
+    let over = answer(&mut socket, &json!(30), &mut seen).await;
+    assert_eq!(over["error"]["code"], -32005, "{over}");
+    assert_eq!(
+        over["error"]["data"]["reason"],
+        "subscriptions_per_connection"
+    );
+
+    // A binary message: 1003.
+    socket
+        .send(Message::binary(b"\x01\x02".to_vec()))
+        .await
+        .unwrap();
+    assert_eq!(close_code(&mut socket).await, Some(CloseCode::Unsupported));
+
+    // A message over the cap: 1009.
+    let mut socket = connect(&txgate.url).await;
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":["{}"]}}"#,
+        "a".repeat(5000)
+    );
+    let _ = socket.send(Message::text(big)).await;
+    assert_eq!(close_code(&mut socket).await, Some(CloseCode::Size));
+
+    // A frame flood: 1008.
+    let mut socket = connect(&txgate.url).await;
+    for id in 0..200 {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []});
+        if socket.send(Message::text(call.to_string())).await.is_err() {
+            break;
+        }
+    }
+    assert_eq!(close_code(&mut socket).await, Some(CloseCode::Policy));
+
+    // Nothing leaked: every session and its subscriptions are gone.
+    let settled = eventually(Duration::from_secs(5), || async {
+        let m = txgate.metrics().await;
+        metric(&m, "txgate_ws_open_sockets") == 0.0 && metric(&m, "txgate_ws_subscriptions") == 0.0
+    })
+    .await;
+    assert!(settled);
+    let m = txgate.metrics().await;
+    for reason in ["binary", "too_big", "frame_rate"] {
+        assert_eq!(
+            metric(
+                &m,
+                &format!("txgate_ws_closes_total{{reason=\"{reason}\"}}")
+            ),
+            1.0,
+            "{reason}"
+        );
+    }
+    assert_eq!(metric(&m, "txgate_ws_subscriptions_refused_total"), 1.0);
+}
+
+/// Sends `request` on a raw TCP connection; returns the status line and
+/// the headers.
+async fn raw_upgrade(addr: &str, request: &str) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .expect("an answer")
+        .unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgrade_without_the_right_headers_is_refused_with_a_clear_status() {
+    let anvil = Anvil::start().await;
+    let txgate = InProcess::start(&anvil.url, "");
+    let addr = txgate.url.trim_start_matches("http://").to_string();
+    let no_key = "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+                  Sec-WebSocket-Version: 13\r\n\r\n";
+    let answer_ = raw_upgrade(&addr, no_key).await;
+    assert!(answer_.starts_with("HTTP/1.1 400"), "{answer_}");
+    assert!(answer_.contains("Sec-WebSocket-Key"), "{answer_}");
+    let old_version = "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+                       Sec-WebSocket-Version: 8\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+    let answer_ = raw_upgrade(&addr, old_version).await;
+    assert!(answer_.starts_with("HTTP/1.1 426"), "{answer_}");
+    assert!(
+        answer_
+            .to_ascii_lowercase()
+            .contains("sec-websocket-version: 13"),
+        "{answer_}"
+    );
+    let no_connection = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\
+                         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+    let answer_ = raw_upgrade(&addr, no_connection).await;
+    assert!(answer_.starts_with("HTTP/1.1 400"), "{answer_}");
+    // A plain GET is still 405, as before.
+    let plain = raw_upgrade(&addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(plain.starts_with("HTTP/1.1 405"), "{plain}");
+    let m = txgate.metrics().await;
+    assert_eq!(
+        metric(&m, "txgate_ws_upgrades_total{result=\"bad_handshake\"}"),
+        3.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_node_going_away_closes_the_client_with_1011() {
+    let mut anvil = Anvil::start().await;
+    let txgate = InProcess::start(&anvil.url, "");
+    let mut socket = connect(&txgate.url).await;
+    send(
+        &mut socket,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []}),
+    )
+    .await;
+    assert_eq!(next_json(&mut socket).await["result"], "0x7a69");
+    anvil.proc.kill();
+    assert_eq!(close_code(&mut socket).await, Some(CloseCode::Error));
+    // With the node gone, an upgrade is refused 502, not hung.
+    let refused = tokio_tungstenite::connect_async(ws_url(&txgate.url)).await;
+    match refused {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status().as_u16(), 502);
+        }
+        other => panic!("expected a 502, got {other:?}"),
+    }
+    let counted = eventually(Duration::from_secs(5), || async {
+        metric(
+            &txgate.metrics().await,
+            "txgate_ws_closes_total{reason=\"upstream\"}",
+        ) == 1.0
+    })
+    .await;
+    assert!(counted);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_answers_the_call_in_flight_then_closes_with_going_away() {
+    let anvil = Anvil::start().await;
+    let txgate = Txgate::start(&anvil.url, &[]);
+    let mut socket = connect(&txgate.url).await;
+    send(
+        &mut socket,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []}),
+    )
+    .await;
+    assert_eq!(next_json(&mut socket).await["result"], "0x7a69");
+    txgate.proc.signal(libc::SIGTERM);
+    assert_eq!(close_code(&mut socket).await, Some(CloseCode::Away));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_does_not_read_is_dropped_not_buffered() {
+    let anvil = Anvil::start().await;
+    let txgate = InProcess::start(
+        &anvil.url,
+        "[websocket]\nmax_send_queue_bytes = 65536\nmax_frames_per_sec = 100000\n\
+         frame_burst = 100000\n",
+    );
+    // A tiny receive window, and nothing read: the answers back up.
+    let addr: std::net::SocketAddr = txgate.url.trim_start_matches("http://").parse().unwrap();
+    let tcp = tokio::net::TcpSocket::new_v4().unwrap();
+    tcp.set_recv_buffer_size(4096).unwrap();
+    let stream = tcp.connect(addr).await.unwrap();
+    let (mut socket, _) = tokio_tungstenite::client_async(ws_url(&txgate.url), stream)
+        .await
+        .expect("upgrade");
+    let calls: Vec<Value> = (0..100)
+        .map(|id| json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []}))
+        .collect();
+    let batch = Value::Array(calls).to_string();
+    let writer = tokio::spawn(async move {
+        for _ in 0..5000 {
+            if socket.send(Message::text(batch.clone())).await.is_err() {
+                break;
+            }
+        }
+        socket
+    });
+    let dropped = eventually(Duration::from_secs(20), || async {
+        metric(
+            &txgate.metrics().await,
+            "txgate_ws_closes_total{reason=\"slow_reader\"}",
+        ) == 1.0
+    })
+    .await;
+    assert!(dropped, "a client that never reads was not dropped");
+    writer.abort();
+    // txgate still serves.
+    let (_, body) = rpc_json(
+        &txgate.url,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []}).to_string(),
+    )
+    .await;
+    assert_eq!(body["result"], "0x7a69");
+}
