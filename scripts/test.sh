@@ -2,11 +2,13 @@
 # Runs every check and test: formatting, clippy (warnings are errors), unit,
 # doc and end-to-end tests (anvil, the example sidecar, the txgate binary),
 # checks that the benchmarks build, and validates deploy/. Installs anvil,
-# cast and the test tools first if missing.
+# cast, the test tools and the WebSocket clients (viem, web3.py) first if
+# missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-foundry.sh
 ./scripts/install-test-tools.sh
+./scripts/install-ws-clients.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked --benches --no-run

@@ -39,6 +39,41 @@ pub fn foundry_tool(name: &str) -> PathBuf {
     path
 }
 
+/// Runs a real client script from `crates/txgate/tests/clients` (viem
+/// under node, web3.py from `.tools/py`, both installed by
+/// scripts/install-ws-clients.sh) with `args`; returns its last stdout
+/// line, parsed as JSON. Fails the test if the client failed.
+pub fn client_script(script: &str, args: &[&str]) -> serde_json::Value {
+    let dir = workspace_root().join("crates/txgate/tests/clients");
+    let (program, installed) = if script.ends_with(".py") {
+        let python = workspace_root().join(".tools/py/bin/python");
+        (python.clone(), python.exists())
+    } else {
+        (
+            PathBuf::from("node"),
+            dir.join("node_modules/viem").exists(),
+        )
+    };
+    assert!(
+        installed,
+        "{script}'s client is not installed: run scripts/install-ws-clients.sh"
+    );
+    let out = Command::new(program)
+        .arg(dir.join(script))
+        .args(args)
+        .output()
+        .expect("run the client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{script} failed ({}): {stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{script} printed {last:?}: {e}"))
+}
+
 /// A free loopback port (bound and released; the caller binds it next).
 pub fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0")

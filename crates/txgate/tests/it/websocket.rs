@@ -306,6 +306,68 @@ async fn cast_sends_a_transaction_over_the_socket() {
     );
 }
 
+/// A real wallet library over txgate's socket: it subscribes to new heads,
+/// sends a signed transfer (screened), waits for the receipt and for the
+/// head of its block on the subscription.
+async fn wallet_client_round_trip(script: &'static str) {
+    let anvil = Anvil::start().await;
+    let txgate = Txgate::start(&anvil.url, &[]);
+    let url = ws_url(&txgate.url);
+    let out = tokio::task::spawn_blocking(move || {
+        crate::support::client_script(script, &[&url, KEY0, ADDR1])
+    })
+    .await
+    .unwrap();
+    assert!(
+        out["status"] == "success" || out["status"] == 1,
+        "{script}: {out}"
+    );
+    let block = out["block"].as_u64().expect("block");
+    let heads: Vec<u64> = out["heads"]
+        .as_array()
+        .expect("heads")
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect();
+    assert!(
+        heads.contains(&block),
+        "{script}: no head for block {block}: {out}"
+    );
+    let hash = out["hash"].as_str().expect("hash");
+    assert!(on_chain(&anvil.url, hash).await, "{script}: {out}");
+    let m = txgate.metrics().await;
+    for method in ["eth_subscribe", "eth_sendRawTransaction"] {
+        assert!(
+            metric(
+                &m,
+                &format!("txgate_rpc_calls_total{{method=\"{method}\"}}")
+            ) >= 1.0,
+            "{script}: {method} did not go through txgate"
+        );
+    }
+    // The transfer was screened on its way, not passed around the stack.
+    let screened = ["clean", "suspect"]
+        .iter()
+        .map(|r| {
+            metric(
+                &m,
+                &format!("txgate_screen_decisions_total{{decision=\"forwarded\",reason=\"{r}\"}}"),
+            )
+        })
+        .sum::<f64>();
+    assert!(screened >= 1.0, "{script}: the transfer was not screened");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn viem_subscribes_and_sends_through_the_socket() {
+    wallet_client_round_trip("viem_ws.mjs").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn web3py_subscribes_and_sends_through_the_socket() {
+    wallet_client_round_trip("web3_ws.py").await;
+}
+
 /// Limits small enough to reach in a test.
 const TIGHT: &str = "[websocket]\nmax_message_bytes = 4096\nmax_frame_bytes = 4096\n\
                      max_subscriptions_per_connection = 2\nmax_frames_per_sec = 50\n\
@@ -354,9 +416,19 @@ async fn bad_input_gets_its_own_answer_or_close_code() {
         "subscriptions_per_connection"
     );
 
-    // A binary message: 1003.
+    // JSON in a binary frame (as web3.py sends it) is served; a binary
+    // message that is not UTF-8: 1003.
+    let call = json!({"jsonrpc": "2.0", "id": 31, "method": "eth_chainId", "params": []});
     socket
-        .send(Message::binary(b"\x01\x02".to_vec()))
+        .send(Message::binary(call.to_string().into_bytes()))
+        .await
+        .unwrap();
+    assert_eq!(
+        answer(&mut socket, &json!(31), &mut seen).await["result"],
+        "0x7a69"
+    );
+    socket
+        .send(Message::binary(b"\xff\xfe".to_vec()))
         .await
         .unwrap();
     assert_eq!(close_code(&mut socket).await, Some(CloseCode::Unsupported));

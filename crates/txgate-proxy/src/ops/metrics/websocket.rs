@@ -26,7 +26,7 @@ pub enum WsClose {
     TooBig,
     /// Frames faster than `websocket.max_frames_per_sec`: 1008.
     FrameRate,
-    /// A binary message: 1003.
+    /// A binary message that is not UTF-8: 1003.
     Binary,
     /// A protocol error or invalid UTF-8: 1002 or 1007.
     Protocol,

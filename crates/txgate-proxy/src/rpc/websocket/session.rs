@@ -208,11 +208,13 @@ impl Session {
         }
         match message {
             Message::Text(text) => {
-                self.last_activity = Instant::now();
-                let id = self.next_message;
-                self.next_message += 1;
-                self.checking
-                    .push(Box::pin(check(self.conn.clone(), id, Bytes::from(text))));
+                self.take(Bytes::from(text));
+                Ok(())
+            }
+            // web3.py sends its JSON in binary frames, and nodes take
+            // them: UTF-8 JSON is a message whatever its frame type.
+            Message::Binary(payload) if std::str::from_utf8(&payload).is_ok() => {
+                self.take(payload);
                 Ok(())
             }
             Message::Binary(_) => Err(WsClose::Binary),
@@ -232,6 +234,15 @@ impl Session {
             Message::Close(_) => Err(WsClose::Client),
             Message::Frame(_) => Ok(()),
         }
+    }
+
+    /// Starts a message's checks.
+    fn take(&mut self, payload: Bytes) {
+        self.last_activity = Instant::now();
+        let id = self.next_message;
+        self.next_message += 1;
+        self.checking
+            .push(Box::pin(check(self.conn.clone(), id, payload)));
     }
 
     /// A message whose checks are done: refusals answered, the rest sent
@@ -474,7 +485,7 @@ impl Session {
                 self.close(
                     reason,
                     CloseCode::Unsupported,
-                    "binary messages are not supported",
+                    "binary messages must hold UTF-8 JSON",
                 )
                 .await
             }
