@@ -89,6 +89,26 @@ pub fn cpu_ms(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) * 10.0
 }
 
+/// CPU time of a process and its direct children (nginx's workers), in ms.
+pub fn tree_cpu_ms(pid: u32) -> f64 {
+    let children: f64 = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            rest.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u32>().ok())
+                == Some(pid)
+        })
+        .map(cpu_ms)
+        .sum();
+    cpu_ms(pid) + children
+}
+
 /// Starts anvil on a free loopback port with `extra` flags (`--silent`
 /// always); its URL, once it answers. Stops when the process is dropped.
 pub async fn anvil(client: &HttpClient, extra: &[&str]) -> (Proc, String) {

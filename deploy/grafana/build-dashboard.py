@@ -3,7 +3,8 @@
 
 The dashboard is generated so that every panel has the same data source, the
 same instance filter and a unit, and the layout follows the request path:
-traffic, screening, sidecar, state, upstream, limits, the Aeges listener.
+traffic, screening, sidecar, state, upstream, limits, conditional and sync
+calls, WebSocket, the Aeges listener.
 Edit the panels here, then run:
 
     python3 deploy/grafana/build-dashboard.py          # rewrite txgate.json
@@ -553,6 +554,48 @@ def build():
             (f"sum by (instance) (txgate_upstream_sync_in_flight{{{I}}})", "{{instance}} in flight"),
             (f"sum by (instance) (txgate_upstream_sync_max_in_flight{{{I}}})", "{{instance}} cap"),
             (rate("txgate_upstream_sync_refused_total", "instance"), "{{instance}} refused/s"),
+        ],
+        w=6,
+    )
+
+    d.row("WebSocket")
+    d.timeseries(
+        "Open sockets and subscriptions",
+        "Client WebSocket sessions open (each with its own socket to the node) and the subscriptions they "
+        "hold (bounded by websocket.max_subscriptions).",
+        "short",
+        [
+            (f"sum (txgate_ws_open_sockets{{{I}}})", "sockets"),
+            (f"sum (txgate_ws_subscriptions{{{I}}})", "subscriptions"),
+        ],
+        w=6,
+    )
+    d.timeseries(
+        "Messages by direction and outcome",
+        "Messages per second: in (from clients, by outcome, as txgate_requests_total), out (answers and "
+        "relayed subscription notifications).",
+        "short",
+        [(rate("txgate_ws_messages_total", "direction, outcome"), "{{direction}} {{outcome}}")],
+        w=6,
+    )
+    d.timeseries(
+        "Closes by reason",
+        "Sessions ended per second: client, upstream (1011), idle, ping_timeout, shutdown (1001), "
+        "slow_reader (send queue over websocket.max_send_queue_bytes), too_big (1009), frame_rate (1008), "
+        "binary (1003), protocol.",
+        "short",
+        [(rate("txgate_ws_closes_total", "reason"), "{{reason}}")],
+        w=6,
+    )
+    d.timeseries(
+        "Upgrades and refused subscriptions",
+        "Upgrade requests per second by result (upgraded, bad_handshake, upstream_unavailable), and "
+        "eth_subscribe calls refused over a subscription cap.",
+        "reqps",
+        [
+            (rate("txgate_ws_upgrades_total", "result"), "{{result}}"),
+            (f"sum (rate(txgate_ws_subscriptions_refused_total{{{I}}}[$__rate_interval]))",
+             "subscriptions refused"),
         ],
         w=6,
     )

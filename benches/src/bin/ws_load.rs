@@ -15,9 +15,12 @@
 //! txgate/nginx (messages/s) and txgate/direct (fan-out p99).
 //!
 //! `cargo build --release -p txgate -p txgate-benches &&
-//!  target/release/ws_load --rounds 3`. Needs nginx (Debian nginx-light,
+//!  target/release/ws_load --rounds 3` (`--only txgate` runs one target,
+//! for a profile). Needs nginx (Debian nginx-light,
 //! scripts/install-bench-tools.sh). txgate is `target/release/txgate` or
-//! `$TXGATE_BIN`. Loopback only; bounded in count and time; stops what it
+//! `$TXGATE_BIN`; with `$TXGATE_BASELINE_BIN`, that build runs too as
+//! target "before" (a change is kept only if it wins in the same run).
+//! Loopback only; bounded in count and time; stops what it
 //! starts.
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
@@ -30,7 +33,9 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
-use txgate_benches::procs::{Proc, anvil, client, free_port, post, root, spawn, wait_up};
+use txgate_benches::procs::{
+    Proc, anvil, client, free_port, post, root, spawn, tree_cpu_ms, wait_up,
+};
 
 struct Args {
     clients: usize,
@@ -38,6 +43,8 @@ struct Args {
     subscribers: usize,
     blocks: usize,
     rounds: usize,
+    /// Only this target (for a profile); no ratios.
+    only: Option<String>,
 }
 
 fn args() -> Args {
@@ -47,6 +54,7 @@ fn args() -> Args {
         subscribers: 1000,
         blocks: 20,
         rounds: 3,
+        only: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -57,6 +65,7 @@ fn args() -> Args {
             "--subscribers" => a.subscribers = value().parse().expect("subscribers"),
             "--blocks" => a.blocks = value().parse().expect("blocks"),
             "--rounds" => a.rounds = value().parse().expect("rounds"),
+            "--only" => a.only = Some(value()),
             "--bench" => {}
             other => panic!("unknown flag {other}"),
         }
@@ -107,12 +116,20 @@ fn median(values: &[f64]) -> f64 {
 #[derive(Debug, Clone, Copy)]
 struct RoundTrips {
     per_sec: f64,
+    /// The proxy's CPU (user + system, its workers included) per message,
+    /// µs; 0 for the node itself.
+    cpu_us: f64,
     p50_us: f64,
     p99_us: f64,
 }
 
 /// `clients` sockets, each one call at a time, for `duration` after 1 s.
-async fn round_trips(url: &str, clients: usize, duration: Duration) -> RoundTrips {
+async fn round_trips(
+    url: &str,
+    clients: usize,
+    duration: Duration,
+    proxy: Option<u32>,
+) -> RoundTrips {
     let warm = Duration::from_secs(1);
     let start = Instant::now() + Duration::from_millis(200);
     let mut tasks = Vec::new();
@@ -130,7 +147,8 @@ async fn round_trips(url: &str, clients: usize, duration: Duration) -> RoundTrip
                     break;
                 }
                 id += 1;
-                let call = json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []});
+                let call =
+                    json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []});
                 if socket.send(Message::text(call.to_string())).await.is_err() {
                     break;
                 }
@@ -146,12 +164,21 @@ async fn round_trips(url: &str, clients: usize, duration: Duration) -> RoundTrip
             latencies
         }));
     }
+    // The proxy's CPU over the measured window only.
+    let cpu = async {
+        tokio::time::sleep_until((start + warm).into()).await;
+        let from = proxy.map(tree_cpu_ms);
+        tokio::time::sleep(duration).await;
+        proxy.map(tree_cpu_ms).zip(from).map(|(to, from)| to - from)
+    };
+    let (cpu_ms, _) = tokio::join!(cpu, async {});
     let mut all = Vec::new();
     for task in tasks {
         all.extend(task.await.unwrap());
     }
     all.sort_by(f64::total_cmp);
     RoundTrips {
+        cpu_us: cpu_ms.map_or(0.0, |ms| ms * 1000.0 / all.len().max(1) as f64),
         per_sec: all.len() as f64 / duration.as_secs_f64(),
         p50_us: percentile(&all, 0.5),
         p99_us: percentile(&all, 0.99),
@@ -272,6 +299,34 @@ fn nginx(dir: &std::path::Path, listen: u16, node_port: u16) -> Proc {
     )
 }
 
+/// Starts txgate (`bin`) with the bench's config in front of `node`; the
+/// process and its client port, once it answers.
+async fn start_txgate(
+    http: &txgate_benches::procs::HttpClient,
+    bin: &std::path::Path,
+    config: &std::path::Path,
+    node: &str,
+) -> (Proc, u16) {
+    let (port, admin) = (free_port(), free_port());
+    let proc = spawn(
+        bin,
+        &[
+            "-c",
+            config.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin}"),
+            "--upstream",
+            node,
+            "--log-level",
+            "warn",
+        ],
+    );
+    wait_up(http, &format!("http://127.0.0.1:{port}")).await;
+    (proc, port)
+}
+
 #[tokio::main]
 async fn main() {
     let a = args();
@@ -292,32 +347,35 @@ async fn main() {
          max_subscriptions = 100000\n[server]\nmax_connections = 20000\n",
     )
     .unwrap();
-    let (tx_port, tx_admin) = (free_port(), free_port());
-    let _txgate = spawn(
-        &txgate_bin,
-        &[
-            "-c",
-            config.to_str().unwrap(),
-            "--listen",
-            &format!("127.0.0.1:{tx_port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{tx_admin}"),
-            "--upstream",
-            &node,
-            "--log-level",
-            "warn",
-        ],
-    );
-    wait_up(&http, &format!("http://127.0.0.1:{tx_port}")).await;
+    let (txgate_proc, tx_port) = start_txgate(&http, &txgate_bin, &config, &node).await;
+    let before = match std::env::var_os("TXGATE_BASELINE_BIN") {
+        Some(bin) => Some(start_txgate(&http, &PathBuf::from(bin), &config, &node).await),
+        None => None,
+    };
     let ng_port = free_port();
-    let _nginx = nginx(&dir, ng_port, node_port);
+    let nginx_proc = nginx(&dir, ng_port, node_port);
     wait_up(&http, &format!("http://127.0.0.1:{ng_port}")).await;
 
-    let targets = [
-        ("direct", format!("ws://127.0.0.1:{node_port}/")),
-        ("nginx", format!("ws://127.0.0.1:{ng_port}/")),
-        ("txgate", format!("ws://127.0.0.1:{tx_port}/")),
+    let mut targets = vec![
+        ("direct", format!("ws://127.0.0.1:{node_port}/"), None),
+        (
+            "nginx",
+            format!("ws://127.0.0.1:{ng_port}/"),
+            Some(nginx_proc.pid()),
+        ),
+        (
+            "txgate",
+            format!("ws://127.0.0.1:{tx_port}/"),
+            Some(txgate_proc.pid()),
+        ),
     ];
+    if let Some((proc, port)) = &before {
+        targets.push((
+            "before",
+            format!("ws://127.0.0.1:{port}/"),
+            Some(proc.pid()),
+        ));
+    }
     println!(
         "WebSocket load: {} sockets x {} s of eth_chainId round trips; fan-out to {} subscribers over {} blocks; {} rounds",
         a.clients, a.duration, a.subscribers, a.blocks, a.rounds
@@ -329,26 +387,34 @@ async fn main() {
         // Rotate the order so no target always goes first.
         for k in 0..targets.len() {
             let i = (k + round) % targets.len();
-            let (name, url) = &targets[i];
-            let t = round_trips(url, a.clients, Duration::from_secs(a.duration)).await;
+            let (name, url, pid) = &targets[i];
+            if a.only.as_ref().is_some_and(|only| only != name) {
+                continue;
+            }
+            let t = round_trips(url, a.clients, Duration::from_secs(a.duration), *pid).await;
             let f = fan_out(url, &node, a.subscribers, a.blocks).await;
             println!(
-                "  {name:7} {:>9.0} msg/s  p50 {:>6.0} us  p99 {:>6.0} us | fan-out last subscriber p50 {:>6.2} ms  p99 {:>6.2} ms",
-                t.per_sec, t.p50_us, t.p99_us, f.p50_ms, f.p99_ms
+                "  {name:7} {:>9.0} msg/s  p50 {:>6.0} us  p99 {:>6.0} us  cpu {:>5.1} us/msg | fan-out last subscriber p50 {:>6.2} ms  p99 {:>6.2} ms",
+                t.per_sec, t.p50_us, t.p99_us, t.cpu_us, f.p50_ms, f.p99_ms
             );
             trips[i].push(t);
             fans[i].push(f);
         }
     }
+    if a.only.is_some() {
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     println!("\nmedians over rounds:");
-    for (i, (name, _)) in targets.iter().enumerate() {
+    for (i, (name, _, _)) in targets.iter().enumerate() {
         let m = |f: fn(&RoundTrips) -> f64| median(&trips[i].iter().map(f).collect::<Vec<_>>());
         let g = |f: fn(&FanOut) -> f64| median(&fans[i].iter().map(f).collect::<Vec<_>>());
         println!(
-            "  {name:7} {:>9.0} msg/s  p50 {:>6.0} us  p99 {:>6.0} us | fan-out p50 {:>6.2} ms  p99 {:>6.2} ms",
+            "  {name:7} {:>9.0} msg/s  p50 {:>6.0} us  p99 {:>6.0} us  cpu {:>5.1} us/msg | fan-out p50 {:>6.2} ms  p99 {:>6.2} ms",
             m(|t| t.per_sec),
             m(|t| t.p50_us),
             m(|t| t.p99_us),
+            m(|t| t.cpu_us),
             g(|f| f.p50_ms),
             g(|f| f.p99_ms)
         );
@@ -364,5 +430,12 @@ async fn main() {
     println!(
         "  txgate/direct fan-out p99 (median of per-round ratios): {fan_ratio:.2}x (target <= 2.0x)"
     );
+    if before.is_some() {
+        let over = ratio(2, 3, &|r, b| trips[2][r].per_sec / trips[b][r].per_sec);
+        let fan = ratio(2, 3, &|r, b| fans[2][r].p99_ms / fans[b][r].p99_ms);
+        println!(
+            "  txgate/before messages/s {over:.2}x, fan-out p99 {fan:.2}x (medians of per-round ratios)"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

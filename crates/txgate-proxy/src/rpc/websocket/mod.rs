@@ -44,9 +44,10 @@ use crate::rpc::rescue::{Body, Refusal};
 use crate::server::ConnectionSlot;
 use crate::server::identity::Client;
 
-/// The read buffer of each socket: small, since most messages are small and
-/// a busy endpoint holds thousands of sockets.
-const READ_BUFFER: usize = 8 * 1024;
+/// The read buffer of each socket: small, since most messages are small, a
+/// busy endpoint holds thousands of sockets, and tungstenite zeroes the
+/// free part of it before every read.
+const READ_BUFFER: usize = 4 * 1024;
 
 /// Client WebSockets: settings and what every session of the process
 /// shares.

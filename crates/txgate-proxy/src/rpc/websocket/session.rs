@@ -137,7 +137,10 @@ impl Session {
         let pinging = settings.ping_interval.is_some();
         let mut ping =
             tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
+        // One waiter on the drain for the whole session, not one per turn.
         let stop = self.conn.ws.stop.clone();
+        let stopped = stop.cancelled();
+        tokio::pin!(stopped);
         let mut draining = false;
         loop {
             let in_flight = self.checking.len() + self.assemblies.len();
@@ -148,7 +151,7 @@ impl Session {
             }
             let reading = !draining && in_flight < max_in_flight;
             tokio::select! {
-                () = stop.cancelled(), if !draining => draining = true,
+                () = &mut stopped, if !draining => draining = true,
                 message = self.client_rx.next(), if reading => {
                     if let Err(reason) = self.client_message(message) {
                         return self.end(reason).await;
