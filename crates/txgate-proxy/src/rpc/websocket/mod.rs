@@ -12,8 +12,8 @@
 //! node sent them, in the node's order.
 
 mod check;
+mod io;
 mod session;
-mod writers;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -76,7 +76,6 @@ struct Settings {
     max_subscriptions_per_connection: usize,
     max_subscriptions: usize,
     max_in_flight: usize,
-    max_send_queue_bytes: usize,
     idle_timeout: Duration,
     ping_interval: Option<Duration>,
 }
@@ -116,7 +115,6 @@ impl WebSockets {
                 max_subscriptions_per_connection: ws.max_subscriptions_per_connection,
                 max_subscriptions: ws.max_subscriptions,
                 max_in_flight: ws.max_in_flight_per_connection.max(1),
-                max_send_queue_bytes: ws.max_send_queue_bytes,
                 idle_timeout: Duration::from_millis(ws.idle_timeout_ms),
                 ping_interval: (ws.ping_interval_ms > 0)
                     .then(|| Duration::from_millis(ws.ping_interval_ms)),

@@ -5,9 +5,11 @@
 //! cap it stops reading, so TCP pushes back), sends what passes to the
 //! node with txgate's ids, and reads the node: answers go back under the
 //! caller's ids, notifications as they came, both in the node's order.
-//! Two small tasks write: one to the client, behind a queue bounded in
-//! bytes (a client that does not read is dropped, never buffered without
-//! end), one to the node.
+//! The same task writes both sockets: a message is framed into the
+//! socket's buffer and sent at once if the socket takes it, else flushed
+//! when it is writable again. The client's buffer is bounded in bytes
+//! (`websocket.max_send_queue_bytes`): a client that does not read is
+//! dropped, never buffered without end.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -18,7 +20,6 @@ use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
-use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::error::CapacityError;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
@@ -28,7 +29,7 @@ use txgate_jsonrpc::encode::{self, UpstreamBatch, UpstreamResponse};
 use txgate_limits::gcra::Nanos;
 
 use super::check::{Assembly, Checked, Checking, Conn, Part, Pending, Sub, check};
-use super::writers::{Outbox, write_client, write_upstream};
+use super::io::{Socket, io};
 use super::{Peer, Upstream, WebSockets};
 use crate::ops::metrics::{WsClose, WsSent};
 use crate::rpc::Shared;
@@ -77,12 +78,8 @@ pub(super) async fn run(
 
 struct Session {
     conn: Arc<Conn>,
-    client_rx: futures_util::stream::SplitStream<Client>,
-    upstream_rx: futures_util::stream::SplitStream<Upstream>,
-    outbox: Outbox,
-    to_upstream: mpsc::UnboundedSender<Message>,
-    client_writer: tokio::task::JoinHandle<()>,
-    upstream_writer: tokio::task::JoinHandle<()>,
+    client: Socket<TokioIo<Upgraded>>,
+    upstream: Socket<tokio::net::TcpStream>,
     checking: FuturesUnordered<Checking>,
     assemblies: HashMap<u64, Assembly>,
     pending: HashMap<u64, Pending>,
@@ -98,23 +95,11 @@ struct Session {
 
 impl Session {
     fn new(conn: Arc<Conn>, client: Client, upstream: Upstream) -> Session {
-        let (client_tx, client_rx) = client.split();
-        let (upstream_tx, upstream_rx) = upstream.split();
-        let (tx, rx) = mpsc::unbounded_channel();
-        let queued = Arc::new(AtomicUsize::new(0));
-        let client_writer = tokio::spawn(write_client(client_tx, rx, queued.clone()));
-        let (to_upstream, up_rx) = mpsc::unbounded_channel();
-        let upstream_writer = tokio::spawn(write_upstream(upstream_tx, up_rx));
-        let max = conn.ws.settings.max_send_queue_bytes;
         let now = Instant::now();
         Session {
             conn,
-            client_rx,
-            upstream_rx,
-            outbox: Outbox { tx, queued, max },
-            to_upstream,
-            client_writer,
-            upstream_writer,
+            client: Socket::new(client),
+            upstream: Socket::new(upstream),
             checking: FuturesUnordered::new(),
             assemblies: HashMap::new(),
             pending: HashMap::new(),
@@ -152,7 +137,7 @@ impl Session {
             let reading = !draining && in_flight < max_in_flight;
             tokio::select! {
                 () = &mut stopped, if !draining => draining = true,
-                message = self.client_rx.next(), if reading => {
+                message = io(&mut self.client, reading) => {
                     if let Err(reason) = self.client_message(message) {
                         return self.end(reason).await;
                     }
@@ -162,7 +147,7 @@ impl Session {
                         return self.end(reason).await;
                     }
                 }
-                message = self.upstream_rx.next() => {
+                message = io(&mut self.upstream, true) => {
                     if let Err(reason) = self.upstream_message(message) {
                         return self.end(reason).await;
                     }
@@ -174,17 +159,14 @@ impl Session {
                     if self.last_activity.elapsed() >= idle_timeout {
                         return self.close(WsClose::Idle, CloseCode::Normal, "idle timeout").await;
                     }
-                    if self.client_writer.is_finished() {
-                        return self.end(WsClose::Client).await;
-                    }
                 }
                 _ = ping.tick(), if pinging => {
                     if self.awaiting_pong {
                         return self.close(WsClose::PingTimeout, CloseCode::Policy, "ping timeout").await;
                     }
                     self.awaiting_pong = true;
-                    if !self.outbox.push(Message::Ping(Bytes::from_static(b"txgate"))) {
-                        return self.end(WsClose::SlowReader).await;
+                    if let Err(reason) = self.frame_to_client(Message::Ping(Bytes::from_static(b"txgate"))) {
+                        return self.end(reason).await;
                     }
                 }
             }
@@ -224,11 +206,7 @@ impl Session {
             Message::Ping(payload) => {
                 // tungstenite answers too; a second pong is harmless and
                 // this one is written at once.
-                if self.outbox.push(Message::Pong(payload)) {
-                    Ok(())
-                } else {
-                    Err(WsClose::SlowReader)
-                }
+                self.frame_to_client(Message::Pong(payload))
             }
             Message::Pong(_) => {
                 self.awaiting_pong = false;
@@ -263,7 +241,7 @@ impl Session {
                 self.pending.insert(id, pending);
             }
             let sent = Utf8Bytes::try_from(body)
-                .map(|text| self.to_upstream.send(Message::Text(text)).is_ok())
+                .map(|text| self.upstream.send(Message::Text(text)).is_ok())
                 .unwrap_or(false);
             if !sent {
                 return Err(WsClose::Upstream);
@@ -308,13 +286,20 @@ impl Session {
         self.send_client(body, WsSent::Answer)
     }
 
+    /// Frames `message` to the client: sent now if the socket takes it,
+    /// else held in the socket's bounded buffer until it is writable.
+    fn frame_to_client(&mut self, message: Message) -> Result<(), WsClose> {
+        self.client.send(message).map_err(|e| match e {
+            WsError::WriteBufferFull(_) => WsClose::SlowReader,
+            _ => WsClose::Client,
+        })
+    }
+
     fn send_client(&mut self, body: Bytes, kind: WsSent) -> Result<(), WsClose> {
         let Ok(text) = Utf8Bytes::try_from(body) else {
             return Ok(());
         };
-        if !self.outbox.push(Message::Text(text)) {
-            return Err(WsClose::SlowReader);
-        }
+        self.frame_to_client(Message::Text(text))?;
         self.last_activity = Instant::now();
         self.conn.shared.metrics.websocket.sent(kind);
         Ok(())
@@ -498,8 +483,13 @@ impl Session {
             }
             WsClose::SlowReader => {
                 // The writer is stuck on the client: drop the connection.
-                self.client_writer.abort();
-                let _ = self.to_upstream.send(Message::Close(None));
+                let Session {
+                    client,
+                    mut upstream,
+                    ..
+                } = self;
+                drop(client);
+                let _ = tokio::time::timeout(CLOSE_FLUSH, upstream.close(None)).await;
                 reason
             }
             _ => self.close(reason, CloseCode::Normal, "").await,
@@ -512,17 +502,18 @@ impl Session {
             code,
             reason: Utf8Bytes::from_static(why),
         };
-        if reason != WsClose::Client {
-            let _ = self.outbox.tx.send(Message::Close(Some(frame)));
-        }
-        let _ = self.to_upstream.send(Message::Close(None));
-        drop(self.outbox);
-        drop(self.to_upstream);
-        let writers = async {
-            let _ = self.client_writer.await;
-            let _ = self.upstream_writer.await;
+        let Session {
+            mut client,
+            mut upstream,
+            ..
+        } = self;
+        let both = async {
+            // A client that closed gets the reply to its close frame.
+            let frame = (reason != WsClose::Client).then_some(frame);
+            let _ = client.close(frame).await;
+            let _ = upstream.close(None).await;
         };
-        let _ = tokio::time::timeout(CLOSE_FLUSH, writers).await;
+        let _ = tokio::time::timeout(CLOSE_FLUSH, both).await;
         reason
     }
 }

@@ -1,0 +1,62 @@
+//! A session's sockets, read and written from the session's own task: no
+//! writer task, channel or lock between a message and its socket.
+
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::task::Poll;
+
+use futures_util::{Sink, Stream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+
+/// One WebSocket and whether frames wait in its buffer.
+pub(super) struct Socket<S> {
+    ws: WebSocketStream<S>,
+    /// Frames written since the last complete flush.
+    dirty: bool,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Socket<S> {
+    pub(super) fn new(ws: WebSocketStream<S>) -> Socket<S> {
+        Socket { ws, dirty: false }
+    }
+
+    /// Frames `message`: sent at once if the socket takes it, else held in
+    /// the socket's buffer (up to its codec's `max_write_buffer_size`:
+    /// beyond it, [`WsError::WriteBufferFull`]) and flushed by [`io`] when
+    /// the socket is writable.
+    pub(super) fn send(&mut self, message: Message) -> Result<(), WsError> {
+        Pin::new(&mut self.ws).start_send(message)?;
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Sends a close frame (`None`: the reply to the peer's) and flushes.
+    pub(super) async fn close(&mut self, frame: Option<CloseFrame>) -> Result<(), WsError> {
+        self.ws.close(frame).await
+    }
+}
+
+/// Drives one socket: flushes what waits in its buffer, and resolves with
+/// its next message when `reading`.
+pub(super) fn io<S: AsyncRead + AsyncWrite + Unpin>(
+    socket: &mut Socket<S>,
+    reading: bool,
+) -> impl Future<Output = Option<Result<Message, WsError>>> + '_ {
+    poll_fn(move |cx| {
+        if socket.dirty {
+            match Pin::new(&mut socket.ws).poll_flush(cx) {
+                Poll::Ready(Ok(())) => socket.dirty = false,
+                Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(e))),
+                Poll::Pending => {}
+            }
+        }
+        if reading {
+            Pin::new(&mut socket.ws).poll_next(cx)
+        } else {
+            Poll::Pending
+        }
+    })
+}
