@@ -75,6 +75,10 @@ pub struct UpstreamResponse<'a> {
     result: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
     error: Option<&'a RawValue>,
+    /// Set in a server's notification (`eth_subscription`), not in an
+    /// answer.
+    #[serde(borrow, default, deserialize_with = "present")]
+    method: Option<&'a RawValue>,
 }
 
 fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
@@ -85,6 +89,11 @@ impl<'a> UpstreamResponse<'a> {
     /// The upstream's error object, if it answered with one.
     pub fn error(&self) -> Option<&'a RawValue> {
         self.error
+    }
+
+    /// A notification from the server (a method and no id), not an answer.
+    pub fn is_notification(&self) -> bool {
+        self.method.is_some() && self.id.is_none()
     }
 
     /// The upstream's result, if it answered with one.

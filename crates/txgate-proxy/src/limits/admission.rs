@@ -84,7 +84,6 @@ impl Limit {
         let previous = self.in_flight.fetch_add(1, Ordering::AcqRel);
         if previous >= self.max {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
-            self.metrics.http.outcome(Outcome::Overloaded);
             return Err(Refusal::Overloaded);
         }
         self.metrics.http.in_flight.inc();
@@ -136,6 +135,7 @@ where
         let permit = match self.limit.try_admit() {
             Ok(permit) => permit,
             Err(refusal) => {
+                self.limit.metrics.http.outcome(Outcome::Overloaded);
                 let response = refusal.respond(None, &self.limit.retry_after);
                 return ResponseFuture::Rejected {
                     response: Some(response),

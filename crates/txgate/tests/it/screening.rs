@@ -281,7 +281,10 @@ async fn monitor_only_counts_but_forwards_everything() {
     fund(&anvil.url, &all).await;
 
     let first = attacker.sign(0, contract, &attack_input(), 0, 1_000_000_000);
-    accepted(&send_raw(&txgate.url, &first).await);
+    let hash = accepted(&send_raw(&txgate.url, &first).await);
+    // Mined before the replay, so anvil's answer is "nonce too low" and
+    // not a pending duplicate's hash.
+    assert_eq!(status_of(&anvil.url, &hash).await, "0x1");
     txgate.invalidations.apply(&[invalidation(&first, true)]);
 
     // The replay reaches anvil, which answers for itself ("nonce too low",

@@ -554,16 +554,79 @@ async fn the_node_going_away_closes_the_client_with_1011() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_answers_the_call_in_flight_then_closes_with_going_away() {
     let anvil = Anvil::start().await;
-    let txgate = Txgate::start(&anvil.url, &[]);
-    let mut socket = connect(&txgate.url).await;
-    send(
-        &mut socket,
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []}),
+    // Blocks only when the test mines one: the sync call below waits in
+    // flight for its receipt.
+    let (_, off) = rpc_json(
+        &anvil.url,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "evm_setAutomine", "params": [false]})
+            .to_string(),
     )
     .await;
-    assert_eq!(next_json(&mut socket).await["result"], "0x7a69");
+    assert!(off.get("error").is_none(), "{off}");
+    let sender = Eoa::new(41);
+    fund(&anvil.url, &[sender.address]).await;
+    let txgate = Txgate::start(&anvil.url, &[]);
+    let mut socket = connect(&txgate.url).await;
+    let raw = sender.sign(0, Address::repeat_byte(0x42), &[], 1, TIP);
+    send(
+        &mut socket,
+        &json!({"jsonrpc": "2.0", "id": "sync", "method": "eth_sendRawTransactionSync",
+            "params": [raw]}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     txgate.proc.signal(libc::SIGTERM);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Draining: the call in flight is still answered once its block comes.
+    mine(&anvil.url).await;
+    let mut seen = Vec::new();
+    let receipt = answer(&mut socket, &json!("sync"), &mut seen).await;
+    assert_eq!(receipt["result"]["status"], "0x1", "{receipt}");
     assert_eq!(close_code(&mut socket).await, Some(CloseCode::Away));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_close_is_answered_and_a_large_answer_is_not_a_slow_reader() {
+    let anvil = Anvil::start().await;
+    let txgate = InProcess::start(&anvil.url, "[websocket]\nmax_send_queue_bytes = 1024\n");
+    let mut socket = connect(&txgate.url).await;
+    // A batch of 100 answers (over 4 KiB) with a 1 KiB send queue: the
+    // client reads, so it gets it.
+    let calls: Vec<Value> = (0..100)
+        .map(|id| json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []}))
+        .collect();
+    send(&mut socket, &Value::Array(calls)).await;
+    let batch = next_json(&mut socket).await;
+    assert_eq!(batch.as_array().map(Vec::len), Some(100), "{batch}");
+    // A notification (no id) gets no answer and holds nothing: the next
+    // call is answered, and nothing waits at the close.
+    send(
+        &mut socket,
+        &json!({"jsonrpc": "2.0", "method": "eth_blockNumber", "params": []}),
+    )
+    .await;
+    send(
+        &mut socket,
+        &json!({"jsonrpc": "2.0", "id": "after", "method": "eth_chainId", "params": []}),
+    )
+    .await;
+    assert_eq!(next_json(&mut socket).await["id"], "after");
+    // The client closes: txgate answers its close frame.
+    socket
+        .send(Message::Close(Some(
+            tokio_tungstenite::tungstenite::protocol::CloseFrame {
+                code: CloseCode::Normal,
+                reason: "bye".into(),
+            },
+        )))
+        .await
+        .unwrap();
+    assert_eq!(close_code(&mut socket).await, Some(CloseCode::Normal));
+    let m = txgate.metrics().await;
+    assert_eq!(
+        metric(&m, "txgate_ws_closes_total{reason=\"slow_reader\"}"),
+        0.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -572,9 +635,10 @@ async fn a_client_that_does_not_read_is_dropped_not_buffered() {
     let txgate = InProcess::start(
         &anvil.url,
         "[websocket]\nmax_send_queue_bytes = 65536\nmax_frames_per_sec = 100000\n\
-         frame_burst = 100000\n",
+         frame_burst = 100000\n[upstream]\nmax_response_bytes = 65536\n",
     );
-    // A tiny receive window, and nothing read: the answers back up.
+    // A tiny receive window, and nothing read: the answers back up past
+    // the queue (64 KiB, plus room for one 64 KiB answer).
     let addr: std::net::SocketAddr = txgate.url.trim_start_matches("http://").parse().unwrap();
     let tcp = tokio::net::TcpSocket::new_v4().unwrap();
     tcp.set_recv_buffer_size(4096).unwrap();

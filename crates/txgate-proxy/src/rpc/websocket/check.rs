@@ -152,7 +152,13 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
     let frame = match txgate_jsonrpc::parse(&text, shared.max_batch_size) {
         Ok(frame) => frame,
         Err(e) => {
-            refuse(&mut checked, frame_refusal(e), None);
+            // One call on the client's rate, as an HTTP body that fails to
+            // parse has paid before it is read.
+            let refusal = match &conn.peer.charged {
+                Some(charged) => charged.charge(1, 0).err(),
+                None => None,
+            };
+            refuse(&mut checked, refusal.unwrap_or(frame_refusal(e)), None);
             return checked;
         }
     };
@@ -214,6 +220,9 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
                     _ => Sub::None,
                 };
                 let verdict = match (verdict, &sub) {
+                    // A subscription without an id could never be told
+                    // its id: not opened (and no answer owed).
+                    (None, Sub::Subscribe) if call.is_notification() => None,
                     (None, Sub::Subscribe) => conn.reserve_subscription().err().inspect(|_| {
                         shared.metrics.websocket.subscriptions_refused.inc();
                     }),
@@ -228,6 +237,17 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
                         refusal.write(&mut out, call.id);
                         Part::Done(out)
                     }
+                } else if call.is_notification() {
+                    // Forwarded as a notification: the node owes no answer,
+                    // so nothing waits for one.
+                    if !matches!(sub, Sub::Subscribe) {
+                        if forwarded > 0 {
+                            upstream.push(b',');
+                        }
+                        encode::write_upstream_call(&mut upstream, call, 0);
+                        forwarded += 1;
+                    }
+                    Part::Silent
                 } else {
                     let upstream_id = conn.next_id.fetch_add(1, Ordering::Relaxed);
                     if forwarded > 0 {
@@ -244,11 +264,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
                             sub,
                         },
                     ));
-                    if call.is_notification() {
-                        Part::Silent
-                    } else {
-                        Part::Waiting
-                    }
+                    Part::Waiting
                 }
             }
         };

@@ -33,7 +33,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Socket<S> {
         Ok(())
     }
 
-    /// Sends a close frame (`None`: the reply to the peer's) and flushes.
+    /// Writes what waits, the reply to a peer's close frame included.
+    pub(super) async fn flush(&mut self) -> Result<(), WsError> {
+        futures_util::SinkExt::flush(&mut self.ws).await
+    }
+
+    /// Sends a close frame and flushes.
     pub(super) async fn close(&mut self, frame: Option<CloseFrame>) -> Result<(), WsError> {
         self.ws.close(frame).await
     }

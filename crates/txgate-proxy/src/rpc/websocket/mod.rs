@@ -95,12 +95,20 @@ impl WebSockets {
         let client_codec = WebSocketConfig::default()
             .read_buffer_size(READ_BUFFER)
             .write_buffer_size(0)
-            .max_write_buffer_size(ws.max_send_queue_bytes)
+            // The queue, plus room for the largest answer the node may
+            // send: a client that reads is never dropped for one answer.
+            .max_write_buffer_size(
+                ws.max_send_queue_bytes
+                    .saturating_add(config.upstream.max_response_bytes),
+            )
             .max_message_size(Some(ws.max_message_bytes))
             .max_frame_size(Some(ws.max_frame_bytes));
         let upstream_codec = WebSocketConfig::default()
             .read_buffer_size(READ_BUFFER)
             .write_buffer_size(0)
+            // A node that stops reading: the session closes with 1011
+            // instead of buffering the client's calls without end.
+            .max_write_buffer_size(ws.max_send_queue_bytes.saturating_add(ws.max_message_bytes))
             .max_message_size(Some(config.upstream.max_response_bytes))
             .max_frame_size(Some(config.upstream.max_response_bytes));
         Some(WebSockets {
@@ -142,12 +150,15 @@ impl WebSockets {
     }
 }
 
-/// Whether a request asks for a WebSocket (`Upgrade: websocket`).
+/// Whether a request asks for a WebSocket (a GET with `Upgrade:
+/// websocket`; a POST is JSON-RPC whatever its headers).
 pub(super) fn wants_upgrade<B>(req: &Request<B>) -> bool {
-    req.headers()
-        .get_all(UPGRADE)
-        .iter()
-        .any(|v| has_token(v, "websocket"))
+    req.method() == Method::GET
+        && req
+            .headers()
+            .get_all(UPGRADE)
+            .iter()
+            .any(|v| has_token(v, "websocket"))
 }
 
 /// Whether a comma-separated header value holds `token` (any case).

@@ -41,6 +41,10 @@ pub(super) type Client = WebSocketStream<TokioIo<Upgraded>>;
 /// socket against the idle timeout.
 const SWEEP: Duration = Duration::from_millis(250);
 
+/// Timed-out `eth_subscribe` calls remembered per session, to close the
+/// node's subscription if it answers late.
+const MAX_EXPIRED_SUBSCRIBES: usize = 1024;
+
 /// How long a closing session waits for its close frames to be written.
 const CLOSE_FLUSH: Duration = Duration::from_secs(1);
 
@@ -91,6 +95,11 @@ struct Session {
     epoch: Instant,
     last_activity: Instant,
     awaiting_pong: bool,
+    /// No message from the node since txgate's last ping to it.
+    upstream_silent: bool,
+    /// `eth_subscribe` calls answered by a timeout: a late success from
+    /// the node is unsubscribed at once, so it holds nothing uncounted.
+    expired_subscribes: HashSet<u64>,
 }
 
 impl Session {
@@ -109,6 +118,8 @@ impl Session {
             epoch: now,
             last_activity: now,
             awaiting_pong: false,
+            upstream_silent: false,
+            expired_subscribes: HashSet::new(),
         }
     }
 
@@ -161,6 +172,23 @@ impl Session {
                     }
                 }
                 _ = ping.tick(), if pinging => {
+                    // The node: silent for a whole interval after a ping,
+                    // it is gone (a half-open socket answers nothing).
+                    if self.upstream_silent {
+                        let _ = self.fail_pending(&Refusal::UpstreamUnavailable);
+                        return self.end(WsClose::Upstream).await;
+                    }
+                    self.upstream_silent = true;
+                    if self.upstream.send(Message::Ping(Bytes::from_static(b"txgate"))).is_err() {
+                        let _ = self.fail_pending(&Refusal::UpstreamUnavailable);
+                        return self.end(WsClose::Upstream).await;
+                    }
+                    // The client's pong can only be read while the socket
+                    // is read: not at the in-flight cap or while draining.
+                    if !reading {
+                        self.awaiting_pong = false;
+                        continue;
+                    }
                     if self.awaiting_pong {
                         return self.close(WsClose::PingTimeout, CloseCode::Policy, "ping timeout").await;
                     }
@@ -204,11 +232,13 @@ impl Session {
             }
             Message::Binary(_) => Err(WsClose::Binary),
             Message::Ping(payload) => {
+                self.last_activity = Instant::now();
                 // tungstenite answers too; a second pong is harmless and
                 // this one is written at once.
                 self.frame_to_client(Message::Pong(payload))
             }
             Message::Pong(_) => {
+                self.last_activity = Instant::now();
                 self.awaiting_pong = false;
                 Ok(())
             }
@@ -244,6 +274,9 @@ impl Session {
                 .map(|text| self.upstream.send(Message::Text(text)).is_ok())
                 .unwrap_or(false);
             if !sent {
+                // The node's socket failed or stopped reading (its buffer
+                // over its bound): every call owed is answered first.
+                let _ = self.fail_pending(&Refusal::UpstreamUnavailable);
                 return Err(WsClose::Upstream);
             }
         }
@@ -310,20 +343,29 @@ impl Session {
         &mut self,
         message: Option<Result<Message, WsError>>,
     ) -> Result<(), WsClose> {
+        self.upstream_silent = false;
         let text = match message {
             Some(Ok(Message::Text(text))) => text,
             Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
                 self.fail_pending(&Refusal::UpstreamUnavailable)?;
                 return Err(WsClose::Upstream);
             }
-            // Pings are answered by tungstenite; nothing else is expected.
+            // Pings are answered by tungstenite, pongs only show the node
+            // is there; nothing else is expected.
             Some(Ok(_)) => return Ok(()),
         };
         let bytes = text.as_bytes();
         match encode::parse_upstream_batch(bytes) {
-            Some(UpstreamBatch::Whole(response)) if response.id.is_none() => {
-                // No id: a subscription notification, relayed as it came.
+            Some(UpstreamBatch::Whole(response)) if response.is_notification() => {
+                // A subscription notification, relayed as it came.
                 self.send_client(Bytes::from(text), WsSent::Notification)
+            }
+            Some(UpstreamBatch::Whole(response)) if response.id.is_none() => {
+                // An error under a null id (a message the node could not
+                // read): no call of ours to give it to; those it was for
+                // are answered by their timeout.
+                tracing::debug!("upstream WebSocket answered without an id");
+                Ok(())
             }
             Some(UpstreamBatch::Whole(response)) => self.upstream_answer(&response),
             Some(UpstreamBatch::Responses(responses)) => {
@@ -344,7 +386,19 @@ impl Session {
             return Ok(());
         };
         let Some(pending) = self.pending.remove(&(id as u64)) else {
-            // Late (timed out already) or not ours.
+            // Late (timed out already) or not ours. A subscription opened
+            // after its caller was told it timed out is closed again.
+            if self.expired_subscribes.remove(&(id as u64))
+                && let Some(subscription) = response.result().filter(|r| r.get().starts_with('"'))
+            {
+                let unsubscribe = format!(
+                    "{{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"eth_unsubscribe\",\"params\":[{}]}}",
+                    subscription.get()
+                );
+                if self.upstream.send(Message::text(unsubscribe)).is_err() {
+                    return Err(WsClose::Upstream);
+                }
+            }
             return Ok(());
         };
         self.track_subscription(&pending.sub, response);
@@ -436,17 +490,26 @@ impl Session {
             return Ok(());
         };
         let mut owed = Vec::new();
+        let mut expired = Vec::new();
         let conn = &self.conn;
-        self.pending.retain(|_, p| {
+        self.pending.retain(|id, p| {
             if p.message != key {
                 return true;
             }
             if let Sub::Subscribe = p.sub {
                 conn.release_subscription();
+                expired.push(*id);
             }
             owed.push((p.index, p.caller_id.take()));
             false
         });
+        // Bounded: a node that never answers its subscribe calls does not
+        // grow the set without end (a later success is then left open until
+        // the session ends, as the node's own).
+        if self.expired_subscribes.len() + expired.len() > MAX_EXPIRED_SUBSCRIBES {
+            self.expired_subscribes.clear();
+        }
+        self.expired_subscribes.extend(expired);
         for (index, caller_id) in owed {
             if let Some(part @ Part::Waiting) = assembly.parts.get_mut(index) {
                 let mut out = Vec::with_capacity(96);
@@ -508,9 +571,13 @@ impl Session {
             ..
         } = self;
         let both = async {
-            // A client that closed gets the reply to its close frame.
-            let frame = (reason != WsClose::Client).then_some(frame);
-            let _ = client.close(frame).await;
+            // A client that closed gets the reply tungstenite queued to
+            // its close frame; any other gets ours.
+            if reason == WsClose::Client {
+                let _ = client.flush().await;
+            } else {
+                let _ = client.close(Some(frame)).await;
+            }
             let _ = upstream.close(None).await;
         };
         let _ = tokio::time::timeout(CLOSE_FLUSH, both).await;
