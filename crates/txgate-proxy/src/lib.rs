@@ -7,8 +7,10 @@
 //!   client IP ([`limits::clients`]) and the global in-flight cap
 //!   ([`limits::admission`]), decided before the body is read.
 //! - [`rpc`]: body cap and timeout, content type, JSON-RPC framing, method
-//!   [`rpc::policy`], forwarding of lone calls and batches, and
-//!   [`rpc::rescue`], the one place refusals become HTTP responses.
+//!   [`rpc::policy`], forwarding of lone calls and batches,
+//!   [`rpc::websocket`] (the same checks for each message on a client
+//!   WebSocket), and [`rpc::rescue`], the one place refusals become HTTP
+//!   responses.
 //! - [`screening`]: the per-call tower stack that screens raw-transaction
 //!   submissions; its state is a shared [`txgate_screen::Screen`], learned
 //!   through [`Invalidations`] ([`screening::state`]).
