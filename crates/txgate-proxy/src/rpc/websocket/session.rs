@@ -220,16 +220,10 @@ impl Session {
             }
         }
         match message {
-            Message::Text(text) => {
-                self.take(Bytes::from(text));
-                Ok(())
-            }
+            Message::Text(text) => self.take(Bytes::from(text)),
             // web3.py sends its JSON in binary frames, and nodes take
             // them: UTF-8 JSON is a message whatever its frame type.
-            Message::Binary(payload) if std::str::from_utf8(&payload).is_ok() => {
-                self.take(payload);
-                Ok(())
-            }
+            Message::Binary(payload) if std::str::from_utf8(&payload).is_ok() => self.take(payload),
             Message::Binary(_) => Err(WsClose::Binary),
             Message::Ping(payload) => {
                 self.last_activity = Instant::now();
@@ -248,12 +242,22 @@ impl Session {
     }
 
     /// Starts a message's checks.
-    fn take(&mut self, payload: Bytes) {
+    fn take(&mut self, payload: Bytes) -> Result<(), WsClose> {
         self.last_activity = Instant::now();
         let id = self.next_message;
         self.next_message += 1;
-        self.checking
-            .push(Box::pin(check(self.conn.clone(), id, payload)));
+        let mut checking: Checking = Box::pin(check(self.conn.clone(), id, payload));
+        // Most messages need no wait (no ShouldForward probe): done on
+        // the first poll, they skip the set of checks under way. One that
+        // waits is polled again there, with the session's waker.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match checking.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(checked) => self.checked(checked),
+            std::task::Poll::Pending => {
+                self.checking.push(checking);
+                Ok(())
+            }
+        }
     }
 
     /// A message whose checks are done: refusals answered, the rest sent
