@@ -274,7 +274,31 @@ async fn fan_out(url: &str, node: &str, subscribers: usize, blocks: usize) -> Fa
     }
 }
 
-fn nginx(dir: &std::path::Path, listen: u16, node_port: u16) -> Proc {
+/// nginx's master, stopped with SIGTERM so that it takes its workers
+/// down with it (a killed master leaves them running).
+struct Nginx(Proc);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.pid().to_string()])
+            .status();
+        for _ in 0..50 {
+            let alive =
+                std::fs::read_to_string(format!("/proc/{}/stat", self.0.pid())).is_ok_and(|stat| {
+                    !stat
+                        .rsplit_once(')')
+                        .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+                });
+            if !alive {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn nginx(dir: &std::path::Path, listen: u16, node_port: u16) -> Nginx {
     let conf = dir.join("nginx.conf");
     let d = dir.display();
     std::fs::write(
@@ -293,10 +317,10 @@ fn nginx(dir: &std::path::Path, listen: u16, node_port: u16) -> Proc {
         ),
     )
     .unwrap();
-    spawn(
+    Nginx(spawn(
         &PathBuf::from("/usr/sbin/nginx"),
         &["-c", conf.to_str().unwrap(), "-p", dir.to_str().unwrap()],
-    )
+    ))
 }
 
 /// Starts txgate (`bin`) with the bench's config in front of `node`; the
@@ -361,7 +385,7 @@ async fn main() {
         (
             "nginx",
             format!("ws://127.0.0.1:{ng_port}/"),
-            Some(nginx_proc.pid()),
+            Some(nginx_proc.0.pid()),
         ),
         (
             "txgate",
