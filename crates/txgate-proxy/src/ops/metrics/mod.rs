@@ -160,6 +160,9 @@ mod tests {
         for (i, k) in UpstreamFailure::ALL.iter().enumerate() {
             assert_eq!(*k as usize, i);
         }
+        for (i, c) in WsClose::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i);
+        }
     }
 
     #[test]

@@ -303,22 +303,26 @@ impl Session {
 
     /// Sends a message's whole answer (nothing when every part is silent).
     fn answer(&mut self, assembly: Assembly) -> Result<(), WsClose> {
-        let parts: Vec<&[u8]> = assembly
-            .parts
-            .iter()
-            .filter_map(|p| match p {
-                Part::Done(out) => Some(out.as_slice()),
-                _ => None,
-            })
-            .collect();
-        if parts.is_empty() {
-            return Ok(());
-        }
-        let body = if assembly.batch {
-            let capacity = parts.iter().map(|p| p.len() + 1).sum();
-            encode::join_batch(parts.into_iter(), capacity)
+        let Assembly { batch, parts, .. } = assembly;
+        let body = if batch {
+            let done: Vec<&[u8]> = parts
+                .iter()
+                .filter_map(|p| match p {
+                    Part::Done(out) => Some(out.as_slice()),
+                    _ => None,
+                })
+                .collect();
+            if done.is_empty() {
+                return Ok(());
+            }
+            let capacity = done.iter().map(|p| p.len() + 1).sum();
+            encode::join_batch(done.into_iter(), capacity)
         } else {
-            Bytes::copy_from_slice(parts[0])
+            // A lone call's answer is sent as it was written, no copy.
+            match parts.into_iter().next() {
+                Some(Part::Done(out)) => Bytes::from(out),
+                _ => return Ok(()),
+            }
         };
         self.send_client(body, WsSent::Answer)
     }
