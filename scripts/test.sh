@@ -6,6 +6,9 @@
 # missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A one-off build on CI gains nothing from incremental state, which would
+# double the target directory on a shared disk.
+if [[ "${CI:-}" == "true" ]]; then export CARGO_INCREMENTAL=0; fi
 ./scripts/install-foundry.sh
 ./scripts/install-test-tools.sh
 ./scripts/install-ws-clients.sh
