@@ -4,7 +4,7 @@
 The dashboard is generated so that every panel has the same data source, the
 same instance filter and a unit, and the layout follows the request path:
 traffic, screening, sidecar, state, upstream, limits, conditional and sync
-calls, WebSocket, the Aeges listener.
+calls, WebSocket, TLS, the Aeges listener.
 Edit the panels here, then run:
 
     python3 deploy/grafana/build-dashboard.py          # rewrite txgate.json
@@ -597,6 +597,42 @@ def build():
             (f"sum (rate(txgate_ws_subscriptions_refused_total{{{I}}}[$__rate_interval]))",
              "subscriptions refused"),
         ],
+        w=6,
+    )
+
+    d.row("TLS")
+    d.timeseries(
+        "Client handshakes by outcome",
+        "TLS handshakes on the client port per second: full, full_retry (HelloRetryRequest), resumed, "
+        "or why one failed (timeout, eof, not_tls, no_shared_group, no_shared_cipher, no_shared_version, "
+        "incompatible, alert_received, other).",
+        "reqps",
+        [(rate("txgate_tls_handshakes_total", "outcome"), "{{outcome}}")],
+        w=6,
+    )
+    d.timeseries(
+        "Client handshakes by version and group",
+        "Finished handshakes per second by protocol version and key-exchange group (X25519MLKEM768: the "
+        "post-quantum hybrid).",
+        "reqps",
+        [(rate("txgate_tls_handshakes_total", "version, group"), "TLS {{version}} {{group}}")],
+        w=6,
+    )
+    d.timeseries(
+        "Upstream handshakes by outcome",
+        "TLS handshakes with an https:// node per second: ok (one per pooled connection), or why one "
+        "failed (expired, name_mismatch, unknown_issuer, bad_certificate, alert, timeout, io, other).",
+        "reqps",
+        [(rate("txgate_upstream_tls_handshakes_total", "outcome"), "{{outcome}}")],
+        w=6,
+    )
+    d.timeseries(
+        "Certificate expiry",
+        "When the certificate served on the client port expires (TxgateTlsCertificateExpiring fires 14 "
+        "days before); 1970 (0) on an instance without TLS. A reload moves it.",
+        "dateTimeAsIso",
+        [(f"max by (instance) (txgate_tls_certificate_expiry_timestamp_seconds{{{I}}}) * 1000",
+          "{{instance}}")],
         w=6,
     )
 

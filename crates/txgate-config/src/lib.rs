@@ -33,7 +33,9 @@
 //!   re-exported from the `ipnet` crate);
 //! * [`websocket`]: `[websocket]`, [`WebSocketConfig`]: JSON-RPC over
 //!   WebSocket on the client port, its per-connection limits, and the
-//!   node's WebSocket endpoint ([`Config::websocket_upstream`]).
+//!   node's WebSocket endpoint ([`Config::websocket_upstream`]);
+//! * [`tls`]: `[server.tls]`, [`ServerTlsConfig`] (TLS on the client port)
+//!   and `[upstream.tls]`, [`UpstreamTlsConfig`] (an `https://` node).
 //!
 //! And two shared by all of them:
 //!
@@ -56,6 +58,7 @@ pub mod screen;
 pub mod server;
 pub mod shutdown;
 pub mod sidecar;
+pub mod tls;
 pub mod upstream;
 pub mod url;
 pub mod websocket;
@@ -117,6 +120,11 @@ pub use sidecar::{
     DEFAULT_SIDECAR_CONNECT_TIMEOUT_MS, DEFAULT_SIDECAR_RECONNECT_INITIAL_MS,
     DEFAULT_SIDECAR_RECONNECT_MAX_MS, DEFAULT_SIDECAR_URL, DEFAULT_VERDICT_TTL_MS, Protocol,
     ShouldForwardScope, SidecarConfig, Source, SourceConfig,
+};
+pub use tls::{
+    DEFAULT_TLS_GROUPS, DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS, DEFAULT_TLS_MIN_VERSION,
+    DEFAULT_TLS_RELOAD_INTERVAL_MS, DEFAULT_TLS_SESSION_TICKETS, ServerTlsConfig, TLS_GROUPS,
+    UpstreamTlsConfig,
 };
 pub use upstream::{
     DEFAULT_CALL_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_HEALTH_INTERVAL_MS,
@@ -262,15 +270,17 @@ impl Config {
     }
 
     /// The node's WebSocket endpoint: `websocket.upstream_url` parsed, or,
-    /// when it is empty, `ws://` with the authority and path of
-    /// `upstream.url` (`http://node:8546/rpc` gives `ws://node:8546/rpc`).
+    /// when it is empty, `ws://` (`wss://` for `https://`) with the
+    /// authority and path of `upstream.url` (`http://node:8546/rpc` gives
+    /// `ws://node:8546/rpc`).
     /// An error names the key it comes from.
     pub fn websocket_upstream(&self) -> Result<HttpUrl, ConfigError> {
         if let Some(url) = self.websocket.upstream_endpoint()? {
             return Ok(url);
         }
         let http = self.upstream.endpoint()?;
-        let ws = format!("ws://{}{}", http.authority(), http.path());
+        let scheme = if http.is_tls() { "wss" } else { "ws" };
+        let ws = format!("{scheme}://{}{}", http.authority(), http.path());
         HttpUrl::parse_ws(&ws).map_err(|e| ConfigError::new("upstream.url", e))
     }
 }
@@ -543,6 +553,11 @@ mod tests {
         c.upstream.url = "HTTP://node.internal".into();
         let u = c.websocket_upstream().unwrap();
         assert_eq!((u.host(), u.port(), u.path()), ("node.internal", 80, "/"));
+        assert!(!u.is_tls());
+        // An https:// node gives wss://, on its port.
+        c.upstream.url = "https://node.internal/rpc".into();
+        let u = c.websocket_upstream().unwrap();
+        assert_eq!((u.port(), u.path(), u.is_tls()), (443, "/rpc", true));
         // Set, it wins over upstream.url.
         c.websocket.upstream_url = "ws://10.0.0.2:8547/ws".into();
         c.validate().unwrap();

@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use crate::error::{ConfigError, require_positive};
 use crate::net::nets;
+use crate::tls::ServerTlsConfig;
 
 /// Default RPC listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8545";
@@ -85,6 +86,8 @@ pub struct ServerConfig {
     /// The header trusted proxies write the client into:
     /// `x-forwarded-for`, `forwarded` or `none`.
     pub forwarded_header: ForwardedHeader,
+    /// TLS on the client port (`[server.tls]`); off by default.
+    pub tls: ServerTlsConfig,
 }
 
 impl ServerConfig {
@@ -112,6 +115,7 @@ impl ServerConfig {
             ("server.header_read_timeout_ms", self.header_read_timeout_ms),
             ("server.body_read_timeout_ms", self.body_read_timeout_ms),
         ])?;
+        self.tls.validate()?;
         let trusted = self.trusted_proxies()?;
         if self.proxy_protocol != ProxyProtocol::Off && trusted.is_empty() {
             return Err(ConfigError::new(
@@ -137,6 +141,7 @@ impl Default for ServerConfig {
             trusted_proxies: DEFAULT_TRUSTED_PROXIES.map(String::from).to_vec(),
             proxy_protocol: DEFAULT_PROXY_PROTOCOL,
             forwarded_header: DEFAULT_FORWARDED_HEADER,
+            tls: ServerTlsConfig::default(),
         }
     }
 }

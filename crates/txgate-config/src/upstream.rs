@@ -4,6 +4,7 @@ use serde::Deserialize;
 
 use crate::admission::AdmissionConfig;
 use crate::error::{ConfigError, require_positive};
+use crate::tls::UpstreamTlsConfig;
 use crate::url::HttpUrl;
 
 /// Default upstream node.
@@ -31,8 +32,8 @@ pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 2_000;
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamConfig {
-    /// `http://host[:port][/path]` of the node (see [`HttpUrl`] for what is
-    /// accepted).
+    /// `http://host[:port][/path]` or `https://...` of the node (see
+    /// [`HttpUrl`] for what is accepted).
     pub url: String,
     /// TCP connect timeout.
     pub connect_timeout_ms: u64,
@@ -50,6 +51,8 @@ pub struct UpstreamConfig {
     pub pool_idle_timeout_ms: u64,
     /// Interval of the health probe (`eth_chainId`) behind `/readyz`.
     pub health_interval_ms: u64,
+    /// What an `https://` node is trusted by (`[upstream.tls]`).
+    pub tls: UpstreamTlsConfig,
 }
 
 impl Default for UpstreamConfig {
@@ -63,6 +66,7 @@ impl Default for UpstreamConfig {
             pool_max_idle: DEFAULT_POOL_MAX_IDLE,
             pool_idle_timeout_ms: DEFAULT_POOL_IDLE_TIMEOUT_MS,
             health_interval_ms: DEFAULT_HEALTH_INTERVAL_MS,
+            tls: UpstreamTlsConfig::default(),
         }
     }
 }
@@ -71,7 +75,7 @@ impl UpstreamConfig {
     /// `upstream.url` parsed: the one parser both `check-config` and the
     /// upstream client use.
     pub fn endpoint(&self) -> Result<HttpUrl, ConfigError> {
-        HttpUrl::parse(&self.url).map_err(|e| ConfigError::new("upstream.url", e))
+        HttpUrl::parse_upstream(&self.url).map_err(|e| ConfigError::new("upstream.url", e))
     }
 
     /// The idle pool size to use, never below the in-flight cap.
@@ -88,6 +92,7 @@ impl UpstreamConfig {
     /// [`Config::validate`](crate::Config::validate)).
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.endpoint()?;
+        self.tls.validate()?;
         require_positive(&[
             ("upstream.connect_timeout_ms", self.connect_timeout_ms),
             ("upstream.call_timeout_ms", self.call_timeout_ms),

@@ -1,16 +1,16 @@
-//! [`HttpUrl`]: the one parser of the `http://` endpoints txgate connects
-//! to (`upstream.url`, `sidecar.url`) and of the `ws://` one
-//! (`websocket.upstream_url`).
+//! [`HttpUrl`]: the one parser of the endpoints txgate connects to
+//! (`upstream.url`, `sidecar.url`, `websocket.upstream_url`).
 //!
-//! It accepts exactly what txgate's cleartext clients can use, so that
+//! It accepts exactly what txgate's clients can use, so that
 //! `txgate check-config` and the daemon agree on every URL:
 //!
-//! * scheme `http://` only ([`HttpUrl::parse`]), or `ws://` only
-//!   ([`HttpUrl::parse_ws`]) (the scheme is case-insensitive);
+//! * scheme `http://` only ([`HttpUrl::parse`], the sidecars), `http://`
+//!   or `https://` ([`HttpUrl::parse_upstream`], the node), or `ws://` or
+//!   `wss://` ([`HttpUrl::parse_ws`]) (the scheme is case-insensitive);
 //! * a non-empty host: a host name (letters, digits, `-`, `.`, `_`, `~`),
 //!   an IPv4 address (a host of digits and dots must be one), or an IPv6
 //!   address in brackets (`[::1]`, no zone id);
-//! * an optional port, `1..=65535` (80 when absent);
+//! * an optional port, `1..=65535` (80 when absent, 443 over TLS);
 //! * no user-info (`user@host`): txgate sends no credentials;
 //! * an optional path, printable ASCII without spaces (`/` when absent). A
 //!   query (`?key=...`) is allowed and kept in the path: it is sent as part
@@ -19,43 +19,64 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-/// An `http://` (or `ws://`) endpoint, parsed once by [`HttpUrl::parse`]
-/// (or [`HttpUrl::parse_ws`]). The scheme is not kept: the caller knows
-/// which one it asked for.
+/// An `http://` (or `https://`, `ws://`, `wss://`) endpoint, parsed once
+/// by [`HttpUrl::parse`] (or [`HttpUrl::parse_upstream`],
+/// [`HttpUrl::parse_ws`]). Of the scheme only whether it is TLS is kept:
+/// the caller knows which family it asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpUrl {
     host: String,
     port: u16,
     authority: String,
     path: String,
+    tls: bool,
 }
 
-/// A scheme txgate accepts, and what it speaks over it (for the error).
+/// A scheme txgate accepts.
 struct Scheme {
     prefix: &'static str,
-    speaks: &'static str,
+    tls: bool,
 }
 
 const HTTP: Scheme = Scheme {
     prefix: "http://",
-    speaks: "cleartext HTTP",
+    tls: false,
+};
+const HTTPS: Scheme = Scheme {
+    prefix: "https://",
+    tls: true,
 };
 const WS: Scheme = Scheme {
     prefix: "ws://",
-    speaks: "cleartext WebSocket",
+    tls: false,
+};
+const WSS: Scheme = Scheme {
+    prefix: "wss://",
+    tls: true,
 };
 
 impl HttpUrl {
     /// Parses an `http://` `url`; the error says what is wrong and quotes
     /// `url`.
     pub fn parse(url: &str) -> Result<HttpUrl, String> {
-        parse_with(url, &HTTP)
+        parse_with(url, &[&HTTP], "cleartext HTTP")
     }
 
-    /// Parses a `ws://` `url` by the same rules as [`HttpUrl::parse`]; the
-    /// error says what is wrong and quotes `url`.
+    /// Parses an `http://` or `https://` `url` (the node) by the same
+    /// rules as [`HttpUrl::parse`].
+    pub fn parse_upstream(url: &str) -> Result<HttpUrl, String> {
+        parse_with(url, &[&HTTP, &HTTPS], "HTTP or HTTPS")
+    }
+
+    /// Parses a `ws://` or `wss://` `url` by the same rules as
+    /// [`HttpUrl::parse`]; the error says what is wrong and quotes `url`.
     pub fn parse_ws(url: &str) -> Result<HttpUrl, String> {
-        parse_with(url, &WS)
+        parse_with(url, &[&WS, &WSS], "WebSocket")
+    }
+
+    /// Whether the scheme is `https://` or `wss://`.
+    pub fn is_tls(&self) -> bool {
+        self.tls
     }
 
     /// Host to connect to: a host name, an IPv4 address, or an IPv6 address
@@ -64,7 +85,7 @@ impl HttpUrl {
         &self.host
     }
 
-    /// TCP port (80 when the URL names none).
+    /// TCP port (80 when the URL names none, 443 over TLS).
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -80,17 +101,22 @@ impl HttpUrl {
     }
 }
 
-/// [`HttpUrl::parse`] for the scheme `scheme`.
-fn parse_with(url: &str, scheme: &Scheme) -> Result<HttpUrl, String> {
-    let Scheme { prefix, speaks } = scheme;
-    let rest = match url.get(..prefix.len()) {
-        Some(given) if given.eq_ignore_ascii_case(prefix) => &url[prefix.len()..],
-        _ => {
-            return Err(format!(
-                "`{url}` must start with {prefix} (txgate speaks {speaks} only)"
-            ));
-        }
+/// [`HttpUrl::parse`] for one of `schemes` (`speaks` names them for the
+/// error).
+fn parse_with(url: &str, schemes: &[&Scheme], speaks: &str) -> Result<HttpUrl, String> {
+    let found = schemes.iter().find(|scheme| {
+        url.get(..scheme.prefix.len())
+            .is_some_and(|given| given.eq_ignore_ascii_case(scheme.prefix))
+    });
+    let Some(scheme) = found else {
+        let prefixes: Vec<&str> = schemes.iter().map(|s| s.prefix).collect();
+        return Err(format!(
+            "`{url}` must start with {} (txgate speaks {speaks} here)",
+            prefixes.join(" or ")
+        ));
     };
+    let rest = &url[scheme.prefix.len()..];
+    let default_port = if scheme.tls { 443 } else { 80 };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
     if authority.is_empty() {
@@ -101,7 +127,8 @@ fn parse_with(url: &str, scheme: &Scheme) -> Result<HttpUrl, String> {
             "`{url}` has user-info (`user@`), which txgate does not send"
         ));
     }
-    let (host, port) = split_authority(authority).map_err(|e| format!("`{url}`: {e}"))?;
+    let (host, port) =
+        split_authority(authority, default_port).map_err(|e| format!("`{url}`: {e}"))?;
     if tail.contains('#') {
         return Err(format!(
             "`{url}` has a fragment (`#...`), which is never sent to a server"
@@ -122,11 +149,12 @@ fn parse_with(url: &str, scheme: &Scheme) -> Result<HttpUrl, String> {
         port,
         authority: authority.to_string(),
         path,
+        tls: scheme.tls,
     })
 }
 
 /// `host[:port]` or `[ipv6][:port]` into host (unbracketed) and port.
-fn split_authority(authority: &str) -> Result<(String, u16), String> {
+fn split_authority(authority: &str, default_port: u16) -> Result<(String, u16), String> {
     if let Some(bracketed) = authority.strip_prefix('[') {
         let Some((ip, after)) = bracketed.split_once(']') else {
             return Err("`[` opens an IPv6 address that no `]` closes".into());
@@ -135,7 +163,7 @@ fn split_authority(authority: &str) -> Result<(String, u16), String> {
             return Err(format!("`[{ip}]` is not an IPv6 address"));
         }
         let port = match after {
-            "" => 80,
+            "" => default_port,
             _ => match after.strip_prefix(':') {
                 Some(port) => parse_port(port)?,
                 None => return Err(format!("`{after}` follows the IPv6 address")),
@@ -150,7 +178,7 @@ fn split_authority(authority: &str) -> Result<(String, u16), String> {
     }
     let (host, port) = match authority.split_once(':') {
         Some((host, port)) => (host, parse_port(port)?),
-        None => (authority, 80),
+        None => (authority, default_port),
     };
     check_host(host)?;
     Ok((host.to_string(), port))
@@ -229,6 +257,7 @@ mod tests {
         for (url, why) in [
             ("https://x", "http://"),
             ("ftp://x", "http://"),
+            ("wss://x", "http://"),
             ("127.0.0.1:8545", "http://"),
             ("", "http://"),
             ("http://", "no host"),
@@ -309,15 +338,36 @@ mod tests {
 
     #[test]
     fn each_parser_takes_its_own_scheme_only() {
-        for url in ["http://h:1", "wss://h:1", "https://h:1", "h:1", ""] {
+        for url in ["http://h:1", "https://h:1", "h:1", ""] {
             let e = HttpUrl::parse_ws(url).expect_err(url);
             assert!(e.contains(&format!("`{url}`")), "{url}: {e}");
-            assert!(e.contains("must start with ws://"), "{url}: {e}");
-            assert!(e.contains("cleartext WebSocket"), "{url}: {e}");
+            assert!(e.contains("must start with ws:// or wss://"), "{url}: {e}");
         }
-        for url in ["ws://h:1", "wss://h:1"] {
+        for url in ["ws://h:1", "wss://h:1", "https://h:1"] {
             let e = HttpUrl::parse(url).expect_err(url);
             assert!(e.contains("must start with http://"), "{url}: {e}");
+            assert!(e.contains("cleartext HTTP"), "{url}: {e}");
         }
+        for url in ["ws://h:1", "ftp://h"] {
+            let e = HttpUrl::parse_upstream(url).expect_err(url);
+            assert!(e.contains("http:// or https://"), "{url}: {e}");
+        }
+    }
+
+    #[test]
+    fn tls_schemes_default_to_port_443() {
+        let u = HttpUrl::parse_upstream("HTTPS://node.example/rpc").unwrap();
+        assert!(u.is_tls());
+        assert_eq!(
+            (u.host(), u.port(), u.authority()),
+            ("node.example", 443, "node.example")
+        );
+        let u = HttpUrl::parse_upstream("https://[::1]:8443").unwrap();
+        assert_eq!((u.host(), u.port(), u.is_tls()), ("::1", 8443, true));
+        let u = HttpUrl::parse_upstream("http://node").unwrap();
+        assert_eq!((u.port(), u.is_tls()), (80, false));
+        let u = HttpUrl::parse_ws("wss://node/ws").unwrap();
+        assert_eq!((u.port(), u.is_tls()), (443, true));
+        assert!(!HttpUrl::parse_ws("ws://node").unwrap().is_tls());
     }
 }

@@ -47,8 +47,9 @@ pub struct WebSocketConfig {
     /// WebSocket, the port serves JSON-RPC over HTTP only.
     pub enabled: bool,
     /// The node's WebSocket endpoint, `ws://host[:port][/path]` (the rules
-    /// of [`HttpUrl`], cleartext only like `upstream.url`); empty: `ws://`
-    /// and the authority and path of `upstream.url`.
+    /// of [`HttpUrl`]), or `wss://...` (trusted as `[upstream.tls]` says);
+    /// empty: `ws://` (`wss://` for an `https://` upstream) and the
+    /// authority and path of `upstream.url`.
     pub upstream_url: String,
     /// Largest message from a client, in bytes, once its frames are
     /// reassembled; one byte more closes the socket with 1009 (message too
@@ -252,7 +253,7 @@ mod tests {
         let u = c.upstream_endpoint().unwrap().unwrap();
         assert_eq!((u.host(), u.port(), u.path()), ("::1", 8546, "/ws"));
         let e = refused(|c| c.upstream_url = "http://h:1".into());
-        assert!(e.message.contains("must start with ws://"), "{e}");
+        assert!(e.message.contains("must start with ws:// or wss://"), "{e}");
         assert!(
             e.to_string().starts_with("`websocket.upstream_url`: "),
             "{e}"

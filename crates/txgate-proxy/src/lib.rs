@@ -73,9 +73,38 @@ pub enum BuildError {
     /// A setting that cannot work.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The upstream client cannot be built from `upstream.url`.
+    /// The upstream client cannot be built from `upstream.url` and
+    /// `[upstream.tls]`.
     #[error("{0}")]
     Upstream(String),
+    /// TLS on the client port cannot start (`[server.tls]`).
+    #[error("{0}")]
+    Tls(String),
+}
+
+/// Reads and checks every TLS file the config names, as starting would:
+/// the client port's certificate and key (`[server.tls]`), and the CA and
+/// client certificate of an `https://` or `wss://` node (`[upstream.tls]`).
+/// For `check-config`; the error names the setting.
+pub fn check_tls(config: &Config) -> Result<(), String> {
+    check_upstream_tls(config)?;
+    let metrics = Arc::new(Metrics::new());
+    server::tls::Tls::new(&config.server.tls, config.server.http2, metrics).map(|_| ())
+}
+
+/// The client config of a TLS node, built once to refuse bad files at
+/// start (each pool builds its own).
+fn check_upstream_tls(config: &Config) -> Result<(), String> {
+    let http = config.upstream.endpoint().map_err(|e| e.to_string())?;
+    let ws = config.websocket.enabled
+        && config
+            .websocket_upstream()
+            .map_err(|e| e.to_string())?
+            .is_tls();
+    if http.is_tls() || ws {
+        upstream::tls::client_config(&config.upstream.tls, &[])?;
+    }
+    Ok(())
 }
 
 /// How a run ended.
@@ -101,6 +130,8 @@ pub struct Proxy {
     fleet: Option<Arc<FleetLink>>,
     admin: Arc<ops::admin::Admin>,
     conditions: Arc<rpc::conditional::Conditions>,
+    /// TLS on the client port, if on.
+    tls: Option<server::tls::Tls>,
 }
 
 /// Reads the API keys again on the operator's signal (SIGHUP).
@@ -131,6 +162,9 @@ impl Proxy {
         let readiness = Arc::new(Readiness::new(metrics.clone()));
         let probe_upstream =
             Upstream::new(&config, metrics.clone()).map_err(BuildError::Upstream)?;
+        check_upstream_tls(&config).map_err(BuildError::Upstream)?;
+        let tls = server::tls::Tls::new(&config.server.tls, config.server.http2, metrics.clone())
+            .map_err(BuildError::Tls)?;
         metrics
             .http
             .max_in_flight
@@ -217,6 +251,7 @@ impl Proxy {
             switch: ops::admin::switch::Switch::new(conditions.clone(), admin_token),
         });
         Ok(Proxy {
+            tls,
             client_limits,
             fleet,
             admin,
@@ -244,6 +279,12 @@ impl Proxy {
             limits: limits.clone(),
             config: self.config.clone(),
         })
+    }
+
+    /// TLS on the client port, if on: its certificate is reloaded on
+    /// SIGHUP ([`server::tls::Tls::reload`]).
+    pub fn tls(&self) -> Option<server::tls::Tls> {
+        self.tls.clone()
     }
 
     /// The checks on conditional transactions (their switch is flipped on
@@ -328,8 +369,13 @@ impl Proxy {
             config: config.clone(),
             metrics: self.metrics.clone(),
             admission: admission.clone(),
-            websockets: rpc::websocket::WebSockets::new(config, admission, stop.clone())
-                .map(Arc::new),
+            websockets: rpc::websocket::WebSockets::new(
+                config,
+                admission,
+                stop.clone(),
+                self.metrics.clone(),
+            )
+            .map(Arc::new),
             stop,
             client_limits: ClientLimitLayer::new(
                 self.client_limits.clone(),
@@ -343,6 +389,7 @@ impl Proxy {
                 header_read_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
                 http2: config.server.http2,
                 grace_period: Duration::from_millis(config.shutdown.grace_period_ms),
+                tls: self.tls.clone(),
             },
             edge: Arc::new(Edge::new(&config.server, self.metrics.clone())),
             screen: self.screen.clone(),
@@ -386,6 +433,13 @@ impl Proxy {
             ops::health::probe_task(upstream, readiness.clone(), interval, stop)
         });
         self.start_client_limits(&mut background);
+        if let Some(tls) = &self.tls
+            && let Some(interval) = tls.reload_interval()
+        {
+            background.spawn("tls-reload", Role::Optional, quick, |stop| {
+                tls.watch(interval, stop)
+            });
+        }
         let Some(screen) = &self.screen else {
             return Ok(background);
         };

@@ -41,7 +41,7 @@ struct Cli {
     /// Address for JSON-RPC clients [server.listen].
     #[arg(long, env = "TXGATE_LISTEN", global = true)]
     listen: Option<SocketAddr>,
-    /// Upstream node URL, http://host:port[/path] [upstream.url].
+    /// Upstream node URL, http://host:port[/path] or https://... [upstream.url].
     #[arg(long, env = "TXGATE_UPSTREAM", global = true)]
     upstream: Option<String>,
     /// Address for /metrics, /healthz, /readyz [admin.listen].
@@ -108,6 +108,17 @@ struct Cli {
         value_name = "URL"
     )]
     websocket_upstream: Option<String>,
+    /// PEM certificate chain for TLS on the client port; with --tls-key,
+    /// the port speaks HTTPS and WSS [server.tls.cert_chain_path].
+    #[arg(long, env = "TXGATE_TLS_CERT", global = true, value_name = "PATH")]
+    tls_cert: Option<String>,
+    /// PEM private key of that certificate [server.tls.key_path].
+    #[arg(long, env = "TXGATE_TLS_KEY", global = true, value_name = "PATH")]
+    tls_key: Option<String>,
+    /// PEM file of the CAs an https:// upstream's certificate must chain
+    /// to; empty: the system's roots [upstream.tls.ca_path].
+    #[arg(long, env = "TXGATE_UPSTREAM_CA", global = true, value_name = "PATH")]
+    upstream_ca: Option<String>,
     /// Screen, count and log, but forward everything [screen.monitor_only].
     #[arg(long, env = "TXGATE_MONITOR_ONLY", global = true)]
     monitor_only: bool,
@@ -181,6 +192,15 @@ impl Cli {
         if let Some(v) = &self.websocket_upstream {
             config.websocket.upstream_url = v.clone();
         }
+        if let Some(v) = &self.tls_cert {
+            config.server.tls.cert_chain_path = v.clone();
+        }
+        if let Some(v) = &self.tls_key {
+            config.server.tls.key_path = v.clone();
+        }
+        if let Some(v) = &self.upstream_ca {
+            config.upstream.tls.ca_path = v.clone();
+        }
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)
     }
@@ -220,10 +240,16 @@ fn main() -> ExitCode {
         return bans.run(&config);
     }
     if let Some(Command::CheckConfig) = command {
+        // The files TLS needs are read as starting would read them.
+        if let Err(e) = txgate_proxy::check_tls(&config) {
+            eprintln!("txgate: configuration error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
         println!("configuration ok");
         println!("  listen        {}", config.server.listen);
+        println!("  tls           {}", tls_line(&config));
         println!("  clients       {}", client_identity(&config));
-        println!("  upstream      {}", config.upstream.url);
+        println!("  upstream      {}", upstream_line(&config));
         println!(
             "  admin         {} (ban endpoints: {})",
             config.admin.listen,
@@ -314,13 +340,15 @@ async fn run(config: Config, config_path: Option<PathBuf>) -> ExitCode {
     tokio::spawn(reload_on_sighup(
         hangups(),
         proxy.key_reloader(),
+        proxy.tls(),
         Switches {
             config: config_path,
             file_enabled: std::sync::atomic::AtomicBool::new(proxy.conditions().enabled()),
             conditions: proxy.conditions(),
         },
     ));
-    tracing::info!(rpc = %rpc_addr, admin = %admin_addr, upstream = %upstream_url, workers, screening, clients = %clients, sidecar = %sidecar, aeges = %aeges, "listening");
+    let tls = proxy.tls().is_some();
+    tracing::info!(rpc = %rpc_addr, tls, admin = %admin_addr, upstream = %upstream_url, workers, screening, clients = %clients, sidecar = %sidecar, aeges = %aeges, "listening");
     let Exit { drained, fatal } = proxy.run(listeners, shutdown).await;
     match drained {
         Drained::Clean => tracing::info!("drained; exiting"),
@@ -437,6 +465,48 @@ fn redis_link(config: &Config) -> String {
     )
 }
 
+/// TLS on the client port: the files, versions and groups; "off".
+fn tls_line(config: &Config) -> String {
+    let tls = &config.server.tls;
+    if !tls.enabled() {
+        return "off (cleartext HTTP and WebSocket)".to_string();
+    }
+    format!(
+        "on, certificate {} (reread every {} ms and on SIGHUP), TLS {}, groups {}, tickets {}",
+        tls.cert_chain_path,
+        tls.reload_interval_ms,
+        if tls.allows_tls12() {
+            "1.3 and 1.2"
+        } else {
+            "1.3 only"
+        },
+        tls.groups.join(" > "),
+        if tls.session_tickets { "on" } else { "off" }
+    )
+}
+
+/// The node, and for https:// what it is trusted by.
+fn upstream_line(config: &Config) -> String {
+    let up = &config.upstream;
+    match up.endpoint() {
+        Ok(url) if url.is_tls() => format!(
+            "{} (TLS, CA {}{})",
+            up.url,
+            if up.tls.ca_path.is_empty() {
+                "the system's roots"
+            } else {
+                &up.tls.ca_path
+            },
+            if up.tls.has_client_cert() {
+                ", client certificate"
+            } else {
+                ""
+            }
+        ),
+        _ => up.url.clone(),
+    }
+}
+
 /// WebSocket: the node's endpoint and the main limits; "off".
 fn websocket_link(config: &Config) -> String {
     let ws = &config.websocket;
@@ -445,7 +515,12 @@ fn websocket_link(config: &Config) -> String {
     }
     // The config is validated: the endpoint parses.
     let upstream = match config.websocket_upstream() {
-        Ok(url) => format!("ws://{}{}", url.authority(), url.path()),
+        Ok(url) => format!(
+            "{}://{}{}",
+            if url.is_tls() { "wss" } else { "ws" },
+            url.authority(),
+            url.path()
+        ),
         Err(e) => e.to_string(),
     };
     format!(
@@ -543,6 +618,7 @@ impl Switches {
 async fn reload_on_sighup(
     hup: Option<tokio::signal::unix::Signal>,
     reloader: Option<txgate_proxy::KeyReloader>,
+    tls: Option<txgate_proxy::server::tls::Tls>,
     switches: Switches,
 ) {
     let Some(mut hup) = hup else {
@@ -551,6 +627,11 @@ async fn reload_on_sighup(
     while hup.recv().await.is_some() {
         if let Some(reloader) = &reloader {
             reloader.reload();
+        }
+        if let Some(tls) = &tls {
+            // Logged and counted by the reload itself.
+            let tls = tls.clone();
+            let _ = tokio::task::spawn_blocking(move || tls.reload()).await;
         }
         switches.reload();
     }

@@ -427,6 +427,7 @@ impl Shared {
                 self.refuse(Refusal::UpstreamUnavailable, call.id)
             }
             Err(UpstreamFailure::Timeout) => self.refuse(Refusal::UpstreamTimeout, call.id),
+            Err(UpstreamFailure::Tls) => self.refuse(Refusal::UpstreamTls, call.id),
             Err(_) => self.refuse(Refusal::UpstreamUnavailable, call.id),
         }
     }
@@ -597,6 +598,7 @@ impl Shared {
                     }
                 },
                 Err(UpstreamFailure::Timeout) => Some(Refusal::UpstreamTimeout),
+                Err(UpstreamFailure::Tls) => Some(Refusal::UpstreamTls),
                 Err(_) => Some(Refusal::UpstreamUnavailable),
             };
             if let Some(refusal) = &failure {

@@ -63,6 +63,9 @@ pub enum Refusal {
     MethodDenied,
     /// Upstream unreachable, broken, or answered with a non-JSON-RPC error.
     UpstreamUnavailable,
+    /// The TLS handshake with an `https://` node failed (its certificate:
+    /// expired, another host's, an unknown CA; txgate's log says which).
+    UpstreamTls,
     /// Upstream did not answer within the call timeout.
     UpstreamTimeout,
     /// A screened call without a usable raw-transaction param (-32602).
@@ -169,7 +172,7 @@ impl Refusal {
                 code::METHOD_NOT_FOUND,
                 Outcome::MethodDenied,
             ),
-            Refusal::UpstreamUnavailable => class(
+            Refusal::UpstreamUnavailable | Refusal::UpstreamTls => class(
                 StatusCode::BAD_GATEWAY,
                 code::INTERNAL_ERROR,
                 Outcome::UpstreamUnavailable,
@@ -264,6 +267,9 @@ impl Refusal {
             }
             Refusal::MethodDenied => "the method does not exist/is not available".into(),
             Refusal::UpstreamUnavailable => "upstream unavailable".into(),
+            Refusal::UpstreamTls => {
+                "upstream unavailable: the TLS handshake with the node failed".into()
+            }
             Refusal::UpstreamTimeout => "upstream timed out".into(),
             Refusal::InvalidParams(message) => (*message).into(),
             Refusal::TooManySubscriptions {

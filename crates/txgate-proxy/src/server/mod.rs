@@ -1,12 +1,14 @@
-//! The client-facing server: the listening sockets ([`listeners`]), one
-//! worker per core (`workers`), who each client is ([`identity`]: PROXY
-//! protocol, trusted forwarding headers), and here the accept loop with a
-//! connection cap, HTTP/1.1 keep-alive and h2c on one port, header-read
-//! timeout, graceful drain.
+//! The client-facing server, in the order a connection meets it: the
+//! listening sockets ([`listeners`]), one worker per core (`workers`), who
+//! each client is ([`identity`]: PROXY protocol, trusted forwarding
+//! headers), TLS when it is on ([`tls`]), and here the accept loop with a
+//! connection cap, HTTP/1.1 keep-alive and HTTP/2 (h2c, or ALPN `h2` over
+//! TLS) on one port, header-read timeout, graceful drain.
 
 pub mod identity;
 pub mod listeners;
 mod proxy_protocol;
+pub mod tls;
 pub(crate) mod workers;
 
 use std::convert::Infallible;
@@ -18,8 +20,9 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::Service;
@@ -39,6 +42,8 @@ pub struct ServerSettings {
     pub http2: bool,
     /// Time in-flight calls get after the shutdown signal.
     pub grace_period: Duration,
+    /// TLS on the port (`None`: cleartext).
+    pub tls: Option<tls::Tls>,
 }
 
 /// How serving ended.
@@ -164,11 +169,12 @@ where
         // Watched from accept; one still reading its PROXY header or first
         // bytes when the drain begins is closed then (`opening`).
         let watcher = graceful.watcher();
-        let (builder, service, edge, opening) = (
+        let (builder, service, edge, opening, tls) = (
             builder.clone(),
             service.clone(),
             edge.clone(),
             opening.clone(),
+            settings.tls.clone(),
         );
         tokio::spawn(async move {
             let opened = tokio::select! {
@@ -177,14 +183,18 @@ where
             };
             if let Some((io, connection)) = opened {
                 let service = Identified::new(service, edge, connection, slot.clone());
-                let connection = builder
-                    .serve_connection_with_upgrades(
-                        TokioIo::new(io),
-                        TowerToHyperService::new(service),
-                    )
-                    .into_owned();
-                if let Err(e) = watcher.watch(connection).await {
-                    tracing::debug!(error = %e, "connection ended with an error");
+                match tls {
+                    None => serve_connection(&builder, io, service, watcher).await,
+                    Some(tls) => {
+                        // After the PROXY header, before HTTP.
+                        let secured = tokio::select! {
+                            secured = tls.handshake(io) => secured,
+                            () = opening.cancelled() => None,
+                        };
+                        if let Some(io) = secured {
+                            serve_connection(&builder, io, service, watcher).await;
+                        }
+                    }
                 }
             }
             // A connection upgraded to a WebSocket keeps its slot until
@@ -213,6 +223,29 @@ where
             Err(_) => Drained::TimedOut,
         },
     )
+}
+
+/// Serves HTTP (and upgrades) on one connection until it ends or the
+/// drain closes it.
+async fn serve_connection<I, S>(
+    builder: &auto::Builder<TokioExecutor>,
+    io: I,
+    service: S,
+    watcher: Watcher,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let connection = builder
+        .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service))
+        .into_owned();
+    if let Err(e) = watcher.watch(connection).await {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
 }
 
 /// A client connection's place under `server.max_connections`, given back

@@ -10,6 +10,10 @@
 //! (write error, or EOF before any byte of the answer) and the call is
 //! retried once on a fresh connection; nothing of the answer was seen, so
 //! the upstream cannot have answered it.
+//!
+//! An `https://` node is reached over TLS ([`tls`]): the handshake is done
+//! when a connection opens, and the pooled connection keeps its session
+//! for every later call.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,12 +24,13 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::StatusCode;
 use http::header::HeaderValue;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use txgate_config::Config;
 
 pub(crate) mod h1;
+pub(crate) mod tls;
 
 use self::h1::{ReadError, ResponseReader};
+use self::tls::{Conn, Connector};
 use crate::ops::metrics::{Metrics, UpstreamFailure};
 
 /// An upstream answer read in full.
@@ -50,18 +55,17 @@ impl Reply {
 
 #[derive(Debug)]
 struct Idle {
-    stream: TcpStream,
+    stream: Conn,
     since: Instant,
 }
 
 #[derive(Debug)]
 struct Inner {
-    host: String,
-    port: u16,
+    /// Opens connections: TCP, and TLS for `https://`.
+    connector: Connector,
     /// `POST <path> HTTP/1.1`, `Host`, `Content-Type` and the start of
     /// `Content-Length`, written once.
     head: Vec<u8>,
-    connect_timeout: Duration,
     call_timeout: Duration,
     max_response_bytes: usize,
     pool_max_idle: usize,
@@ -89,7 +93,16 @@ impl Upstream {
     pub fn new(config: &Config, metrics: Arc<Metrics>) -> Result<Self, String> {
         let up = &config.upstream;
         let endpoint = up.endpoint().map_err(|e| e.to_string())?;
-        let (host, port) = (endpoint.host().to_string(), endpoint.port());
+        let client_tls = match endpoint.is_tls() {
+            true => Some(tls::client_config(&up.tls, &[b"http/1.1"])?),
+            false => None,
+        };
+        let connector = Connector::new(
+            &endpoint,
+            client_tls,
+            Duration::from_millis(up.connect_timeout_ms),
+            metrics.clone(),
+        )?;
         let (authority, path) = (endpoint.authority(), endpoint.path());
         let head = format!(
             "POST {path} HTTP/1.1\r\nhost: {authority}\r\ncontent-type: application/json\r\ncontent-length: "
@@ -98,10 +111,8 @@ impl Upstream {
         let pool_max_idle = up.effective_pool_max_idle(&config.admission);
         Ok(Upstream {
             inner: Arc::new(Inner {
-                host,
-                port,
+                connector,
                 head,
-                connect_timeout: Duration::from_millis(up.connect_timeout_ms),
                 call_timeout: Duration::from_millis(up.call_timeout_ms),
                 max_response_bytes: up.max_response_bytes,
                 pool_max_idle,
@@ -158,7 +169,7 @@ impl Upstream {
     }
 
     /// Most recently used idle connection that is not too old.
-    fn checkout(&self) -> Option<TcpStream> {
+    fn checkout(&self) -> Option<Conn> {
         let mut idle = self.inner.idle.lock().unwrap_or_else(|p| p.into_inner());
         while let Some(conn) = idle.pop() {
             if conn.since.elapsed() < self.inner.pool_idle_timeout {
@@ -168,7 +179,7 @@ impl Upstream {
         None
     }
 
-    fn checkin(&self, stream: TcpStream) {
+    fn checkin(&self, stream: Conn) {
         let mut idle = self.inner.idle.lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() < self.inner.pool_max_idle {
             idle.push(Idle {
@@ -178,34 +189,38 @@ impl Upstream {
         }
     }
 
-    async fn connect(&self) -> Result<TcpStream, UpstreamFailure> {
-        let inner = &self.inner;
-        let connect = TcpStream::connect((inner.host.as_str(), inner.port));
-        match tokio::time::timeout(inner.connect_timeout, connect).await {
-            Ok(Ok(stream)) => {
-                let _ = stream.set_nodelay(true);
-                Ok(stream)
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "upstream connect failed");
-                Err(UpstreamFailure::Connect)
-            }
-            Err(_) => {
-                tracing::debug!("upstream connect timed out");
-                Err(UpstreamFailure::Connect)
-            }
-        }
+    /// A new connection (its TLS handshake done, for `https://`).
+    async fn connect(&self) -> Result<Conn, UpstreamFailure> {
+        self.inner
+            .connector
+            .connect()
+            .await
+            .map_err(|e| e.failure())
     }
 
     /// One request on `stream`; returns it to the pool when reusable.
-    async fn attempt(&self, mut stream: TcpStream, body: &Bytes) -> Result<Reply, Attempt> {
+    async fn attempt(&self, mut stream: Conn, body: &Bytes) -> Result<Reply, Attempt> {
         let inner = &self.inner;
-        let mut head = Vec::with_capacity(inner.head.len() + 24);
-        head.extend_from_slice(&inner.head);
-        // Writing into a Vec cannot fail.
-        let _ = write!(head, "{}\r\n\r\n", body.len());
-        let mut request = Bytes::from(head).chain(body.clone());
-        if let Err(e) = stream.write_all_buf(&mut request).await {
+        let written = if stream.is_tls() {
+            // One buffer, one record and one syscall: TLS writes each
+            // piece it is handed as its own record.
+            let mut request = Vec::with_capacity(inner.head.len() + 24 + body.len());
+            request.extend_from_slice(&inner.head);
+            let _ = write!(request, "{}\r\n\r\n", body.len());
+            request.extend_from_slice(body);
+            match stream.write_all(&request).await {
+                Ok(()) => stream.flush().await,
+                Err(e) => Err(e),
+            }
+        } else {
+            let mut head = Vec::with_capacity(inner.head.len() + 24);
+            head.extend_from_slice(&inner.head);
+            // Writing into a Vec cannot fail.
+            let _ = write!(head, "{}\r\n\r\n", body.len());
+            let mut request = Bytes::from(head).chain(body.clone());
+            stream.write_all_buf(&mut request).await
+        };
+        if let Err(e) = written {
             tracing::debug!(error = %e, "upstream write failed");
             return Err(Attempt {
                 failure: UpstreamFailure::Io,
@@ -334,7 +349,6 @@ mod tests {
         let mut config = Config::default();
         config.upstream.url = "http://[::1]:9000/rpc/v1".into();
         let u = Upstream::new(&config, metrics.clone()).unwrap();
-        assert_eq!((u.inner.host.as_str(), u.inner.port), ("::1", 9000));
         assert!(
             String::from_utf8_lossy(&u.inner.head)
                 .starts_with("POST /rpc/v1 HTTP/1.1\r\nhost: [::1]:9000\r\n")

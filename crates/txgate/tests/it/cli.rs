@@ -82,6 +82,58 @@ fn check_config_shows_websocket() {
     assert!(out.contains("  websocket     off\n"), "{out}");
 }
 
+/// TLS is shown by `check-config` and its files are read there as the
+/// daemon reads them: a missing or mismatched file is refused naming the
+/// setting, before anything listens.
+#[test]
+fn check_config_reads_the_tls_files() {
+    let (code, out, err) = txgate(&["check-config"], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("  tls           off"), "{out}");
+    let ca = crate::tls_pki::Ca::new();
+    let dir = crate::tls_pki::TempDir::new("cli-tls");
+    let (cert, key) = ca.leaf(&["localhost"], 30).write(&dir, "server");
+    let (code, out, err) = txgate(
+        &["check-config", "--upstream", "https://node.internal/rpc"],
+        &[("TXGATE_TLS_CERT", &cert), ("TXGATE_TLS_KEY", &key)],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("  tls           on, certificate {cert}")),
+        "{out}"
+    );
+    assert!(out.contains("X25519MLKEM768 > X25519 > secp256r1"), "{out}");
+    assert!(
+        out.contains("  upstream      https://node.internal/rpc (TLS, CA the system's roots)"),
+        "{out}"
+    );
+    // A key that is not the certificate's; a file that is not there; a CA
+    // file that holds no certificate.
+    let (_, other_key) = ca.leaf(&["localhost"], 30).write(&dir, "other");
+    for (args, key_name) in [
+        (
+            vec!["--tls-cert", cert.as_str(), "--tls-key", other_key.as_str()],
+            "server.tls.key_path",
+        ),
+        (
+            vec!["--tls-cert", "/nonexistent.pem", "--tls-key", key.as_str()],
+            "server.tls.cert_chain_path",
+        ),
+        (vec!["--tls-cert", cert.as_str()], "server.tls.key_path"),
+        (
+            vec!["--upstream", "https://node", "--upstream-ca", key.as_str()],
+            "upstream.tls.ca_path",
+        ),
+    ] {
+        let mut all = vec!["check-config"];
+        all.extend(args);
+        let (code, out, err) = txgate(&all, &[]);
+        assert_eq!(code, 2, "{all:?}: {out}{err}");
+        assert!(err.contains(key_name), "{all:?}: {err}");
+        assert!(!out.contains("configuration ok"), "{out}");
+    }
+}
+
 #[test]
 fn unknown_key_is_an_error_naming_it() {
     let config = TempFile::new("[upstream]\nurl = \"http://127.0.0.1:1\"\ntimeout = 5\n");

@@ -28,4 +28,6 @@ mod shutdown_under_load;
 mod sidecar_loop;
 mod support;
 mod sync_calls;
+mod tls;
+mod tls_pki;
 mod websocket;

@@ -19,6 +19,8 @@
 //!   questions.
 //! - [`admin`]: the ban endpoints of the admin listener.
 //! - [`conditional`]: the checks on conditional transactions.
+//! - [`tls`]: TLS handshakes on the client port and with the node, the
+//!   certificate's expiry and reloads.
 
 pub mod admin;
 pub mod aeges;
@@ -31,6 +33,7 @@ mod registrar;
 pub mod screen;
 pub mod sidecar;
 pub mod snapshot;
+pub mod tls;
 pub mod upstream;
 pub mod verify;
 pub mod websocket;
@@ -47,6 +50,7 @@ pub use process::ProcessMetrics;
 pub use screen::{ClearedAs, ScreenMetrics};
 pub use sidecar::SidecarMetrics;
 pub use snapshot::SnapshotMetrics;
+pub use tls::{Handshake, TlsMetrics, UpstreamHandshake};
 pub use upstream::{UpstreamFailure, UpstreamMetrics};
 pub use verify::VerifyMetrics;
 pub use websocket::{WebSocketMetrics, WsClose, WsSent};
@@ -82,6 +86,8 @@ pub struct Metrics {
     pub conditional: ConditionalMetrics,
     /// Client WebSockets.
     pub websocket: WebSocketMetrics,
+    /// TLS on both sides.
+    pub tls: TlsMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -107,10 +113,11 @@ impl Metrics {
         let (aeges, verify) = (AegesMetrics::new(&r), VerifyMetrics::new(&r));
         let (client, limits) = (ClientMetrics::new(&r), LimitMetrics::new(&r));
         let (admin, conditional) = (AdminMetrics::new(&r), ConditionalMetrics::new(&r));
-        let websocket = WebSocketMetrics::new(&r);
+        let (websocket, tls) = (WebSocketMetrics::new(&r), TlsMetrics::new(&r));
         Metrics {
             registry,
             websocket,
+            tls,
             admin,
             conditional,
             client,
@@ -162,6 +169,9 @@ mod tests {
         }
         for (i, c) in WsClose::ALL.iter().enumerate() {
             assert_eq!(*c as usize, i);
+        }
+        for (i, h) in UpstreamHandshake::ALL.iter().enumerate() {
+            assert_eq!(*h as usize, i);
         }
     }
 

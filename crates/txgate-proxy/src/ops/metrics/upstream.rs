@@ -22,17 +22,21 @@ pub enum UpstreamFailure {
     Status,
     /// Response over `upstream.max_response_bytes`.
     TooLarge,
+    /// The TLS handshake with an `https://` node failed (its certificate,
+    /// or the protocol).
+    Tls,
 }
 
 impl UpstreamFailure {
     /// Every kind, in label order.
-    pub const ALL: [UpstreamFailure; 6] = [
+    pub const ALL: [UpstreamFailure; 7] = [
         UpstreamFailure::Connect,
         UpstreamFailure::Timeout,
         UpstreamFailure::Io,
         UpstreamFailure::Malformed,
         UpstreamFailure::Status,
         UpstreamFailure::TooLarge,
+        UpstreamFailure::Tls,
     ];
 
     /// The label value.
@@ -44,6 +48,7 @@ impl UpstreamFailure {
             UpstreamFailure::Malformed => "malformed",
             UpstreamFailure::Status => "status",
             UpstreamFailure::TooLarge => "too_large",
+            UpstreamFailure::Tls => "tls",
         }
     }
 }

@@ -28,7 +28,6 @@ use http::header::{
 use http::{Method, Request, Response, StatusCode, Version};
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
@@ -39,10 +38,11 @@ use txgate_limits::gcra::Rate;
 use super::Shared;
 use crate::limits::admission::AdmissionLayer;
 use crate::limits::clients::Charged;
-use crate::ops::metrics::Outcome;
+use crate::ops::metrics::{Metrics, Outcome, UpstreamFailure};
 use crate::rpc::rescue::{Body, Refusal};
 use crate::server::ConnectionSlot;
 use crate::server::identity::Client;
+use crate::upstream::tls::{self as upstream_tls, Conn, Connector};
 
 /// The read buffer of each socket: small, since most messages are small, a
 /// busy endpoint holds thousands of sockets, and tungstenite zeroes the
@@ -64,10 +64,11 @@ pub struct WebSockets {
 
 #[derive(Debug)]
 struct Settings {
-    /// `ws://host:port/path` of the node.
+    /// `ws://host:port/path` (or `wss://`) of the node.
     upstream_url: String,
-    /// `host:port` to connect to.
-    upstream_addr: String,
+    /// Opens the connection: TCP, and TLS for `wss://`.
+    connector: Connector,
+    /// For the whole opening: TCP, TLS and the WebSocket handshake.
     connect_timeout: Duration,
     call_timeout: Duration,
     client_codec: WebSocketConfig,
@@ -86,12 +87,21 @@ impl WebSockets {
         config: &Config,
         admission: AdmissionLayer,
         stop: CancellationToken,
+        metrics: Arc<Metrics>,
     ) -> Option<WebSockets> {
         let ws = &config.websocket;
         if !ws.enabled {
             return None;
         }
+        // The config is validated and the TLS client config was built once
+        // by `Proxy::new`: neither fails here.
         let url = config.websocket_upstream().ok()?;
+        let connect_timeout = Duration::from_millis(config.upstream.connect_timeout_ms);
+        let client_tls = match url.is_tls() {
+            true => Some(upstream_tls::client_config(&config.upstream.tls, &[]).ok()?),
+            false => None,
+        };
+        let connector = Connector::new(&url, client_tls, connect_timeout, metrics).ok()?;
         let client_codec = WebSocketConfig::default()
             .read_buffer_size(READ_BUFFER)
             .write_buffer_size(0)
@@ -113,9 +123,14 @@ impl WebSockets {
             .max_frame_size(Some(config.upstream.max_response_bytes));
         Some(WebSockets {
             settings: Settings {
-                upstream_url: format!("ws://{}{}", url.authority(), url.path()),
-                upstream_addr: format!("{}:{}", url.host(), url.port()),
-                connect_timeout: Duration::from_millis(config.upstream.connect_timeout_ms),
+                upstream_url: format!(
+                    "{}://{}{}",
+                    if url.is_tls() { "wss" } else { "ws" },
+                    url.authority(),
+                    url.path()
+                ),
+                connector,
+                connect_timeout,
                 call_timeout: Duration::from_millis(config.upstream.call_timeout_ms),
                 client_codec,
                 upstream_codec,
@@ -238,13 +253,10 @@ pub(super) async fn accept<B>(
     }
     let upstream = match connect_upstream(&ws.settings).await {
         Ok(upstream) => upstream,
-        Err(e) => {
+        Err((failure, e)) => {
             tracing::warn!(error = %e, url = %ws.settings.upstream_url, "upstream WebSocket unavailable");
             metrics.upgrade("upstream_unavailable");
-            shared
-                .metrics
-                .upstream
-                .failure(crate::ops::metrics::UpstreamFailure::Connect);
+            shared.metrics.upstream.failure(failure);
             return shared.refuse(Refusal::UpstreamUnavailable, None);
         }
     };
@@ -297,26 +309,28 @@ struct Peer {
     _slot: Option<Arc<ConnectionSlot>>,
 }
 
-type Upstream = WebSocketStream<TcpStream>;
+type Upstream = WebSocketStream<Conn>;
 
-/// Opens the node's socket within the upstream connect timeout.
-async fn connect_upstream(settings: &Settings) -> Result<Upstream, String> {
+/// Opens the node's socket (TCP, TLS for `wss://`, the WebSocket
+/// handshake) within the upstream connect timeout.
+async fn connect_upstream(settings: &Settings) -> Result<Upstream, (UpstreamFailure, String)> {
     let open = async {
-        let tcp = TcpStream::connect(&settings.upstream_addr)
+        let conn = settings
+            .connector
+            .connect()
             .await
-            .map_err(|e| e.to_string())?;
-        let _ = tcp.set_nodelay(true);
+            .map_err(|e| (e.failure(), e.to_string()))?;
         tokio_tungstenite::client_async_with_config(
             settings.upstream_url.as_str(),
-            tcp,
+            conn,
             Some(settings.upstream_codec),
         )
         .await
         .map(|(socket, _)| socket)
-        .map_err(|e| e.to_string())
+        .map_err(|e| (UpstreamFailure::Connect, e.to_string()))
     };
     match tokio::time::timeout(settings.connect_timeout, open).await {
         Ok(result) => result,
-        Err(_) => Err("connect timed out".into()),
+        Err(_) => Err((UpstreamFailure::Connect, "connect timed out".into())),
     }
 }

@@ -83,7 +83,7 @@ pub(super) async fn run(
 struct Session {
     conn: Arc<Conn>,
     client: Socket<TokioIo<Upgraded>>,
-    upstream: Socket<tokio::net::TcpStream>,
+    upstream: Socket<crate::upstream::tls::Conn>,
     checking: FuturesUnordered<Checking>,
     assemblies: HashMap<u64, Assembly>,
     pending: HashMap<u64, Pending>,

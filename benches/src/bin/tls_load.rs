@@ -1,0 +1,634 @@
+//! TLS benchmarks, txgate against nginx (Debian, OpenSSL) in the same run,
+//! with the same ECDSA P-256 certificate and the same upstream (an nginx
+//! static responder, so the node is never what is measured).
+//!
+//! Four tables, each the median of `--reps` interleaved repetitions:
+//!
+//! 1. **handshakes**: `--warmup` (1000) connections, then `--connections`
+//!    (10,000) sequential new connections, each a full handshake (no
+//!    resumption), one `eth_chainId` with `Connection: close`, read to the
+//!    end: per-connection time (median and p99) and connections/s, for
+//!    txgate with X25519, txgate with X25519MLKEM768 and nginx with X25519.
+//!    The client is rustls (h2load's OpenSSL cannot offer ML-KEM).
+//! 2. **small records**: `--calls` (20,000) `eth_chainId` in sequence over
+//!    one kept connection, TLS 1.3 against cleartext, both to txgate:
+//!    p50 and p99, and what TLS adds.
+//! 3. **bulk**: a 1 MiB JSON-RPC answer over a kept TLS connection,
+//!    `--bulk` (200) times, per cipher suite (AES-128-GCM, AES-256-GCM,
+//!    ChaCha20-Poly1305): handshake µs and MB/s, txgate and nginx.
+//! 4. **HTTPS upstream**: `--clients` (32) kept cleartext connections
+//!    calling txgate for `--duration` (5) s, with an https:// upstream and
+//!    with an http:// one: calls/s and the ratio.
+//!
+//! `cargo build --release -p txgate -p txgate-benches &&
+//!  target/release/tls_load` (`--only handshakes|records|bulk|upstream`).
+//! Needs nginx (scripts/install-bench-tools.sh). Loopback only (the
+//! clients bind 127.0.0.2..5); bounded in count and time; stops what it
+//! starts.
+
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rustls::crypto::aws_lc_rs::{cipher_suite, kx_group};
+use rustls::crypto::{SupportedKxGroup, aws_lc_rs};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, RootCertStore, SupportedCipherSuite};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio_rustls::TlsConnector;
+use txgate_benches::procs::{Proc, client, free_port, post, root, spawn, wait_up};
+
+struct Args {
+    warmup: usize,
+    connections: usize,
+    reps: usize,
+    calls: usize,
+    bulk: usize,
+    clients: usize,
+    duration: u64,
+    only: Option<String>,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        warmup: 1000,
+        connections: 10_000,
+        reps: 5,
+        calls: 20_000,
+        bulk: 200,
+        clients: 32,
+        duration: 5,
+        only: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().expect("flag value");
+        match flag.as_str() {
+            "--warmup" => a.warmup = value().parse().expect("warmup"),
+            "--connections" => a.connections = value().parse().expect("connections"),
+            "--reps" => a.reps = value().parse().expect("reps"),
+            "--calls" => a.calls = value().parse().expect("calls"),
+            "--bulk" => a.bulk = value().parse().expect("bulk"),
+            "--clients" => a.clients = value().parse().expect("clients"),
+            "--duration" => a.duration = value().parse().expect("duration"),
+            "--only" => a.only = Some(value()),
+            "--bench" => {}
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    a
+}
+
+const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    percentile(&v, 0.5)
+}
+
+/// The CA and the server certificate (ECDSA P-256) both servers use.
+struct Pki {
+    roots: RootCertStore,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn pki(dir: &Path) -> Pki {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let (cert_path, key_path) = (dir.join("server.pem"), dir.join("server.key"));
+    std::fs::write(&cert_path, leaf.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let mut roots = RootCertStore::empty();
+    roots.add(ca.der().clone()).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    Pki {
+        roots,
+        cert: cert_path,
+        key: key_path,
+    }
+}
+
+/// A client config: `groups` and `suites` (empty: rustls' defaults), no
+/// session resumption when `resume` is off.
+fn client_config(
+    pki: &Pki,
+    groups: &[&'static dyn SupportedKxGroup],
+    suites: &[SupportedCipherSuite],
+    resume: bool,
+) -> Arc<ClientConfig> {
+    let mut provider = aws_lc_rs::default_provider();
+    if !groups.is_empty() {
+        provider.kx_groups = groups.to_vec();
+    }
+    if !suites.is_empty() {
+        provider.cipher_suites = suites.to_vec();
+    }
+    let mut config = ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(pki.roots.clone())
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    if !resume {
+        config.resumption = rustls::client::Resumption::disabled();
+    }
+    Arc::new(config)
+}
+
+/// A TCP connection from `source` (a loopback address of its own).
+async fn tcp(source: IpAddr, port: u16) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(source, 0)).unwrap();
+    let stream = socket
+        .connect(SocketAddr::from(([127, 0, 0, 1], port)))
+        .await
+        .unwrap();
+    stream.set_nodelay(true).unwrap();
+    stream
+}
+
+fn request(path: &str, keep: bool) -> Vec<u8> {
+    format!(
+        "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: {}\r\n\r\n{CHAIN_ID}",
+        CHAIN_ID.len(),
+        if keep { "keep-alive" } else { "close" }
+    )
+    .into_bytes()
+}
+
+/// Reads one HTTP/1.1 answer with a content-length (the servers here
+/// always send one); returns its body length.
+async fn read_answer<S: tokio::io::AsyncRead + Unpin>(stream: &mut S, buf: &mut Vec<u8>) -> usize {
+    buf.clear();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        if let Some(end) = find(buf, b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            assert!(head.starts_with("http/1.1 200"), "answer: {head}");
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map(|v| v.trim().parse().unwrap())
+                .expect("content-length");
+            while buf.len() < end + 4 + len {
+                let n = stream.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "closed mid-answer");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            return len;
+        }
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "closed before the answer");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// One new connection: handshake, one call, close. Its time, µs.
+async fn one_connection(config: &Arc<ClientConfig>, source: IpAddr, port: u16) -> f64 {
+    let started = Instant::now();
+    let stream = tcp(source, port).await;
+    let name = ServerName::try_from("localhost").unwrap();
+    let mut tls = TlsConnector::from(config.clone())
+        .connect(name, stream)
+        .await
+        .expect("handshake");
+    tls.write_all(&request("/", false)).await.unwrap();
+    let mut buf = Vec::with_capacity(1024);
+    read_answer(&mut tls, &mut buf).await;
+    let elapsed = started.elapsed().as_secs_f64() * 1e6;
+    drop(tls);
+    elapsed
+}
+
+struct Handshakes {
+    p50_us: f64,
+    p99_us: f64,
+    per_sec: f64,
+}
+
+async fn handshakes(
+    config: &Arc<ClientConfig>,
+    source: IpAddr,
+    port: u16,
+    warmup: usize,
+    count: usize,
+) -> Handshakes {
+    for _ in 0..warmup {
+        one_connection(config, source, port).await;
+    }
+    let mut times = Vec::with_capacity(count);
+    let started = Instant::now();
+    for _ in 0..count {
+        times.push(one_connection(config, source, port).await);
+    }
+    let per_sec = count as f64 / started.elapsed().as_secs_f64();
+    times.sort_by(f64::total_cmp);
+    Handshakes {
+        p50_us: percentile(&times, 0.5),
+        p99_us: percentile(&times, 0.99),
+        per_sec,
+    }
+}
+
+/// Sequential calls over one kept connection (TLS with `config`, else
+/// cleartext): p50 and p99, µs.
+async fn records(config: Option<&Arc<ClientConfig>>, port: u16, calls: usize) -> (f64, f64) {
+    let stream = tcp(IpAddr::from([127, 0, 0, 3]), port).await;
+    let mut times = Vec::with_capacity(calls);
+    let mut buf = Vec::with_capacity(4096);
+    let request = request("/", true);
+    match config {
+        Some(config) => {
+            let name = ServerName::try_from("localhost").unwrap();
+            let mut tls = TlsConnector::from(config.clone())
+                .connect(name, stream)
+                .await
+                .unwrap();
+            for i in 0..calls + 500 {
+                let started = Instant::now();
+                tls.write_all(&request).await.unwrap();
+                read_answer(&mut tls, &mut buf).await;
+                if i >= 500 {
+                    times.push(started.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+        }
+        None => {
+            let mut plain = stream;
+            for i in 0..calls + 500 {
+                let started = Instant::now();
+                plain.write_all(&request).await.unwrap();
+                read_answer(&mut plain, &mut buf).await;
+                if i >= 500 {
+                    times.push(started.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    (percentile(&times, 0.5), percentile(&times, 0.99))
+}
+
+/// A new connection's handshake (µs), then `count` 1 MiB answers over it
+/// (MB/s).
+async fn bulk(config: &Arc<ClientConfig>, port: u16, path: &str, count: usize) -> (f64, f64) {
+    let stream = tcp(IpAddr::from([127, 0, 0, 4]), port).await;
+    let name = ServerName::try_from("localhost").unwrap();
+    let started = Instant::now();
+    let mut tls = TlsConnector::from(config.clone())
+        .connect(name, stream)
+        .await
+        .unwrap();
+    let handshake_us = started.elapsed().as_secs_f64() * 1e6;
+    let request = request(path, true);
+    let mut buf = Vec::with_capacity(2 << 20);
+    let (mut bytes, started) = (0usize, Instant::now());
+    for _ in 0..count {
+        tls.write_all(&request).await.unwrap();
+        bytes += read_answer(&mut tls, &mut buf).await;
+    }
+    (
+        handshake_us,
+        bytes as f64 / started.elapsed().as_secs_f64() / 1e6,
+    )
+}
+
+/// `clients` kept cleartext connections calling `port` for `duration`:
+/// calls/s.
+async fn throughput(port: u16, clients: usize, duration: Duration) -> f64 {
+    let url = format!("http://127.0.0.1:{port}");
+    let http = client(clients);
+    let deadline = Instant::now() + duration;
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let (http, url) = (http.clone(), url.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            while Instant::now() < deadline {
+                let (status, _) = post(&http, &url, CHAIN_ID.to_string()).await.unwrap();
+                assert_eq!(status, 200);
+                done += 1;
+            }
+            done
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.unwrap();
+    }
+    total as f64 / duration.as_secs_f64()
+}
+
+/// nginx: a static responder (cleartext `static_port`: `eth_chainId`'s
+/// answer on `/`, 1 MiB on `/big`), the same with TLS on
+/// `static_tls_port` (the https:// upstream), and a TLS proxy on
+/// `proxy_port` in front of the cleartext one (the baseline).
+fn nginx(dir: &Path, pki: &Pki, ports: (u16, u16, u16)) -> Proc {
+    let (static_port, static_tls_port, proxy_port) = ports;
+    let d = dir.display();
+    let big = big_answer();
+    std::fs::write(dir.join("big.json"), &big).unwrap();
+    let (cert, key) = (pki.cert.display(), pki.key.display());
+    let answer = r#"{"jsonrpc":"2.0","id":1,"result":"0x7a69"}"#;
+    let responder = format!(
+        "default_type application/json;\n\
+         location = /big {{ error_page 405 =200 /big.json; return 405; }}\n\
+         location = /big.json {{ root {d}; }}\n\
+         location / {{ return 200 '{answer}'; }}\n"
+    );
+    let conf = format!(
+        "worker_processes 2;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+         worker_rlimit_nofile 16384;\nevents {{ worker_connections 8192; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+         fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+         keepalive_requests 1000000;\n\
+         ssl_certificate {cert};\n  ssl_certificate_key {key};\n\
+         ssl_protocols TLSv1.2 TLSv1.3;\n  ssl_ecdh_curve X25519:prime256v1;\n\
+         ssl_session_tickets off;\n  ssl_session_cache off;\n\
+         upstream responder {{ server 127.0.0.1:{static_port}; keepalive 64; }}\n\
+         server {{ listen 127.0.0.1:{static_port}; {responder} }}\n\
+         server {{ listen 127.0.0.1:{static_tls_port} ssl; {responder} }}\n\
+         server {{ listen 127.0.0.1:{proxy_port} ssl; location / {{ proxy_pass http://responder;\n\
+           proxy_http_version 1.1; proxy_set_header Connection \"\"; }} }}\n}}\n"
+    );
+    let path = dir.join("nginx.conf");
+    std::fs::write(&path, conf).unwrap();
+    spawn(
+        &PathBuf::from("/usr/sbin/nginx"),
+        &["-c", path.to_str().unwrap(), "-p", dir.to_str().unwrap()],
+    )
+}
+
+/// A JSON-RPC answer of 1 MiB: a result string of hex.
+fn big_answer() -> String {
+    let prefix = r#"{"jsonrpc":"2.0","id":1,"result":"0x"#;
+    let fill = (1 << 20) - prefix.len() - 2;
+    format!("{prefix}{}\"}}", "ab".repeat(fill / 2))
+}
+
+/// txgate in front of `upstream`, with TLS on its client port when `tls`
+/// holds `[server.tls]` keys.
+async fn txgate(bin: &Path, dir: &Path, name: &str, upstream: &str, toml: &str) -> (Proc, u16) {
+    let (port, admin) = (free_port(), free_port());
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(&config, toml).unwrap();
+    let proc = spawn(
+        bin,
+        &[
+            "-c",
+            config.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin}"),
+            "--upstream",
+            upstream,
+            "--log-level",
+            "warn",
+        ],
+    );
+    // Up once its admin port answers.
+    let http = client(1);
+    for _ in 0..400 {
+        if post(
+            &http,
+            &format!("http://127.0.0.1:{admin}/healthz"),
+            String::new(),
+        )
+        .await
+        .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    (proc, port)
+}
+
+#[tokio::main]
+async fn main() {
+    let a = args();
+    let bin = std::env::var_os("TXGATE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/release/txgate"));
+    let dir = std::env::temp_dir().join(format!("txgate-tls-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pki = pki(&dir);
+    let ports = (free_port(), free_port(), free_port());
+    let _nginx = nginx(&dir, &pki, ports);
+    let (static_port, static_tls_port, nginx_tls) = ports;
+    let responder = format!("http://127.0.0.1:{static_port}");
+    wait_up(&client(1), &responder).await;
+
+    let tls_keys = format!(
+        "[server.tls]\ncert_chain_path = \"{}\"\nkey_path = \"{}\"\n",
+        pki.cert.display(),
+        pki.key.display()
+    );
+    let (_tx_tls, tx_tls) = txgate(&bin, &dir, "tls", &responder, &tls_keys).await;
+    let (_tx_bulk, tx_bulk) =
+        txgate(&bin, &dir, "bulk", &format!("{responder}/big"), &tls_keys).await;
+    let (_tx_plain, tx_plain) = txgate(&bin, &dir, "plain", &responder, "").await;
+    let upstream_tls = format!(
+        "[upstream.tls]\nca_path = \"{}\"\n",
+        dir.join("ca.pem").display()
+    );
+    let (_tx_https, tx_https) = txgate(
+        &bin,
+        &dir,
+        "https",
+        &format!("https://localhost:{static_tls_port}"),
+        &upstream_tls,
+    )
+    .await;
+    let run = |name: &str| a.only.as_deref().is_none_or(|only| only == name);
+
+    if run("handshakes") {
+        let x25519 = client_config(&pki, &[kx_group::X25519], &[], false);
+        let hybrid = client_config(&pki, &[kx_group::X25519MLKEM768], &[], false);
+        let targets = [
+            ("txgate X25519", &x25519, tx_tls),
+            ("txgate X25519MLKEM768", &hybrid, tx_tls),
+            ("nginx X25519", &x25519, nginx_tls),
+        ];
+        let mut results: Vec<Vec<Handshakes>> = (0..targets.len()).map(|_| Vec::new()).collect();
+        println!(
+            "handshakes: {} warm-up then {} sequential new connections, one eth_chainId each, {} reps",
+            a.warmup, a.connections, a.reps
+        );
+        for rep in 0..a.reps {
+            for k in 0..targets.len() {
+                let i = (k + rep) % targets.len();
+                let (name, config, port) = targets[i];
+                let source = IpAddr::from([127, 0, 0, 2 + (i as u8)]);
+                let h = handshakes(config, source, port, a.warmup, a.connections).await;
+                println!(
+                    "  rep {} {name:<22} p50 {:>7.0} us  p99 {:>7.0} us  {:>7.0} conn/s",
+                    rep + 1,
+                    h.p50_us,
+                    h.p99_us,
+                    h.per_sec
+                );
+                results[i].push(h);
+            }
+        }
+        println!("\n| target | per connection p50 | p99 | connections/s |\n|---|---|---|---|");
+        let mut p50 = Vec::new();
+        let mut rate = Vec::new();
+        for (i, (name, _, _)) in targets.iter().enumerate() {
+            let r = &results[i];
+            let m = |f: &dyn Fn(&Handshakes) -> f64| median(&r.iter().map(f).collect::<Vec<_>>());
+            p50.push(m(&|h| h.p50_us));
+            rate.push(m(&|h| h.per_sec));
+            println!(
+                "| {name} | {:.0} µs | {:.0} µs | {:.0} |",
+                m(&|h| h.p50_us),
+                m(&|h| h.p99_us),
+                m(&|h| h.per_sec)
+            );
+        }
+        let per_rep = |num: usize, den: usize, f: &dyn Fn(&Handshakes) -> f64| {
+            median(
+                &(0..a.reps)
+                    .map(|r| f(&results[num][r]) / f(&results[den][r]))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        println!(
+            "txgate X25519 / nginx X25519 connections/s (median of per-rep ratios): {:.2}x (target >= 1.0x)",
+            per_rep(0, 2, &|h| h.per_sec)
+        );
+        println!(
+            "hybrid / X25519 per-connection time p50 (median of per-rep ratios): {:.3}x (target <= 1.10x)",
+            per_rep(1, 0, &|h| h.p50_us)
+        );
+    }
+
+    if run("records") {
+        let config = client_config(&pki, &[], &[], true);
+        let mut rows = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..a.reps {
+            let (tls50, tls99) = records(Some(&config), tx_tls, a.calls).await;
+            let (plain50, plain99) = records(None, tx_plain, a.calls).await;
+            println!(
+                "  records: TLS p50 {tls50:.1} p99 {tls99:.1} us; cleartext p50 {plain50:.1} p99 {plain99:.1} us"
+            );
+            rows.0.push(tls50);
+            rows.1.push(tls99);
+            rows.2.push(plain50);
+            rows.3.push(plain99);
+        }
+        let diffs: Vec<f64> = rows.0.iter().zip(&rows.2).map(|(t, p)| t - p).collect();
+        println!(
+            "\n| eth_chainId over one kept connection | p50 | p99 |\n|---|---|---|\n\
+             | txgate TLS 1.3 | {:.1} µs | {:.1} µs |\n| txgate cleartext | {:.1} µs | {:.1} µs |\n\
+             TLS adds (median of per-rep p50 differences): {:.1} µs (target <= 5 µs)",
+            median(&rows.0),
+            median(&rows.1),
+            median(&rows.2),
+            median(&rows.3),
+            median(&diffs)
+        );
+    }
+
+    if run("bulk") {
+        let suites = [
+            (
+                "TLS13_AES_128_GCM_SHA256",
+                cipher_suite::TLS13_AES_128_GCM_SHA256,
+            ),
+            (
+                "TLS13_AES_256_GCM_SHA384",
+                cipher_suite::TLS13_AES_256_GCM_SHA384,
+            ),
+            (
+                "TLS13_CHACHA20_POLY1305_SHA256",
+                cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
+            ),
+        ];
+        println!(
+            "\nbulk: a 1 MiB answer x {} over one kept TLS 1.3 connection, X25519, {} reps",
+            a.bulk, a.reps
+        );
+        println!(
+            "\n| cipher suite | txgate handshake | txgate MB/s | nginx handshake | nginx MB/s |\n|---|---|---|---|---|"
+        );
+        for (name, suite) in suites {
+            let config = client_config(&pki, &[kx_group::X25519], &[suite], false);
+            let mut t = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..a.reps {
+                let (h, mbs) = bulk(&config, tx_bulk, "/", a.bulk).await;
+                t.0.push(h);
+                t.1.push(mbs);
+                let (h, mbs) = bulk(&config, nginx_tls, "/big", a.bulk).await;
+                t.2.push(h);
+                t.3.push(mbs);
+            }
+            println!(
+                "| {name} | {:.0} µs | {:.0} | {:.0} µs | {:.0} |",
+                median(&t.0),
+                median(&t.1),
+                median(&t.2),
+                median(&t.3)
+            );
+        }
+    }
+
+    if run("upstream") {
+        let duration = Duration::from_secs(a.duration);
+        let (mut https, mut http) = (Vec::new(), Vec::new());
+        for rep in 0..a.reps {
+            // Alternate which goes first.
+            let order = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
+            for which in order {
+                if which == 0 {
+                    https.push(throughput(tx_https, a.clients, duration).await);
+                } else {
+                    http.push(throughput(tx_plain, a.clients, duration).await);
+                }
+            }
+            println!(
+                "  upstream rep {}: https {:.0} calls/s, http {:.0} calls/s",
+                rep + 1,
+                https[rep],
+                http[rep]
+            );
+        }
+        let ratios: Vec<f64> = https.iter().zip(&http).map(|(s, p)| s / p).collect();
+        println!(
+            "\n| upstream | calls/s |\n|---|---|\n| https:// | {:.0} |\n| http:// | {:.0} |\n\
+             https/http (median of per-rep ratios): {:.2}x (target >= 0.9x)",
+            median(&https),
+            median(&http),
+            median(&ratios)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,213 @@
+//! The certificate served on the client port, and its reloads.
+//!
+//! [`Certs`] is the server config's certificate resolver: each handshake
+//! takes the certificate in force (a read lock and an `Arc` clone).
+//! [`Certs::reload`] reads both files again; a change that parses, whose
+//! key matches its certificate and that has not expired replaces the
+//! certificate for new handshakes (open connections keep theirs); anything
+//! else is refused with one log line, and the certificate in force stays.
+//! The same bad files are not reported again until they change.
+
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustls::crypto::CryptoProvider;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio_util::sync::CancellationToken;
+use txgate_config::ServerTlsConfig;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::ops::metrics::Metrics;
+
+/// What a reload did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reload {
+    /// The files changed and the new certificate is served.
+    Loaded,
+    /// The files are as they were.
+    Unchanged,
+    /// The files changed but cannot be served; the old certificate stays.
+    Refused(String),
+}
+
+/// A certificate ready to serve, and when it expires.
+struct Loaded {
+    key: Arc<CertifiedKey>,
+    not_after: i64,
+}
+
+/// The certificate in force, and where it comes from.
+pub(crate) struct Certs {
+    /// Where the files are (`cert_chain_path`, `key_path`).
+    files: ServerTlsConfig,
+    provider: Arc<CryptoProvider>,
+    current: RwLock<Arc<CertifiedKey>>,
+    /// The two files as last read (loaded or refused).
+    seen: Mutex<(Vec<u8>, Vec<u8>)>,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Certs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Certs")
+            .field("cert_chain_path", &self.files.cert_chain_path)
+            .field("key_path", &self.files.key_path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Certs {
+    /// Loads the certificate at start; an error (unreadable, unparsable,
+    /// key not matching) refuses to start. An expired certificate is
+    /// served, with a warning: the gauge and its alert say it.
+    pub(crate) fn load(
+        config: &ServerTlsConfig,
+        provider: Arc<CryptoProvider>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Certs, String> {
+        let files = read_files(config)?;
+        let loaded = parse(config, &files, &provider)?;
+        if loaded.not_after < now_secs() {
+            tracing::warn!(path = %config.cert_chain_path, "the TLS certificate has expired");
+        }
+        metrics.tls.certificate_expiry.set(loaded.not_after);
+        Ok(Certs {
+            files: config.clone(),
+            provider,
+            current: RwLock::new(loaded.key),
+            seen: Mutex::new(files),
+            metrics,
+        })
+    }
+
+    /// Reads the files again; `force` parses them even when unchanged
+    /// (SIGHUP: the operator asked).
+    pub(crate) fn reload(&self, force: bool) -> Reload {
+        let outcome = self.reload_from(force);
+        let path = &self.files.cert_chain_path;
+        match &outcome {
+            Reload::Loaded => {
+                self.metrics.tls.reload("loaded");
+                tracing::info!(path = %path, "TLS certificate reloaded");
+            }
+            Reload::Unchanged => self.metrics.tls.reload("unchanged"),
+            Reload::Refused(why) => {
+                self.metrics.tls.reload("refused");
+                tracing::error!(path = %path, error = %why, "TLS certificate not reloaded; the previous one stays");
+            }
+        }
+        outcome
+    }
+
+    fn reload_from(&self, force: bool) -> Reload {
+        let config = &self.files;
+        let files = match read_files(config) {
+            Ok(files) => files,
+            Err(e) => return Reload::Refused(e),
+        };
+        let parsed = {
+            let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            if *seen == files && !force {
+                return Reload::Unchanged;
+            }
+            let parsed = parse(config, &files, &self.provider);
+            *seen = files;
+            parsed
+        };
+        let loaded = match parsed {
+            Ok(loaded) => loaded,
+            Err(e) => return Reload::Refused(e),
+        };
+        if loaded.not_after < now_secs() {
+            return Reload::Refused("the new certificate has expired".into());
+        }
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = loaded.key;
+        self.metrics.tls.certificate_expiry.set(loaded.not_after);
+        Reload::Loaded
+    }
+
+    /// The certificate in force.
+    pub(crate) fn current(&self) -> Arc<CertifiedKey> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl ResolvesServerCert for Certs {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// Reads the files every `interval` until `stop`, loading a change.
+pub(crate) async fn watch(certs: Arc<Certs>, interval: Duration, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        let certs = certs.clone();
+        // File reads off the runtime's threads.
+        let _ = tokio::task::spawn_blocking(move || certs.reload(false)).await;
+    }
+}
+
+fn read_files(config: &ServerTlsConfig) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let read =
+        |path: &str, key: &str| std::fs::read(path).map_err(|e| format!("{key} `{path}`: {e}"));
+    Ok((
+        read(&config.cert_chain_path, "server.tls.cert_chain_path")?,
+        read(&config.key_path, "server.tls.key_path")?,
+    ))
+}
+
+/// Parses the chain and key as read, checks that they match, and reads
+/// the leaf's expiry.
+fn parse(
+    config: &ServerTlsConfig,
+    (chain, key): &(Vec<u8>, Vec<u8>),
+    provider: &CryptoProvider,
+) -> Result<Loaded, String> {
+    let cert_path = &config.cert_chain_path;
+    let chain = CertificateDer::pem_slice_iter(chain)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("server.tls.cert_chain_path `{cert_path}`: {e}"))?;
+    if chain.is_empty() {
+        return Err(format!(
+            "server.tls.cert_chain_path `{cert_path}`: no certificate in the file"
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key)
+        .map_err(|e| format!("server.tls.key_path `{}`: {e}", config.key_path))?;
+    let not_after = {
+        let (_, leaf) = x509_parser::parse_x509_certificate(&chain[0]).map_err(|e| {
+            format!("server.tls.cert_chain_path `{cert_path}`: the first certificate does not parse: {e}")
+        })?;
+        leaf.validity().not_after.timestamp()
+    };
+    let key = CertifiedKey::from_der(chain, key, provider).map_err(|e| {
+        format!(
+            "server.tls.key_path `{}` does not go with the certificate: {e}",
+            config.key_path
+        )
+    })?;
+    Ok(Loaded {
+        key: Arc::new(key),
+        not_after,
+    })
+}
+
+fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
