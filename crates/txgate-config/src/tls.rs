@@ -13,8 +13,8 @@ use crate::error::{ConfigError, require_positive};
 
 /// Default: TLS 1.2 still accepted (for old clients); "1.3" refuses it.
 pub const DEFAULT_TLS_MIN_VERSION: &str = "1.2";
-/// Default key-exchange groups, most preferred first: the post-quantum
-/// hybrid, then the classic curves for clients without it.
+/// Default key-exchange groups: the post-quantum hybrid, and the classic
+/// curves for clients without it.
 pub const DEFAULT_TLS_GROUPS: [&str; 3] = ["X25519MLKEM768", "X25519", "secp256r1"];
 /// Default: TLS 1.3 session tickets (and TLS 1.2 session ids) issued, so a
 /// returning client resumes without a full handshake.
@@ -38,8 +38,8 @@ pub struct ServerTlsConfig {
     pub key_path: String,
     /// Oldest protocol version accepted: "1.2" or "1.3".
     pub min_version: String,
-    /// Key-exchange groups offered, most preferred first (names from
-    /// [`TLS_GROUPS`]).
+    /// Key-exchange groups accepted (names from [`TLS_GROUPS`]); of those
+    /// a client offers, its own first choice is taken.
     pub groups: Vec<String>,
     /// Issue session tickets (TLS 1.3) and keep session ids (TLS 1.2).
     pub session_tickets: bool,

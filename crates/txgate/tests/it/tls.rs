@@ -99,13 +99,17 @@ async fn https_and_wss_on_the_client_port_for_every_client() {
     }
 
     // A rustls client gets the group it offers: the hybrid alone, X25519
-    // alone; X25519MLKEM768 is preferred when both are offered.
+    // alone; offering both, its own first choice (no HelloRetryRequest).
     for (groups, want) in [
         (vec![kx_group::X25519MLKEM768], NamedGroup::X25519MLKEM768),
         (vec![kx_group::X25519], NamedGroup::X25519),
         (
-            vec![kx_group::X25519, kx_group::X25519MLKEM768],
+            vec![kx_group::X25519MLKEM768, kx_group::X25519],
             NamedGroup::X25519MLKEM768,
+        ),
+        (
+            vec![kx_group::X25519, kx_group::X25519MLKEM768],
+            NamedGroup::X25519,
         ),
         (vec![kx_group::SECP256R1], NamedGroup::secp256r1),
     ] {

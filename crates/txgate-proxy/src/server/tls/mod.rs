@@ -2,8 +2,9 @@
 //!
 //! One server config for the whole process (every worker resumes every
 //! other's sessions): TLS 1.3, and 1.2 unless `min_version = "1.3"`; the
-//! key-exchange groups in the operator's order, X25519MLKEM768 (the
-//! post-quantum hybrid) first by default; ALPN `h2` (when HTTP/2 is on)
+//! operator's key-exchange groups, X25519MLKEM768 (the post-quantum hybrid)
+//! among them by default (rustls takes the client's first choice among
+//! them, which saves a HelloRetryRequest); ALPN `h2` (when HTTP/2 is on)
 //! and `http/1.1`; session tickets. The certificate comes from [`Certs`],
 //! which reloads it on SIGHUP or a file change.
 //!
