@@ -440,7 +440,7 @@ mod tests {
     #[test]
     fn validation_names_the_key() {
         let mut c = Config::default();
-        c.upstream.url = "https://x".into();
+        c.upstream.url = "ftp://x".into();
         assert_eq!(c.validate().unwrap_err().key, "upstream.url");
         let mut c = Config::default();
         c.upstream.url = "http://127.0.0.1:notaport".into();
@@ -572,7 +572,7 @@ mod tests {
         );
         assert_eq!(c.validate().unwrap_err().key, "websocket.upstream_url");
         let mut c = Config::default();
-        c.upstream.url = "https://node".into();
+        c.upstream.url = "ftp://node".into();
         assert_eq!(c.websocket_upstream().unwrap_err().key, "upstream.url");
     }
 

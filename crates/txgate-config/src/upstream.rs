@@ -139,7 +139,7 @@ mod tests {
                 "upstream.pool_idle_timeout_ms",
             ),
             (|c| c.health_interval_ms = 0, "upstream.health_interval_ms"),
-            (|c| c.url = "https://x".into(), "upstream.url"),
+            (|c| c.url = "ftp://x".into(), "upstream.url"),
         ];
         for (change, key) in cases {
             assert_eq!(refused(change).key, key);
@@ -154,7 +154,7 @@ mod tests {
             "http://h:65536",
             "http://",
             "http:///x",
-            "https://x",
+            "ws://x",
             "http://user@h:1",
             "http://h:1/a b",
         ] {

@@ -211,7 +211,7 @@ mod tests {
                 "websocket.upstream_url",
             ),
             (
-                |c| c.upstream_url = "wss://node:8546".into(),
+                |c| c.upstream_url = "https://node:8546".into(),
                 "websocket.upstream_url",
             ),
             (
