@@ -95,14 +95,17 @@ pub fn check_tls(config: &Config) -> Result<(), String> {
 /// The client config of a TLS node, built once to refuse bad files at
 /// start (each pool builds its own).
 fn check_upstream_tls(config: &Config) -> Result<(), String> {
-    let http = config.upstream.endpoint().map_err(|e| e.to_string())?;
-    let ws = config.websocket.enabled
-        && config
-            .websocket_upstream()
-            .map_err(|e| e.to_string())?
-            .is_tls();
-    if http.is_tls() || ws {
-        upstream::tls::client_config(&config.upstream.tls, &[])?;
+    let mut urls = vec![config.upstream.endpoint().map_err(|e| e.to_string())?];
+    if config.websocket.enabled {
+        urls.push(config.websocket_upstream().map_err(|e| e.to_string())?);
+    }
+    let mut built = false;
+    for url in urls.iter().filter(|url| url.is_tls()) {
+        upstream::tls::server_name(url)?;
+        if !built {
+            upstream::tls::client_config(&config.upstream.tls, &[])?;
+            built = true;
+        }
     }
     Ok(())
 }
@@ -304,7 +307,11 @@ impl Proxy {
     /// background work in order (the last snapshot is written last).
     pub async fn run(self, listeners: Listeners, shutdown: impl Future<Output = ()>) -> Exit {
         let (fatal, mut failures) = fatal_channel();
-        let workers = match Workers::start(listeners.rpc, &self.worker_share(), &fatal) {
+        let share = match self.worker_share() {
+            Ok(share) => share,
+            Err(e) => return self.failed_to_start("websocket", e).await,
+        };
+        let workers = match Workers::start(listeners.rpc, &share, &fatal) {
             Ok(workers) => workers,
             Err(e) => return self.failed_to_start("workers", e.to_string()).await,
         };
@@ -355,7 +362,7 @@ impl Proxy {
         }
     }
 
-    fn worker_share(&self) -> server::workers::Shared {
+    fn worker_share(&self) -> Result<server::workers::Shared, String> {
         let config = &self.config;
         let admission = AdmissionLayer::new(
             config.admission.max_in_flight,
@@ -365,7 +372,7 @@ impl Proxy {
         // One stop for the workers' accept loops and their WebSocket
         // sessions.
         let stop = tokio_util::sync::CancellationToken::new();
-        server::workers::Shared {
+        Ok(server::workers::Shared {
             config: config.clone(),
             metrics: self.metrics.clone(),
             admission: admission.clone(),
@@ -374,7 +381,7 @@ impl Proxy {
                 admission,
                 stop.clone(),
                 self.metrics.clone(),
-            )
+            )?
             .map(Arc::new),
             stop,
             client_limits: ClientLimitLayer::new(
@@ -401,7 +408,7 @@ impl Proxy {
             sync: Arc::new(rpc::sync::SyncCalls::new(config, &self.metrics)),
             verdicts: self.verdicts.clone(),
             probed: self.sources.iter().find(|s| s.should_forward).cloned(),
-        }
+        })
     }
 
     /// Every background task, in the order they must stop: the admin

@@ -471,16 +471,19 @@ fn tls_line(config: &Config) -> String {
     if !tls.enabled() {
         return "off (cleartext HTTP and WebSocket)".to_string();
     }
+    let reread = match tls.reload_interval_ms {
+        0 => "reread on SIGHUP only".to_string(),
+        ms => format!("reread every {ms} ms and on SIGHUP"),
+    };
     format!(
-        "on, certificate {} (reread every {} ms and on SIGHUP), TLS {}, groups {}, tickets {}",
+        "on, certificate {} ({reread}), TLS {}, groups {} (the client's choice among them), tickets {}",
         tls.cert_chain_path,
-        tls.reload_interval_ms,
         if tls.allows_tls12() {
             "1.3 and 1.2"
         } else {
             "1.3 only"
         },
-        tls.groups.join(" > "),
+        tls.groups.join(", "),
         if tls.session_tickets { "on" } else { "off" }
     )
 }

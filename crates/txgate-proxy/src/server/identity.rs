@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
 use tower::Service;
 use txgate_config::{ForwardedHeader, ProxyProtocol, ServerConfig};
@@ -122,6 +122,23 @@ impl Edge {
         ))
     }
 
+    /// After a TLS handshake: the first bytes of HTTP inside it, read as
+    /// [`Edge::open`] reads them on a cleartext connection (within
+    /// `server.header_read_timeout_ms`), so that a client that finishes its
+    /// handshake and then says nothing cannot hold its slot. `None`: closed
+    /// (counted as silent).
+    pub(crate) async fn first_request<IO>(&self, mut io: IO) -> Option<Prefixed<IO>>
+    where
+        IO: AsyncRead + Unpin,
+    {
+        let deadline = tokio::time::Instant::now() + self.header_timeout;
+        let Some(rest) = first_bytes(&mut io, Bytes::new(), deadline).await else {
+            self.metrics.http.silent_closed.inc();
+            return None;
+        };
+        Some(Prefixed::new(rest, io))
+    }
+
     /// The client of a request on `connection`.
     pub(crate) fn client(&self, connection: Connection, headers: &http::HeaderMap) -> Client {
         let found = match self.header {
@@ -152,8 +169,8 @@ impl Edge {
 /// the start of the h2c preface, then nothing) would hold its slot of
 /// `server.max_connections` for ever. Waits on readiness, never polls; an
 /// end of stream hands what came to hyper, which closes.
-async fn first_bytes(
-    stream: &mut TcpStream,
+async fn first_bytes<IO: AsyncRead + Unpin>(
+    stream: &mut IO,
     rest: Bytes,
     deadline: tokio::time::Instant,
 ) -> Option<Bytes> {

@@ -182,13 +182,17 @@ where
                 () = opening.cancelled() => None,
             };
             if let Some((io, connection)) = opened {
-                let service = Identified::new(service, edge, connection, slot.clone());
+                let service = Identified::new(service, edge.clone(), connection, slot.clone());
                 match tls {
                     None => serve_connection(&builder, io, service, watcher).await,
                     Some(tls) => {
-                        // After the PROXY header, before HTTP.
+                        // After the PROXY header, before HTTP; then HTTP's
+                        // first bytes, under the same deadline as cleartext.
                         let secured = tokio::select! {
-                            secured = tls.handshake(io) => secured,
+                            secured = async {
+                                let io = tls.handshake(io).await?;
+                                edge.first_request(io).await
+                            } => secured,
                             () = opening.cancelled() => None,
                         };
                         if let Some(io) = secured {

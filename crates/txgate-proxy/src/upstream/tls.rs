@@ -223,11 +223,7 @@ impl Connector {
     ) -> Result<Connector, String> {
         let tls = match (url.is_tls(), tls) {
             (false, _) => None,
-            (true, Some(config)) => {
-                let name = ServerName::try_from(url.host().to_string())
-                    .map_err(|e| format!("`{}` is not a TLS server name: {e}", url.host()))?;
-                Some((TlsConnector::from(config), name))
-            }
+            (true, Some(config)) => Some((TlsConnector::from(config), server_name(url)?)),
             (true, None) => return Err("a TLS endpoint needs a TLS client config".into()),
         };
         Ok(Connector {
@@ -240,45 +236,47 @@ impl Connector {
         })
     }
 
-    /// Opens a connection (TCP, then TLS if asked) within the connect
-    /// timeout.
+    /// Opens a connection (TCP, then TLS if asked), both within the
+    /// connect timeout; each phase's failure is counted as its own.
     pub(crate) async fn connect(&self) -> Result<Conn, ConnectError> {
-        let open = async {
-            let tcp = TcpStream::connect((self.host.as_str(), self.port))
-                .await
-                .map_err(|e| ConnectError::Tcp(e.to_string()))?;
-            let _ = tcp.set_nodelay(true);
-            let Some((connector, name)) = &self.tls else {
-                return Ok(Conn::Plain(tcp));
-            };
-            match connector.connect(name.clone(), tcp).await {
-                Ok(stream) => {
-                    self.metrics.tls.upstream_handshake(UpstreamHandshake::Ok);
-                    Ok(Conn::Tls(Box::new(stream)))
-                }
-                Err(e) => {
-                    self.metrics
-                        .tls
-                        .upstream_handshake(UpstreamHandshake::of(&e));
-                    Err(ConnectError::Tls(tls_error_text(&e)))
-                }
-            }
-        };
-        let result = match tokio::time::timeout(self.timeout, open).await {
-            Ok(result) => result,
-            Err(_) => {
-                if self.tls.is_some() {
-                    self.metrics
-                        .tls
-                        .upstream_handshake(UpstreamHandshake::Timeout);
-                }
-                Err(ConnectError::Tcp("timed out".into()))
-            }
-        };
+        let result = self.open().await;
         if let Err(e) = &result {
             self.log(e);
         }
         result
+    }
+
+    async fn open(&self) -> Result<Conn, ConnectError> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let tcp = match tokio::time::timeout_at(
+            deadline,
+            TcpStream::connect((self.host.as_str(), self.port)),
+        )
+        .await
+        {
+            Ok(Ok(tcp)) => tcp,
+            Ok(Err(e)) => return Err(ConnectError::Tcp(e.to_string())),
+            Err(_) => return Err(ConnectError::Tcp("timed out".into())),
+        };
+        let _ = tcp.set_nodelay(true);
+        let Some((connector, name)) = &self.tls else {
+            return Ok(Conn::Plain(tcp));
+        };
+        let tls = &self.metrics.tls;
+        match tokio::time::timeout_at(deadline, connector.connect(name.clone(), tcp)).await {
+            Ok(Ok(stream)) => {
+                tls.upstream_handshake(UpstreamHandshake::Ok);
+                Ok(Conn::Tls(Box::new(stream)))
+            }
+            Ok(Err(e)) => {
+                tls.upstream_handshake(UpstreamHandshake::of(&e));
+                Err(ConnectError::Tls(tls_error_text(&e)))
+            }
+            Err(_) => {
+                tls.upstream_handshake(UpstreamHandshake::Timeout);
+                Err(ConnectError::Tls("handshake timed out".into()))
+            }
+        }
     }
 
     fn log(&self, e: &ConnectError) {
@@ -293,6 +291,13 @@ impl Connector {
         *logged = Some(Instant::now());
         tracing::warn!(host = %self.host, port = self.port, error = %e, "upstream TLS handshake failed (logged once per 10 s; counted in txgate_upstream_tls_handshakes_total)");
     }
+}
+
+/// The name a TLS node's certificate must carry: the URL's host (a DNS
+/// name or an IP address).
+pub(crate) fn server_name(url: &HttpUrl) -> Result<ServerName<'static>, String> {
+    ServerName::try_from(url.host().to_string())
+        .map_err(|e| format!("`{}` is not a TLS server name: {e}", url.host()))
 }
 
 /// The rustls error inside an I/O error, as text (the certificate

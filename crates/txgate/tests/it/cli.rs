@@ -102,7 +102,10 @@ fn check_config_reads_the_tls_files() {
         out.contains(&format!("  tls           on, certificate {cert}")),
         "{out}"
     );
-    assert!(out.contains("X25519MLKEM768 > X25519 > secp256r1"), "{out}");
+    assert!(
+        out.contains("groups X25519MLKEM768, X25519, secp256r1 (the client's choice among them)"),
+        "{out}"
+    );
     assert!(
         out.contains("  upstream      https://node.internal/rpc (TLS, CA the system's roots)"),
         "{out}"

@@ -116,6 +116,7 @@ async fn https_and_wss_on_the_client_port_for_every_client() {
         let config = client_config(&ca, &groups, TLS13, &[b"http/1.1"]);
         let mut kept = Kept::open(addr, config).await;
         assert_eq!(kept.group, Some(want));
+        assert_eq!(kept.kind, Some(HandshakeKind::Full), "no HelloRetryRequest");
         assert_eq!(kept.version, Some(ProtocolVersion::TLSv1_3));
         let (status, body) = kept.call(CHAIN_ID).await;
         assert_eq!((status.as_u16(), &body["result"]), (200, &json!("0x7a69")));
@@ -409,5 +410,91 @@ async fn a_bad_upstream_certificate_answers_502_and_says_why_in_the_log() {
             "{outcome}: {logs}"
         );
     }
+    drop(anvil);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_silent_tls_clients_lose_their_slot() {
+    let anvil = Anvil::start().await;
+    let ca = Ca::new();
+    let dir = TempDir::new("tls-silent");
+    let (cert, key) = ca.leaf(&["localhost"], 30).write(&dir, "server");
+    let config = TempFile::new(&format!(
+        "[server]\nheader_read_timeout_ms = 500\n\
+         [server.tls]\ncert_chain_path = \"{cert}\"\nkey_path = \"{key}\"\n\
+         handshake_timeout_ms = 300\n"
+    ));
+    let txgate = Txgate::start(&anvil.url, &["--config", config.arg()]);
+    let addr = txgate.rpc_addr;
+    // The start of a ClientHello, then nothing: the handshake times out.
+    let mut partial = tokio::net::TcpStream::connect(addr).await.unwrap();
+    partial.write_all(&[0x16, 0x03, 0x01]).await.unwrap();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(3), partial.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "a half ClientHello kept its connection");
+    // A finished handshake, then no request: closed as a silent
+    // cleartext connection is.
+    let config = client_config(&ca, &[], TLS13, &[b"http/1.1"]);
+    let mut silent = tls_connect(addr, "localhost", config.clone())
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(3), silent.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "a silent TLS client kept its connection");
+    // Half the HTTP/2 preface inside TLS, then nothing: the same.
+    let mut half = tls_connect(addr, "localhost", config.clone())
+        .await
+        .unwrap();
+    half.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(3), half.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "half an h2 preface kept its connection");
+    // An honest client is served meanwhile.
+    let mut kept = Kept::open(addr, config).await;
+    assert_eq!(kept.call(CHAIN_ID).await.1["result"], "0x7a69");
+    let metrics = txgate.metrics().await;
+    assert!(
+        metric(
+            &metrics,
+            r#"txgate_tls_handshakes_total{group="none",outcome="timeout",version="none"}"#
+        ) >= 1.0,
+        "{metrics}"
+    );
+    assert!(
+        metric(&metrics, "txgate_connections_silent_closed_total") >= 2.0,
+        "{metrics}"
+    );
+    drop(anvil);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_tls_connection_the_node_closed_is_replaced_unseen() {
+    let anvil = Anvil::start().await;
+    let ca = Ca::new();
+    let dir = TempDir::new("tls-stale");
+    std::fs::write(dir.file("ca.pem"), &ca.pem).unwrap();
+    // nginx closes a kept connection after 1 s idle (close_notify, FIN).
+    let nginx = Nginx::start_with(&anvil.url, &ca.leaf(&["localhost"], 30), "1s").await;
+    let txgate = Txgate::start(
+        &format!("https://localhost:{}", nginx.port),
+        &["--upstream-ca", &dir.file("ca.pem")],
+    );
+    for _ in 0..3 {
+        let (status, body) = rpc_json(&txgate.url, CHAIN_ID).await;
+        assert_eq!(
+            (status.as_u16(), &body["result"]),
+            (200, &json!("0x7a69")),
+            "{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    let metrics = txgate.metrics().await;
+    assert!(
+        metric(
+            &metrics,
+            r#"txgate_upstream_tls_handshakes_total{outcome="ok"}"#
+        ) >= 3.0,
+        "{metrics}"
+    );
     drop(anvil);
 }

@@ -255,6 +255,12 @@ fn nginx_binary() -> PathBuf {
 
 impl Nginx {
     pub async fn start(upstream: &str, leaf: &Leaf) -> Nginx {
+        Nginx::start_with(upstream, leaf, "60s").await
+    }
+
+    /// With `keepalive_timeout` on the client side (nginx closes a kept
+    /// connection idle that long).
+    pub async fn start_with(upstream: &str, leaf: &Leaf, keepalive_timeout: &str) -> Nginx {
         let dir = TempDir::new("nginx");
         let (cert, key) = leaf.write(&dir, "server");
         let port = free_port();
@@ -279,7 +285,7 @@ impl Nginx {
                  ssl_certificate_key {key};\n\
                  ssl_protocols TLSv1.2 TLSv1.3;\n\
                  keepalive_requests 100000;\n\
-                 keepalive_timeout 60s;\n\
+                 keepalive_timeout {keepalive_timeout};\n\
                  access_log {dir}/access.log conns;\n\
                  location / {{\n\
                    proxy_pass http://node;\n\

@@ -88,20 +88,18 @@ impl WebSockets {
         admission: AdmissionLayer,
         stop: CancellationToken,
         metrics: Arc<Metrics>,
-    ) -> Option<WebSockets> {
+    ) -> Result<Option<WebSockets>, String> {
         let ws = &config.websocket;
         if !ws.enabled {
-            return None;
+            return Ok(None);
         }
-        // The config is validated and the TLS client config was built once
-        // by `Proxy::new`: neither fails here.
-        let url = config.websocket_upstream().ok()?;
+        let url = config.websocket_upstream().map_err(|e| e.to_string())?;
         let connect_timeout = Duration::from_millis(config.upstream.connect_timeout_ms);
         let client_tls = match url.is_tls() {
-            true => Some(upstream_tls::client_config(&config.upstream.tls, &[]).ok()?),
+            true => Some(upstream_tls::client_config(&config.upstream.tls, &[])?),
             false => None,
         };
-        let connector = Connector::new(&url, client_tls, connect_timeout, metrics).ok()?;
+        let connector = Connector::new(&url, client_tls, connect_timeout, metrics)?;
         let client_codec = WebSocketConfig::default()
             .read_buffer_size(READ_BUFFER)
             .write_buffer_size(0)
@@ -121,7 +119,7 @@ impl WebSockets {
             .max_write_buffer_size(ws.max_send_queue_bytes.saturating_add(ws.max_message_bytes))
             .max_message_size(Some(config.upstream.max_response_bytes))
             .max_frame_size(Some(config.upstream.max_response_bytes));
-        Some(WebSockets {
+        Ok(Some(WebSockets {
             settings: Settings {
                 upstream_url: format!(
                     "{}://{}{}",
@@ -145,7 +143,7 @@ impl WebSockets {
             subscriptions: AtomicUsize::new(0),
             admission,
             stop,
-        })
+        }))
     }
 
     /// Reserves one subscription of the process's; `false` at the cap.
@@ -254,9 +252,15 @@ pub(super) async fn accept<B>(
     let upstream = match connect_upstream(&ws.settings).await {
         Ok(upstream) => upstream,
         Err((failure, e)) => {
-            tracing::warn!(error = %e, url = %ws.settings.upstream_url, "upstream WebSocket unavailable");
             metrics.upgrade("upstream_unavailable");
             shared.metrics.upstream.failure(failure);
+            // A failed TLS handshake is logged by the connector, once per
+            // interval: clients must not be able to fill the log.
+            if failure == UpstreamFailure::Tls {
+                tracing::debug!(error = %e, url = %ws.settings.upstream_url, "upstream WebSocket unavailable");
+                return shared.refuse(Refusal::UpstreamTls, None);
+            }
+            tracing::warn!(error = %e, url = %ws.settings.upstream_url, "upstream WebSocket unavailable");
             return shared.refuse(Refusal::UpstreamUnavailable, None);
         }
     };

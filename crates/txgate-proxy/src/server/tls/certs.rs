@@ -5,8 +5,9 @@
 //! [`Certs::reload`] reads both files again; a change that parses, whose
 //! key matches its certificate and that has not expired replaces the
 //! certificate for new handshakes (open connections keep theirs); anything
-//! else is refused with one log line, and the certificate in force stays.
-//! The same bad files are not reported again until they change.
+//! else (not yet valid included) is refused with one log line, and the
+//! certificate in force stays. The same bad files (or the same read error)
+//! are not reported again until they change; SIGHUP always reports.
 
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -33,10 +34,28 @@ pub enum Reload {
     Refused(String),
 }
 
-/// A certificate ready to serve, and when it expires.
+/// The certificate chain and key files' bytes.
+type Files = (Vec<u8>, Vec<u8>);
+
+/// A certificate ready to serve, and when it is valid.
 struct Loaded {
     key: Arc<CertifiedKey>,
+    not_before: i64,
     not_after: i64,
+}
+
+impl Loaded {
+    /// Whether clients would take it now.
+    fn valid_now(&self) -> Result<(), &'static str> {
+        let now = now_secs();
+        if self.not_after < now {
+            return Err("has expired");
+        }
+        if self.not_before > now {
+            return Err("is not valid yet");
+        }
+        Ok(())
+    }
 }
 
 /// The certificate in force, and where it comes from.
@@ -45,8 +64,10 @@ pub(crate) struct Certs {
     files: ServerTlsConfig,
     provider: Arc<CryptoProvider>,
     current: RwLock<Arc<CertifiedKey>>,
-    /// The two files as last read (loaded or refused).
-    seen: Mutex<(Vec<u8>, Vec<u8>)>,
+    /// The two files as last read (loaded or refused), or why they could
+    /// not be read. Held for a whole reload: the SIGHUP reload and the
+    /// file watch never interleave.
+    seen: Mutex<Result<Files, String>>,
     metrics: Arc<Metrics>,
 }
 
@@ -70,15 +91,15 @@ impl Certs {
     ) -> Result<Certs, String> {
         let files = read_files(config)?;
         let loaded = parse(config, &files, &provider)?;
-        if loaded.not_after < now_secs() {
-            tracing::warn!(path = %config.cert_chain_path, "the TLS certificate has expired");
+        if let Err(why) = loaded.valid_now() {
+            tracing::warn!(path = %config.cert_chain_path, "{why}: clients will refuse it");
         }
         metrics.tls.certificate_expiry.set(loaded.not_after);
         Ok(Certs {
             files: config.clone(),
             provider,
             current: RwLock::new(loaded.key),
-            seen: Mutex::new(files),
+            seen: Mutex::new(Ok(files)),
             metrics,
         })
     }
@@ -104,25 +125,22 @@ impl Certs {
 
     fn reload_from(&self, force: bool) -> Reload {
         let config = &self.files;
-        let files = match read_files(config) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let files = read_files(config);
+        if *seen == files && !force {
+            return Reload::Unchanged;
+        }
+        *seen = files.clone();
+        let files = match files {
             Ok(files) => files,
             Err(e) => return Reload::Refused(e),
         };
-        let parsed = {
-            let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-            if *seen == files && !force {
-                return Reload::Unchanged;
-            }
-            let parsed = parse(config, &files, &self.provider);
-            *seen = files;
-            parsed
-        };
-        let loaded = match parsed {
+        let loaded = match parse(config, &files, &self.provider) {
             Ok(loaded) => loaded,
             Err(e) => return Reload::Refused(e),
         };
-        if loaded.not_after < now_secs() {
-            return Reload::Refused("the new certificate has expired".into());
+        if let Err(why) = loaded.valid_now() {
+            return Reload::Refused(format!("the new certificate {why}"));
         }
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = loaded.key;
         self.metrics.tls.certificate_expiry.set(loaded.not_after);
@@ -160,7 +178,7 @@ pub(crate) async fn watch(certs: Arc<Certs>, interval: Duration, stop: Cancellat
     }
 }
 
-fn read_files(config: &ServerTlsConfig) -> Result<(Vec<u8>, Vec<u8>), String> {
+fn read_files(config: &ServerTlsConfig) -> Result<Files, String> {
     let read =
         |path: &str, key: &str| std::fs::read(path).map_err(|e| format!("{key} `{path}`: {e}"));
     Ok((
@@ -173,7 +191,7 @@ fn read_files(config: &ServerTlsConfig) -> Result<(Vec<u8>, Vec<u8>), String> {
 /// the leaf's expiry.
 fn parse(
     config: &ServerTlsConfig,
-    (chain, key): &(Vec<u8>, Vec<u8>),
+    (chain, key): &Files,
     provider: &CryptoProvider,
 ) -> Result<Loaded, String> {
     let cert_path = &config.cert_chain_path;
@@ -187,11 +205,15 @@ fn parse(
     }
     let key = PrivateKeyDer::from_pem_slice(key)
         .map_err(|e| format!("server.tls.key_path `{}`: {e}", config.key_path))?;
-    let not_after = {
+    let (not_before, not_after) = {
         let (_, leaf) = x509_parser::parse_x509_certificate(&chain[0]).map_err(|e| {
             format!("server.tls.cert_chain_path `{cert_path}`: the first certificate does not parse: {e}")
         })?;
-        leaf.validity().not_after.timestamp()
+        let validity = leaf.validity();
+        (
+            validity.not_before.timestamp(),
+            validity.not_after.timestamp(),
+        )
     };
     let key = CertifiedKey::from_der(chain, key, provider).map_err(|e| {
         format!(
@@ -201,6 +223,7 @@ fn parse(
     })?;
     Ok(Loaded {
         key: Arc::new(key),
+        not_before,
         not_after,
     })
 }
