@@ -41,7 +41,7 @@ use rustls::{ClientConfig, RootCertStore, SupportedCipherSuite};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;
-use txgate_benches::procs::{Proc, client, free_port, post, root, spawn, wait_up};
+use txgate_benches::procs::{Proc, client, free_port, post, root, spawn, tree_cpu_ms, wait_up};
 
 struct Args {
     warmup: usize,
@@ -231,12 +231,17 @@ struct Handshakes {
     p50_us: f64,
     p99_us: f64,
     per_sec: f64,
+    /// The server's CPU (user + system, its workers included) per
+    /// connection, µs: what the server itself spends, without the
+    /// client's half of the key exchange.
+    cpu_us: f64,
 }
 
 async fn handshakes(
     config: &Arc<ClientConfig>,
     source: IpAddr,
     port: u16,
+    server: u32,
     warmup: usize,
     count: usize,
 ) -> Handshakes {
@@ -244,56 +249,61 @@ async fn handshakes(
         one_connection(config, source, port).await;
     }
     let mut times = Vec::with_capacity(count);
+    let cpu = tree_cpu_ms(server);
     let started = Instant::now();
     for _ in 0..count {
         times.push(one_connection(config, source, port).await);
     }
     let per_sec = count as f64 / started.elapsed().as_secs_f64();
+    let cpu_us = (tree_cpu_ms(server) - cpu) * 1000.0 / count as f64;
     times.sort_by(f64::total_cmp);
     Handshakes {
         p50_us: percentile(&times, 0.5),
         p99_us: percentile(&times, 0.99),
         per_sec,
+        cpu_us,
     }
 }
 
-/// Sequential calls over one kept connection (TLS with `config`, else
-/// cleartext): p50 and p99, µs.
-async fn records(config: Option<&Arc<ClientConfig>>, port: u16, calls: usize) -> (f64, f64) {
-    let stream = tcp(IpAddr::from([127, 0, 0, 3]), port).await;
-    let mut times = Vec::with_capacity(calls);
+/// `calls` sequential calls over one kept TLS connection to `tls_port`
+/// and as many over one kept cleartext connection to `plain_port`,
+/// alternating call by call so both see the same machine: p50 and p99 of
+/// each, µs, as (TLS, cleartext).
+async fn records(
+    config: &Arc<ClientConfig>,
+    tls_port: u16,
+    plain_port: u16,
+    calls: usize,
+) -> ((f64, f64), (f64, f64)) {
+    let name = ServerName::try_from("localhost").unwrap();
+    let mut tls = TlsConnector::from(config.clone())
+        .connect(name, tcp(IpAddr::from([127, 0, 0, 3]), tls_port).await)
+        .await
+        .unwrap();
+    let mut plain = tcp(IpAddr::from([127, 0, 0, 3]), plain_port).await;
+    let (mut over_tls, mut over_plain) = (Vec::with_capacity(calls), Vec::with_capacity(calls));
     let mut buf = Vec::with_capacity(4096);
     let request = request("/", true);
-    match config {
-        Some(config) => {
-            let name = ServerName::try_from("localhost").unwrap();
-            let mut tls = TlsConnector::from(config.clone())
-                .connect(name, stream)
-                .await
-                .unwrap();
-            for i in 0..calls + 500 {
-                let started = Instant::now();
-                tls.write_all(&request).await.unwrap();
-                read_answer(&mut tls, &mut buf).await;
-                if i >= 500 {
-                    times.push(started.elapsed().as_secs_f64() * 1e6);
-                }
-            }
-        }
-        None => {
-            let mut plain = stream;
-            for i in 0..calls + 500 {
-                let started = Instant::now();
-                plain.write_all(&request).await.unwrap();
-                read_answer(&mut plain, &mut buf).await;
-                if i >= 500 {
-                    times.push(started.elapsed().as_secs_f64() * 1e6);
-                }
-            }
+    for i in 0..calls + 500 {
+        let started = Instant::now();
+        tls.write_all(&request).await.unwrap();
+        read_answer(&mut tls, &mut buf).await;
+        let t = started.elapsed().as_secs_f64() * 1e6;
+        let started = Instant::now();
+        plain.write_all(&request).await.unwrap();
+        read_answer(&mut plain, &mut buf).await;
+        let p = started.elapsed().as_secs_f64() * 1e6;
+        if i >= 500 {
+            over_tls.push(t);
+            over_plain.push(p);
         }
     }
-    times.sort_by(f64::total_cmp);
-    (percentile(&times, 0.5), percentile(&times, 0.99))
+    over_tls.sort_by(f64::total_cmp);
+    over_plain.sort_by(f64::total_cmp);
+    (
+        (percentile(&over_tls, 0.5), percentile(&over_tls, 0.99)),
+        (percentile(&over_plain, 0.5), percentile(&over_plain, 0.99)),
+    )
 }
 
 /// A new connection's handshake (µs), then `count` 1 MiB answers over it
@@ -321,11 +331,13 @@ async fn bulk(config: &Arc<ClientConfig>, port: u16, path: &str, count: usize) -
 }
 
 /// `clients` kept cleartext connections calling `port` for `duration`:
-/// calls/s.
-async fn throughput(port: u16, clients: usize, duration: Duration) -> f64 {
+/// calls/s, and the CPU of `procs` (txgate, nginx) per call, µs.
+async fn throughput(port: u16, clients: usize, duration: Duration, procs: &[u32]) -> (f64, f64) {
     let url = format!("http://127.0.0.1:{port}");
     let http = client(clients);
     let deadline = Instant::now() + duration;
+    let cpu = |procs: &[u32]| procs.iter().map(|p| tree_cpu_ms(*p)).sum::<f64>();
+    let cpu_before = cpu(procs);
     let mut tasks = Vec::new();
     for _ in 0..clients {
         let (http, url) = (http.clone(), url.clone());
@@ -343,7 +355,8 @@ async fn throughput(port: u16, clients: usize, duration: Duration) -> f64 {
     for task in tasks {
         total += task.await.unwrap();
     }
-    total as f64 / duration.as_secs_f64()
+    let cpu_us = (cpu(procs) - cpu_before) * 1000.0 / total as f64;
+    (total as f64 / duration.as_secs_f64(), cpu_us)
 }
 
 /// nginx: a static responder (cleartext `static_port`: `eth_chainId`'s
@@ -442,7 +455,7 @@ async fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let pki = pki(&dir);
     let ports = (free_port(), free_port(), free_port());
-    let _nginx = nginx(&dir, &pki, ports);
+    let nginx_proc = nginx(&dir, &pki, ports);
     let (static_port, static_tls_port, nginx_tls) = ports;
     let responder = format!("http://127.0.0.1:{static_port}");
     wait_up(&client(1), &responder).await;
@@ -452,15 +465,15 @@ async fn main() {
         pki.cert.display(),
         pki.key.display()
     );
-    let (_tx_tls, tx_tls) = txgate(&bin, &dir, "tls", &responder, &tls_keys).await;
+    let (tx_tls_proc, tx_tls) = txgate(&bin, &dir, "tls", &responder, &tls_keys).await;
     let (_tx_bulk, tx_bulk) =
         txgate(&bin, &dir, "bulk", &format!("{responder}/big"), &tls_keys).await;
-    let (_tx_plain, tx_plain) = txgate(&bin, &dir, "plain", &responder, "").await;
+    let (tx_plain_proc, tx_plain) = txgate(&bin, &dir, "plain", &responder, "").await;
     let upstream_tls = format!(
         "[upstream.tls]\nca_path = \"{}\"\n",
         dir.join("ca.pem").display()
     );
-    let (_tx_https, tx_https) = txgate(
+    let (tx_https_proc, tx_https) = txgate(
         &bin,
         &dir,
         "https",
@@ -474,9 +487,9 @@ async fn main() {
         let x25519 = client_config(&pki, &[kx_group::X25519], &[], false);
         let hybrid = client_config(&pki, &[kx_group::X25519MLKEM768], &[], false);
         let targets = [
-            ("txgate X25519", &x25519, tx_tls),
-            ("txgate X25519MLKEM768", &hybrid, tx_tls),
-            ("nginx X25519", &x25519, nginx_tls),
+            ("txgate X25519", &x25519, tx_tls, tx_tls_proc.pid()),
+            ("txgate X25519MLKEM768", &hybrid, tx_tls, tx_tls_proc.pid()),
+            ("nginx X25519", &x25519, nginx_tls, nginx_proc.pid()),
         ];
         let mut results: Vec<Vec<Handshakes>> = (0..targets.len()).map(|_| Vec::new()).collect();
         println!(
@@ -486,32 +499,36 @@ async fn main() {
         for rep in 0..a.reps {
             for k in 0..targets.len() {
                 let i = (k + rep) % targets.len();
-                let (name, config, port) = targets[i];
+                let (name, config, port, pid) = targets[i];
                 let source = IpAddr::from([127, 0, 0, 2 + (i as u8)]);
-                let h = handshakes(config, source, port, a.warmup, a.connections).await;
+                let h = handshakes(config, source, port, pid, a.warmup, a.connections).await;
                 println!(
-                    "  rep {} {name:<22} p50 {:>7.0} us  p99 {:>7.0} us  {:>7.0} conn/s",
+                    "  rep {} {name:<22} p50 {:>7.0} us  p99 {:>7.0} us  {:>7.0} conn/s  server CPU {:>5.0} us/conn",
                     rep + 1,
                     h.p50_us,
                     h.p99_us,
-                    h.per_sec
+                    h.per_sec,
+                    h.cpu_us
                 );
                 results[i].push(h);
             }
         }
-        println!("\n| target | per connection p50 | p99 | connections/s |\n|---|---|---|---|");
+        println!(
+            "\n| target | per connection p50 | p99 | connections/s | server CPU per connection |\n|---|---|---|---|---|"
+        );
         let mut p50 = Vec::new();
         let mut rate = Vec::new();
-        for (i, (name, _, _)) in targets.iter().enumerate() {
+        for (i, (name, _, _, _)) in targets.iter().enumerate() {
             let r = &results[i];
             let m = |f: &dyn Fn(&Handshakes) -> f64| median(&r.iter().map(f).collect::<Vec<_>>());
             p50.push(m(&|h| h.p50_us));
             rate.push(m(&|h| h.per_sec));
             println!(
-                "| {name} | {:.0} µs | {:.0} µs | {:.0} |",
+                "| {name} | {:.0} µs | {:.0} µs | {:.0} | {:.0} µs |",
                 m(&|h| h.p50_us),
                 m(&|h| h.p99_us),
-                m(&|h| h.per_sec)
+                m(&|h| h.per_sec),
+                m(&|h| h.cpu_us)
             );
         }
         let per_rep = |num: usize, den: usize, f: &dyn Fn(&Handshakes) -> f64| {
@@ -529,14 +546,18 @@ async fn main() {
             "hybrid / X25519 per-connection time p50 (median of per-rep ratios): {:.3}x (target <= 1.10x)",
             per_rep(1, 0, &|h| h.p50_us)
         );
+        println!(
+            "hybrid / X25519 txgate CPU per connection (median of per-rep ratios): {:.3}x",
+            per_rep(1, 0, &|h| h.cpu_us)
+        );
     }
 
     if run("records") {
         let config = client_config(&pki, &[], &[], true);
         let mut rows = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..a.reps {
-            let (tls50, tls99) = records(Some(&config), tx_tls, a.calls).await;
-            let (plain50, plain99) = records(None, tx_plain, a.calls).await;
+            let ((tls50, tls99), (plain50, plain99)) =
+                records(&config, tx_tls, tx_plain, a.calls).await;
             println!(
                 "  records: TLS p50 {tls50:.1} p99 {tls99:.1} us; cleartext p50 {plain50:.1} p99 {plain99:.1} us"
             );
@@ -604,29 +625,40 @@ async fn main() {
     if run("upstream") {
         let duration = Duration::from_secs(a.duration);
         let (mut https, mut http) = (Vec::new(), Vec::new());
+        let nginx_pid = nginx_proc.pid();
         for rep in 0..a.reps {
             // Alternate which goes first.
             let order = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
             for which in order {
                 if which == 0 {
-                    https.push(throughput(tx_https, a.clients, duration).await);
+                    let pids = [tx_https_proc.pid(), nginx_pid];
+                    https.push(throughput(tx_https, a.clients, duration, &pids).await);
                 } else {
-                    http.push(throughput(tx_plain, a.clients, duration).await);
+                    let pids = [tx_plain_proc.pid(), nginx_pid];
+                    http.push(throughput(tx_plain, a.clients, duration, &pids).await);
                 }
             }
             println!(
-                "  upstream rep {}: https {:.0} calls/s, http {:.0} calls/s",
+                "  upstream rep {}: https {:.0} calls/s ({:.1} us CPU/call), http {:.0} calls/s ({:.1} us CPU/call)",
                 rep + 1,
-                https[rep],
-                http[rep]
+                https[rep].0,
+                https[rep].1,
+                http[rep].0,
+                http[rep].1
             );
         }
-        let ratios: Vec<f64> = https.iter().zip(&http).map(|(s, p)| s / p).collect();
+        let ratios: Vec<f64> = https.iter().zip(&http).map(|(s, p)| s.0 / p.0).collect();
+        let col = |v: &[(f64, f64)], f: fn(&(f64, f64)) -> f64| {
+            median(&v.iter().map(f).collect::<Vec<_>>())
+        };
         println!(
-            "\n| upstream | calls/s |\n|---|---|\n| https:// | {:.0} |\n| http:// | {:.0} |\n\
+            "\n| upstream | calls/s | txgate + nginx CPU per call |\n|---|---|---|\n\
+             | https:// | {:.0} | {:.1} µs |\n| http:// | {:.0} | {:.1} µs |\n\
              https/http (median of per-rep ratios): {:.2}x (target >= 0.9x)",
-            median(&https),
-            median(&http),
+            col(&https, |r| r.0),
+            col(&https, |r| r.1),
+            col(&http, |r| r.0),
+            col(&http, |r| r.1),
             median(&ratios)
         );
     }
