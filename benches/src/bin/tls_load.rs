@@ -331,13 +331,17 @@ async fn bulk(config: &Arc<ClientConfig>, port: u16, path: &str, count: usize) -
 }
 
 /// `clients` kept cleartext connections calling `port` for `duration`:
-/// calls/s, and the CPU of `procs` (txgate, nginx) per call, µs.
-async fn throughput(port: u16, clients: usize, duration: Duration, procs: &[u32]) -> (f64, f64) {
+/// calls/s, and the CPU of txgate and of nginx per call, µs.
+async fn throughput(
+    port: u16,
+    clients: usize,
+    duration: Duration,
+    (txgate, nginx): (u32, u32),
+) -> Rate {
     let url = format!("http://127.0.0.1:{port}");
     let http = client(clients);
     let deadline = Instant::now() + duration;
-    let cpu = |procs: &[u32]| procs.iter().map(|p| tree_cpu_ms(*p)).sum::<f64>();
-    let cpu_before = cpu(procs);
+    let cpu_before = (tree_cpu_ms(txgate), tree_cpu_ms(nginx));
     let mut tasks = Vec::new();
     for _ in 0..clients {
         let (http, url) = (http.clone(), url.clone());
@@ -355,8 +359,20 @@ async fn throughput(port: u16, clients: usize, duration: Duration, procs: &[u32]
     for task in tasks {
         total += task.await.unwrap();
     }
-    let cpu_us = (cpu(procs) - cpu_before) * 1000.0 / total as f64;
-    (total as f64 / duration.as_secs_f64(), cpu_us)
+    let per_call = |now: f64, before: f64| (now - before) * 1000.0 / total as f64;
+    Rate {
+        per_sec: total as f64 / duration.as_secs_f64(),
+        txgate_us: per_call(tree_cpu_ms(txgate), cpu_before.0),
+        nginx_us: per_call(tree_cpu_ms(nginx), cpu_before.1),
+    }
+}
+
+/// Calls/s and CPU per call.
+#[derive(Clone, Copy)]
+struct Rate {
+    per_sec: f64,
+    txgate_us: f64,
+    nginx_us: f64,
 }
 
 /// nginx: a static responder (cleartext `static_port`: `eth_chainId`'s
@@ -631,35 +647,49 @@ async fn main() {
             let order = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
             for which in order {
                 if which == 0 {
-                    let pids = [tx_https_proc.pid(), nginx_pid];
-                    https.push(throughput(tx_https, a.clients, duration, &pids).await);
+                    let pids = (tx_https_proc.pid(), nginx_pid);
+                    https.push(throughput(tx_https, a.clients, duration, pids).await);
                 } else {
-                    let pids = [tx_plain_proc.pid(), nginx_pid];
-                    http.push(throughput(tx_plain, a.clients, duration, &pids).await);
+                    let pids = (tx_plain_proc.pid(), nginx_pid);
+                    http.push(throughput(tx_plain, a.clients, duration, pids).await);
                 }
             }
+            let (s, p) = (https[rep], http[rep]);
             println!(
-                "  upstream rep {}: https {:.0} calls/s ({:.1} us CPU/call), http {:.0} calls/s ({:.1} us CPU/call)",
+                "  upstream rep {}: https {:.0} calls/s (CPU/call txgate {:.1} us, nginx {:.1} us), \
+                 http {:.0} calls/s (txgate {:.1} us, nginx {:.1} us)",
                 rep + 1,
-                https[rep].0,
-                https[rep].1,
-                http[rep].0,
-                http[rep].1
+                s.per_sec,
+                s.txgate_us,
+                s.nginx_us,
+                p.per_sec,
+                p.txgate_us,
+                p.nginx_us
             );
         }
-        let ratios: Vec<f64> = https.iter().zip(&http).map(|(s, p)| s.0 / p.0).collect();
-        let col = |v: &[(f64, f64)], f: fn(&(f64, f64)) -> f64| {
-            median(&v.iter().map(f).collect::<Vec<_>>())
+        let ratio = |f: fn(&Rate) -> f64| {
+            median(
+                &https
+                    .iter()
+                    .zip(&http)
+                    .map(|(s, p)| f(s) / f(p))
+                    .collect::<Vec<_>>(),
+            )
         };
+        let col = |v: &[Rate], f: fn(&Rate) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
         println!(
-            "\n| upstream | calls/s | txgate + nginx CPU per call |\n|---|---|---|\n\
-             | https:// | {:.0} | {:.1} µs |\n| http:// | {:.0} | {:.1} µs |\n\
-             https/http (median of per-rep ratios): {:.2}x (target >= 0.9x)",
-            col(&https, |r| r.0),
-            col(&https, |r| r.1),
-            col(&http, |r| r.0),
-            col(&http, |r| r.1),
-            median(&ratios)
+            "\n| upstream | calls/s | txgate CPU per call | nginx CPU per call |\n|---|---|---|---|\n\
+             | https:// | {:.0} | {:.1} µs | {:.1} µs |\n| http:// | {:.0} | {:.1} µs | {:.1} µs |\n\
+             https/http calls/s (median of per-rep ratios): {:.2}x (target >= 0.9x); \
+             txgate CPU per call https/http: {:.2}x",
+            col(&https, |r| r.per_sec),
+            col(&https, |r| r.txgate_us),
+            col(&https, |r| r.nginx_us),
+            col(&http, |r| r.per_sec),
+            col(&http, |r| r.txgate_us),
+            col(&http, |r| r.nginx_us),
+            ratio(|r| r.per_sec),
+            ratio(|r| r.txgate_us)
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
