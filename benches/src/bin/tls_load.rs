@@ -11,14 +11,20 @@
 //!    txgate with X25519, txgate with X25519MLKEM768 and nginx with X25519.
 //!    The client is rustls (h2load's OpenSSL cannot offer ML-KEM).
 //! 2. **small records**: `--calls` (20,000) `eth_chainId` in sequence over
-//!    one kept connection, TLS 1.3 against cleartext, both to txgate:
-//!    p50 and p99, and what TLS adds.
+//!    one kept TLS 1.3 connection and as many over one kept cleartext
+//!    connection, both to txgate, alternating call by call: p50 and p99,
+//!    and what TLS adds (the client's own encryption included).
 //! 3. **bulk**: a 1 MiB JSON-RPC answer over a kept TLS connection,
 //!    `--bulk` (200) times, per cipher suite (AES-128-GCM, AES-256-GCM,
 //!    ChaCha20-Poly1305): handshake µs and MB/s, txgate and nginx.
 //! 4. **HTTPS upstream**: `--clients` (32) kept cleartext connections
 //!    calling txgate for `--duration` (5) s, with an https:// upstream and
-//!    with an http:// one: calls/s and the ratio.
+//!    with an http:// one: calls/s, the ratio, and txgate's and nginx's CPU
+//!    per call.
+//!
+//! The handshake table also gives each server's CPU per connection (utime
+//! + stime from /proc, workers included): the client's half of the key
+//! exchange runs on the same two cores and is in the wall time.
 //!
 //! `cargo build --release -p txgate -p txgate-benches &&
 //!  target/release/tls_load` (`--only handshakes|records|bulk|upstream`).
