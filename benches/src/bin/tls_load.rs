@@ -22,9 +22,9 @@
 //!    with an http:// one: calls/s, the ratio, and txgate's and nginx's CPU
 //!    per call.
 //!
-//! The handshake table also gives each server's CPU per connection (utime
-//! + stime from /proc, workers included): the client's half of the key
-//! exchange runs on the same two cores and is in the wall time.
+//! The handshake table also gives each server's CPU per connection (user
+//! and system time from /proc, workers included): the client's half of
+//! the key exchange runs on the same two cores and is in the wall time.
 //!
 //! `cargo build --release -p txgate -p txgate-benches &&
 //!  target/release/tls_load` (`--only handshakes|records|bulk|upstream`).
