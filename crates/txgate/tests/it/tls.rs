@@ -498,3 +498,82 @@ async fn a_pooled_tls_connection_the_node_closed_is_replaced_unseen() {
     );
     drop(anvil);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_reaches_a_wss_node_derived_from_an_https_upstream() {
+    let anvil = Anvil::start().await;
+    let ca = Ca::new();
+    let dir = TempDir::new("tls-wss");
+    std::fs::write(dir.file("ca.pem"), &ca.pem).unwrap();
+    let nginx = Nginx::start(&anvil.url, &ca.leaf(&["localhost"], 30)).await;
+    // upstream.url https://: the WebSocket node is wss:// on the same
+    // authority, trusted by the same CA.
+    let txgate = Txgate::start(
+        &format!("https://localhost:{}", nginx.port),
+        &["--upstream-ca", &dir.file("ca.pem")],
+    );
+    let ws = txgate.url.replacen("http://", "ws://", 1);
+    let (mut socket, _) = tokio_tungstenite::connect_async(ws)
+        .await
+        .expect("upgrade through txgate to the wss node");
+    socket
+        .send(Message::text(
+            json!({"jsonrpc": "2.0", "id": 7, "method": "eth_subscribe", "params": ["newHeads"]})
+                .to_string(),
+        ))
+        .await
+        .unwrap();
+    socket.send(Message::text(CHAIN_ID)).await.unwrap();
+    let (mut subscription, mut chain_id) = (None, None);
+    while subscription.is_none() || chain_id.is_none() {
+        let message = tokio::time::timeout(Duration::from_secs(10), socket.next())
+            .await
+            .expect("an answer within 10 s")
+            .expect("open")
+            .expect("message");
+        let Message::Text(text) = message else {
+            continue;
+        };
+        let answer: Value = serde_json::from_str(&text).unwrap();
+        match answer["id"].as_u64() {
+            Some(7) => subscription = answer["result"].as_str().map(String::from),
+            Some(1) => chain_id = answer["result"].as_str().map(String::from),
+            _ => {}
+        }
+    }
+    assert_eq!(chain_id.as_deref(), Some("0x7a69"));
+    // A block mined on the node arrives as a notification over wss.
+    let (_, body) = rpc_json(
+        &anvil.url,
+        r#"{"jsonrpc":"2.0","id":1,"method":"evm_mine","params":[]}"#,
+    )
+    .await;
+    assert!(body.get("error").is_none(), "{body}");
+    let head = loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), socket.next())
+            .await
+            .expect("a head within 10 s")
+            .expect("open")
+            .expect("message");
+        let Message::Text(text) = message else {
+            continue;
+        };
+        let note: Value = serde_json::from_str(&text).unwrap();
+        if note["method"] == "eth_subscription" {
+            break note;
+        }
+    };
+    assert_eq!(
+        head["params"]["subscription"].as_str(),
+        subscription.as_deref()
+    );
+    let metrics = txgate.metrics().await;
+    assert!(
+        metric(
+            &metrics,
+            r#"txgate_upstream_tls_handshakes_total{outcome="ok"}"#
+        ) >= 1.0,
+        "{metrics}"
+    );
+    drop(anvil);
+}

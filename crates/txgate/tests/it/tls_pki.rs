@@ -237,7 +237,8 @@ impl Kept {
 pub const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
 
 /// nginx with TLS on a free port in front of `upstream` (an http:// URL),
-/// keeping its connections; its access log names each connection.
+/// keeping its connections and passing WebSocket upgrades; its access log
+/// names each connection.
 pub struct Nginx {
     pub port: u16,
     pub dir: TempDir,
@@ -278,6 +279,7 @@ impl Nginx {
                uwsgi_temp_path {dir}/uwsgi;\n\
                scgi_temp_path {dir}/scgi;\n\
                log_format conns '$connection $connection_requests';\n\
+               map $http_upgrade $upgrade_or_keep {{ default upgrade; '' ''; }}\n\
                upstream node {{ server {upstream}; keepalive 16; }}\n\
                server {{\n\
                  listen 127.0.0.1:{port} ssl;\n\
@@ -290,7 +292,9 @@ impl Nginx {
                  location / {{\n\
                    proxy_pass http://node;\n\
                    proxy_http_version 1.1;\n\
-                   proxy_set_header Connection \"\";\n\
+                   proxy_set_header Upgrade $http_upgrade;\n\
+                   proxy_set_header Connection $upgrade_or_keep;\n\
+                   proxy_read_timeout 3600s;\n\
                  }}\n\
                }}\n\
              }}\n",
