@@ -474,7 +474,7 @@ async fn a_pooled_tls_connection_the_node_closed_is_replaced_unseen() {
     let dir = TempDir::new("tls-stale");
     std::fs::write(dir.file("ca.pem"), &ca.pem).unwrap();
     // nginx closes a kept connection after 1 s idle (close_notify, FIN).
-    let nginx = Nginx::start_with(&anvil.url, &ca.leaf(&["localhost"], 30), "1s").await;
+    let nginx = Nginx::start_with(&anvil.url, &ca.leaf(&["localhost"], 30), "1s", None).await;
     let txgate = Txgate::start(
         &format!("https://localhost:{}", nginx.port),
         &["--upstream-ca", &dir.file("ca.pem")],
@@ -574,6 +574,43 @@ async fn a_websocket_reaches_a_wss_node_derived_from_an_https_upstream() {
             r#"txgate_upstream_tls_handshakes_total{outcome="ok"}"#
         ) >= 1.0,
         "{metrics}"
+    );
+    drop(anvil);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_asks_for_a_client_certificate_gets_txgates() {
+    let anvil = Anvil::start().await;
+    let (server_ca, client_ca) = (Ca::new(), Ca::new());
+    let dir = TempDir::new("tls-mtls");
+    std::fs::write(dir.file("ca.pem"), &server_ca.pem).unwrap();
+    let nginx = Nginx::start_with(
+        &anvil.url,
+        &server_ca.leaf(&["localhost"], 30),
+        "60s",
+        Some(&client_ca.pem),
+    )
+    .await;
+    let upstream = format!("https://localhost:{}", nginx.port);
+    // Without a client certificate: the node refuses, 502.
+    let bare = Txgate::start(&upstream, &["--upstream-ca", &dir.file("ca.pem")]);
+    let (status, body) = rpc_json(&bare.url, CHAIN_ID).await;
+    assert_eq!(status.as_u16(), 502, "{body}");
+    // With one from the CA the node trusts: served.
+    let (cert, key) = client_ca
+        .leaf(&["txgate.internal"], 30)
+        .write(&dir, "client");
+    let config = TempFile::new(&format!(
+        "[upstream.tls]\nca_path = \"{}\"\nclient_cert_path = \"{cert}\"\n\
+         client_key_path = \"{key}\"\n",
+        dir.file("ca.pem")
+    ));
+    let mtls = Txgate::start(&upstream, &["--config", config.arg()]);
+    let (status, body) = rpc_json(&mtls.url, CHAIN_ID).await;
+    assert_eq!(
+        (status.as_u16(), &body["result"]),
+        (200, &json!("0x7a69")),
+        "{body}"
     );
     drop(anvil);
 }

@@ -256,16 +256,30 @@ fn nginx_binary() -> PathBuf {
 
 impl Nginx {
     pub async fn start(upstream: &str, leaf: &Leaf) -> Nginx {
-        Nginx::start_with(upstream, leaf, "60s").await
+        Nginx::start_with(upstream, leaf, "60s", None).await
     }
 
     /// With `keepalive_timeout` on the client side (nginx closes a kept
-    /// connection idle that long).
-    pub async fn start_with(upstream: &str, leaf: &Leaf, keepalive_timeout: &str) -> Nginx {
+    /// connection idle that long), and, with `client_ca` (PEM), a client
+    /// certificate from that CA required (mTLS).
+    pub async fn start_with(
+        upstream: &str,
+        leaf: &Leaf,
+        keepalive_timeout: &str,
+        client_ca: Option<&str>,
+    ) -> Nginx {
         let dir = TempDir::new("nginx");
         let (cert, key) = leaf.write(&dir, "server");
         let port = free_port();
         let upstream = upstream.trim_start_matches("http://");
+        let verify = match client_ca {
+            Some(pem) => {
+                let path = dir.file("client-ca.pem");
+                std::fs::write(&path, pem).expect("client CA");
+                format!("ssl_client_certificate {path};\n ssl_verify_client on;\n")
+            }
+            None => String::new(),
+        };
         let conf = format!(
             "worker_processes 1;\n\
              pid {dir}/nginx.pid;\n\
@@ -286,6 +300,7 @@ impl Nginx {
                  ssl_certificate {cert};\n\
                  ssl_certificate_key {key};\n\
                  ssl_protocols TLSv1.2 TLSv1.3;\n\
+                 {verify}\
                  keepalive_requests 100000;\n\
                  keepalive_timeout {keepalive_timeout};\n\
                  access_log {dir}/access.log conns;\n\
