@@ -187,7 +187,8 @@ where
                     None => serve_connection(&builder, io, service, watcher).await,
                     Some(tls) => {
                         // After the PROXY header, before HTTP; then HTTP's
-                        // first bytes, under the same deadline as cleartext.
+                        // first bytes within the header timeout, as on a
+                        // cleartext connection.
                         let secured = tokio::select! {
                             secured = async {
                                 let io = tls.handshake(io).await?;
