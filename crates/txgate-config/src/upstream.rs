@@ -35,7 +35,8 @@ pub struct UpstreamConfig {
     /// `http://host[:port][/path]` or `https://...` of the node (see
     /// [`HttpUrl`] for what is accepted).
     pub url: String,
-    /// TCP connect timeout.
+    /// Connect timeout: TCP, and the TLS handshake for `https://` (the
+    /// WebSocket handshake gets as long again).
     pub connect_timeout_ms: u64,
     /// Whole-call timeout: request sent, response headers and body read.
     pub call_timeout_ms: u64,

@@ -286,21 +286,28 @@ async fn the_certificate_is_swapped_under_open_connections_and_a_bad_one_is_refu
 
     // A certificate that does not go with the key, then one that is not
     // PEM: refused (SIGHUP forces the read), the second one stays.
+    // Each step waits until its refusal is counted and logged.
+    let mut logs = txgate.drain_logs().join("\n");
     let third = ca.leaf(&["localhost"], 90);
-    replace_file(&cert, &third.cert_pem);
-    txgate.proc.signal(libc::SIGHUP);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    replace_file(&cert, "not a certificate");
-    txgate.proc.signal(libc::SIGHUP);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    for (contents, logged) in [
+        (third.cert_pem.as_str(), "does not go with the certificate"),
+        ("not a certificate", "no certificate in the file"),
+    ] {
+        replace_file(&cert, contents);
+        txgate.proc.signal(libc::SIGHUP);
+        let seen = eventually(Duration::from_secs(10), || {
+            logs.push_str(&txgate.drain_logs().join("\n"));
+            let found = logs.contains(logged);
+            async move { found }
+        })
+        .await;
+        assert!(seen, "{logged}: {logs}");
+    }
     let mut after = Kept::open(addr, fresh()).await;
     assert_eq!(after.peer_cert, second.der);
     assert_eq!(after.call(CHAIN_ID).await.1["result"], "0x7a69");
     assert_eq!(open.call(CHAIN_ID).await.1["result"], "0x7a69");
-    let logs = txgate.drain_logs().join("\n");
     assert!(logs.contains("TLS certificate reloaded"), "{logs}");
-    assert!(logs.contains("does not go with the certificate"), "{logs}");
-    assert!(logs.contains("no certificate in the file"), "{logs}");
     let metrics = txgate.metrics().await;
     assert!(
         metric(
@@ -325,9 +332,16 @@ async fn an_https_upstream_handshakes_once_per_pooled_connection() {
     let dir = TempDir::new("tls-upstream");
     std::fs::write(dir.file("ca.pem"), &ca.pem).unwrap();
     let nginx = Nginx::start(&anvil.url, &ca.leaf(&["localhost"], 30)).await;
+    // Two workers, each with its own pool, whatever the machine's cores.
+    let config = TempFile::new("[server]\nworkers = 2\n");
     let txgate = Txgate::start(
         &format!("https://localhost:{}", nginx.port),
-        &["--upstream-ca", &dir.file("ca.pem")],
+        &[
+            "--upstream-ca",
+            &dir.file("ca.pem"),
+            "--config",
+            config.arg(),
+        ],
     );
     const CALLERS: usize = 4;
     const CALLS: usize = 50;
@@ -404,11 +418,14 @@ async fn a_bad_upstream_certificate_answers_502_and_says_why_in_the_log() {
         let series = format!(r#"txgate_upstream_tls_handshakes_total{{outcome="{outcome}"}}"#);
         assert!(metric(&metrics, &series) >= 1.0, "{series}\n{metrics}");
         assert!(metric(&metrics, r#"txgate_upstream_errors_total{kind="tls"}"#) >= 1.0);
-        let logs = txgate.drain_logs().join("\n");
-        assert!(
-            logs.contains("upstream TLS handshake failed") && logs.contains(logged),
-            "{outcome}: {logs}"
-        );
+        let mut logs = String::new();
+        let seen = eventually(Duration::from_secs(5), || {
+            logs.push_str(&txgate.drain_logs().join("\n"));
+            let found = logs.contains("upstream TLS handshake failed") && logs.contains(logged);
+            async move { found }
+        })
+        .await;
+        assert!(seen, "{outcome}: {logs}");
     }
     drop(anvil);
 }
@@ -420,9 +437,9 @@ async fn slow_and_silent_tls_clients_lose_their_slot() {
     let dir = TempDir::new("tls-silent");
     let (cert, key) = ca.leaf(&["localhost"], 30).write(&dir, "server");
     let config = TempFile::new(&format!(
-        "[server]\nheader_read_timeout_ms = 500\n\
+        "[server]\nheader_read_timeout_ms = 1500\n\
          [server.tls]\ncert_chain_path = \"{cert}\"\nkey_path = \"{key}\"\n\
-         handshake_timeout_ms = 300\n"
+         handshake_timeout_ms = 1000\n"
     ));
     let txgate = Txgate::start(&anvil.url, &["--config", config.arg()]);
     let addr = txgate.rpc_addr;
@@ -430,7 +447,7 @@ async fn slow_and_silent_tls_clients_lose_their_slot() {
     let mut partial = tokio::net::TcpStream::connect(addr).await.unwrap();
     partial.write_all(&[0x16, 0x03, 0x01]).await.unwrap();
     let mut buf = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(3), partial.read_to_end(&mut buf)).await;
+    let read = tokio::time::timeout(Duration::from_secs(5), partial.read_to_end(&mut buf)).await;
     assert!(read.is_ok(), "a half ClientHello kept its connection");
     // A finished handshake, then no request: closed as a silent
     // cleartext connection is.
@@ -439,7 +456,7 @@ async fn slow_and_silent_tls_clients_lose_their_slot() {
         .await
         .unwrap();
     let mut buf = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(3), silent.read_to_end(&mut buf)).await;
+    let read = tokio::time::timeout(Duration::from_secs(5), silent.read_to_end(&mut buf)).await;
     assert!(read.is_ok(), "a silent TLS client kept its connection");
     // Half the HTTP/2 preface inside TLS, then nothing: the same.
     let mut half = tls_connect(addr, "localhost", config.clone())
@@ -447,7 +464,7 @@ async fn slow_and_silent_tls_clients_lose_their_slot() {
         .unwrap();
     half.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
     let mut buf = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(3), half.read_to_end(&mut buf)).await;
+    let read = tokio::time::timeout(Duration::from_secs(5), half.read_to_end(&mut buf)).await;
     assert!(read.is_ok(), "half an h2 preface kept its connection");
     // An honest client is served meanwhile.
     let mut kept = Kept::open(addr, config).await;

@@ -315,15 +315,17 @@ struct Peer {
 
 type Upstream = WebSocketStream<Conn>;
 
-/// Opens the node's socket (TCP, TLS for `wss://`, the WebSocket
-/// handshake) within the upstream connect timeout.
+/// Opens the node's socket: TCP and TLS for `wss://` within the upstream
+/// connect timeout, then the WebSocket handshake within another.
 async fn connect_upstream(settings: &Settings) -> Result<Upstream, (UpstreamFailure, String)> {
+    // The connector bounds TCP and TLS by the connect timeout itself (and
+    // counts a TLS timeout as TLS); the WebSocket handshake gets its own.
+    let conn = settings
+        .connector
+        .connect()
+        .await
+        .map_err(|e| (e.failure(), e.to_string()))?;
     let open = async {
-        let conn = settings
-            .connector
-            .connect()
-            .await
-            .map_err(|e| (e.failure(), e.to_string()))?;
         tokio_tungstenite::client_async_with_config(
             settings.upstream_url.as_str(),
             conn,

@@ -7,8 +7,10 @@
 //! certificate for new handshakes (open connections keep theirs); anything
 //! else (not yet valid included) is refused with one log line, and the
 //! certificate in force stays. The same bad files (or the same read error)
-//! are not reported again until they change; SIGHUP always reports.
+//! are not reported again until they change; SIGHUP always reports. A
+//! certificate refused as not yet valid is taken by the watch once it is.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -68,6 +70,9 @@ pub(crate) struct Certs {
     /// not be read. Held for a whole reload: the SIGHUP reload and the
     /// file watch never interleave.
     seen: Mutex<Result<Files, String>>,
+    /// When the refused files' certificate becomes valid (Unix seconds;
+    /// 0: none waiting): the watch parses them again then, unchanged.
+    valid_from: AtomicI64,
     metrics: Arc<Metrics>,
 }
 
@@ -100,6 +105,7 @@ impl Certs {
             provider,
             current: RwLock::new(loaded.key),
             seen: Mutex::new(Ok(files)),
+            valid_from: AtomicI64::new(0),
             metrics,
         })
     }
@@ -127,9 +133,12 @@ impl Certs {
         let config = &self.files;
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let files = read_files(config);
-        if *seen == files && !force {
+        let valid_from = self.valid_from.load(Ordering::Relaxed);
+        let now_valid = valid_from != 0 && now_secs() >= valid_from;
+        if *seen == files && !force && !now_valid {
             return Reload::Unchanged;
         }
+        self.valid_from.store(0, Ordering::Relaxed);
         *seen = files.clone();
         let files = match files {
             Ok(files) => files,
@@ -140,6 +149,10 @@ impl Certs {
             Err(e) => return Reload::Refused(e),
         };
         if let Err(why) = loaded.valid_now() {
+            if loaded.not_before > now_secs() {
+                // Issued ahead (or the clocks disagree): taken when valid.
+                self.valid_from.store(loaded.not_before, Ordering::Relaxed);
+            }
             return Reload::Refused(format!("the new certificate {why}"));
         }
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = loaded.key;
@@ -233,4 +246,63 @@ fn now_secs() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A self-signed certificate for `localhost` valid over
+    /// `[not_before, not_after]` (Unix seconds), and its key; PEM.
+    fn pair(not_before: i64, not_after: i64) -> (String, String) {
+        let at = |secs: i64| rcgen::date_time_ymd(1970, 1, 1) + Duration::from_secs(secs as u64);
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params.not_before = at(not_before);
+        params.not_after = at(not_after);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn reloads_take_good_files_refuse_bad_ones_and_wait_for_a_future_one() {
+        let dir = std::env::temp_dir().join(format!("txgate-certs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = ServerTlsConfig {
+            cert_chain_path: dir.join("c.pem").to_str().unwrap().to_string(),
+            key_path: dir.join("k.pem").to_str().unwrap().to_string(),
+            ..ServerTlsConfig::default()
+        };
+        let write = |(cert, key): &(String, String)| {
+            std::fs::write(&config.cert_chain_path, cert).unwrap();
+            std::fs::write(&config.key_path, key).unwrap();
+        };
+        let now = now_secs();
+        write(&pair(now - 60, now + 86_400));
+        let provider = crate::upstream::tls::provider();
+        let metrics = Arc::new(Metrics::new());
+        let certs = Certs::load(&config, provider, metrics.clone()).unwrap();
+        assert_eq!(certs.reload(false), Reload::Unchanged);
+        // A key that is not the certificate's: refused, once.
+        let (cert, _) = pair(now - 60, now + 86_400);
+        let (_, other_key) = pair(now - 60, now + 86_400);
+        write(&(cert, other_key));
+        assert!(matches!(certs.reload(false), Reload::Refused(_)));
+        assert_eq!(certs.reload(false), Reload::Unchanged);
+        // Expired: refused.
+        write(&pair(now - 86_400, now - 60));
+        assert!(matches!(certs.reload(false), Reload::Refused(why) if why.contains("expired")));
+        // Valid two seconds from now: refused, then taken once valid,
+        // the files unchanged.
+        let future = pair(now + 2, now + 86_400);
+        write(&future);
+        assert!(
+            matches!(certs.reload(false), Reload::Refused(why) if why.contains("not valid yet"))
+        );
+        assert_eq!(certs.reload(false), Reload::Unchanged);
+        std::thread::sleep(Duration::from_millis(3100));
+        assert_eq!(certs.reload(false), Reload::Loaded);
+        assert_eq!(metrics.tls.certificate_expiry.get(), now + 86_400);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
