@@ -30,6 +30,32 @@ impl Drop for Proc {
     }
 }
 
+/// nginx's master, stopped with SIGTERM on drop so that it takes its
+/// workers down with it (a killed master leaves them running).
+#[derive(Debug)]
+pub struct Nginx(pub Proc);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let pid = self.0.pid();
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+        // Up to 5 s: the master exits once its workers have.
+        for _ in 0..250 {
+            let alive = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                !stat
+                    .rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            });
+            if !alive {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 /// The workspace root.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

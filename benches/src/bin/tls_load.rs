@@ -47,7 +47,9 @@ use rustls::{ClientConfig, RootCertStore, SupportedCipherSuite};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;
-use txgate_benches::procs::{Proc, client, free_port, post, root, spawn, tree_cpu_ms, wait_up};
+use txgate_benches::procs::{
+    Nginx, Proc, client, free_port, post, root, spawn, tree_cpu_ms, wait_up,
+};
 
 struct Args {
     warmup: usize,
@@ -385,7 +387,7 @@ struct Rate {
 /// answer on `/`, 1 MiB on `/big`), the same with TLS on
 /// `static_tls_port` (the https:// upstream), and a TLS proxy on
 /// `proxy_port` in front of the cleartext one (the baseline).
-fn nginx(dir: &Path, pki: &Pki, ports: (u16, u16, u16)) -> Proc {
+fn nginx(dir: &Path, pki: &Pki, ports: (u16, u16, u16)) -> Nginx {
     let (static_port, static_tls_port, proxy_port) = ports;
     let d = dir.display();
     let big = big_answer();
@@ -415,10 +417,10 @@ fn nginx(dir: &Path, pki: &Pki, ports: (u16, u16, u16)) -> Proc {
     );
     let path = dir.join("nginx.conf");
     std::fs::write(&path, conf).unwrap();
-    spawn(
+    Nginx(spawn(
         &PathBuf::from("/usr/sbin/nginx"),
         &["-c", path.to_str().unwrap(), "-p", dir.to_str().unwrap()],
-    )
+    ))
 }
 
 /// A JSON-RPC answer of 1 MiB: a result string of hex.
@@ -511,7 +513,7 @@ async fn main() {
         let targets = [
             ("txgate X25519", &x25519, tx_tls, tx_tls_proc.pid()),
             ("txgate X25519MLKEM768", &hybrid, tx_tls, tx_tls_proc.pid()),
-            ("nginx X25519", &x25519, nginx_tls, nginx_proc.pid()),
+            ("nginx X25519", &x25519, nginx_tls, nginx_proc.0.pid()),
         ];
         let mut results: Vec<Vec<Handshakes>> = (0..targets.len()).map(|_| Vec::new()).collect();
         println!(
@@ -647,7 +649,7 @@ async fn main() {
     if run("upstream") {
         let duration = Duration::from_secs(a.duration);
         let (mut https, mut http) = (Vec::new(), Vec::new());
-        let nginx_pid = nginx_proc.pid();
+        let nginx_pid = nginx_proc.0.pid();
         for rep in 0..a.reps {
             // Alternate which goes first.
             let order = if rep % 2 == 0 { [0, 1] } else { [1, 0] };

@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 use txgate_benches::procs::{
-    Proc, anvil, client, free_port, post, root, spawn, tree_cpu_ms, wait_up,
+    Nginx, Proc, anvil, client, free_port, post, root, spawn, tree_cpu_ms, wait_up,
 };
 
 struct Args {
@@ -271,30 +271,6 @@ async fn fan_out(url: &str, node: &str, subscribers: usize, blocks: usize) -> Fa
     FanOut {
         p50_ms: percentile(&lasts, 0.5),
         p99_ms: percentile(&lasts, 0.99),
-    }
-}
-
-/// nginx's master, stopped with SIGTERM so that it takes its workers
-/// down with it (a killed master leaves them running).
-struct Nginx(Proc);
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &self.0.pid().to_string()])
-            .status();
-        for _ in 0..50 {
-            let alive =
-                std::fs::read_to_string(format!("/proc/{}/stat", self.0.pid())).is_ok_and(|stat| {
-                    !stat
-                        .rsplit_once(')')
-                        .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
-                });
-            if !alive {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
     }
 }
 
