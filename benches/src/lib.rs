@@ -9,6 +9,7 @@ use txgate_screen::Invalidation;
 
 pub mod moka_denied;
 pub mod procs;
+pub mod stats;
 
 /// Anvil's chain id.
 pub const CHAIN_ID: u64 = 31337;

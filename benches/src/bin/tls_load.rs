@@ -50,6 +50,7 @@ use tokio_rustls::TlsConnector;
 use txgate_benches::procs::{
     Nginx, Proc, client, free_port, post, root, spawn, tree_cpu_ms, wait_up,
 };
+use txgate_benches::stats::{median, percentile};
 
 struct Args {
     warmup: usize,
@@ -93,19 +94,6 @@ fn args() -> Args {
 }
 
 const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    percentile(&v, 0.5)
-}
 
 /// The CA and the server certificate (ECDSA P-256) both servers use.
 struct Pki {

@@ -36,6 +36,7 @@ use tokio_tungstenite::tungstenite::Message;
 use txgate_benches::procs::{
     Nginx, Proc, anvil, client, free_port, post, root, spawn, tree_cpu_ms, wait_up,
 };
+use txgate_benches::stats::{median, percentile};
 
 struct Args {
     clients: usize,
@@ -97,20 +98,6 @@ async fn next_json(socket: &mut Socket) -> Option<Value> {
         }
     }
     None
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[i]
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    percentile(&v, 0.5)
 }
 
 #[derive(Debug, Clone, Copy)]
