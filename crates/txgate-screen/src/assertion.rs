@@ -394,27 +394,47 @@ impl Assertions {
             entry.recent.pop_front();
         }
         entry.recent.push_back(now);
-        let new_call = !entry.calls.contains(&call);
-        if new_call && entry.calls.len() < MAX_CALLS_PER_ASSERTION {
+        // A call the list cannot take is not remembered, so not cooled.
+        let joins = !entry.calls.contains(&call) && entry.calls.len() < MAX_CALLS_PER_ASSERTION;
+        if joins {
             entry.calls.push(call);
         }
         let in_cooldown = entry.cooldown_until > now;
         let starts = !in_cooldown && entry.recent.len() >= s.distinct_fingerprints;
-        if starts {
+        // A start cools every call the assertion's failures named; during
+        // a cooldown only a call that joins it is added (the others are
+        // there already: adding them again cost a lookup each per failure).
+        let calls = if starts {
             entry.cooldown_until = now + s.duration;
-        }
-        if !(starts || (in_cooldown && new_call)) {
+            entry.calls.clone()
+        } else if in_cooldown && joins {
+            vec![call]
+        } else {
             return false;
-        }
-        let (until, calls) = (entry.cooldown_until, entry.calls.clone());
+        };
+        let fresh = Cooled {
+            until: entry.cooldown_until,
+            next_trickle: now + s.trickle_interval,
+            assertion: aref,
+        };
         drop(table);
         let mut cooled = self.cooled();
         for call in calls {
-            cooled.entry(call).or_insert(Cooled {
-                until,
-                next_trickle: now + s.trickle_interval,
-                assertion: aref,
-            });
+            // An entry whose cooldown ended unseen (no check or sweep
+            // since) is replaced. A live one keeps its trickle slot and
+            // takes the later end (another assertion's cooldown may hold
+            // the call for less long).
+            cooled
+                .entry(call)
+                .and_modify(|c| {
+                    if c.until <= now {
+                        *c = fresh;
+                    } else if c.until < fresh.until {
+                        c.until = fresh.until;
+                        c.assertion = aref;
+                    }
+                })
+                .or_insert(fresh);
         }
         self.active.store(cooled.len(), Ordering::Relaxed);
         starts
@@ -612,6 +632,91 @@ mod tests {
         // Over after the duration.
         assert_eq!(a.check(&CALL, 60_200), CooldownCheck::Clear);
         assert_eq!(a.cooldowns(), 0);
+    }
+
+    /// Defect: a cooldown that started again after the last one ended,
+    /// with no check or sweep between them, kept the ended entry, so the
+    /// call was let through as if the new cooldown did not hold.
+    #[test]
+    fn a_cooldown_started_again_holds_without_a_sweep_between() {
+        let a = Assertions::new(settings());
+        let r = current(&a, ID, 1, 0);
+        for t in 0..3 {
+            a.note_failure(r, CALL, t);
+        }
+        assert!(matches!(a.check(&CALL, 10), CooldownCheck::Refuse { .. }));
+        // The first cooldown ends unseen; three more failures start another.
+        for t in 70_000..70_003 {
+            a.note_failure(r, CALL, t);
+        }
+        assert!(matches!(
+            a.check(&CALL, 70_100),
+            CooldownCheck::Refuse { .. }
+        ));
+    }
+
+    /// A call first seen failing during a cooldown joins it; the calls
+    /// already cooled keep their trickle slots.
+    #[test]
+    fn a_new_call_joins_a_running_cooldown() {
+        let a = Assertions::new(settings());
+        let r = current(&a, ID, 1, 0);
+        for t in 0..3 {
+            a.note_failure(r, CALL, t);
+        }
+        // CALL's trickle is taken.
+        assert_eq!(a.check(&CALL, 2_100), CooldownCheck::Trickle(r));
+        let other = (Address::repeat_byte(2), [0; 4]);
+        assert_eq!(a.check(&other, 2_100), CooldownCheck::Clear);
+        assert!(!a.note_failure(r, other, 2_200));
+        assert!(matches!(
+            a.check(&other, 2_300),
+            CooldownCheck::Refuse { .. }
+        ));
+        assert!(matches!(
+            a.check(&CALL, 2_300),
+            CooldownCheck::Refuse { .. }
+        ));
+        assert_eq!(a.cooldowns(), 2);
+    }
+
+    /// A call cooled under two assertions stays cooled until the later
+    /// of the two ends, under the assertion that holds it.
+    #[test]
+    fn a_call_in_two_cooldowns_is_held_until_the_later_end() {
+        let a = Assertions::new(settings());
+        let first = current(&a, ID, 1, 0);
+        for t in 0..3 {
+            a.note_failure(first, CALL, t);
+        }
+        let second = current(&a, B256::repeat_byte(0xbb), 1, 30_000);
+        for t in 30_000..30_003 {
+            a.note_failure(second, CALL, t);
+        }
+        assert_eq!(
+            a.check(&CALL, 70_000),
+            CooldownCheck::Trickle(second),
+            "the first cooldown is over, the second holds"
+        );
+        assert_eq!(a.check(&CALL, 90_003), CooldownCheck::Clear);
+    }
+
+    /// With its list of calls full, an assertion's cooldown takes no more
+    /// calls, and a failure on yet another call leaves the cooled ones
+    /// as they are.
+    #[test]
+    fn calls_beyond_the_list_are_not_cooled() {
+        let a = Assertions::new(settings());
+        let r = current(&a, ID, 1, 0);
+        let call = |i: usize| (Address::with_last_byte(i as u8 + 10), [0; 4]);
+        for i in 0..MAX_CALLS_PER_ASSERTION {
+            a.note_failure(r, call(i), i as u64);
+        }
+        assert_eq!(a.cooldowns(), MAX_CALLS_PER_ASSERTION);
+        let beyond = call(MAX_CALLS_PER_ASSERTION);
+        assert!(!a.note_failure(r, beyond, 100));
+        assert_eq!(a.check(&beyond, 200), CooldownCheck::Clear);
+        assert_eq!(a.cooldowns(), MAX_CALLS_PER_ASSERTION);
     }
 
     #[test]

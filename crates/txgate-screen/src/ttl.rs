@@ -40,8 +40,12 @@ impl<K: Eq + Hash + Copy, V: Copy> Shard<K, V> {
         expires: Millis,
     ) -> Option<(Millis, V)> {
         if self.young.len() >= generation_cap && !self.young.contains_key(&key) {
-            let young = std::mem::replace(&mut self.young, HashMap::with_hasher(self.keys));
-            self.old = young;
+            // The young generation becomes the old one; the old one's
+            // table, emptied, is the new young one: no allocation, and no
+            // rehash after rehash as it fills again.
+            let spare = std::mem::replace(&mut self.old, HashMap::with_hasher(self.keys));
+            self.old = std::mem::replace(&mut self.young, spare);
+            self.young.clear();
         }
         // A stale copy left in `old` is harmless (`get` reads `young`
         // first) and goes with its generation; not probing for it saves a
