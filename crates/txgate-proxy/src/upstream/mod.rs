@@ -236,9 +236,16 @@ impl Upstream {
                 Ok(0) => true,
                 Ok(_) => false,
                 Err(e) => {
-                    tracing::debug!(error = %e, "upstream read failed");
+                    let failure =
+                        inner
+                            .connector
+                            .refused_after_handshake(&e)
+                            .unwrap_or_else(|| {
+                                tracing::debug!(error = %e, "upstream read failed");
+                                UpstreamFailure::Io
+                            });
                     return Err(Attempt {
-                        failure: UpstreamFailure::Io,
+                        failure,
                         stale: buf.is_empty(),
                     });
                 }

@@ -279,6 +279,18 @@ impl Connector {
         }
     }
 
+    /// A TLS error the node sent after the handshake, on the first read:
+    /// in TLS 1.3 a node that refuses txgate's client certificate (none,
+    /// or from a CA it does not trust) says so with an alert once the
+    /// client considers the handshake done. Counted and logged as a
+    /// failed handshake, not as a broken connection; `None` for any other
+    /// I/O error.
+    pub(crate) fn refused_after_handshake(&self, e: &io::Error) -> Option<UpstreamFailure> {
+        e.get_ref()?.downcast_ref::<rustls::Error>()?;
+        self.log(&ConnectError::Tls(tls_error_text(e)));
+        Some(UpstreamFailure::Tls)
+    }
+
     fn log(&self, e: &ConnectError) {
         let ConnectError::Tls(_) = e else {
             tracing::debug!(host = %self.host, port = self.port, error = %e, "upstream connect failed");

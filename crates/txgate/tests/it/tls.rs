@@ -609,10 +609,17 @@ async fn a_node_that_asks_for_a_client_certificate_gets_txgates() {
     )
     .await;
     let upstream = format!("https://localhost:{}", nginx.port);
-    // Without a client certificate: the node refuses, 502.
+    // Without a client certificate: nginx completes the handshake and
+    // answers 400 itself, so the caller gets the node's refusal as 502.
     let bare = Txgate::start(&upstream, &["--upstream-ca", &dir.file("ca.pem")]);
     let (status, body) = rpc_json(&bare.url, CHAIN_ID).await;
     assert_eq!(status.as_u16(), 502, "{body}");
+    assert_eq!(body["error"]["message"], "upstream unavailable", "{body}");
+    let metrics = bare.metrics().await;
+    assert!(
+        metric(&metrics, r#"txgate_upstream_errors_total{kind="status"}"#) >= 1.0,
+        "{metrics}"
+    );
     // With one from the CA the node trusts: served.
     let (cert, key) = client_ca
         .leaf(&["txgate.internal"], 30)
@@ -630,4 +637,101 @@ async fn a_node_that_asks_for_a_client_certificate_gets_txgates() {
         "{body}"
     );
     drop(anvil);
+}
+
+/// A TLS 1.3 node that refuses txgate's missing client certificate does
+/// so with an alert after the client's half of the handshake: the caller
+/// gets the TLS answer and the failure is counted and logged as TLS, not
+/// as a broken connection. (nginx answers such a client with an HTTP
+/// 400 instead; a rustls or Go node sends the alert, as here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_refused_after_a_tls13_handshake_is_a_tls_failure() {
+    use rustls::pki_types::PrivateKeyDer;
+    use rustls::pki_types::pem::PemObject;
+
+    let (server_ca, client_ca) = (Ca::new(), Ca::new());
+    let dir = TempDir::new("tls-mtls-alert");
+    std::fs::write(dir.file("ca.pem"), &server_ca.pem).unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(client_ca.roots()),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
+    let leaf = server_ca.leaf(&["localhost"], 30);
+    let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(vec![leaf.der.clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let node = tokio::spawn({
+        let refused = refused.clone();
+        async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, refused) = (acceptor.clone(), refused.clone());
+                tokio::spawn(async move {
+                    if acceptor.accept(tcp).await.is_err() {
+                        refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                });
+            }
+        }
+    });
+
+    let upstream = format!("https://localhost:{port}");
+    let txgate = Txgate::start(&upstream, &["--upstream-ca", &dir.file("ca.pem")]);
+    let (status, body) = rpc_json(&txgate.url, CHAIN_ID).await;
+    assert_eq!(status.as_u16(), 502, "{body}");
+    assert_eq!(body["error"]["code"], -32603, "{body}");
+    assert_eq!(
+        body["error"]["message"], "upstream unavailable: the TLS handshake with the node failed",
+        "{body}"
+    );
+    // The same over WebSocket: the node's socket is `wss://` on the same
+    // port, and the upgrade's first read meets the alert.
+    let ws_url = txgate.url.replacen("http://", "ws://", 1);
+    match tokio_tungstenite::connect_async(ws_url).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status().as_u16(), 502);
+            let body = String::from_utf8_lossy(response.body().as_deref().unwrap_or_default());
+            assert!(
+                body.contains("the TLS handshake with the node failed"),
+                "{body}"
+            );
+        }
+        other => panic!("expected a 502, got {other:?}"),
+    }
+    assert!(refused.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    let metrics = txgate.metrics().await;
+    assert!(
+        metric(&metrics, r#"txgate_upstream_errors_total{kind="tls"}"#) >= 2.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(&metrics, r#"txgate_upstream_errors_total{kind="connect"}"#),
+        0.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(&metrics, r#"txgate_upstream_errors_total{kind="io"}"#),
+        0.0,
+        "{metrics}"
+    );
+    let mut logs = String::new();
+    let seen = eventually(Duration::from_secs(5), || {
+        logs.push_str(&txgate.drain_logs().join("\n"));
+        let found = logs.contains("upstream TLS handshake failed")
+            && logs.to_ascii_lowercase().contains("certificaterequired");
+        async move { found }
+    })
+    .await;
+    assert!(seen, "{logs}");
+    node.abort();
 }

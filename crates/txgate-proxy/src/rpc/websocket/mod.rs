@@ -29,6 +29,7 @@ use http::{Method, Request, Response, StatusCode, Version};
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_util::sync::CancellationToken;
@@ -333,7 +334,15 @@ async fn connect_upstream(settings: &Settings) -> Result<Upstream, (UpstreamFail
         )
         .await
         .map(|(socket, _)| socket)
-        .map_err(|e| (UpstreamFailure::Connect, e.to_string()))
+        .map_err(|e| {
+            // A node that refuses txgate's client certificate after a TLS
+            // 1.3 handshake says so on the first read: the upgrade's.
+            let refused = match &e {
+                WsError::Io(io) => settings.connector.refused_after_handshake(io),
+                _ => None,
+            };
+            (refused.unwrap_or(UpstreamFailure::Connect), e.to_string())
+        })
     };
     match tokio::time::timeout(settings.connect_timeout, open).await {
         Ok(result) => result,
