@@ -19,6 +19,8 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 5_000;
 /// Default time a client has to send its request body.
 pub const DEFAULT_BODY_READ_TIMEOUT_MS: u64 = 10_000;
+/// Default time a connection may go without starting a request.
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
 /// Default: serve HTTP/2 cleartext (h2c, prior knowledge) beside HTTP/1.1.
 pub const DEFAULT_HTTP2: bool = true;
 /// Default: no trusted proxy; every client is its TCP peer.
@@ -73,6 +75,12 @@ pub struct ServerConfig {
     pub header_read_timeout_ms: u64,
     /// Time a client has to send its request body.
     pub body_read_timeout_ms: u64,
+    /// A connection that starts no request for this long (between once
+    /// and twice it) is closed gracefully: calls under way finish, no new
+    /// one starts. HTTP/1.1 waits at most `header_read_timeout_ms` for its
+    /// next request anyway; this bounds HTTP/2, whose clients answer the
+    /// keep-alive pings while idle.
+    pub idle_timeout_ms: u64,
     /// Serve h2c (HTTP/2 with prior knowledge) beside HTTP/1.1.
     pub http2: bool,
     /// Networks (CIDR or bare addresses) of the load balancers and proxies
@@ -114,6 +122,7 @@ impl ServerConfig {
             ("server.max_connections", self.max_connections as u64),
             ("server.header_read_timeout_ms", self.header_read_timeout_ms),
             ("server.body_read_timeout_ms", self.body_read_timeout_ms),
+            ("server.idle_timeout_ms", self.idle_timeout_ms),
         ])?;
         self.tls.validate()?;
         let trusted = self.trusted_proxies()?;
@@ -137,6 +146,7 @@ impl Default for ServerConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             header_read_timeout_ms: DEFAULT_HEADER_READ_TIMEOUT_MS,
             body_read_timeout_ms: DEFAULT_BODY_READ_TIMEOUT_MS,
+            idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
             http2: DEFAULT_HTTP2,
             trusted_proxies: DEFAULT_TRUSTED_PROXIES.map(String::from).to_vec(),
             proxy_protocol: DEFAULT_PROXY_PROTOCOL,
@@ -172,6 +182,7 @@ mod tests {
             refused(|c| c.body_read_timeout_ms = 0),
             "server.body_read_timeout_ms"
         );
+        assert_eq!(refused(|c| c.idle_timeout_ms = 0), "server.idle_timeout_ms");
         assert_eq!(
             refused(|c| c.trusted_proxies = vec!["10.0.0.0/33".into()]),
             "server.trusted_proxies"

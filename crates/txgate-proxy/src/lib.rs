@@ -394,6 +394,7 @@ impl Proxy {
                     .max_connections
                     .div_ceil(config.server.effective_workers()),
                 header_read_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
+                idle_timeout: Duration::from_millis(config.server.idle_timeout_ms),
                 http2: config.server.http2,
                 grace_period: Duration::from_millis(config.shutdown.grace_period_ms),
                 tls: self.tls.clone(),

@@ -232,6 +232,7 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> S::Future {
+        self.slot.note_request();
         let client = self.edge.client(self.connection, req.headers());
         // An upgrade takes the connection's slot with it.
         if req.headers().contains_key(http::header::UPGRADE) {

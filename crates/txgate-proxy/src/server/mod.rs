@@ -14,13 +14,13 @@ pub(crate) mod workers;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
@@ -38,6 +38,8 @@ pub struct ServerSettings {
     pub max_connections: usize,
     /// Time to receive request headers (HTTP/1.1).
     pub header_read_timeout: Duration,
+    /// Time a connection may go without starting a request.
+    pub idle_timeout: Duration,
     /// Serve h2c beside HTTP/1.1.
     pub http2: bool,
     /// Time in-flight calls get after the shutdown signal.
@@ -130,11 +132,11 @@ where
     };
 
     let builder = Arc::new(builder);
-    let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(settings.max_connections));
-    // Connections still waiting for their PROXY header or first bytes are
-    // closed at once when draining begins: they have no call to finish.
-    let opening = tokio_util::sync::CancellationToken::new();
+    // Cancelled when draining begins: connections still waiting for their
+    // PROXY header or first bytes are closed at once (they have no call to
+    // finish); the others are shut down gracefully.
+    let drain = tokio_util::sync::CancellationToken::new();
     tokio::pin!(shutdown);
 
     loop {
@@ -166,25 +168,28 @@ where
             permit,
             metrics.http.open_connections.clone(),
         ));
-        // Watched from accept; one still reading its PROXY header or first
-        // bytes when the drain begins is closed then (`opening`).
-        let watcher = graceful.watcher();
-        let (builder, service, edge, opening, tls) = (
+        let (builder, service, edge, drain, tls) = (
             builder.clone(),
             service.clone(),
             edge.clone(),
-            opening.clone(),
+            drain.clone(),
             settings.tls.clone(),
         );
+        let ending = Ending {
+            drain: drain.clone(),
+            idle_timeout: settings.idle_timeout,
+            slot: slot.clone(),
+            idle_closed: metrics.http.idle_closed.clone(),
+        };
         tokio::spawn(async move {
             let opened = tokio::select! {
                 opened = edge.open(stream, peer) => opened,
-                () = opening.cancelled() => None,
+                () = drain.cancelled() => None,
             };
             if let Some((io, connection)) = opened {
                 let service = Identified::new(service, edge.clone(), connection, slot.clone());
                 match tls {
-                    None => serve_connection(&builder, io, service, watcher).await,
+                    None => serve_connection(&builder, io, service, ending).await,
                     Some(tls) => {
                         // After the PROXY header, before HTTP; then HTTP's
                         // first bytes within the header timeout, as on a
@@ -194,10 +199,10 @@ where
                                 let io = tls.handshake(io).await?;
                                 edge.first_request(io).await
                             } => secured,
-                            () = opening.cancelled() => None,
+                            () = drain.cancelled() => None,
                         };
                         if let Some(io) = secured {
-                            serve_connection(&builder, io, service, watcher).await;
+                            serve_connection(&builder, io, service, ending).await;
                         }
                     }
                 }
@@ -210,7 +215,7 @@ where
 
     // Stop accepting: new clients get connection refused and go elsewhere.
     drop(listener);
-    opening.cancel();
+    drain.cancel();
     tracing::info!(
         grace_ms = settings.grace_period.as_millis() as u64,
         "draining connections"
@@ -219,7 +224,6 @@ where
     // same stop) answer theirs and close: every slot comes back.
     let all = u32::try_from(settings.max_connections).unwrap_or(u32::MAX);
     let drained = async {
-        graceful.shutdown().await;
         let _ = slots.acquire_many(all).await;
     };
     Ok(
@@ -230,13 +234,29 @@ where
     )
 }
 
-/// Serves HTTP (and upgrades) on one connection until it ends or the
-/// drain closes it.
+/// What ends a served connection early: the drain, or a stretch of
+/// `idle_timeout` with no request started (the slot counts them).
+struct Ending {
+    drain: tokio_util::sync::CancellationToken,
+    idle_timeout: Duration,
+    slot: Arc<ConnectionSlot>,
+    idle_closed: prometheus::IntCounter,
+}
+
+/// Serves HTTP (and upgrades) on one connection until it ends, or until
+/// the drain or an idle stretch shuts it down gracefully (calls under way
+/// finish; HTTP/2 gets a GOAWAY, HTTP/1.1 no keep-alive).
+///
+/// The idle check costs one timer per `idle_timeout` per connection, not
+/// one per call: each request only counts itself on the slot, and the
+/// timer, when it fires, compares the count with the last one it saw. A
+/// connection idle from just after a check is so closed after between one
+/// and two timeouts.
 async fn serve_connection<I, S>(
     builder: &auto::Builder<TokioExecutor>,
     io: I,
     service: S,
-    watcher: Watcher,
+    ending: Ending,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>
@@ -248,8 +268,43 @@ async fn serve_connection<I, S>(
     let connection = builder
         .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service))
         .into_owned();
-    if let Err(e) = watcher.watch(connection).await {
-        tracing::debug!(error = %e, "connection ended with an error");
+    tokio::pin!(connection);
+    let Ending {
+        drain,
+        idle_timeout,
+        slot,
+        idle_closed,
+    } = ending;
+    let mut seen = slot.requests();
+    let mut check =
+        tokio::time::interval_at(tokio::time::Instant::now() + idle_timeout, idle_timeout);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // One waiter on the drain for the connection's life.
+    let stopped = drain.cancelled();
+    tokio::pin!(stopped);
+    let mut shutting_down = false;
+    loop {
+        tokio::select! {
+            ended = connection.as_mut() => {
+                if let Err(e) = ended {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            () = &mut stopped, if !shutting_down => {
+                connection.as_mut().graceful_shutdown();
+                shutting_down = true;
+            }
+            _ = check.tick(), if !shutting_down => {
+                let now = slot.requests();
+                if now == seen {
+                    idle_closed.inc();
+                    connection.as_mut().graceful_shutdown();
+                    shutting_down = true;
+                }
+                seen = now;
+            }
+        }
     }
 }
 
@@ -260,6 +315,8 @@ async fn serve_connection<I, S>(
 pub struct ConnectionSlot {
     _permit: OwnedSemaphorePermit,
     open: prometheus::IntGauge,
+    /// Requests started on the connection (its idle check reads them).
+    requests: AtomicU64,
 }
 
 impl ConnectionSlot {
@@ -268,7 +325,18 @@ impl ConnectionSlot {
         ConnectionSlot {
             _permit: permit,
             open,
+            requests: AtomicU64::new(0),
         }
+    }
+
+    /// A request started on the connection.
+    #[inline]
+    pub(crate) fn note_request(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
     }
 }
 

@@ -480,3 +480,69 @@ async fn h2c_continuation_flood_is_cut_off() {
     assert_eq!(foreign(&upstream), Vec::<String>::new());
     assert_eq!(rpc_json(&txgate.url, HONEST).await.0, StatusCode::OK);
 }
+
+/// An h2c client that answers every keep-alive ping but starts no request
+/// held its connection slot for ever (HTTP/2 has no request-head timeout).
+/// With `server.idle_timeout_ms` it is shut down gracefully (GOAWAY) once
+/// a whole check interval passes without a request, while a connection
+/// that keeps calling stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_h2c_connection_that_answers_pings_is_closed() {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper::client::conn::http2;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let idle = Duration::from_millis(1000);
+    // Pings every 300 ms: the idle client answers each, so only the idle
+    // rule can close it.
+    let (_upstream, txgate, _c) = setup(&format!(
+        "[server]\nheader_read_timeout_ms = 300\nidle_timeout_ms = {}\n",
+        idle.as_millis()
+    ))
+    .await;
+    let open = |_: ()| async {
+        let io = TokioIo::new(TcpStream::connect(txgate.rpc_addr).await.unwrap());
+        let (sender, conn) = http2::handshake::<_, _, Full<Bytes>>(TokioExecutor::new(), io)
+            .await
+            .unwrap();
+        (sender, tokio::spawn(conn))
+    };
+    let call = |sender: &mut http2::SendRequest<Full<Bytes>>| {
+        let req = hyper::Request::post("http://txgate/")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(HONEST.as_bytes())))
+            .unwrap();
+        let sent = sender.send_request(req);
+        async move {
+            let response = sent.await.expect("h2c call");
+            assert_eq!(response.status(), StatusCode::OK);
+            response.into_body().collect().await.unwrap();
+        }
+    };
+    let (mut quiet, quiet_conn) = open(()).await;
+    let (mut busy, busy_conn) = open(()).await;
+    call(&mut quiet).await;
+    let last_call = Instant::now();
+    // The busy one calls every 250 ms for 3.5 s; the quiet one is closed
+    // meanwhile, after one to two idle timeouts.
+    let mut closed_after = None;
+    while last_call.elapsed() < Duration::from_millis(3500) {
+        call(&mut busy).await;
+        if closed_after.is_none() && quiet_conn.is_finished() {
+            closed_after = Some(last_call.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let closed_after = closed_after.expect("the idle h2c connection is still open after 3.5 s");
+    assert!(
+        closed_after >= idle,
+        "closed {closed_after:?} after its last call, before the idle timeout"
+    );
+    assert!(quiet.ready().await.is_err(), "the idle connection still takes calls");
+    // The busy connection was never idle for a whole interval.
+    assert!(!busy_conn.is_finished());
+    call(&mut busy).await;
+    let m = txgate.metrics().await;
+    assert_eq!(metric(&m, "txgate_connections_idle_closed_total"), 1.0);
+}

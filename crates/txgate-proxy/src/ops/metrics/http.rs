@@ -183,6 +183,9 @@ pub struct HttpMetrics {
     /// Connections closed because their first bytes did not arrive within
     /// `server.header_read_timeout_ms`.
     pub silent_closed: IntCounter,
+    /// Connections closed because they started no request within
+    /// `server.idle_timeout_ms`.
+    pub idle_closed: IntCounter,
     /// Request handling time, admission to response.
     pub request_duration: Histogram,
     /// 1 while draining for shutdown.
@@ -230,6 +233,10 @@ impl HttpMetrics {
             silent_closed: r.counter(
                 "connections_silent_closed_total",
                 "Client connections closed because no request began within server.header_read_timeout_ms",
+            ),
+            idle_closed: r.counter(
+                "connections_idle_closed_total",
+                "Client connections closed gracefully because they started no request within server.idle_timeout_ms",
             ),
             request_duration: r.histogram(
                 "request_duration_seconds",
