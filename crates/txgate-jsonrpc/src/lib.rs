@@ -20,4 +20,6 @@ pub mod code;
 pub mod encode;
 mod request;
 
-pub use request::{Call, Entry, Frame, FrameError, Id, Invalid, MAX_DEPTH, TOO_DEEP, parse};
+pub use request::{
+    Call, Entry, Frame, FrameError, Id, Invalid, MAX_DEPTH, TOO_DEEP, nested_deeper_than, parse,
+};

@@ -176,22 +176,35 @@ pub const TOO_DEEP: &str = "invalid request: JSON nested deeper than 127 levels"
 
 /// Whether `body` opens more than `max` arrays or objects at once (outside
 /// strings). One pass over the bytes, no allocation; meaningful for valid
-/// JSON, harmless for the rest (the parser refuses it next).
-fn nested_deeper_than(body: &[u8], max: usize) -> bool {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for &b in body {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
+/// JSON, harmless for the rest (the parser refuses it next). [`parse`]
+/// runs it on bodies over `2 * MAX_DEPTH` bytes; public for its benchmark.
+///
+/// Strings, most of an Ethereum body (hex), are crossed with `memchr2` to
+/// the next quote or backslash (SIMD), not byte by byte.
+pub fn nested_deeper_than(body: &[u8], max: usize) -> bool {
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < body.len() {
+        match body[i] {
+            b'"' => {
+                // To the closing quote, past escaped characters.
+                i += 1;
+                loop {
+                    let Some(at) = body
+                        .get(i..)
+                        .and_then(|rest| memchr::memchr2(b'"', b'\\', rest))
+                    else {
+                        // An unterminated string: nothing nests after it.
+                        return false;
+                    };
+                    if body[i + at] == b'"' {
+                        i += at + 1;
+                        break;
+                    }
+                    i += at + 2;
+                }
+                continue;
             }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
                 if depth > max {
@@ -201,6 +214,7 @@ fn nested_deeper_than(body: &[u8], max: usize) -> bool {
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
+        i += 1;
     }
     false
 }
@@ -322,6 +336,80 @@ mod tests {
         match parse(body.as_bytes(), 10) {
             Ok(Frame::Single(entry)) => entry,
             other => panic!("expected a single entry, got {other:?}"),
+        }
+    }
+
+    /// The scan as first written, a byte at a time: the reference the
+    /// memchr version must agree with on any input.
+    fn nested_deeper_than_bytewise(body: &[u8], max: usize) -> bool {
+        let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+        for &b in body {
+            if in_string {
+                if escaped {
+                    escaped = false;
+                } else if b == b'\\' {
+                    escaped = true;
+                } else if b == b'"' {
+                    in_string = false;
+                }
+                continue;
+            }
+            match b {
+                b'"' => in_string = true,
+                b'[' | b'{' => {
+                    depth += 1;
+                    if depth > max {
+                        return true;
+                    }
+                }
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        false
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+        /// Any mix of brackets, quotes, backslashes and other bytes, at any
+        /// cap: the same answer as the byte-at-a-time scan.
+        #[test]
+        fn depth_scan_agrees_with_the_bytewise_reference(
+            body in proptest::collection::vec(
+                proptest::sample::select(vec![b'[', b']', b'{', b'}', b'"', b'\\', b'a', b' ', b'0']),
+                0..400,
+            ),
+            max in 0usize..12,
+        ) {
+            proptest::prop_assert_eq!(
+                nested_deeper_than(&body, max),
+                nested_deeper_than_bytewise(&body, max)
+            );
+        }
+    }
+
+    #[test]
+    fn depth_scan_edges() {
+        // Escapes as the last byte inside a string, lone quotes, escaped
+        // backslashes before a quote.
+        let cases: [&[u8]; 7] = [
+            b"\"",
+            b"[\"\\",
+            b"[[[\"a\\\"]]]",
+            b"[[\"\\\\\"[[]]",
+            b"",
+            b"[[[[",
+            b"[\"\\\\\\\"\"[",
+        ];
+        for body in cases {
+            for max in 0..5 {
+                assert_eq!(
+                    nested_deeper_than(body, max),
+                    nested_deeper_than_bytewise(body, max),
+                    "{:?} at {max}",
+                    String::from_utf8_lossy(body)
+                );
+            }
         }
     }
 

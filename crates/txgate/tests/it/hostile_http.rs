@@ -539,7 +539,10 @@ async fn an_idle_h2c_connection_that_answers_pings_is_closed() {
         closed_after >= idle,
         "closed {closed_after:?} after its last call, before the idle timeout"
     );
-    assert!(quiet.ready().await.is_err(), "the idle connection still takes calls");
+    assert!(
+        quiet.ready().await.is_err(),
+        "the idle connection still takes calls"
+    );
     // The busy connection was never idle for a whole interval.
     assert!(!busy_conn.is_finished());
     call(&mut busy).await;
