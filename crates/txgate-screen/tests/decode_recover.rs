@@ -379,3 +379,62 @@ proptest! {
         prop_assert_ne!(base.hash, Fingerprint::from_parts(TARGET, &base_input, value, gas + 50_000).hash);
     }
 }
+
+/// The table-based decoder `decode_hex` used before `const-hex`: the
+/// reference it must agree with.
+fn decode_hex_bytewise(text: &str) -> Result<Vec<u8>, DecodeError> {
+    const NIBBLE: [u8; 256] = {
+        let mut table = [0xffu8; 256];
+        let mut i = 0;
+        while i < 10 {
+            table[b'0' as usize + i] = i as u8;
+            i += 1;
+        }
+        let mut i = 0;
+        while i < 6 {
+            table[b'a' as usize + i] = 10 + i as u8;
+            table[b'A' as usize + i] = 10 + i as u8;
+            i += 1;
+        }
+        table
+    };
+    let digits = text
+        .strip_prefix("0x")
+        .or_else(|| text.strip_prefix("0X"))
+        .ok_or(DecodeError::BadHex)?;
+    if digits.is_empty() {
+        return Err(DecodeError::Empty);
+    }
+    if digits.len() % 2 != 0 {
+        return Err(DecodeError::BadHex);
+    }
+    let mut out = Vec::with_capacity(digits.len() / 2);
+    let mut bad = 0u8;
+    for pair in digits.as_bytes().chunks_exact(2) {
+        let (hi, lo) = (NIBBLE[pair[0] as usize], NIBBLE[pair[1] as usize]);
+        bad |= hi | lo;
+        out.push(hi << 4 | (lo & 0x0f));
+    }
+    if bad & 0x80 != 0 {
+        return Err(DecodeError::BadHex);
+    }
+    Ok(out)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4096))]
+    /// Any text of hex digits, `x`/`X`, a few non-hex ASCII and
+    /// multi-byte characters, with or without a prefix: the same bytes or
+    /// the same error as the table-based decoder.
+    #[test]
+    fn hex_decoding_agrees_with_the_table_decoder(
+        prefix in proptest::sample::select(vec!["0x", "0X", "", "0x0x", "x"]),
+        body in proptest::collection::vec(
+            proptest::sample::select(vec!['0', '9', 'a', 'f', 'A', 'F', 'g', 'x', 'X', ' ', 'é', '\0']),
+            0..300,
+        ),
+    ) {
+        let text = format!("{prefix}{}", body.into_iter().collect::<String>());
+        prop_assert_eq!(decode_hex(&text), decode_hex_bytewise(&text));
+    }
+}
