@@ -269,9 +269,43 @@ impl Assertions {
             entry.recent.clear();
             entry.calls.clear();
             entry.cooldown_until = 0;
-            drop(table);
+            // The bump lifts this assertion's cooldown. A call it held that
+            // another assertion's running cooldown also names stays held,
+            // by the one that ends last (the table's lock is held, then the
+            // cooled map's, the order every path takes them in).
             let mut cooled = self.cooled();
-            cooled.retain(|_, c| c.assertion.index != index);
+            let mut lifted = Vec::new();
+            cooled.retain(|call, c| {
+                let held = c.assertion.index != index;
+                if !held {
+                    lifted.push((*call, c.next_trickle));
+                }
+                held
+            });
+            for (call, next_trickle) in lifted {
+                let holder = table
+                    .entries
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, e)| Some((i, e.as_ref()?)))
+                    .filter(|(i, e)| {
+                        *i != slot && e.cooldown_until > now && e.calls.contains(&call)
+                    })
+                    .max_by_key(|(_, e)| e.cooldown_until);
+                if let Some((i, e)) = holder {
+                    cooled.insert(
+                        call,
+                        Cooled {
+                            until: e.cooldown_until,
+                            next_trickle,
+                            assertion: AssertionRef {
+                                index: i as u32,
+                                stamp: e.stamp,
+                            },
+                        },
+                    );
+                }
+            }
             self.active.store(cooled.len(), Ordering::Relaxed);
             return Observed::Bumped(AssertionRef { index, stamp });
         }
@@ -699,6 +733,39 @@ mod tests {
             "the first cooldown is over, the second holds"
         );
         assert_eq!(a.check(&CALL, 90_003), CooldownCheck::Clear);
+    }
+
+    /// A call held by two cooldowns stays held by the other when the one
+    /// holding its entry is bumped to a new version.
+    #[test]
+    fn a_bump_of_one_holder_leaves_the_other_cooldown_on_the_call() {
+        let a = Assertions::new(settings());
+        let first = current(&a, ID, 1, 0);
+        for t in 0..3 {
+            a.note_failure(first, CALL, t);
+        }
+        let other = B256::repeat_byte(0xbb);
+        let second = current(&a, other, 1, 30_000);
+        for t in 30_000..30_003 {
+            a.note_failure(second, CALL, t);
+        }
+        // The entry is the second's (it ends later); bump the second.
+        assert!(matches!(
+            a.observe(key(other, 2), 30_100),
+            Observed::Bumped(_)
+        ));
+        // Held by the first: its open trickle slot, then refusals.
+        assert_eq!(a.check(&CALL, 30_200), CooldownCheck::Trickle(first));
+        assert!(
+            matches!(
+                a.check(&CALL, 30_250),
+                CooldownCheck::Refuse { assertion, .. } if assertion == first
+            ),
+            "the first cooldown still holds the call"
+        );
+        // And the other way round: bumping the first leaves nothing.
+        assert!(matches!(a.observe(key(ID, 2), 30_300), Observed::Bumped(_)));
+        assert_eq!(a.check(&CALL, 30_400), CooldownCheck::Clear);
     }
 
     /// With its list of calls full, an assertion's cooldown takes no more

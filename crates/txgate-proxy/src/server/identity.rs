@@ -8,7 +8,9 @@
 //! request's extensions, where limits, logs and attribution read it; none
 //! of them parses a header or an address again.
 
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -22,8 +24,8 @@ use txgate_config::{ForwardedHeader, ProxyProtocol, ServerConfig};
 use txgate_identity::forwarded::{self, How};
 use txgate_identity::{TrustedProxies, canonical};
 
-use super::ConnectionSlot;
 use super::proxy_protocol::{self, Prefixed};
+use super::{ConnectionSlot, InFlight};
 use crate::ops::metrics::Metrics;
 
 /// The client of one request.
@@ -219,27 +221,48 @@ impl<S> Identified<S> {
     }
 }
 
+pin_project_lite::pin_project! {
+    /// A request's future, counted in flight on its connection until it is
+    /// done or dropped.
+    pub(crate) struct Tracked<F> {
+        #[pin]
+        inner: F,
+        _in_flight: InFlight,
+    }
+}
+
+impl<F: Future> Future for Tracked<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.project().inner.poll(cx)
+    }
+}
+
 impl<S, B> Service<Request<B>> for Identified<S>
 where
     S: Service<Request<B>>,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = Tracked<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut req: Request<B>) -> S::Future {
-        self.slot.note_request();
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        let in_flight = self.slot.start_request();
         let client = self.edge.client(self.connection, req.headers());
         // An upgrade takes the connection's slot with it.
         if req.headers().contains_key(http::header::UPGRADE) {
             req.extensions_mut().insert(self.slot.clone());
         }
         req.extensions_mut().insert(client);
-        self.inner.call(req)
+        Tracked {
+            inner: self.inner.call(req),
+            _in_flight: in_flight,
+        }
     }
 }
 

@@ -248,10 +248,11 @@ struct Ending {
 /// finish; HTTP/2 gets a GOAWAY, HTTP/1.1 no keep-alive).
 ///
 /// The idle check costs one timer per `idle_timeout` per connection, not
-/// one per call: each request only counts itself on the slot, and the
-/// timer, when it fires, compares the count with the last one it saw. A
-/// connection idle from just after a check is so closed after between one
-/// and two timeouts.
+/// one per call: each request only counts itself on the slot (started, and
+/// in flight until answered), and the timer, when it fires, compares the
+/// count with the last one it saw. A connection idle from just after a
+/// check is so closed after between one and two timeouts; one with a call
+/// in flight never is.
 async fn serve_connection<I, S>(
     builder: &auto::Builder<TokioExecutor>,
     io: I,
@@ -283,6 +284,10 @@ async fn serve_connection<I, S>(
     let stopped = drain.cancelled();
     tokio::pin!(stopped);
     let mut shutting_down = false;
+    // Shut down for idleness: a connection still open a whole interval
+    // later is dropped (an HTTP/2 client that never acknowledges the
+    // shutdown's ping would otherwise keep it, still taking streams).
+    let mut idle_closing = false;
     loop {
         tokio::select! {
             ended = connection.as_mut() => {
@@ -295,12 +300,16 @@ async fn serve_connection<I, S>(
                 connection.as_mut().graceful_shutdown();
                 shutting_down = true;
             }
-            _ = check.tick(), if !shutting_down => {
+            _ = check.tick(), if !shutting_down || idle_closing => {
+                if idle_closing {
+                    return;
+                }
                 let now = slot.requests();
-                if now == seen {
+                if now == seen && !slot.busy() {
                     idle_closed.inc();
                     connection.as_mut().graceful_shutdown();
                     shutting_down = true;
+                    idle_closing = true;
                 }
                 seen = now;
             }
@@ -317,6 +326,8 @@ pub struct ConnectionSlot {
     open: prometheus::IntGauge,
     /// Requests started on the connection (its idle check reads them).
     requests: AtomicU64,
+    /// Requests started and not yet answered.
+    in_flight: AtomicU64,
 }
 
 impl ConnectionSlot {
@@ -326,17 +337,36 @@ impl ConnectionSlot {
             _permit: permit,
             open,
             requests: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
         }
     }
 
-    /// A request started on the connection.
+    /// A request started on the connection: counted, and in flight until
+    /// the guard is dropped (with the request's future, answered or not).
     #[inline]
-    pub(crate) fn note_request(&self) {
+    pub(crate) fn start_request(self: &Arc<Self>) -> InFlight {
         self.requests.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(self.clone())
     }
 
     fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) != 0
+    }
+}
+
+/// A request in flight on its connection (see
+/// [`ConnectionSlot::start_request`]).
+#[derive(Debug)]
+pub struct InFlight(Arc<ConnectionSlot>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

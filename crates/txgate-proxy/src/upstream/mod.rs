@@ -139,16 +139,20 @@ impl Upstream {
         let started = Instant::now();
         let exchange = async {
             match self.checkout() {
-                Some(stream) => match self.attempt(stream, &body).await {
+                Some(stream) => match self.attempt(stream, &body, false).await {
                     Err(Attempt { stale: true, .. }) => {
                         let stream = self.connect().await?;
-                        self.attempt(stream, &body).await.map_err(|a| a.failure)
+                        self.attempt(stream, &body, true)
+                            .await
+                            .map_err(|a| a.failure)
                     }
                     other => other.map_err(|a| a.failure),
                 },
                 None => {
                     let stream = self.connect().await?;
-                    self.attempt(stream, &body).await.map_err(|a| a.failure)
+                    self.attempt(stream, &body, true)
+                        .await
+                        .map_err(|a| a.failure)
                 }
             }
         };
@@ -198,8 +202,9 @@ impl Upstream {
             .map_err(|e| e.failure())
     }
 
-    /// One request on `stream`; returns it to the pool when reusable.
-    async fn attempt(&self, mut stream: Conn, body: &Bytes) -> Result<Reply, Attempt> {
+    /// One request on `stream` (`fresh`: a new connection, on its first
+    /// request); returns it to the pool when reusable.
+    async fn attempt(&self, mut stream: Conn, body: &Bytes, fresh: bool) -> Result<Reply, Attempt> {
         let inner = &self.inner;
         let written = if stream.is_tls() {
             // One buffer, one record and one syscall: TLS writes each
@@ -236,14 +241,13 @@ impl Upstream {
                 Ok(0) => true,
                 Ok(_) => false,
                 Err(e) => {
-                    let failure =
-                        inner
-                            .connector
-                            .refused_after_handshake(&e)
-                            .unwrap_or_else(|| {
-                                tracing::debug!(error = %e, "upstream read failed");
-                                UpstreamFailure::Io
-                            });
+                    let refused = (fresh && buf.is_empty())
+                        .then(|| inner.connector.refused_after_handshake(&e))
+                        .flatten();
+                    let failure = refused.unwrap_or_else(|| {
+                        tracing::debug!(error = %e, "upstream read failed");
+                        UpstreamFailure::Io
+                    });
                     return Err(Attempt {
                         failure,
                         stale: buf.is_empty(),

@@ -279,15 +279,19 @@ impl Connector {
         }
     }
 
-    /// A TLS error the node sent after the handshake, on the first read:
-    /// in TLS 1.3 a node that refuses txgate's client certificate (none,
-    /// or from a CA it does not trust) says so with an alert once the
-    /// client considers the handshake done. Counted and logged as a
-    /// failed handshake, not as a broken connection; `None` for any other
-    /// I/O error.
+    /// A TLS error the node sent on the first read of a new connection,
+    /// right after the handshake: in TLS 1.3 a node that refuses txgate's
+    /// client certificate (none, or from a CA it does not trust) says so
+    /// with an alert once the client considers the handshake done (which
+    /// `txgate_upstream_tls_handshakes_total` counted `ok`). Counted as a
+    /// TLS failure and logged as a refusal, not as a broken connection;
+    /// `None` for any other I/O error. Callers ask only about a fresh
+    /// connection's first read: a TLS error later on is the connection's.
     pub(crate) fn refused_after_handshake(&self, e: &io::Error) -> Option<UpstreamFailure> {
         e.get_ref()?.downcast_ref::<rustls::Error>()?;
-        self.log(&ConnectError::Tls(tls_error_text(e)));
+        if self.may_log() {
+            tracing::warn!(host = %self.host, port = self.port, error = %tls_error_text(e), "upstream refused txgate right after the TLS handshake (its client certificate?) (logged once per 10 s; counted in txgate_upstream_errors_total{{kind=\"tls\"}})");
+        }
         Some(UpstreamFailure::Tls)
     }
 
@@ -296,12 +300,19 @@ impl Connector {
             tracing::debug!(host = %self.host, port = self.port, error = %e, "upstream connect failed");
             return;
         };
+        if self.may_log() {
+            tracing::warn!(host = %self.host, port = self.port, error = %e, "upstream TLS handshake failed (logged once per 10 s; counted in txgate_upstream_tls_handshakes_total)");
+        }
+    }
+
+    /// Whether a TLS failure may be logged now: once per [`LOG_EVERY`].
+    fn may_log(&self) -> bool {
         let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
         if logged.is_some_and(|at| at.elapsed() < LOG_EVERY) {
-            return;
+            return false;
         }
         *logged = Some(Instant::now());
-        tracing::warn!(host = %self.host, port = self.port, error = %e, "upstream TLS handshake failed (logged once per 10 s; counted in txgate_upstream_tls_handshakes_total)");
+        true
     }
 }
 

@@ -493,11 +493,11 @@ async fn an_idle_h2c_connection_that_answers_pings_is_closed() {
     use hyper::client::conn::http2;
     use hyper_util::rt::{TokioExecutor, TokioIo};
 
-    let idle = Duration::from_millis(1000);
-    // Pings every 300 ms: the idle client answers each, so only the idle
+    let idle = Duration::from_millis(2000);
+    // Pings every second: the idle client answers each, so only the idle
     // rule can close it.
     let (_upstream, txgate, _c) = setup(&format!(
-        "[server]\nheader_read_timeout_ms = 300\nidle_timeout_ms = {}\n",
+        "[server]\nheader_read_timeout_ms = 1000\nidle_timeout_ms = {}\n",
         idle.as_millis()
     ))
     .await;
@@ -524,17 +524,17 @@ async fn an_idle_h2c_connection_that_answers_pings_is_closed() {
     let (mut busy, busy_conn) = open(()).await;
     call(&mut quiet).await;
     let last_call = Instant::now();
-    // The busy one calls every 250 ms for 3.5 s; the quiet one is closed
+    // The busy one calls every 250 ms for 7 s; the quiet one is closed
     // meanwhile, after one to two idle timeouts.
     let mut closed_after = None;
-    while last_call.elapsed() < Duration::from_millis(3500) {
+    while last_call.elapsed() < Duration::from_millis(7000) {
         call(&mut busy).await;
         if closed_after.is_none() && quiet_conn.is_finished() {
             closed_after = Some(last_call.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let closed_after = closed_after.expect("the idle h2c connection is still open after 3.5 s");
+    let closed_after = closed_after.expect("the idle h2c connection is still open after 7 s");
     assert!(
         closed_after >= idle,
         "closed {closed_after:?} after its last call, before the idle timeout"
@@ -548,4 +548,36 @@ async fn an_idle_h2c_connection_that_answers_pings_is_closed() {
     call(&mut busy).await;
     let m = txgate.metrics().await;
     assert_eq!(metric(&m, "txgate_connections_idle_closed_total"), 1.0);
+}
+
+/// A call in flight keeps its connection from counting as idle: an h2c
+/// call that takes over two idle intervals is answered, and the same
+/// connection takes the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_keeps_its_h2c_connection_open() {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper::client::conn::http2;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let upstream = crate::support::SlowUpstream::start(Duration::from_millis(2600)).await;
+    let config = TempFile::new("[server]\nidle_timeout_ms = 1000\n");
+    let txgate = Txgate::start(&upstream.url, &["--config", config.arg()]);
+    let io = TokioIo::new(TcpStream::connect(txgate.rpc_addr).await.unwrap());
+    let (mut sender, conn) = http2::handshake::<_, _, Full<Bytes>>(TokioExecutor::new(), io)
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    for _ in 0..2 {
+        let req = hyper::Request::post("http://txgate/")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(HONEST.as_bytes())))
+            .unwrap();
+        let response = sender.send_request(req).await.expect("h2c call");
+        assert_eq!(response.status(), StatusCode::OK);
+        response.into_body().collect().await.unwrap();
+        assert!(!conn.is_finished(), "closed under a call in flight");
+    }
+    let m = txgate.metrics().await;
+    assert_eq!(metric(&m, "txgate_connections_idle_closed_total"), 0.0);
 }

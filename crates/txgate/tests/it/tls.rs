@@ -727,7 +727,7 @@ async fn a_client_certificate_refused_after_a_tls13_handshake_is_a_tls_failure()
     let mut logs = String::new();
     let seen = eventually(Duration::from_secs(5), || {
         logs.push_str(&txgate.drain_logs().join("\n"));
-        let found = logs.contains("upstream TLS handshake failed")
+        let found = logs.contains("upstream refused txgate right after the TLS handshake")
             && logs.to_ascii_lowercase().contains("certificaterequired");
         async move { found }
     })
