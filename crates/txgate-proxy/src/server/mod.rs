@@ -14,7 +14,7 @@ pub(crate) mod workers;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -234,8 +234,18 @@ where
     )
 }
 
+/// Whether a served connection is being shut down, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closing {
+    No,
+    /// The drain: calls under way get the grace period.
+    Drain,
+    /// Idle: dropped if still open one interval later.
+    Idle,
+}
+
 /// What ends a served connection early: the drain, or a stretch of
-/// `idle_timeout` with no request started (the slot counts them).
+/// `idle_timeout` with no request started (the slot marks them).
 struct Ending {
     drain: tokio_util::sync::CancellationToken,
     idle_timeout: Duration,
@@ -248,11 +258,10 @@ struct Ending {
 /// finish; HTTP/2 gets a GOAWAY, HTTP/1.1 no keep-alive).
 ///
 /// The idle check costs one timer per `idle_timeout` per connection, not
-/// one per call: each request only counts itself on the slot (started, and
-/// in flight until answered), and the timer, when it fires, compares the
-/// count with the last one it saw. A connection idle from just after a
-/// check is so closed after between one and two timeouts; one with a call
-/// in flight never is.
+/// one per call: each request only marks the slot (and counts itself in
+/// flight until answered), and the timer, when it fires, reads and clears
+/// the mark. A connection idle from just after a check is so closed after
+/// between one and two timeouts; one with a call in flight never is.
 async fn serve_connection<I, S>(
     builder: &auto::Builder<TokioExecutor>,
     io: I,
@@ -276,18 +285,13 @@ async fn serve_connection<I, S>(
         slot,
         idle_closed,
     } = ending;
-    let mut seen = slot.requests();
     let mut check =
         tokio::time::interval_at(tokio::time::Instant::now() + idle_timeout, idle_timeout);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // One waiter on the drain for the connection's life.
     let stopped = drain.cancelled();
     tokio::pin!(stopped);
-    let mut shutting_down = false;
-    // Shut down for idleness: a connection still open a whole interval
-    // later is dropped (an HTTP/2 client that never acknowledges the
-    // shutdown's ping would otherwise keep it, still taking streams).
-    let mut idle_closing = false;
+    let mut state = Closing::No;
     loop {
         tokio::select! {
             ended = connection.as_mut() => {
@@ -296,22 +300,22 @@ async fn serve_connection<I, S>(
                 }
                 return;
             }
-            () = &mut stopped, if !shutting_down => {
+            () = &mut stopped, if state == Closing::No => {
                 connection.as_mut().graceful_shutdown();
-                shutting_down = true;
+                state = Closing::Drain;
             }
-            _ = check.tick(), if !shutting_down || idle_closing => {
-                if idle_closing {
+            _ = check.tick(), if state != Closing::Drain => {
+                // Still open a whole interval after its idle shutdown: an
+                // HTTP/2 client that never acknowledges the shutdown's ping
+                // would otherwise keep it, still taking streams.
+                if state == Closing::Idle {
                     return;
                 }
-                let now = slot.requests();
-                if now == seen && !slot.busy() {
+                if slot.idle_since_last_look() {
                     idle_closed.inc();
                     connection.as_mut().graceful_shutdown();
-                    shutting_down = true;
-                    idle_closing = true;
+                    state = Closing::Idle;
                 }
-                seen = now;
             }
         }
     }
@@ -324,8 +328,8 @@ async fn serve_connection<I, S>(
 pub struct ConnectionSlot {
     _permit: OwnedSemaphorePermit,
     open: prometheus::IntGauge,
-    /// Requests started on the connection (its idle check reads them).
-    requests: AtomicU64,
+    /// A request started since the idle check last looked.
+    touched: AtomicBool,
     /// Requests started and not yet answered.
     in_flight: AtomicU64,
 }
@@ -336,26 +340,25 @@ impl ConnectionSlot {
         ConnectionSlot {
             _permit: permit,
             open,
-            requests: AtomicU64::new(0),
+            touched: AtomicBool::new(false),
             in_flight: AtomicU64::new(0),
         }
     }
 
-    /// A request started on the connection: counted, and in flight until
+    /// A request started on the connection: marked, and in flight until
     /// the guard is dropped (with the request's future, answered or not).
     #[inline]
     pub(crate) fn start_request(self: &Arc<Self>) -> InFlight {
-        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.touched.store(true, Ordering::Relaxed);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         InFlight(self.clone())
     }
 
-    fn requests(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
-    }
-
-    fn busy(&self) -> bool {
-        self.in_flight.load(Ordering::Relaxed) != 0
+    /// Whether no request started since the last look and none is in
+    /// flight; the look clears the mark.
+    fn idle_since_last_look(&self) -> bool {
+        let touched = self.touched.swap(false, Ordering::Relaxed);
+        !touched && self.in_flight.load(Ordering::Relaxed) == 0
     }
 }
 
