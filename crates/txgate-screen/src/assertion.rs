@@ -438,11 +438,11 @@ impl Assertions {
         // A start cools every call the assertion's failures named; during
         // a cooldown only a call that joins it is added (the others are
         // there already: adding them again cost a lookup each per failure).
-        let calls = if starts {
+        let calls: &[CallKey] = if starts {
             entry.cooldown_until = now + s.duration;
-            entry.calls.clone()
+            &entry.calls
         } else if in_cooldown && joins {
-            vec![call]
+            std::slice::from_ref(&call)
         } else {
             return false;
         };
@@ -451,9 +451,10 @@ impl Assertions {
             next_trickle: now + s.trickle_interval,
             assertion: aref,
         };
-        drop(table);
+        // The table stays locked while the cooled map is (the order a
+        // version bump takes them in too), so the calls are read in place.
         let mut cooled = self.cooled();
-        for call in calls {
+        for &call in calls {
             // An entry whose cooldown ended unseen (no check or sweep
             // since) is replaced. A live one keeps its trickle slot and
             // takes the later end (another assertion's cooldown may hold

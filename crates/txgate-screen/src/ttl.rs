@@ -27,7 +27,6 @@ const SHARDS: usize = 64;
 struct Shard<K, V> {
     young: HashMap<K, (Millis, V), KeyState>,
     old: HashMap<K, (Millis, V), KeyState>,
-    keys: KeyState,
 }
 
 impl<K: Eq + Hash + Copy, V: Copy> Shard<K, V> {
@@ -43,8 +42,7 @@ impl<K: Eq + Hash + Copy, V: Copy> Shard<K, V> {
             // The young generation becomes the old one; the old one's
             // table, emptied, is the new young one: no allocation, and no
             // rehash after rehash as it fills again.
-            let spare = std::mem::replace(&mut self.old, HashMap::with_hasher(self.keys));
-            self.old = std::mem::replace(&mut self.young, spare);
+            std::mem::swap(&mut self.young, &mut self.old);
             self.young.clear();
         }
         // A stale copy left in `old` is harmless (`get` reads `young`
@@ -88,7 +86,6 @@ impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
             shards: Sharded::new(SHARDS, |keys| Shard {
                 young: HashMap::with_hasher(keys),
                 old: HashMap::with_hasher(keys),
-                keys,
             }),
             generation_cap: (max_entries / SHARDS / 2).max(1),
         }
