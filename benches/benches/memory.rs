@@ -12,9 +12,19 @@
 //! (`txgate_benches::moka_denied`) with the same keys, and the forwarded
 //! map.
 //!
+//! The children run on the daemon's allocator (jemalloc, huge pages) with
+//! its decay at zero: jemalloc returns freed pages (a table's buffer left
+//! behind when it grew) to the kernel at once instead of over the next ten
+//! seconds, so the RSS read is what the daemon settles at, not a moment of
+//! its growth.
+//!
 //! `cargo bench -p txgate-benches --bench memory`
 
 #![allow(missing_docs)]
+
+// The daemon's allocator (jemalloc, tables on transparent huge pages), so
+// that the screening state is measured on the memory the daemon gives it.
+use txgate_alloc as _;
 
 use std::process::Command;
 use std::time::Instant;
@@ -177,11 +187,22 @@ fn main() {
     }
     // Criterion-style flags (`--bench`) are ignored; every size runs.
     let exe = std::env::current_exe().unwrap_or_default();
+    // jemalloc's options from the environment are read after its built-in
+    // ones and add to them; any the caller set are kept (for example
+    // `thp:default`, to measure with 4 KiB pages).
+    let conf = match std::env::var("_RJEM_MALLOC_CONF") {
+        Ok(caller) if !caller.is_empty() => format!("{caller},dirty_decay_ms:0,muzzy_decay_ms:0"),
+        _ => "dirty_decay_ms:0,muzzy_decay_ms:0".to_string(),
+    };
+    let child = |args: &[&str]| {
+        Command::new(&exe)
+            .args(args)
+            .env("_RJEM_MALLOC_CONF", &conf)
+            .status()
+    };
     println!("resident memory per denied fingerprint (target <= 256 B at 1M)");
     for n in [10_000usize, 100_000, 1_000_000] {
-        let status = Command::new(&exe)
-            .args(["--child", &n.to_string()])
-            .status();
+        let status = child(&["--child", &n.to_string()]);
         if !status.is_ok_and(|s| s.success()) {
             eprintln!("measurement for {n} failed");
             std::process::exit(1);
@@ -192,9 +213,7 @@ fn main() {
     println!("resident memory per entry of the bare denied set, txgate's and moka-backed");
     for n in [10_000usize, 100_000, 1_000_000] {
         for which in ["txgate", "moka"] {
-            let status = Command::new(&exe)
-                .args(["--set", which, &n.to_string()])
-                .status();
+            let status = child(&["--set", which, &n.to_string()]);
             if !status.is_ok_and(|s| s.success()) {
                 eprintln!("measurement of {which} at {n} failed");
                 std::process::exit(1);
@@ -213,14 +232,12 @@ fn main() {
         (100_000, 100_000, 0),
         (600_000, 600_000, 1_500),
     ] {
-        let status = Command::new(&exe)
-            .args([
-                "--forwarded",
-                &n.to_string(),
-                &max.to_string(),
-                &live.to_string(),
-            ])
-            .status();
+        let status = child(&[
+            "--forwarded",
+            &n.to_string(),
+            &max.to_string(),
+            &live.to_string(),
+        ]);
         if !status.is_ok_and(|s| s.success()) {
             eprintln!("forwarded measurement for {n} failed");
             std::process::exit(1);

@@ -1,4 +1,5 @@
-//! The allocator: jemalloc, and what it holds as metrics.
+//! The allocator: jemalloc (set up in `txgate-alloc`, with transparent huge
+//! pages), and what it holds as metrics.
 //!
 //! jemalloc, not the C library's allocator: it gives freed pages back to the
 //! system after a few seconds (its decay), where glibc's arenas kept what an
@@ -17,9 +18,6 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{IntGaugeVec, Opts, Registry};
 use tikv_jemalloc_ctl::{epoch, stats};
-
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Reads one of jemalloc's statistics.
 type Read = fn() -> tikv_jemalloc_ctl::Result<usize>;
@@ -62,7 +60,16 @@ impl Collector for AllocatorStats {
 
 /// Adds `txgate_allocator_bytes{kind}` to `registry`. A registry that
 /// refuses it (a name taken) only loses the series; txgate runs on.
+///
+/// Logs the huge page modes once: jemalloc's and the kernel's.
 pub(crate) fn register(registry: &Registry) {
+    tracing::info!(
+        huge_pages = txgate_alloc::thp_mode().as_deref().unwrap_or("unknown"),
+        kernel = txgate_alloc::system_thp_mode()
+            .as_deref()
+            .unwrap_or("unknown"),
+        "allocator: jemalloc"
+    );
     let opts = Opts::new(
         "allocator_bytes",
         "Bytes the memory allocator (jemalloc) reports, by kind: allocated (held by txgate), \
