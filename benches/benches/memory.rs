@@ -189,7 +189,7 @@ fn main() {
     let exe = std::env::current_exe().unwrap_or_default();
     // jemalloc's options from the environment are read after its built-in
     // ones and add to them; any the caller set are kept (for example
-    // `thp:default`, to measure with 4 KiB pages).
+    // `thp:never`, to measure with 4 KiB pages).
     let conf = match std::env::var("_RJEM_MALLOC_CONF") {
         Ok(caller) if !caller.is_empty() => format!("{caller},dirty_decay_ms:0,muzzy_decay_ms:0"),
         _ => "dirty_decay_ms:0,muzzy_decay_ms:0".to_string(),

@@ -15,6 +15,10 @@
 
 #[cfg(not(target_env = "msvc"))]
 mod allocator;
+// The process allocator (jemalloc, huge pages), linked here whatever
+// `allocator` comes to use of it.
+#[cfg(not(target_env = "msvc"))]
+use txgate_alloc as _;
 mod bans;
 
 use std::net::SocketAddr;
