@@ -18,8 +18,8 @@
 
 #![allow(missing_docs)]
 
-// The daemon's allocator (jemalloc, tables on transparent huge pages), so
-// that the screening state is measured on the memory the daemon gives it.
+// The daemon's allocator (jemalloc), so that the screening state is
+// measured on the memory the daemon gives it.
 use txgate_alloc as _;
 
 use std::hint::black_box;

@@ -12,7 +12,7 @@
 //! (`txgate_benches::moka_denied`) with the same keys, and the forwarded
 //! map.
 //!
-//! The children run on the daemon's allocator (jemalloc, huge pages) with
+//! The children run on the daemon's allocator (jemalloc) with
 //! its decay at zero: jemalloc returns freed pages (a table's buffer left
 //! behind when it grew) to the kernel at once instead of over the next ten
 //! seconds, so the RSS read is what the daemon settles at, not a moment of
@@ -22,8 +22,8 @@
 
 #![allow(missing_docs)]
 
-// The daemon's allocator (jemalloc, tables on transparent huge pages), so
-// that the screening state is measured on the memory the daemon gives it.
+// The daemon's allocator (jemalloc), so that the screening state is
+// measured on the memory the daemon gives it.
 use txgate_alloc as _;
 
 use std::process::Command;
@@ -189,7 +189,7 @@ fn main() {
     let exe = std::env::current_exe().unwrap_or_default();
     // jemalloc's options from the environment are read after its built-in
     // ones and add to them; any the caller set are kept (for example
-    // `thp:never`, to measure with 4 KiB pages).
+    // `thp:always`, to measure on huge pages).
     let conf = match std::env::var("_RJEM_MALLOC_CONF") {
         Ok(caller) if !caller.is_empty() => format!("{caller},dirty_decay_ms:0,muzzy_decay_ms:0"),
         _ => "dirty_decay_ms:0,muzzy_decay_ms:0".to_string(),

@@ -1,50 +1,33 @@
-//! txgate's process allocator: jemalloc, with transparent huge pages.
+//! txgate's process allocator: jemalloc, and its transparent huge page
+//! mode.
 //!
 //! Linking this crate (`use txgate_alloc as _;`) makes jemalloc the global
-//! allocator and sets its `thp:always` option: jemalloc asks the kernel for
-//! transparent huge pages (`madvise(MADV_HUGEPAGE)`) on the memory it maps.
-//! The daemon links it, and so do the benches that measure the screening
-//! tables, so that they measure what the daemon runs.
+//! allocator. The daemon links it, and so do the benches that measure the
+//! screening tables, so that they measure what the daemon runs.
 //!
-//! Why huge pages: at a million bans the screening state is about 160 MB of
-//! hash tables and bloom counters, touched at random. With 4 KiB pages
-//! nearly every probe also misses the TLB and walks the page tables; with
-//! 2 MiB pages the whole state is about 80 TLB entries. Applying 1000
-//! invalidations at 1M bans took 1.39 ms with 4 KiB pages and 1.13 ms with
-//! huge pages, the same binary in interleaved rounds (PERFORMANCE.md,
-//! "Invalidations at scale"). The cost is memory rounded up to 2 MiB where
-//! the allocator has touched a region: about 10 MB more resident at idle on
-//! two cores, more with more threads (jemalloc keeps up to four arenas per
-//! core, each growing by 2 MiB at least).
-//!
-//! The kernel decides in the end. In its `madvise` mode (the common
-//! default) this option is what turns huge pages on; in `always` mode the
-//! kernel gives them anyway; in `never` mode nothing can. An operator who
-//! wants 4 KiB pages sets `_RJEM_MALLOC_CONF=thp:never` in txgate's
-//! environment (jemalloc then marks its memory `MADV_NOHUGEPAGE`, which
-//! holds in the kernel's `always` mode too): the environment is read after
-//! this built-in setting and overrides it.
+//! Huge pages are an operator's choice, off by default: with
+//! `_RJEM_MALLOC_CONF=thp:always` in txgate's environment, jemalloc asks the
+//! kernel for transparent huge pages (`madvise(MADV_HUGEPAGE)`) on all the
+//! memory it maps. At a million bans the screening state is about 160 MB
+//! of hash tables and bloom counters, touched at random; on 2 MiB pages it
+//! needs about 80 TLB entries instead of forty thousand, and applying 1000
+//! invalidations at 1M bans took 0.81× the time (1.13 against 1.39 ms, the
+//! same binary in interleaved rounds). They are not the default because
+//! of what they do to resident memory over time: 10 MB more at idle, and
+//! in the 30-minute soak the kernel's khugepaged kept filling the 2 MiB
+//! ranges jemalloc had partly given back, so RSS rose by 2 MiB steps past
+//! the soak's bound on growth (PERFORMANCE.md, "Invalidations at scale";
+//! HEURISTICS.md, "Huge pages").
 
 #![cfg(not(target_env = "msvc"))]
 
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// jemalloc's built-in options, as a C string.
-const CONF: &[u8; 11] = b"thp:always\0";
-
-/// jemalloc reads its options from this symbol (its `malloc_conf`, under
-/// the prefix tikv-jemalloc-sys builds it with) when it starts, before the
-/// environment's `_RJEM_MALLOC_CONF`. jemalloc declares it weak; this
-/// definition takes its place. A reference to a byte array is one pointer,
-/// the `const char *` jemalloc reads.
-#[allow(unsafe_code, non_upper_case_globals)]
-#[unsafe(export_name = "_rjem_malloc_conf")]
-static malloc_conf: &[u8; 11] = CONF;
-
 /// The transparent huge page mode jemalloc runs with (`opt.thp`):
-/// `always` unless the environment overrode it, `not supported` when the
-/// kernel has no transparent huge pages. `None` if it cannot be read.
+/// `default` (the kernel's choice) unless the environment set it, `not
+/// supported` when the kernel has no transparent huge pages. `None` if it
+/// cannot be read.
 #[must_use]
 pub fn thp_mode() -> Option<String> {
     // SAFETY: `opt.thp` is a `const char *` option, which is what
@@ -70,6 +53,10 @@ pub fn system_thp_mode() -> Option<String> {
 mod tests {
     use super::*;
 
+    /// Set in the child process of
+    /// `opting_in_puts_a_large_table_on_huge_pages`.
+    const CHILD: &str = "TXGATE_ALLOC_TEST_CHILD";
+
     /// Resident anonymous memory on huge pages, from smaps_rollup; `None`
     /// where the kernel does not report it.
     fn anon_huge_bytes() -> Option<u64> {
@@ -81,28 +68,63 @@ mod tests {
     }
 
     #[test]
-    fn jemalloc_runs_with_the_built_in_option() {
-        // The test harness runs without `_RJEM_MALLOC_CONF` unless someone
-        // set it; then the built-in option is not what runs.
+    fn huge_pages_are_off_unless_asked_for() {
         if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
             return;
         }
         // jemalloc says "not supported" where it cannot read the kernel's
-        // mode (a kernel without THP); anywhere else the option is read
-        // back as set. An ignored symbol would read "default".
+        // mode (a kernel without THP); anywhere else it leaves the pages to
+        // the kernel.
         let expected = match system_thp_mode() {
-            Some(_) => "always",
+            Some(_) => "default",
             None => "not supported",
         };
         assert_eq!(thp_mode().as_deref(), Some(expected));
     }
 
     #[test]
-    fn a_large_table_lands_on_huge_pages_when_the_kernel_allows_them() {
-        if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
+    fn opting_in_puts_a_large_table_on_huge_pages() {
+        if std::env::var_os(CHILD).is_some() || std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
+            return;
+        }
+        // jemalloc reads its environment once, at start: the opted-in
+        // process is a child, this test binary again, running only the
+        // half below.
+        let exe = std::env::current_exe().expect("test binary");
+        let out = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "tests::child_touches_a_large_table",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(CHILD, "1")
+            .env("_RJEM_MALLOC_CONF", "thp:always")
+            .output()
+            .expect("child runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "child: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The opted-in half of `opting_in_puts_a_large_table_on_huge_pages`;
+    /// outside that child it returns at once.
+    #[test]
+    fn child_touches_a_large_table() {
+        if std::env::var_os(CHILD).is_none() {
             return;
         }
         let system = system_thp_mode();
+        let expected = if system.is_some() {
+            "always"
+        } else {
+            "not supported"
+        };
+        assert_eq!(thp_mode().as_deref(), Some(expected));
         let Some(before) = anon_huge_bytes() else {
             return;
         };

@@ -1,5 +1,5 @@
-//! The allocator: jemalloc (set up in `txgate-alloc`, with transparent huge
-//! pages), and what it holds as metrics.
+//! The allocator: jemalloc (set up in `txgate-alloc`; huge pages with
+//! `_RJEM_MALLOC_CONF=thp:always`), and what it holds as metrics.
 //!
 //! jemalloc, not the C library's allocator: it gives freed pages back to the
 //! system after a few seconds (its decay), where glibc's arenas kept what an

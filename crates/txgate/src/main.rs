@@ -15,8 +15,8 @@
 
 #[cfg(not(target_env = "msvc"))]
 mod allocator;
-// The process allocator (jemalloc, huge pages), linked here whatever
-// `allocator` comes to use of it.
+// The process allocator (jemalloc), linked here whatever `allocator` comes
+// to use of it.
 #[cfg(not(target_env = "msvc"))]
 use txgate_alloc as _;
 mod bans;
