@@ -5,7 +5,9 @@
 //! allocator. The daemon links it, and so do the benches that measure the
 //! screening tables, so that they measure what the daemon runs.
 //!
-//! Huge pages are an operator's choice, off by default: with
+//! Huge pages are an operator's choice, off by default (on a kernel in the
+//! common `madvise` mode; a kernel in `always` mode gives them anyway
+//! unless `_RJEM_MALLOC_CONF=thp:never` is set): with
 //! `_RJEM_MALLOC_CONF=thp:always` in txgate's environment, jemalloc asks the
 //! kernel for transparent huge pages (`madvise(MADV_HUGEPAGE)`) on all the
 //! memory it maps. At a million bans the screening state is about 160 MB
@@ -68,7 +70,7 @@ mod tests {
     }
 
     #[test]
-    fn huge_pages_are_off_unless_asked_for() {
+    fn jemalloc_leaves_huge_pages_to_the_kernel_unless_asked() {
         if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
             return;
         }
