@@ -593,6 +593,14 @@ mod tests {
         AssertionKey { id, version }
     }
 
+    /// Three failures of `CALL` under `r` from `from` on, a millisecond
+    /// apart: the threshold of [`settings`], so a cooldown starts.
+    fn start_cooldown(a: &Assertions, r: AssertionRef, from: Millis) {
+        for t in from..from + 3 {
+            a.note_failure(r, CALL, t);
+        }
+    }
+
     fn current(a: &Assertions, id: B256, version: u64, now: Millis) -> AssertionRef {
         match a.observe(key(id, version), now) {
             Observed::Current(r) => r,
@@ -676,14 +684,10 @@ mod tests {
     fn a_cooldown_started_again_holds_without_a_sweep_between() {
         let a = Assertions::new(settings());
         let r = current(&a, ID, 1, 0);
-        for t in 0..3 {
-            a.note_failure(r, CALL, t);
-        }
+        start_cooldown(&a, r, 0);
         assert!(matches!(a.check(&CALL, 10), CooldownCheck::Refuse { .. }));
         // The first cooldown ends unseen; three more failures start another.
-        for t in 70_000..70_003 {
-            a.note_failure(r, CALL, t);
-        }
+        start_cooldown(&a, r, 70_000);
         assert!(matches!(
             a.check(&CALL, 70_100),
             CooldownCheck::Refuse { .. }
@@ -696,9 +700,7 @@ mod tests {
     fn a_new_call_joins_a_running_cooldown() {
         let a = Assertions::new(settings());
         let r = current(&a, ID, 1, 0);
-        for t in 0..3 {
-            a.note_failure(r, CALL, t);
-        }
+        start_cooldown(&a, r, 0);
         // CALL's trickle is taken.
         assert_eq!(a.check(&CALL, 2_100), CooldownCheck::Trickle(r));
         let other = (Address::repeat_byte(2), [0; 4]);
@@ -721,13 +723,9 @@ mod tests {
     fn a_call_in_two_cooldowns_is_held_until_the_later_end() {
         let a = Assertions::new(settings());
         let first = current(&a, ID, 1, 0);
-        for t in 0..3 {
-            a.note_failure(first, CALL, t);
-        }
+        start_cooldown(&a, first, 0);
         let second = current(&a, B256::repeat_byte(0xbb), 1, 30_000);
-        for t in 30_000..30_003 {
-            a.note_failure(second, CALL, t);
-        }
+        start_cooldown(&a, second, 30_000);
         assert_eq!(
             a.check(&CALL, 70_000),
             CooldownCheck::Trickle(second),
@@ -742,14 +740,10 @@ mod tests {
     fn a_bump_of_one_holder_leaves_the_other_cooldown_on_the_call() {
         let a = Assertions::new(settings());
         let first = current(&a, ID, 1, 0);
-        for t in 0..3 {
-            a.note_failure(first, CALL, t);
-        }
+        start_cooldown(&a, first, 0);
         let other = B256::repeat_byte(0xbb);
         let second = current(&a, other, 1, 30_000);
-        for t in 30_000..30_003 {
-            a.note_failure(second, CALL, t);
-        }
+        start_cooldown(&a, second, 30_000);
         // The entry is the second's (it ends later); bump the second.
         assert!(matches!(
             a.observe(key(other, 2), 30_100),
@@ -801,9 +795,7 @@ mod tests {
     fn version_bump_ends_the_cooldown() {
         let a = Assertions::new(settings());
         let r = current(&a, ID, 1, 0);
-        for t in 0..3 {
-            a.note_failure(r, CALL, t);
-        }
+        start_cooldown(&a, r, 0);
         assert!(matches!(a.check(&CALL, 10), CooldownCheck::Refuse { .. }));
         assert!(matches!(a.observe(key(ID, 2), 10), Observed::Bumped(_)));
         assert_eq!(a.check(&CALL, 10), CooldownCheck::Clear);
@@ -836,9 +828,7 @@ mod tests {
         assert!(a.is_live(busy));
         assert_eq!(a.evicted(), 1);
         assert_eq!(a.len(), 2);
-        for t in 0..3 {
-            a.note_failure(new, CALL, 150_000 + t);
-        }
+        start_cooldown(&a, new, 150_000);
         assert!(matches!(
             a.check(&CALL, 150_010),
             CooldownCheck::Refuse { .. }
