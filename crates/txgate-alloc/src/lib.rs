@@ -15,10 +15,11 @@
 //! needs about 80 TLB entries instead of forty thousand, and applying 1000
 //! invalidations at 1M bans took 0.81× the time (1.13 against 1.39 ms, the
 //! same binary in interleaved rounds). They are not the default because
-//! of what they do to resident memory over time: 10 MB more at idle, and
-//! in the 30-minute soak the kernel's khugepaged kept filling the 2 MiB
-//! ranges jemalloc had partly given back, so RSS rose by 2 MiB steps past
-//! the soak's bound on growth (PERFORMANCE.md, "Invalidations at scale";
+//! of what they do to resident memory: 10 MB more at idle, and in the
+//! 30-minute soak RSS stepped up by 2 MiB at a time past the soak's bound
+//! on growth (+5.75% against 5%), partly outside jemalloc's own count,
+//! most likely the kernel's khugepaged filling 2 MiB ranges jemalloc had
+//! partly given back (PERFORMANCE.md, "Invalidations at scale";
 //! HEURISTICS.md, "Huge pages").
 
 #![cfg(not(target_env = "msvc"))]
