@@ -181,6 +181,17 @@ pub fn client(idle: usize) -> HttpClient {
         .build_http()
 }
 
+/// [`client`], its connections from the loopback address `from`
+/// (127.0.0.2, 127.0.0.3…: a distinct client to the proxy).
+pub fn client_from(idle: usize, from: std::net::IpAddr) -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_local_address(Some(from));
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(idle)
+        .pool_idle_timeout(Duration::from_secs(4))
+        .build(connector)
+}
+
 /// POSTs a JSON body; the status and the parsed answer (null if not JSON).
 pub async fn post(client: &HttpClient, url: &str, body: String) -> Result<(u16, Value), String> {
     let req = hyper::Request::post(url)

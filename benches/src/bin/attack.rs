@@ -13,6 +13,9 @@
 //!    prober sends the same calldata from another EOA every millisecond:
 //!    the time from injection to the first refusal, `--probes` times.
 //!
+//! The honest client connects from 127.0.0.2 and the attackers from
+//! 127.0.0.3: two clients to txgate, as on a real network.
+//!
 //! Honest latency is the `eth_sendRawTransaction` round trip through
 //! txgate, sent open-loop (a request every 1/rate s, whatever the previous
 //! did). Anvil mines a block per second (`--block-time 1`), so a submission
@@ -69,10 +72,16 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
 use txgate_benches::procs::{
-    HttpClient, Proc, client, cpu_ms, free_port, post, root, spawn, wait_up,
+    HttpClient, Proc, client_from, cpu_ms, free_port, post, root, spawn, wait_up,
 };
 use txgate_benches::{Eoa, call, raw_hex};
 
+/// The honest client's loopback address (and the set-up's, and the
+/// prober's): a client of its own to txgate's per-client state (pacing,
+/// limits).
+const HONEST_ADDR: &str = "127.0.0.2";
+/// The attackers' loopback address: one client, as a script on one host.
+const ATTACKER_ADDR: &str = "127.0.0.3";
 const GUARDED: &str = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
 const DEPLOYER: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 
@@ -373,7 +382,9 @@ async fn attack(
     connections: usize,
     seconds: u64,
 ) -> BTreeMap<String, u64> {
-    let client: HttpClient = client(1024);
+    // The attackers are one client, the honest load another (their own
+    // loopback addresses), as to the proxy they are.
+    let client: HttpClient = client_from(1024, ATTACKER_ADDR.parse().expect("address"));
     let attackers: Arc<Vec<Eoa>> = Arc::new((0..attackers).map(|i| eoa(100_000 + i)).collect());
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
@@ -447,6 +458,14 @@ async fn attack(
         }
     }
     outcomes
+}
+
+/// The assertion the `p`-th propagation probe's invalidation names: one
+/// each, so that the probes never add up to a cooldown on the probed call
+/// (which would refuse the prober before the injection, and so measure
+/// the cooldown, and pace the prober as a client on a streak).
+fn probe_assertion(p: usize) -> String {
+    format!("0x{}{:08x}", "e5".repeat(28), p)
 }
 
 /// Where the node, txgate and the sidecar answer.
@@ -607,7 +626,7 @@ async fn main() {
         return;
     }
     let tools = root().join(".tools/bin");
-    let client: HttpClient = client(1024);
+    let client: HttpClient = client_from(1024, HONEST_ADDR.parse().expect("address"));
 
     let (_stack, stack) = match Stack::external(&a.external) {
         Some(stack) => (Vec::new(), stack),
@@ -818,7 +837,7 @@ async fn main() {
         post(
             &client,
             &format!("{sidecar_admin}/invalidations"),
-            json!({"raw_tx": injected_raw, "assertion_id": format!("0x{}", "e5".repeat(32)), "assertion_version": 1}).to_string(),
+            json!({"raw_tx": injected_raw, "assertion_id": probe_assertion(p), "assertion_version": 1}).to_string(),
         )
         .await
         .unwrap();

@@ -1,13 +1,15 @@
 //! `[screen]`: screening of raw-transaction submissions, with its
-//! [`backpressure`] and [`cooldown`] subsections.
+//! [`backpressure`], [`cooldown`] and [`pacing`] subsections.
 
 pub mod backpressure;
 pub mod cooldown;
+pub mod pacing;
 
 use serde::Deserialize;
 
 use self::backpressure::BackpressureConfig;
 use self::cooldown::CooldownConfig;
+use self::pacing::PacingConfig;
 use crate::error::{ConfigError, require_positive};
 
 /// Default: screening on (`screen.enabled`).
@@ -93,6 +95,8 @@ pub struct ScreenConfig {
     pub backpressure: BackpressureConfig,
     /// Assertion cooldowns.
     pub cooldown: CooldownConfig,
+    /// Holding the refusals of a connection that keeps being refused.
+    pub pacing: PacingConfig,
     /// File the denied set is written to (periodically and at shutdown)
     /// and read from at start; empty: no snapshot.
     pub snapshot_path: String,
@@ -101,8 +105,8 @@ pub struct ScreenConfig {
 }
 
 impl ScreenConfig {
-    /// Checks the `screen.*` keys, `screen.backpressure.*` and
-    /// `screen.cooldown.*` included.
+    /// Checks the `screen.*` keys, `screen.backpressure.*`,
+    /// `screen.cooldown.*` and `screen.pacing.*` included.
     pub fn validate(&self) -> Result<(), ConfigError> {
         require_positive(&[
             ("screen.denied_ttl_secs", self.denied_ttl_secs),
@@ -126,6 +130,7 @@ impl ScreenConfig {
         ])?;
         self.backpressure.validate()?;
         self.cooldown.validate()?;
+        self.pacing.validate()?;
         self.validate_snapshot_path()
     }
 
@@ -180,6 +185,7 @@ impl Default for ScreenConfig {
             batch_concurrency: DEFAULT_BATCH_CONCURRENCY,
             backpressure: BackpressureConfig::default(),
             cooldown: CooldownConfig::default(),
+            pacing: PacingConfig::default(),
             snapshot_path: DEFAULT_SNAPSHOT_PATH.to_string(),
             snapshot_interval_secs: DEFAULT_SNAPSHOT_INTERVAL_SECS,
         }
@@ -199,7 +205,7 @@ mod tests {
 
     #[test]
     fn each_rule_names_its_key() {
-        let cases: [(Change, &str); 15] = [
+        let cases: [(Change, &str); 16] = [
             (|c| c.denied_ttl_secs = 0, "screen.denied_ttl_secs"),
             (|c| c.max_denied = 0, "screen.max_denied"),
             (
@@ -234,6 +240,7 @@ mod tests {
                 |c| c.cooldown.assertion_idle_secs = 0,
                 "screen.cooldown.assertion_idle_secs",
             ),
+            (|c| c.pacing.max_held = 0, "screen.pacing.max_held"),
         ];
         for (change, key) in cases {
             let mut c = ScreenConfig::default();

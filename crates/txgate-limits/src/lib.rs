@@ -7,6 +7,8 @@
 //!   optionally keeping each client's usage for a fleet-wide sync.
 //! - [`sampler`]: at most a rate of events per key (log lines per reason),
 //!   the rest counted.
+//! - [`pacing`]: how long to hold the answer to a client that keeps
+//!   sending refused submissions, and the bounded table of their streaks.
 //!
 //! ```
 //! use txgate_limits::{Limits, Rate, Table, Slot};
@@ -18,9 +20,11 @@
 //! ```
 
 pub mod gcra;
+pub mod pacing;
 pub mod sampler;
 pub mod table;
 
 pub use gcra::{Nanos, Rate, SharedRate};
+pub use pacing::{Pacing, Streaks, Untracked};
 pub use sampler::Sampler;
 pub use table::{Limits, Refused, Slot, Spans, Table, Usage, Which, ip_key};

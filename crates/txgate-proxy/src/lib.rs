@@ -398,6 +398,12 @@ impl Proxy {
                 http2: config.server.http2,
                 grace_period: Duration::from_millis(config.shutdown.grace_period_ms),
                 tls: self.tls.clone(),
+                pacer: server::pacing::Pacer::new(
+                    &config.screen.pacing,
+                    config.limits.ipv6_prefix,
+                    self.metrics.clone(),
+                )
+                .filter(|_| config.screen.enabled && !config.screen.monitor_only),
             },
             edge: Arc::new(Edge::new(&config.server, self.metrics.clone())),
             screen: self.screen.clone(),

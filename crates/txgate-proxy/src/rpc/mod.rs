@@ -41,6 +41,7 @@ use crate::rpc::rescue::{Body, Refusal, json_response, no_content};
 use crate::rpc::sync::SyncSlot;
 use crate::screening::{self, Stack};
 use crate::server::identity::Client;
+use crate::server::pacing::{Pace, Pacer};
 use crate::upstream::{Upstream, is_json_content_type};
 
 /// Screening of the raw-transaction methods, when enabled.
@@ -71,6 +72,9 @@ pub struct PerProcess {
     pub sync: Arc<sync::SyncCalls>,
     /// Client WebSockets (`None`: off).
     pub websockets: Option<Arc<websocket::WebSockets>>,
+    /// Holds refusals of clients that keep being refused (`None`: off);
+    /// HTTP answers are held by the connection, WebSocket answers here.
+    pub(crate) pacer: Option<Arc<Pacer>>,
 }
 
 /// Who sent a request, as the checks of its calls need it.
@@ -101,6 +105,7 @@ struct Shared {
     /// `eth_sendRawTransactionSync`: its own cap in flight and timeout.
     sync: Arc<sync::SyncCalls>,
     websockets: Option<Arc<websocket::WebSockets>>,
+    pacer: Option<Arc<Pacer>>,
 }
 
 /// The innermost service of the client-facing stack.
@@ -127,6 +132,7 @@ impl RpcService {
             conditions,
             sync,
             websockets,
+            pacer,
         } = process;
         let screening = screen.map(|screen| Screening {
             stack: screening::stack(probe),
@@ -149,6 +155,7 @@ impl RpcService {
                 screening,
                 sync,
                 websockets,
+                pacer,
             }),
         }
     }
@@ -187,6 +194,38 @@ where
             Ok(response)
         })
     }
+}
+
+/// `answer` with its mark for the connection's pacing, if it has one.
+fn paced(answer: (Outcome, Response<Body>), pace: Option<Pace>) -> (Outcome, Response<Body>) {
+    let (outcome, mut response) = answer;
+    if let Some(pace) = pace {
+        response.extensions_mut().insert(pace);
+    }
+    (outcome, response)
+}
+
+/// A batch's mark for pacing: cleared if one of its submissions cleared
+/// screening, else refused by the number screening refused.
+fn batch_pace(
+    entries: &[Entry<'_>],
+    verdicts: &[Option<Refusal>],
+    screening: bool,
+) -> Option<Pace> {
+    if !screening {
+        return None;
+    }
+    let mut refused = 0u32;
+    for (entry, verdict) in entries.iter().zip(verdicts) {
+        match (entry, verdict) {
+            (Entry::Call(call), None) if screening::is_screened(&call.method) => {
+                return Some(Pace::Cleared);
+            }
+            (_, Some(Refusal::Screened(_))) => refused = refused.saturating_add(1),
+            _ => {}
+        }
+    }
+    (refused > 0).then_some(Pace::Refused(refused))
 }
 
 /// What a frame costs the client's rates (calls, submissions) and the id a
@@ -404,12 +443,16 @@ impl Shared {
             Err(refusal) => return self.refuse(refusal, call.id),
         };
         if let Some(refusal) = self.check_call(call, from).await {
-            if call.is_notification() {
-                return (refusal.class().outcome, no_content());
-            }
-            return self.refuse(refusal, call.id);
+            let pace = matches!(refusal, Refusal::Screened(_)).then_some(Pace::Refused(1));
+            let answer = if call.is_notification() {
+                (refusal.class().outcome, no_content())
+            } else {
+                self.refuse(refusal, call.id)
+            };
+            return paced(answer, pace);
         }
-        match self
+        let cleared = self.screening.is_some() && screening::is_screened(&call.method);
+        let answer = match self
             .upstream
             .call_within(body, self.sync.timeout(usize::from(sync.is_some())))
             .await
@@ -429,7 +472,8 @@ impl Shared {
             Err(UpstreamFailure::Timeout) => self.refuse(Refusal::UpstreamTimeout, call.id),
             Err(UpstreamFailure::Tls) => self.refuse(Refusal::UpstreamTls, call.id),
             Err(_) => self.refuse(Refusal::UpstreamUnavailable, call.id),
-        }
+        };
+        paced(answer, cleared.then_some(Pace::Cleared))
     }
 
     /// Policy and screening of every call of a batch, in the caller's
@@ -497,6 +541,20 @@ impl Shared {
         body_len: usize,
         from: &From<'_>,
     ) -> (Outcome, Response<Body>) {
+        let (verdicts, syncs) = self.verdicts(entries, from).await;
+        let pace = batch_pace(entries, &verdicts, self.screening.is_some());
+        let answer = self.answer_batch(entries, body_len, verdicts, syncs).await;
+        paced(answer, pace)
+    }
+
+    /// The batch's answer, given each call's verdict.
+    async fn answer_batch(
+        &self,
+        entries: &[Entry<'_>],
+        body_len: usize,
+        verdicts: Vec<Option<Refusal>>,
+        syncs: Vec<(usize, SyncSlot)>,
+    ) -> (Outcome, Response<Body>) {
         enum Slot {
             /// No answer owed (a notification).
             Silent,
@@ -510,8 +568,6 @@ impl Shared {
         upstream_body.push(b'[');
         let mut forwarded = 0usize;
         let mut first_refusal = None;
-
-        let (verdicts, syncs) = self.verdicts(entries, from).await;
 
         for (index, (entry, verdict)) in entries.iter().zip(verdicts).enumerate() {
             let slot = match entry {

@@ -7,6 +7,7 @@
 
 pub mod identity;
 pub mod listeners;
+pub(crate) mod pacing;
 mod proxy_protocol;
 pub mod tls;
 pub(crate) mod workers;
@@ -46,6 +47,8 @@ pub struct ServerSettings {
     pub grace_period: Duration,
     /// TLS on the port (`None`: cleartext).
     pub tls: Option<tls::Tls>,
+    /// Holds refusals of connections that keep being refused (`None`: off).
+    pub(crate) pacer: Option<Arc<pacing::Pacer>>,
 }
 
 /// How serving ended.
@@ -170,7 +173,7 @@ where
         ));
         let (builder, service, edge, drain, tls) = (
             builder.clone(),
-            service.clone(),
+            pacing::Paced::new(service.clone(), settings.pacer.as_ref()),
             edge.clone(),
             drain.clone(),
             settings.tls.clone(),

@@ -194,6 +194,7 @@ fn serve(
                     conditions,
                     sync,
                     websockets,
+                    pacer: settings.pacer.clone(),
                 },
             ));
         server::serve(

@@ -21,6 +21,7 @@ mod fleet;
 mod fleet_redis;
 mod hostile_http;
 mod observability;
+mod pacing;
 mod passthrough;
 mod pool;
 mod screening;

@@ -8,6 +8,8 @@
 //! - [`http`]: calls, responses by outcome, connections, in flight.
 //! - [`client`]: PROXY protocol headers, where each client came from.
 //! - [`limits`]: per-client limit refusals.
+//! - [`pacing`]: refusals held back from clients that keep being
+//!   refused.
 //! - [`websocket`]: client WebSockets: sockets, messages, subscriptions,
 //!   closes.
 //! - [`upstream`]: upstream failures, round trip, health.
@@ -28,6 +30,7 @@ pub mod client;
 pub mod conditional;
 pub mod http;
 pub mod limits;
+pub mod pacing;
 pub mod process;
 mod registrar;
 pub mod screen;
@@ -46,6 +49,7 @@ pub use client::ClientMetrics;
 pub use conditional::ConditionalMetrics;
 pub use http::{HttpMetrics, KNOWN_METHODS, Outcome};
 pub use limits::LimitMetrics;
+pub use pacing::PacingMetrics;
 pub use process::ProcessMetrics;
 pub use screen::{ClearedAs, ScreenMetrics};
 pub use sidecar::SidecarMetrics;
@@ -66,6 +70,8 @@ pub struct Metrics {
     pub client: ClientMetrics,
     /// Per-client limits.
     pub limits: LimitMetrics,
+    /// Held refusals.
+    pub pacing: PacingMetrics,
     /// The upstream node.
     pub upstream: UpstreamMetrics,
     /// Screening.
@@ -112,6 +118,7 @@ impl Metrics {
         );
         let (aeges, verify) = (AegesMetrics::new(&r), VerifyMetrics::new(&r));
         let (client, limits) = (ClientMetrics::new(&r), LimitMetrics::new(&r));
+        let pacing = PacingMetrics::new(&r);
         let (admin, conditional) = (AdminMetrics::new(&r), ConditionalMetrics::new(&r));
         let (websocket, tls) = (WebSocketMetrics::new(&r), TlsMetrics::new(&r));
         Metrics {
@@ -122,6 +129,7 @@ impl Metrics {
             conditional,
             client,
             limits,
+            pacing,
             aeges,
             verify,
             http,

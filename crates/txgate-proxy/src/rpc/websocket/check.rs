@@ -18,7 +18,8 @@ use crate::limits::admission::Permit;
 use crate::ops::metrics::Outcome;
 use crate::rpc::rescue::Refusal;
 use crate::rpc::sync::SyncSlot;
-use crate::rpc::{From, Shared, frame_cost, frame_refusal};
+use crate::rpc::{From, Shared, batch_pace, frame_cost, frame_refusal};
+use crate::server::pacing::Pace;
 
 /// One entry of a message's answer.
 #[derive(Debug)]
@@ -196,6 +197,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
         signed: crate::rpc::conditional::Signed::new(None, &text),
     };
     let (verdicts, syncs) = shared.verdicts(&entries, &from).await;
+    let pace = batch_pace(&entries, &verdicts, shared.screening.is_some());
     checked.timeout = shared.sync.timeout(syncs.len());
     checked.held._syncs = syncs.into_iter().map(|(_, slot)| slot).collect();
 
@@ -277,7 +279,28 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
         checked.upstream = Some(upstream);
     }
     checked.outcome = first_refusal.unwrap_or(Outcome::Forwarded);
+    pace_message(&conn, &mut checked, pace).await;
     checked
+}
+
+/// Pacing, as for an HTTP answer: a message that ends its client's
+/// streak, or an answer of refusals only, updates the streak; an answer
+/// due a hold gives back its in-flight slot and waits before it is sent,
+/// counted among the socket's messages under way (so a socket holds at
+/// most `websocket.max_in_flight_per_connection`). A message that forwards calls
+/// beside its refusals is not held (its forwarded calls are not delayed).
+async fn pace_message(conn: &Conn, checked: &mut Checked, pace: Option<Pace>) {
+    let (Some(pacer), Some(client), Some(pace)) = (&conn.shared.pacer, conn.peer.client, pace)
+    else {
+        return;
+    };
+    if matches!(pace, Pace::Refused(_)) && checked.upstream.is_some() {
+        return;
+    }
+    if let Some(hold) = pacer.answer(client, pace) {
+        checked.held = Held::default();
+        hold.sleep.await;
+    }
 }
 
 /// The first param as a string (`eth_unsubscribe`'s subscription id).

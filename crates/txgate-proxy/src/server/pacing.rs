@@ -1,0 +1,337 @@
+//! Holding the refusals of a client that keeps being refused
+//! (`[screen.pacing]`; the policy and the table of streaks are
+//! `txgate_limits::pacing`).
+//!
+//! The RPC service marks each answer with what it did to its client's
+//! streak ([`Pace`], in the response's extensions): screening refusals
+//! lengthen it, a submission that cleared screening ends it. [`Paced`],
+//! one per connection, reads the mark once the answer is ready, with the
+//! request's client (after client identity: behind a trusted balancer,
+//! the address it forwards). It sits outside admission and the per-client
+//! limits, so a held answer takes no in-flight slot: it holds only its
+//! connection (and, over HTTP/2, its stream), for at most `max_hold_ms`,
+//! and at most `max_held` answers are held at once across the process.
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use http::{Request, Response};
+use tower::Service;
+use txgate_config::PacingConfig;
+use txgate_limits::{Pacing, Streaks};
+
+use super::identity::Client;
+
+use crate::ops::metrics::PacingMetrics;
+
+/// What an answer did to its client's refusal streak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pace {
+    /// This many screened submissions were refused, none cleared.
+    Refused(u32),
+    /// A screened submission cleared screening: the streak ends.
+    Cleared,
+}
+
+/// See the module docs.
+pub(crate) struct Pacer {
+    pacing: Pacing,
+    streaks: Streaks,
+    ipv6_prefix: u8,
+    max_held: usize,
+    held: AtomicUsize,
+    /// The process's start, for the streaks' clock.
+    epoch: std::time::Instant,
+    metrics: Arc<crate::ops::metrics::Metrics>,
+}
+
+impl std::fmt::Debug for Pacer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pacer")
+            .field("pacing", &self.pacing)
+            .field("max_held", &self.max_held)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pacer {
+    /// The pacer `config` describes; `None` when pacing is off.
+    pub(crate) fn new(
+        config: &PacingConfig,
+        ipv6_prefix: u8,
+        metrics: Arc<crate::ops::metrics::Metrics>,
+    ) -> Option<Arc<Pacer>> {
+        config.enabled.then(|| {
+            Arc::new(Pacer {
+                pacing: Pacing::new(
+                    config.after,
+                    Duration::from_millis(config.initial_hold_ms),
+                    Duration::from_millis(config.max_hold_ms),
+                ),
+                streaks: Streaks::new(config.max_clients, Duration::from_secs(config.window_secs)),
+                ipv6_prefix,
+                max_held: config.max_held,
+                held: AtomicUsize::new(0),
+                epoch: std::time::Instant::now(),
+                metrics,
+            })
+        })
+    }
+
+    fn metrics(&self) -> &PacingMetrics {
+        &self.metrics.pacing
+    }
+
+    /// Records `pace` in `client`'s streak; `Some` when the answer is to
+    /// be held for the returned hold.
+    pub(crate) fn answer(self: &Arc<Self>, client: IpAddr, pace: Pace) -> Option<Hold> {
+        let key = txgate_limits::ip_key(client, self.ipv6_prefix);
+        let streak = match pace {
+            Pace::Cleared => {
+                // While no client is on a streak: one atomic load.
+                if !self.streaks.is_empty() {
+                    self.streaks.cleared(key);
+                    self.metrics().clients.set(self.streaks.len() as i64);
+                }
+                return None;
+            }
+            Pace::Refused(n) => {
+                let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                let streak = self.streaks.refused(key, n, now);
+                self.metrics().clients.set(self.streaks.len() as i64);
+                match streak {
+                    Ok(streak) => streak,
+                    Err(txgate_limits::Untracked) => {
+                        self.metrics().untracked.inc();
+                        return None;
+                    }
+                }
+            }
+        };
+        let duration = self.pacing.hold(streak)?;
+        if self.held.fetch_add(1, Ordering::Relaxed) >= self.max_held {
+            self.held.fetch_sub(1, Ordering::Relaxed);
+            self.metrics().over_bound.inc();
+            return None;
+        }
+        let metrics = self.metrics();
+        metrics.held.inc();
+        metrics.holding.inc();
+        metrics
+            .hold_micros
+            .inc_by(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX));
+        Some(Hold {
+            sleep: Box::pin(tokio::time::sleep(duration)),
+            _place: Place(self.clone()),
+        })
+    }
+}
+
+/// An answer's hold: a timer, and its place under `max_held` until dropped
+/// (elapsed, or the connection gone).
+pub(crate) struct Hold {
+    pub(crate) sleep: Pin<Box<tokio::time::Sleep>>,
+    _place: Place,
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold").finish_non_exhaustive()
+    }
+}
+
+struct Place(Arc<Pacer>);
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, Ordering::Relaxed);
+        self.0.metrics().holding.dec();
+    }
+}
+
+/// A connection's service with its answers paced (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct Paced<S> {
+    inner: S,
+    /// `None`: pacing is off, answers pass untouched.
+    pacer: Option<Arc<Pacer>>,
+}
+
+impl<S> Paced<S> {
+    /// `inner` for one new connection.
+    pub(crate) fn new(inner: S, pacer: Option<&Arc<Pacer>>) -> Paced<S> {
+        Paced {
+            inner,
+            pacer: pacer.cloned(),
+        }
+    }
+}
+
+impl<S, B, RB> Service<Request<B>> for Paced<S>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+{
+    type Response = Response<RB>;
+    type Error = S::Error;
+    type Future = PacedFuture<S::Future, RB>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let pacing = match (&self.pacer, req.extensions().get::<Client>()) {
+            (Some(pacer), Some(client)) => Some((pacer.clone(), client.ip)),
+            _ => None,
+        };
+        PacedFuture::Answering {
+            inner: self.inner.call(req),
+            pacing,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An answer, then its hold if it is due one. The inner future (and
+    /// with it the in-flight slot it holds) is dropped as soon as it has
+    /// answered, before any hold.
+    #[project = Proj]
+    pub(crate) enum PacedFuture<F, RB> {
+        Answering { #[pin] inner: F, pacing: Option<(Arc<Pacer>, IpAddr)> },
+        Holding { hold: Hold, response: Option<Response<RB>> },
+        Done,
+    }
+}
+
+impl<F, RB, E> Future for PacedFuture<F, RB>
+where
+    F: Future<Output = Result<Response<RB>, E>>,
+{
+    type Output = Result<Response<RB>, E>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            match self.as_mut().project() {
+                Proj::Answering { inner, pacing } => {
+                    let answered = ready!(inner.poll(cx));
+                    let due = match (&answered, pacing.as_ref()) {
+                        (Ok(response), Some((pacer, client))) => response
+                            .extensions()
+                            .get::<Pace>()
+                            .and_then(|&pace| pacer.answer(*client, pace)),
+                        _ => None,
+                    };
+                    match (due, answered) {
+                        (Some(hold), Ok(response)) => self.set(PacedFuture::Holding {
+                            hold,
+                            response: Some(response),
+                        }),
+                        (_, answered) => {
+                            self.set(PacedFuture::Done);
+                            return Poll::Ready(answered);
+                        }
+                    }
+                }
+                Proj::Holding { hold, response } => {
+                    ready!(hold.sleep.as_mut().poll(cx));
+                    let response = response.take();
+                    self.set(PacedFuture::Done);
+                    if let Some(response) = response {
+                        return Poll::Ready(Ok(response));
+                    }
+                }
+                Proj::Done => unreachable!("PacedFuture polled after completion"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
+    const TWO: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 3));
+
+    fn pacer(after: u32, max_held: usize, max_clients: usize) -> Arc<Pacer> {
+        Pacer::new(
+            &PacingConfig {
+                enabled: true,
+                after,
+                initial_hold_ms: 1,
+                max_hold_ms: 8,
+                max_held,
+                max_clients,
+                window_secs: 60,
+            },
+            64,
+            Arc::new(crate::ops::metrics::Metrics::new()),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn off_builds_nothing() {
+        let config = PacingConfig {
+            enabled: false,
+            ..PacingConfig::default()
+        };
+        let metrics = Arc::new(crate::ops::metrics::Metrics::new());
+        assert!(Pacer::new(&config, 64, metrics).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_streak_is_held_once_past_the_threshold_and_ended_by_a_clear() {
+        let p = pacer(2, 16, 1_000);
+        assert!(p.answer(ONE, Pace::Refused(1)).is_none());
+        assert!(p.answer(ONE, Pace::Refused(1)).is_none());
+        assert!(p.answer(TWO, Pace::Refused(1)).is_none(), "its own streak");
+        let hold = p.answer(ONE, Pace::Refused(1)).expect("third refusal held");
+        assert_eq!(p.held.load(Ordering::Relaxed), 1);
+        assert_eq!(p.metrics().holding.get(), 1);
+        assert_eq!(p.metrics().clients.get(), 2);
+        drop(hold);
+        assert_eq!(p.held.load(Ordering::Relaxed), 0, "the place comes back");
+        assert_eq!(p.metrics().holding.get(), 0);
+        assert!(p.answer(ONE, Pace::Cleared).is_none());
+        assert!(
+            p.answer(ONE, Pace::Refused(1)).is_none(),
+            "a cleared submission ended the streak"
+        );
+        // A batch's refusals count one each.
+        assert!(p.answer(ONE, Pace::Refused(5)).is_some());
+        assert_eq!(p.metrics().held.get(), 2);
+        assert_eq!(p.metrics().hold_micros.get(), 1_000 + 8_000);
+    }
+
+    #[tokio::test]
+    async fn past_the_bounds_answers_at_once_and_counts() {
+        let p = pacer(0, 2, 1_000);
+        let a = p.answer(ONE, Pace::Refused(1)).unwrap();
+        let _b = p.answer(ONE, Pace::Refused(1)).unwrap();
+        assert!(
+            p.answer(ONE, Pace::Refused(1)).is_none(),
+            "two held already"
+        );
+        assert_eq!(p.metrics().over_bound.get(), 1);
+        assert_eq!(
+            p.held.load(Ordering::Relaxed),
+            2,
+            "the refused place given back"
+        );
+        drop(a);
+        assert!(p.answer(ONE, Pace::Refused(1)).is_some(), "room again");
+
+        // A table of one client per shard: a client it has no room for is
+        // not paced, and counted.
+        let p = pacer(0, 16, 1);
+        let _held = p.answer(ONE, Pace::Refused(1)).unwrap();
+        assert!(p.answer(TWO, Pace::Refused(1)).is_none());
+        assert_eq!(p.metrics().untracked.get(), 1);
+    }
+}

@@ -1,0 +1,281 @@
+//! Pacing end to end: a client that keeps sending refused submissions gets
+//! its refusals held, doubling to the cap, on every connection it opens;
+//! other clients (distinct loopback addresses), other answers and a
+//! cleared submission are not held; a held answer takes no in-flight slot;
+//! the process holds at most `max_held` at once.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use alloy_primitives::Address;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use txgate_screen::{Invalidation, decode, decode_hex, recover_sender};
+
+use crate::support::{Eoa, InProcess, RecordingUpstream, metric};
+
+const TARGET: Address = Address::repeat_byte(0x7e);
+const TIP: u128 = 1_000_000_000;
+/// The first hold, and the cap in these tests: long beside a loopback
+/// call, so "held" and "not held" are far apart even on a loaded machine.
+const HOLD: Duration = Duration::from_millis(400);
+const CAP: Duration = Duration::from_millis(800);
+
+/// The attacker's call: a selector and one argument.
+fn attack_input() -> Vec<u8> {
+    let mut input = vec![0xde, 0xad, 0xbe, 0xef];
+    input.extend_from_slice(&[0x66; 32]);
+    input
+}
+
+/// One kept HTTP/1.1 connection to `addr` from the loopback address
+/// `from` (127.0.0.2, 127.0.0.3…: distinct clients).
+async fn connect(addr: SocketAddr, from: &str) -> SendRequest<Full<Bytes>> {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new(from.parse().unwrap(), 0))
+        .unwrap();
+    let stream = socket.connect(addr).await.unwrap();
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    sender
+}
+
+/// One call on a kept connection: the answer and how long it took.
+async fn call(conn: &mut SendRequest<Full<Bytes>>, body: &Value) -> (Value, Duration) {
+    conn.ready().await.unwrap();
+    let started = Instant::now();
+    let request = hyper::Request::post("/")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let response = conn.send_request(request).await.unwrap();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (serde_json::from_slice(&bytes).unwrap(), started.elapsed())
+}
+
+fn submit(raw: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": 7, "method": "eth_sendRawTransaction", "params": [raw]})
+}
+
+fn addr(url: &str) -> SocketAddr {
+    url.trim_start_matches("http://").parse().unwrap()
+}
+
+/// Bans the attacker's call (its fingerprint, no assertion) in `txgate`.
+fn ban_attack_call(txgate: &InProcess) {
+    let raw = Eoa::new(1).sign(0, TARGET, &attack_input(), 0, TIP);
+    let tx = decode(&decode_hex(&raw).unwrap()).unwrap();
+    let inv = Invalidation::of(&tx, Some(recover_sender(&tx).unwrap()), None).unwrap();
+    assert_eq!(txgate.invalidations.apply(&[inv]).banned, 1);
+}
+
+fn config(extra: &str) -> String {
+    format!(
+        "[admission]\nmax_in_flight = 1\n\n[screen.pacing]\nafter = 2\ninitial_hold_ms = {}\n\
+         max_hold_ms = {}\nmax_held = 1\n{extra}",
+        HOLD.as_millis(),
+        CAP.as_millis()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_keeps_being_refused_is_held_and_no_one_else_is() {
+    let upstream = RecordingUpstream::start().await;
+    let txgate = InProcess::start(&upstream.url, &config(""));
+    ban_attack_call(&txgate);
+    let at = addr(&txgate.url);
+    // A fresh EOA per submission, as an attacker rotates them: each is
+    // refused by the denied fingerprint.
+    let mut seed = 100;
+    let mut attack = || {
+        seed += 1;
+        submit(&Eoa::new(seed).sign(0, TARGET, &attack_input(), 0, TIP))
+    };
+    let refused = |answer: &Value| {
+        assert_eq!(answer["error"]["code"], -32003, "{answer}");
+        assert_eq!(answer["error"]["data"]["reason"], "denied_fingerprint");
+    };
+
+    let mut a = connect(at, "127.0.0.2").await;
+    // The first `after` refusals: at once.
+    for _ in 0..2 {
+        let (answer, took) = call(&mut a, &attack()).await;
+        refused(&answer);
+        assert!(took < HOLD, "not held yet: {took:?}");
+    }
+    // Then held, doubling to the cap; the answer is the same refusal.
+    let (answer, took) = call(&mut a, &attack()).await;
+    refused(&answer);
+    assert!(took >= HOLD, "third refusal held: {took:?}");
+    // A new connection from the same client does not start over.
+    let mut a = connect(at, "127.0.0.2").await;
+    let (answer, took) = call(&mut a, &attack()).await;
+    refused(&answer);
+    assert!(took >= CAP, "fourth held for the cap: {took:?}");
+
+    // While a refusal of A is held (for the cap, 800 ms):
+    let held = tokio::spawn(async move {
+        let (answer, took) = call(&mut a, &attack_with_seed(500)).await;
+        (a, answer, took)
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // another client's calls are answered at once, though the admission
+    // cap is one call in flight: the held answer holds no slot;
+    let mut b = connect(at, "127.0.0.3").await;
+    let chain = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []});
+    let (answer, took) = call(&mut b, &chain).await;
+    assert_eq!(answer["result"], "0x01", "{answer}");
+    assert!(took < HOLD, "{took:?}");
+    let (answer, took) = call(&mut b, &attack_with_seed(600)).await;
+    refused(&answer);
+    assert!(took < HOLD, "B's own first refusal is not held: {took:?}");
+    // and a third client due a hold finds the one place taken
+    // (`max_held` 1): answered at once, counted.
+    let mut c = connect(at, "127.0.0.4").await;
+    for seed in 700..703 {
+        let (answer, took) = call(&mut c, &attack_with_seed(seed)).await;
+        refused(&answer);
+        assert!(took < HOLD, "over the bound, not held: {took:?}");
+    }
+    let (mut a, answer, took) = held.await.unwrap();
+    refused(&answer);
+    assert!(took >= CAP, "{took:?}");
+
+    // A submission that clears screening ends A's streak.
+    let honest = Eoa::new(42).sign(0, Address::repeat_byte(0x11), &[], 1, TIP);
+    let (answer, took) = call(&mut a, &submit(&honest)).await;
+    assert_eq!(answer["result"], "0x01", "forwarded: {answer}");
+    assert!(took < HOLD, "{took:?}");
+    let (answer, took) = call(&mut a, &attack_with_seed(800)).await;
+    refused(&answer);
+    assert!(took < HOLD, "the streak started over: {took:?}");
+
+    let m = txgate.metrics().await;
+    assert_eq!(
+        metric(&m, "txgate_pacing_refusals_total{result=\"held\"}"),
+        3.0
+    );
+    assert_eq!(
+        metric(&m, "txgate_pacing_refusals_total{result=\"over_bound\"}"),
+        1.0
+    );
+    assert_eq!(metric(&m, "txgate_pacing_held"), 0.0, "every place back");
+    // B's and C's streaks, and A's new one (one refusal since its clear).
+    assert_eq!(metric(&m, "txgate_pacing_clients"), 3.0);
+    assert_eq!(
+        metric(&m, "txgate_pacing_hold_microseconds_total"),
+        (HOLD + CAP + CAP).as_micros() as f64
+    );
+}
+
+fn attack_with_seed(seed: u64) -> Value {
+    submit(&Eoa::new(seed).sign(0, TARGET, &attack_input(), 0, TIP))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_counts_each_refusal_and_pacing_off_holds_nothing() {
+    let upstream = RecordingUpstream::start().await;
+    let txgate = InProcess::start(&upstream.url, &config(""));
+    ban_attack_call(&txgate);
+    let mut a = connect(addr(&txgate.url), "127.0.0.2").await;
+    // Three refusals in one batch pass `after` (2): the batch is held.
+    let batch = Value::Array((900..903).map(attack_with_seed).collect());
+    let (answer, took) = call(&mut a, &batch).await;
+    assert_eq!(answer.as_array().map(Vec::len), Some(3), "{answer}");
+    for one in answer.as_array().unwrap() {
+        assert_eq!(one["error"]["code"], -32003, "{one}");
+    }
+    assert!(took >= HOLD, "{took:?}");
+    // A batch with one submission that clears is not held, and ends the
+    // streak, whatever else in it was refused.
+    let honest = Eoa::new(43).sign(0, Address::repeat_byte(0x11), &[], 1, TIP);
+    let batch = json!([attack_with_seed(910), submit(&honest)]);
+    let (answer, took) = call(&mut a, &batch).await;
+    assert_eq!(answer[1]["result"], "0x01", "{answer}");
+    assert!(took < HOLD, "{took:?}");
+    let (_, took) = call(&mut a, &attack_with_seed(911)).await;
+    assert!(took < HOLD, "{took:?}");
+    drop(txgate);
+
+    let off = InProcess::start(&upstream.url, &config("enabled = false\n"));
+    ban_attack_call(&off);
+    let mut a = connect(addr(&off.url), "127.0.0.2").await;
+    let started = Instant::now();
+    for seed in 920..930 {
+        let (answer, _) = call(&mut a, &attack_with_seed(seed)).await;
+        assert_eq!(answer["error"]["code"], -32003, "{answer}");
+    }
+    assert!(
+        started.elapsed() < HOLD,
+        "ten refusals, none held: {:?}",
+        started.elapsed()
+    );
+    let m = off.metrics().await;
+    assert_eq!(
+        metric(&m, "txgate_pacing_refusals_total{result=\"held\"}"),
+        0.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_on_a_streak_is_held_on_its_websocket_too() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let anvil = crate::support::Anvil::start().await;
+    let txgate = InProcess::start(&anvil.url, &config(""));
+    ban_attack_call(&txgate);
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new("127.0.0.5".parse().unwrap(), 0))
+        .unwrap();
+    let stream = socket.connect(addr(&txgate.url)).await.unwrap();
+    let url = txgate.url.replacen("http://", "ws://", 1);
+    let (mut ws, _) = tokio_tungstenite::client_async(url, stream)
+        .await
+        .expect("upgrade");
+    let mut round_trip = async |body: Value| {
+        let started = Instant::now();
+        ws.send(Message::text(body.to_string())).await.unwrap();
+        loop {
+            let message = tokio::time::timeout(Duration::from_secs(10), ws.next())
+                .await
+                .expect("an answer within 10 s")
+                .expect("open")
+                .expect("a message");
+            if let Message::Text(text) = message {
+                return (
+                    serde_json::from_str::<Value>(&text).unwrap(),
+                    started.elapsed(),
+                );
+            }
+        }
+    };
+    for seed in 1000..1002 {
+        let (answer, took) = round_trip(attack_with_seed(seed)).await;
+        assert_eq!(answer["error"]["code"], -32003, "{answer}");
+        assert!(took < HOLD, "not held yet: {took:?}");
+    }
+    let (answer, took) = round_trip(attack_with_seed(1002)).await;
+    assert_eq!(answer["error"]["code"], -32003, "{answer}");
+    assert!(
+        took >= HOLD,
+        "the third refusal on the socket is held: {took:?}"
+    );
+    // Other calls on the socket are not held.
+    let chain = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []});
+    let (answer, took) = round_trip(chain).await;
+    assert_eq!(answer["result"], "0x7a69", "{answer}");
+    assert!(took < HOLD, "{took:?}");
+    let m = txgate.metrics().await;
+    assert_eq!(
+        metric(&m, "txgate_pacing_refusals_total{result=\"held\"}"),
+        1.0
+    );
+}
