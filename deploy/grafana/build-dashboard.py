@@ -514,6 +514,26 @@ def build():
         [(rate("txgate_fleet_bans_total", "event"), "{{event}}")],
         w=6,
     )
+    d.timeseries(
+        "Paced refusals",
+        "Refusals of clients on a streak of refusals per second (screen.pacing): held (answered later), "
+        "over_bound (due a hold, answered at once: screen.pacing.max_held held already), untracked (the "
+        "table of streaks was full).",
+        "reqps",
+        [(rate("txgate_pacing_refusals_total", "result"), "{{result}}")],
+        w=6,
+    )
+    d.timeseries(
+        "Refusals held and clients on a streak",
+        "Answers held right now (bounded by screen.pacing.max_held) and clients with a streak of refusals "
+        "(bounded by screen.pacing.max_clients).",
+        "short",
+        [
+            (f"sum(txgate_pacing_held{{{I}}})", "held"),
+            (f"sum(txgate_pacing_clients{{{I}}})", "clients on a streak"),
+        ],
+        w=6,
+    )
 
     d.row("Conditional and sync calls")
     d.timeseries(

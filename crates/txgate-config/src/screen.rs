@@ -95,7 +95,7 @@ pub struct ScreenConfig {
     pub backpressure: BackpressureConfig,
     /// Assertion cooldowns.
     pub cooldown: CooldownConfig,
-    /// Holding the refusals of a connection that keeps being refused.
+    /// Holding the refusals of a client that keeps being refused.
     pub pacing: PacingConfig,
     /// File the denied set is written to (periodically and at shutdown)
     /// and read from at start; empty: no snapshot.

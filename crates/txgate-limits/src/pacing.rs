@@ -7,17 +7,19 @@
 //! calls takes a turn on the workers that honest calls wait for. A loop that
 //! waits for each answer before it sends the next (a script, a bot, the
 //! connections of a pool) is slowed by holding its refusals: after `after`
-//! refusals in a row from one client, with no cleared submission between
+//! refusals in a row from one client, with no submission taken between
 //! them, each further refusal is answered `initial` later, doubling per
-//! refusal up to `max` ([`Pacing`]). A cleared submission ends the streak,
-//! and so does `window` without a refusal.
+//! refusal up to `max` ([`Pacing`]). A submission taken ends the streak
+//! (the caller decides what counts: the proxy asks for the node's
+//! result), and so does `window` without a refusal.
 //!
-//! Nothing but refusals is held: a forwarded call is answered at once
-//! whatever the streak. The streaks are kept per client ([`Streaks`]: a
-//! bounded table, so a client cannot escape by opening a new connection per
-//! call), and only for clients that were refused: an honest client never
-//! has an entry, and while the table is empty, a cleared submission costs
-//! one atomic load.
+//! Only answers that carry refusals are held (an answer of accepted calls
+//! never is). The streaks are kept per client ([`Streaks`]: a bounded
+//! table, so a client cannot escape by opening a new connection per call),
+//! and only for clients refused within the window: a client never refused
+//! has no entry, and while the table is empty (no client refused within
+//! the window, once the owner's sweep has passed), an accepted submission
+//! costs one atomic load.
 //!
 //! ```
 //! use std::time::Duration;
@@ -58,8 +60,8 @@ impl Pacing {
         }
     }
 
-    /// How long to hold the answer to a connection's `streak`-th refusal
-    /// in a row (counting this one); `None`: answer at once.
+    /// How long to hold the answer to a client's `streak`-th refusal in a
+    /// row (counting this one); `None`: answer at once.
     pub fn hold(&self, streak: u32) -> Option<Duration> {
         let over = streak.checked_sub(self.after)?.checked_sub(1)?;
         // 2^over, saturating: past 2^31 the cap has long been reached.
@@ -94,6 +96,8 @@ pub struct Streaks {
     hasher: RandomState,
     window: Nanos,
     len: AtomicUsize,
+    /// The shard [`Streaks::sweep_next`] sweeps next.
+    cursor: AtomicUsize,
 }
 
 /// A refusal from a client the table had no room for (every shard entry a
@@ -112,6 +116,7 @@ impl Streaks {
             hasher: RandomState::new(),
             window: u64::try_from(window.as_nanos()).unwrap_or(u64::MAX),
             len: AtomicUsize::new(0),
+            cursor: AtomicUsize::new(0),
         }
     }
 
@@ -152,18 +157,7 @@ impl Streaks {
             return Ok(streak.refusals);
         }
         if shard.clients.len() >= self.per_shard && now >= shard.next_sweep {
-            let before = shard.clients.len();
-            shard
-                .clients
-                .retain(|_, s| now.saturating_sub(s.last) < window);
-            let dropped = before - shard.clients.len();
-            self.len.fetch_sub(dropped, Ordering::Relaxed);
-            shard.next_sweep = shard
-                .clients
-                .values()
-                .map(|s| s.last.saturating_add(window))
-                .min()
-                .unwrap_or(0);
+            self.sweep(&mut shard, now);
         }
         if shard.clients.len() >= self.per_shard {
             return Err(Untracked);
@@ -183,7 +177,42 @@ impl Streaks {
         Ok(n)
     }
 
-    /// Client `key` had a submission cleared: its streak ends.
+    /// Drops the shard's streaks whose window ended.
+    fn sweep(&self, shard: &mut Shard, now: Nanos) {
+        let window = self.window;
+        let before = shard.clients.len();
+        shard
+            .clients
+            .retain(|_, s| now.saturating_sub(s.last) < window);
+        self.len
+            .fetch_sub(before - shard.clients.len(), Ordering::Relaxed);
+        shard.next_sweep = shard
+            .clients
+            .values()
+            .map(|s| s.last.saturating_add(window))
+            .min()
+            .unwrap_or(0);
+    }
+
+    /// Sweeps the next shard in turn (the owner calls it on a timer: every
+    /// shard once per `shards` calls), so that streaks whose window ended
+    /// leave the table even when no refusal comes to make room.
+    pub fn sweep_next(&self, now: Nanos) {
+        let index = self.cursor.fetch_add(1, Ordering::Relaxed) % self.shards.len();
+        let mut shard = self.shards[index]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !shard.clients.is_empty() && now >= shard.next_sweep {
+            self.sweep(&mut shard, now);
+        }
+    }
+
+    /// Shards in the table (one [`Streaks::sweep_next`] each).
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Client `key` had a submission accepted: its streak ends.
     pub fn cleared(&self, key: u128) {
         if self.is_empty() {
             return;
@@ -293,6 +322,27 @@ mod tests {
             Err(Untracked),
             "b starts over only with room"
         );
+    }
+
+    #[test]
+    fn the_sweep_empties_the_table_of_ended_streaks() {
+        let t = Streaks::new(1_000, Duration::from_millis(100));
+        for key in 0..50u64 {
+            t.refused(u128::from(key), 1, key * MS).unwrap();
+        }
+        assert_eq!(t.len(), 50);
+        // At 125 ms the windows of the keys refused at 0..=25 ms ended.
+        for _ in 0..t.shards() {
+            t.sweep_next(125 * MS);
+        }
+        assert_eq!(t.len(), 24);
+        for _ in 0..t.shards() {
+            t.sweep_next(150 * MS);
+        }
+        assert!(t.is_empty(), "every window ended: {}", t.len());
+        // Empty, an accepted submission touches no shard.
+        t.cleared(30);
+        assert!(t.is_empty());
     }
 
     #[test]

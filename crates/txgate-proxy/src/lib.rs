@@ -135,6 +135,9 @@ pub struct Proxy {
     conditions: Arc<rpc::conditional::Conditions>,
     /// TLS on the client port, if on.
     tls: Option<server::tls::Tls>,
+    /// Holds refusals of clients that keep being refused (`None`: off, or
+    /// nothing is refused).
+    pacer: Option<Arc<server::pacing::Pacer>>,
 }
 
 /// Reads the API keys again on the operator's signal (SIGHUP).
@@ -253,8 +256,15 @@ impl Proxy {
             }),
             switch: ops::admin::switch::Switch::new(conditions.clone(), admin_token),
         });
+        let pacer = server::pacing::Pacer::new(
+            &config.screen.pacing,
+            config.limits.ipv6_prefix,
+            metrics.clone(),
+        )
+        .filter(|_| config.screen.enabled && !config.screen.monitor_only);
         Ok(Proxy {
             tls,
+            pacer,
             client_limits,
             fleet,
             admin,
@@ -398,12 +408,7 @@ impl Proxy {
                 http2: config.server.http2,
                 grace_period: Duration::from_millis(config.shutdown.grace_period_ms),
                 tls: self.tls.clone(),
-                pacer: server::pacing::Pacer::new(
-                    &config.screen.pacing,
-                    config.limits.ipv6_prefix,
-                    self.metrics.clone(),
-                )
-                .filter(|_| config.screen.enabled && !config.screen.monitor_only),
+                pacer: self.pacer.clone(),
             },
             edge: Arc::new(Edge::new(&config.server, self.metrics.clone())),
             screen: self.screen.clone(),
@@ -452,6 +457,11 @@ impl Proxy {
         {
             background.spawn("tls-reload", Role::Optional, quick, |stop| {
                 tls.watch(interval, stop)
+            });
+        }
+        if let Some(pacer) = &self.pacer {
+            background.spawn("pacing", Role::Optional, quick, |stop| {
+                pacer.clone().upkeep(stop)
             });
         }
         let Some(screen) = &self.screen else {

@@ -102,6 +102,10 @@ struct Cli {
         value_name = "true|false"
     )]
     websocket: Option<bool>,
+    /// Hold the refusals of clients that keep sending refused transactions:
+    /// true or false [screen.pacing.enabled].
+    #[arg(long, env = "TXGATE_PACING", global = true, value_name = "true|false")]
+    pacing: Option<bool>,
     /// The node's WebSocket endpoint, ws://host:port[/path]; empty: ws://
     /// and the host, port and path of the upstream URL
     /// [websocket.upstream_url].
@@ -192,6 +196,9 @@ impl Cli {
         }
         if let Some(v) = self.websocket {
             config.websocket.enabled = v;
+        }
+        if let Some(v) = self.pacing {
+            config.screen.pacing.enabled = v;
         }
         if let Some(v) = &self.websocket_upstream {
             config.websocket.upstream_url = v.clone();

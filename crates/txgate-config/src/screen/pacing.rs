@@ -28,8 +28,8 @@ pub const MAX_HOLD_MS_BOUND: u64 = 10_000;
 pub struct PacingConfig {
     /// Hold refusals at all.
     pub enabled: bool,
-    /// Screening refusals in a row from one client (no cleared submission
-    /// between them) answered at once; the next are held.
+    /// Screening refusals in a row from one client (no submission taken by
+    /// the node between them) answered at once; the next are held.
     pub after: u32,
     /// The first held refusal's wait; each further one in the streak
     /// doubles it.

@@ -41,7 +41,9 @@ use crate::rpc::rescue::{Body, Refusal, json_response, no_content};
 use crate::rpc::sync::SyncSlot;
 use crate::screening::{self, Stack};
 use crate::server::identity::Client;
-use crate::server::pacing::{Pace, Pacer};
+use crate::server::pacing::{
+    Pace, Pacer, answered_with_result, batch_pace, paced, refused_submissions,
+};
 use crate::upstream::{Upstream, is_json_content_type};
 
 /// Screening of the raw-transaction methods, when enabled.
@@ -194,38 +196,6 @@ where
             Ok(response)
         })
     }
-}
-
-/// `answer` with its mark for the connection's pacing, if it has one.
-fn paced(answer: (Outcome, Response<Body>), pace: Option<Pace>) -> (Outcome, Response<Body>) {
-    let (outcome, mut response) = answer;
-    if let Some(pace) = pace {
-        response.extensions_mut().insert(pace);
-    }
-    (outcome, response)
-}
-
-/// A batch's mark for pacing: cleared if one of its submissions cleared
-/// screening, else refused by the number screening refused.
-fn batch_pace(
-    entries: &[Entry<'_>],
-    verdicts: &[Option<Refusal>],
-    screening: bool,
-) -> Option<Pace> {
-    if !screening {
-        return None;
-    }
-    let mut refused = 0u32;
-    for (entry, verdict) in entries.iter().zip(verdicts) {
-        match (entry, verdict) {
-            (Entry::Call(call), None) if screening::is_screened(&call.method) => {
-                return Some(Pace::Cleared);
-            }
-            (_, Some(Refusal::Screened(_))) => refused = refused.saturating_add(1),
-            _ => {}
-        }
-    }
-    (refused > 0).then_some(Pace::Refused(refused))
 }
 
 /// What a frame costs the client's rates (calls, submissions) and the id a
@@ -451,13 +421,17 @@ impl Shared {
             };
             return paced(answer, pace);
         }
-        let cleared = self.screening.is_some() && screening::is_screened(&call.method);
+        let screened = self.screening.is_some() && screening::is_screened(&call.method);
+        let mut accepted = false;
         let answer = match self
             .upstream
             .call_within(body, self.sync.timeout(usize::from(sync.is_some())))
             .await
         {
             Ok(reply) if reply.status.is_success() || reply.is_json_rpc() => {
+                // A submission the node took ends its client's streak of
+                // refusals (one the node refused does not).
+                accepted = screened && !call.is_notification() && answered_with_result(&reply.body);
                 if call.is_notification() {
                     (Outcome::Notification, no_content())
                 } else {
@@ -473,7 +447,7 @@ impl Shared {
             Err(UpstreamFailure::Tls) => self.refuse(Refusal::UpstreamTls, call.id),
             Err(_) => self.refuse(Refusal::UpstreamUnavailable, call.id),
         };
-        paced(answer, cleared.then_some(Pace::Cleared))
+        paced(answer, accepted.then_some(Pace::Cleared))
     }
 
     /// Policy and screening of every call of a batch, in the caller's
@@ -542,19 +516,21 @@ impl Shared {
         from: &From<'_>,
     ) -> (Outcome, Response<Body>) {
         let (verdicts, syncs) = self.verdicts(entries, from).await;
-        let pace = batch_pace(entries, &verdicts, self.screening.is_some());
-        let answer = self.answer_batch(entries, body_len, verdicts, syncs).await;
-        paced(answer, pace)
+        let refused = refused_submissions(&verdicts);
+        let (outcome, response, accepted) =
+            self.answer_batch(entries, body_len, verdicts, syncs).await;
+        paced((outcome, response), batch_pace(refused, accepted))
     }
 
-    /// The batch's answer, given each call's verdict.
+    /// The batch's answer, given each call's verdict, and whether the node
+    /// took one of its screened submissions.
     async fn answer_batch(
         &self,
         entries: &[Entry<'_>],
         body_len: usize,
         verdicts: Vec<Option<Refusal>>,
         syncs: Vec<(usize, SyncSlot)>,
-    ) -> (Outcome, Response<Body>) {
+    ) -> (Outcome, Response<Body>, bool) {
         enum Slot {
             /// No answer owed (a notification).
             Silent,
@@ -568,6 +544,7 @@ impl Shared {
         upstream_body.push(b'[');
         let mut forwarded = 0usize;
         let mut first_refusal = None;
+        let mut accepted = false;
 
         for (index, (entry, verdict)) in entries.iter().zip(verdicts).enumerate() {
             let slot = match entry {
@@ -627,6 +604,9 @@ impl Shared {
                             if let (Some(slot @ Slot::Awaiting), Some(Entry::Call(call))) =
                                 (slots.get_mut(index), entries.get(index))
                             {
+                                accepted |= response.error().is_none()
+                                    && self.screening.is_some()
+                                    && screening::is_screened(&call.method);
                                 let mut out = Vec::with_capacity(64);
                                 response.write_with_id(&mut out, call.id.map(|i| i.as_str()));
                                 *slot = Slot::Done(out);
@@ -689,17 +669,19 @@ impl Shared {
             .collect();
         if parts.is_empty() {
             if let Some(refusal) = failure {
-                return self.refuse(refusal, None);
+                let (outcome, response) = self.refuse(refusal, None);
+                return (outcome, response, accepted);
             }
             if outcome == Outcome::Forwarded {
                 outcome = Outcome::Notification;
             }
-            return (outcome, no_content());
+            return (outcome, no_content(), accepted);
         }
         let capacity = parts.iter().map(|p| p.len() + 1).sum();
         (
             outcome,
             json_response(status, encode::join_batch(parts.into_iter(), capacity)),
+            accepted,
         )
     }
 }

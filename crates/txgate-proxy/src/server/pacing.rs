@@ -4,13 +4,15 @@
 //!
 //! The RPC service marks each answer with what it did to its client's
 //! streak ([`Pace`], in the response's extensions): screening refusals
-//! lengthen it, a submission that cleared screening ends it. [`Paced`],
-//! one per connection, reads the mark once the answer is ready, with the
-//! request's client (after client identity: behind a trusted balancer,
-//! the address it forwards). It sits outside admission and the per-client
-//! limits, so a held answer takes no in-flight slot: it holds only its
-//! connection (and, over HTTP/2, its stream), for at most `max_hold_ms`,
-//! and at most `max_held` answers are held at once across the process.
+//! lengthen it, a submission the node took (answered with a result) ends
+//! it. [`Paced`], one per connection, reads the mark once the answer is
+//! ready, with the request's client (after client identity: behind a
+//! trusted balancer, the address it forwards). It sits outside admission
+//! and the per-client limits, so a held answer takes no in-flight slot: it
+//! holds only its connection (and, over HTTP/2, its stream), for at most
+//! `max_hold_ms`, and at most `max_held` answers are held at once across
+//! the process. WebSocket messages are paced where they are checked
+//! (`rpc::websocket::check`), and the upkeep task sweeps the streaks.
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -26,15 +28,18 @@ use txgate_config::PacingConfig;
 use txgate_limits::{Pacing, Streaks};
 
 use super::identity::Client;
+use crate::ops::metrics::Outcome;
+use crate::rpc::rescue::{Body, Refusal};
+use txgate_jsonrpc::encode::{self, UpstreamBatch};
 
 use crate::ops::metrics::PacingMetrics;
 
 /// What an answer did to its client's refusal streak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pace {
-    /// This many screened submissions were refused, none cleared.
+    /// This many submissions were refused by screening, none taken.
     Refused(u32),
-    /// A screened submission cleared screening: the streak ends.
+    /// The node took a screened submission: the streak ends.
     Cleared,
 }
 
@@ -87,33 +92,37 @@ impl Pacer {
         &self.metrics.pacing
     }
 
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Records `pace` in `client`'s streak; the streak after it, or `None`
+    /// when it ended or the client is not tracked.
+    pub(crate) fn note(&self, client: IpAddr, pace: Pace) -> Option<u32> {
+        let key = txgate_limits::ip_key(client, self.ipv6_prefix);
+        match pace {
+            Pace::Cleared => {
+                // While no client was refused within the window: one
+                // atomic load.
+                if !self.streaks.is_empty() {
+                    self.streaks.cleared(key);
+                }
+                None
+            }
+            Pace::Refused(n) => match self.streaks.refused(key, n, self.now()) {
+                Ok(streak) => Some(streak),
+                Err(txgate_limits::Untracked) => {
+                    self.metrics().untracked.inc();
+                    None
+                }
+            },
+        }
+    }
+
     /// Records `pace` in `client`'s streak; `Some` when the answer is to
     /// be held for the returned hold.
     pub(crate) fn answer(self: &Arc<Self>, client: IpAddr, pace: Pace) -> Option<Hold> {
-        let key = txgate_limits::ip_key(client, self.ipv6_prefix);
-        let streak = match pace {
-            Pace::Cleared => {
-                // While no client is on a streak: one atomic load.
-                if !self.streaks.is_empty() {
-                    self.streaks.cleared(key);
-                    self.metrics().clients.set(self.streaks.len() as i64);
-                }
-                return None;
-            }
-            Pace::Refused(n) => {
-                let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                let streak = self.streaks.refused(key, n, now);
-                self.metrics().clients.set(self.streaks.len() as i64);
-                match streak {
-                    Ok(streak) => streak,
-                    Err(txgate_limits::Untracked) => {
-                        self.metrics().untracked.inc();
-                        return None;
-                    }
-                }
-            }
-        };
-        let duration = self.pacing.hold(streak)?;
+        let duration = self.pacing.hold(self.note(client, pace)?)?;
         if self.held.fetch_add(1, Ordering::Relaxed) >= self.max_held {
             self.held.fetch_sub(1, Ordering::Relaxed);
             self.metrics().over_bound.inc();
@@ -129,6 +138,22 @@ impl Pacer {
             sleep: Box::pin(tokio::time::sleep(duration)),
             _place: Place(self.clone()),
         })
+    }
+
+    /// Background upkeep until `stop`: every 100 ms, one shard of the
+    /// streaks swept (the whole table every 6.4 s, so ended streaks leave
+    /// and the table empties after an attack), and the clients gauge set.
+    pub(crate) async fn upkeep(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            self.streaks.sweep_next(self.now());
+            self.metrics().clients.set(self.streaks.len() as i64);
+        }
     }
 }
 
@@ -152,6 +177,50 @@ impl Drop for Place {
         self.0.held.fetch_sub(1, Ordering::Relaxed);
         self.0.metrics().holding.dec();
     }
+}
+
+/// `answer` with its mark for its client's pacing, if it has one.
+pub(crate) fn paced(
+    answer: (Outcome, Response<Body>),
+    pace: Option<Pace>,
+) -> (Outcome, Response<Body>) {
+    let (outcome, mut response) = answer;
+    if let Some(pace) = pace {
+        response.extensions_mut().insert(pace);
+    }
+    (outcome, response)
+}
+
+/// The screening refusals among a batch's (or a message's) verdicts.
+pub(crate) fn refused_submissions(verdicts: &[Option<Refusal>]) -> u32 {
+    let refused = verdicts
+        .iter()
+        .filter(|v| matches!(v, Some(Refusal::Screened(_))))
+        .count();
+    u32::try_from(refused).unwrap_or(u32::MAX)
+}
+
+/// A batch's mark: its client's streak ends if the node took one of its
+/// submissions; else it grows by the submissions screening refused.
+pub(crate) fn batch_pace(refused: u32, accepted: bool) -> Option<Pace> {
+    if accepted {
+        Some(Pace::Cleared)
+    } else {
+        (refused > 0).then_some(Pace::Refused(refused))
+    }
+}
+
+/// Whether the node's answer to one call is a result, not an error: a
+/// scan for an `"error"` member first (an accepted submission's answer, a
+/// hash, has none), a parse only when the scan finds one.
+pub(crate) fn answered_with_result(body: &[u8]) -> bool {
+    if memchr::memmem::find(body, b"\"error\"").is_none() {
+        return true;
+    }
+    matches!(
+        encode::parse_upstream_batch(body),
+        Some(UpstreamBatch::Whole(response)) if response.error().is_none()
+    )
 }
 
 /// A connection's service with its answers paced (see the module docs).
@@ -294,19 +363,47 @@ mod tests {
         let hold = p.answer(ONE, Pace::Refused(1)).expect("third refusal held");
         assert_eq!(p.held.load(Ordering::Relaxed), 1);
         assert_eq!(p.metrics().holding.get(), 1);
-        assert_eq!(p.metrics().clients.get(), 2);
+        assert_eq!(p.streaks.len(), 2);
         drop(hold);
         assert_eq!(p.held.load(Ordering::Relaxed), 0, "the place comes back");
         assert_eq!(p.metrics().holding.get(), 0);
         assert!(p.answer(ONE, Pace::Cleared).is_none());
         assert!(
             p.answer(ONE, Pace::Refused(1)).is_none(),
-            "a cleared submission ended the streak"
+            "a submission taken ended the streak"
         );
         // A batch's refusals count one each.
         assert!(p.answer(ONE, Pace::Refused(5)).is_some());
         assert_eq!(p.metrics().held.get(), 2);
         assert_eq!(p.metrics().hold_micros.get(), 1_000 + 8_000);
+    }
+
+    #[test]
+    fn only_a_result_is_an_accepted_submission() {
+        let hash = br#"{"jsonrpc":"2.0","id":1,"result":"0x6c5f"}"#;
+        assert!(answered_with_result(hash));
+        let refused =
+            br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"insufficient funds"}}"#;
+        assert!(!answered_with_result(refused));
+        // The word in a result is not an error member.
+        let quoted = br#"{"jsonrpc":"2.0","id":1,"result":"\"error\""}"#;
+        assert!(answered_with_result(quoted));
+        assert!(!answered_with_result(b"\"error\" but not JSON"));
+    }
+
+    #[test]
+    fn a_batch_is_cleared_by_one_accepted_submission_else_counts_its_refusals() {
+        use txgate_screen::{DecodeError, Rejection};
+        let verdicts = [
+            None,
+            Some(Refusal::Screened(Rejection::Invalid(DecodeError::BadHex))),
+            Some(Refusal::MethodDenied),
+            Some(Refusal::Screened(Rejection::Invalid(DecodeError::Empty))),
+        ];
+        assert_eq!(refused_submissions(&verdicts), 2, "screening's only");
+        assert_eq!(batch_pace(2, false), Some(Pace::Refused(2)));
+        assert_eq!(batch_pace(2, true), Some(Pace::Cleared));
+        assert_eq!(batch_pace(0, false), None);
     }
 
     #[tokio::test]

@@ -228,7 +228,12 @@ async fn the_refusal_log_stays_under_its_rate() {
     let anvil = Anvil::start().await;
     let config = crate::support::example_sidecar_config();
     let sidecar = Sidecar::start(&anvil.url, &config, 0).await;
-    let a = Txgate::start(&anvil.url, &["--sidecar", &sidecar.grpc_url]);
+    // 10 000 refusals from one client: paced, each batch would wait 64 ms;
+    // this test is about the log's rate under a flood.
+    let a = Txgate::start(
+        &anvil.url,
+        &["--sidecar", &sidecar.grpc_url, "--pacing", "false"],
+    );
     let (attacker, other) = (Eoa::new(81), Eoa::new(82));
     let banned = attacker.sign(0, TARGET, &calldata(5), 0, TIP);
     sidecar

@@ -130,7 +130,16 @@ async fn a_full_then_read_only_disk_loses_no_ban() {
     let path_arg = path.to_str().unwrap().to_string();
     let config = crate::support::TempFile::new("[screen]\nsnapshot_interval_secs = 1\n");
     let upstream = RecordingUpstream::start().await;
-    let args = ["--ban-snapshot", &path_arg, "--config", config.arg()];
+    // Each check sends the banned transactions one after another: paced,
+    // the checks would wait seconds for refusals they only count.
+    let args = [
+        "--ban-snapshot",
+        &path_arg,
+        "--config",
+        config.arg(),
+        "--pacing",
+        "false",
+    ];
     let mut txgate = Txgate::start(&upstream.url, &args);
     let batch = |from: u64| (from..from + 20).map(tx).collect::<Vec<_>>();
     let (first, second, third) = (batch(300), batch(400), batch(500));

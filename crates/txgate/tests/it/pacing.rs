@@ -166,8 +166,14 @@ async fn a_client_that_keeps_being_refused_is_held_and_no_one_else_is() {
         1.0
     );
     assert_eq!(metric(&m, "txgate_pacing_held"), 0.0, "every place back");
-    // B's and C's streaks, and A's new one (one refusal since its clear).
-    assert_eq!(metric(&m, "txgate_pacing_clients"), 3.0);
+    // B's and C's streaks, and A's new one (one refusal since its clear):
+    // the gauge is set by the upkeep, every 100 ms.
+    assert!(
+        crate::support::eventually(Duration::from_secs(5), || async {
+            metric(&txgate.metrics().await, "txgate_pacing_clients") == 3.0
+        })
+        .await
+    );
     assert_eq!(
         metric(&m, "txgate_pacing_hold_microseconds_total"),
         (HOLD + CAP + CAP).as_micros() as f64
@@ -231,6 +237,8 @@ async fn a_client_on_a_streak_is_held_on_its_websocket_too() {
     let anvil = crate::support::Anvil::start().await;
     let txgate = InProcess::start(&anvil.url, &config(""));
     ban_attack_call(&txgate);
+    let funded = Eoa::new(61);
+    crate::support::fund(&anvil.url, &[funded.address]).await;
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket
         .bind(SocketAddr::new("127.0.0.5".parse().unwrap(), 0))
@@ -273,9 +281,52 @@ async fn a_client_on_a_streak_is_held_on_its_websocket_too() {
     let (answer, took) = round_trip(chain).await;
     assert_eq!(answer["result"], "0x7a69", "{answer}");
     assert!(took < HOLD, "{took:?}");
+    // A transfer the node takes, over the socket, ends the streak.
+    let (answer, _) = round_trip(submit(&funded.sign(
+        0,
+        Address::repeat_byte(0x11),
+        &[],
+        1,
+        TIP,
+    )))
+    .await;
+    assert!(answer["result"].is_string(), "{answer}");
+    let (answer, took) = round_trip(attack_with_seed(1003)).await;
+    assert_eq!(answer["error"]["code"], -32003, "{answer}");
+    assert!(took < HOLD, "the streak started over: {took:?}");
     let m = txgate.metrics().await;
     assert_eq!(
         metric(&m, "txgate_pacing_refusals_total{result=\"held\"}"),
         1.0
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_submission_the_node_takes_ends_a_streak() {
+    let anvil = crate::support::Anvil::start().await;
+    let txgate = InProcess::start(&anvil.url, &config(""));
+    ban_attack_call(&txgate);
+    let funded = Eoa::new(62);
+    crate::support::fund(&anvil.url, &[funded.address]).await;
+    let mut a = connect(addr(&txgate.url), "127.0.0.6").await;
+    for seed in 1100..1102 {
+        let (answer, took) = call(&mut a, &attack_with_seed(seed)).await;
+        assert_eq!(answer["error"]["code"], -32003, "{answer}");
+        assert!(took < HOLD, "{took:?}");
+    }
+    // An unfunded account's transfer clears screening, and the node
+    // refuses it: a throwaway that costs nothing does not end the streak.
+    let broke = Eoa::new(63).sign(0, Address::repeat_byte(0x11), &[], 1, TIP);
+    let (answer, _) = call(&mut a, &submit(&broke)).await;
+    assert!(answer["error"].is_object(), "the node refused it: {answer}");
+    let (answer, took) = call(&mut a, &attack_with_seed(1102)).await;
+    assert_eq!(answer["error"]["code"], -32003, "{answer}");
+    assert!(took >= HOLD, "the streak went on: {took:?}");
+    // A transfer the node takes ends it.
+    let good = funded.sign(0, Address::repeat_byte(0x11), &[], 1, TIP);
+    let (answer, _) = call(&mut a, &submit(&good)).await;
+    assert!(answer["result"].is_string(), "{answer}");
+    let (answer, took) = call(&mut a, &attack_with_seed(1103)).await;
+    assert_eq!(answer["error"]["code"], -32003, "{answer}");
+    assert!(took < HOLD, "the streak started over: {took:?}");
 }

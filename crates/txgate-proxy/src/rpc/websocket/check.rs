@@ -18,7 +18,7 @@ use crate::limits::admission::Permit;
 use crate::ops::metrics::Outcome;
 use crate::rpc::rescue::Refusal;
 use crate::rpc::sync::SyncSlot;
-use crate::rpc::{From, Shared, batch_pace, frame_cost, frame_refusal};
+use crate::rpc::{From, Shared, frame_cost, frame_refusal, refused_submissions};
 use crate::server::pacing::Pace;
 
 /// One entry of a message's answer.
@@ -50,6 +50,9 @@ pub(super) struct Pending {
     /// The caller's id, as JSON text (`None`: a notification).
     pub(super) caller_id: Option<String>,
     pub(super) sub: Sub,
+    /// A screened submission: the node taking it ends its client's streak
+    /// of refusals.
+    pub(super) submission: bool,
 }
 
 /// A message's answer being put together.
@@ -197,7 +200,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
         signed: crate::rpc::conditional::Signed::new(None, &text),
     };
     let (verdicts, syncs) = shared.verdicts(&entries, &from).await;
-    let pace = batch_pace(&entries, &verdicts, shared.screening.is_some());
+    let refused = refused_submissions(&verdicts);
     checked.timeout = shared.sync.timeout(syncs.len());
     checked.held._syncs = syncs.into_iter().map(|(_, slot)| slot).collect();
 
@@ -264,6 +267,8 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
                             index,
                             caller_id: call.id.map(|i| i.as_str().to_owned()),
                             sub,
+                            submission: shared.screening.is_some()
+                                && crate::screening::is_screened(&call.method),
                         },
                     ));
                     Part::Waiting
@@ -279,25 +284,29 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
         checked.upstream = Some(upstream);
     }
     checked.outcome = first_refusal.unwrap_or(Outcome::Forwarded);
-    pace_message(&conn, &mut checked, pace).await;
+    pace_message(&conn, &mut checked, refused).await;
     checked
 }
 
-/// Pacing, as for an HTTP answer: a message that ends its client's
-/// streak, or an answer of refusals only, updates the streak; an answer
-/// due a hold gives back its in-flight slot and waits before it is sent,
-/// counted among the socket's messages under way (so a socket holds at
-/// most `websocket.max_in_flight_per_connection`). A message that forwards calls
-/// beside its refusals is not held (its forwarded calls are not delayed).
-async fn pace_message(conn: &Conn, checked: &mut Checked, pace: Option<Pace>) {
-    let (Some(pacer), Some(client), Some(pace)) = (&conn.shared.pacer, conn.peer.client, pace)
-    else {
+/// Pacing, as for an HTTP answer: `refused` submissions of the message
+/// grow its client's streak (a submission the node takes ends it, when its
+/// answer comes: the session). An answer of refusals only that is due a
+/// hold gives back its in-flight slot and waits before it is sent, counted
+/// among the socket's messages under way (so a socket holds at most
+/// `websocket.max_in_flight_per_connection`). A message that also forwards
+/// calls counts, but is not held: its forwarded calls go on at once.
+async fn pace_message(conn: &Conn, checked: &mut Checked, refused: u32) {
+    let (Some(pacer), Some(client)) = (&conn.shared.pacer, conn.peer.client) else {
         return;
     };
-    if matches!(pace, Pace::Refused(_)) && checked.upstream.is_some() {
+    if refused == 0 {
         return;
     }
-    if let Some(hold) = pacer.answer(client, pace) {
+    if checked.upstream.is_some() {
+        pacer.note(client, Pace::Refused(refused));
+        return;
+    }
+    if let Some(hold) = pacer.answer(client, Pace::Refused(refused)) {
         checked.held = Held::default();
         hold.sleep.await;
     }

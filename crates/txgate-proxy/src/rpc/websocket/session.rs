@@ -34,6 +34,7 @@ use super::{Peer, Upstream, WebSockets};
 use crate::ops::metrics::{WsClose, WsSent};
 use crate::rpc::Shared;
 use crate::rpc::rescue::Refusal;
+use crate::server::pacing::Pace;
 
 pub(super) type Client = WebSocketStream<TokioIo<Upgraded>>;
 
@@ -410,6 +411,12 @@ impl Session {
             return Ok(());
         };
         self.track_subscription(&pending.sub, response);
+        if pending.submission
+            && response.error().is_none()
+            && let (Some(pacer), Some(client)) = (&self.conn.shared.pacer, self.conn.peer.client)
+        {
+            pacer.note(client, Pace::Cleared);
+        }
         let Some(assembly) = self.assemblies.get_mut(&pending.message) else {
             return Ok(());
         };
