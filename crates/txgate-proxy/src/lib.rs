@@ -408,7 +408,6 @@ impl Proxy {
                 http2: config.server.http2,
                 grace_period: Duration::from_millis(config.shutdown.grace_period_ms),
                 tls: self.tls.clone(),
-                pacer: self.pacer.clone(),
             },
             edge: Arc::new(Edge::new(&config.server, self.metrics.clone())),
             screen: self.screen.clone(),
@@ -420,6 +419,7 @@ impl Proxy {
             sync: Arc::new(rpc::sync::SyncCalls::new(config, &self.metrics)),
             verdicts: self.verdicts.clone(),
             probed: self.sources.iter().find(|s| s.should_forward).cloned(),
+            pacer: self.pacer.clone(),
         })
     }
 

@@ -42,7 +42,7 @@ use crate::rpc::sync::SyncSlot;
 use crate::screening::{self, Stack};
 use crate::server::identity::Client;
 use crate::server::pacing::{
-    Pace, Pacer, answered_with_result, batch_pace, paced, refused_submissions,
+    Pace, PaceMark, Pacer, answered_with_result, batch_pace, refused_submissions,
 };
 use crate::upstream::{Upstream, is_json_content_type};
 
@@ -233,6 +233,33 @@ fn frame_refusal(e: FrameError) -> Refusal {
 }
 
 impl Shared {
+    /// `answer` marked for its client's pacing (see `server::pacing`),
+    /// when pacing is on and the answer changes the client's streak.
+    fn paced(
+        &self,
+        answer: (Outcome, Response<Body>),
+        from: &From<'_>,
+        pace: Option<Pace>,
+    ) -> (Outcome, Response<Body>) {
+        let (outcome, mut response) = answer;
+        if let (Some(pacer), Some(client), Some(pace)) = (&self.pacer, from.client, pace) {
+            response.extensions_mut().insert(PaceMark {
+                pace,
+                client,
+                pacer: pacer.clone(),
+            });
+        }
+        (outcome, response)
+    }
+
+    /// Whether the node taking a call of `method` would end a streak of
+    /// refusals: a screened submission, while some client has a streak.
+    fn tracks_acceptance(&self, method: &str) -> bool {
+        self.pacer.as_ref().is_some_and(|p| p.has_streaks())
+            && self.screening.is_some()
+            && screening::is_screened(method)
+    }
+
     fn refuse(&self, refusal: Refusal, id: Option<Id<'_>>) -> (Outcome, Response<Body>) {
         (
             refusal.class().outcome,
@@ -419,9 +446,11 @@ impl Shared {
             } else {
                 self.refuse(refusal, call.id)
             };
-            return paced(answer, pace);
+            return self.paced(answer, from, pace);
         }
-        let screened = self.screening.is_some() && screening::is_screened(&call.method);
+        // Whether the node taking this submission would end a streak: only
+        // while some client has one (else nothing to look at).
+        let tracked = self.tracks_acceptance(&call.method);
         let mut accepted = false;
         let answer = match self
             .upstream
@@ -431,7 +460,7 @@ impl Shared {
             Ok(reply) if reply.status.is_success() || reply.is_json_rpc() => {
                 // A submission the node took ends its client's streak of
                 // refusals (one the node refused does not).
-                accepted = screened && !call.is_notification() && answered_with_result(&reply.body);
+                accepted = tracked && !call.is_notification() && answered_with_result(&reply.body);
                 if call.is_notification() {
                     (Outcome::Notification, no_content())
                 } else {
@@ -447,7 +476,7 @@ impl Shared {
             Err(UpstreamFailure::Tls) => self.refuse(Refusal::UpstreamTls, call.id),
             Err(_) => self.refuse(Refusal::UpstreamUnavailable, call.id),
         };
-        paced(answer, accepted.then_some(Pace::Cleared))
+        self.paced(answer, from, accepted.then_some(Pace::Cleared))
     }
 
     /// Policy and screening of every call of a batch, in the caller's
@@ -519,7 +548,7 @@ impl Shared {
         let refused = refused_submissions(&verdicts);
         let (outcome, response, accepted) =
             self.answer_batch(entries, body_len, verdicts, syncs).await;
-        paced((outcome, response), batch_pace(refused, accepted))
+        self.paced((outcome, response), from, batch_pace(refused, accepted))
     }
 
     /// The batch's answer, given each call's verdict, and whether the node
@@ -605,8 +634,7 @@ impl Shared {
                                 (slots.get_mut(index), entries.get(index))
                             {
                                 accepted |= response.error().is_none()
-                                    && self.screening.is_some()
-                                    && screening::is_screened(&call.method);
+                                    && self.tracks_acceptance(&call.method);
                                 let mut out = Vec::with_capacity(64);
                                 response.write_with_id(&mut out, call.id.map(|i| i.as_str()));
                                 *slot = Slot::Done(out);

@@ -47,8 +47,6 @@ pub struct ServerSettings {
     pub grace_period: Duration,
     /// TLS on the port (`None`: cleartext).
     pub tls: Option<tls::Tls>,
-    /// Holds refusals of connections that keep being refused (`None`: off).
-    pub(crate) pacer: Option<Arc<pacing::Pacer>>,
 }
 
 /// How serving ended.
@@ -173,7 +171,7 @@ where
         ));
         let (builder, service, edge, drain, tls) = (
             builder.clone(),
-            pacing::Paced::new(service.clone(), settings.pacer.as_ref()),
+            pacing::Paced::new(service.clone()),
             edge.clone(),
             drain.clone(),
             settings.tls.clone(),

@@ -27,12 +27,19 @@ use tower::Service;
 use txgate_config::PacingConfig;
 use txgate_limits::{Pacing, Streaks};
 
-use super::identity::Client;
-use crate::ops::metrics::Outcome;
-use crate::rpc::rescue::{Body, Refusal};
+use crate::rpc::rescue::Refusal;
 use txgate_jsonrpc::encode::{self, UpstreamBatch};
 
 use crate::ops::metrics::PacingMetrics;
+
+/// An answer's mark, in its extensions: what it does to its client's
+/// streak, read (and acted on) by [`Paced`] once the answer is ready.
+#[derive(Debug, Clone)]
+pub(crate) struct PaceMark {
+    pub(crate) pace: Pace,
+    pub(crate) client: IpAddr,
+    pub(crate) pacer: Arc<Pacer>,
+}
 
 /// What an answer did to its client's refusal streak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +97,11 @@ impl Pacer {
 
     fn metrics(&self) -> &PacingMetrics {
         &self.metrics.pacing
+    }
+
+    /// Whether some client has a streak (one atomic load).
+    pub(crate) fn has_streaks(&self) -> bool {
+        !self.streaks.is_empty()
     }
 
     fn now(&self) -> u64 {
@@ -179,18 +191,6 @@ impl Drop for Place {
     }
 }
 
-/// `answer` with its mark for its client's pacing, if it has one.
-pub(crate) fn paced(
-    answer: (Outcome, Response<Body>),
-    pace: Option<Pace>,
-) -> (Outcome, Response<Body>) {
-    let (outcome, mut response) = answer;
-    if let Some(pace) = pace {
-        response.extensions_mut().insert(pace);
-    }
-    (outcome, response)
-}
-
 /// The screening refusals among a batch's (or a message's) verdicts.
 pub(crate) fn refused_submissions(verdicts: &[Option<Refusal>]) -> u32 {
     let refused = verdicts
@@ -223,21 +223,19 @@ pub(crate) fn answered_with_result(body: &[u8]) -> bool {
     )
 }
 
-/// A connection's service with its answers paced (see the module docs).
+/// A connection's service with its answers paced (see the module docs):
+/// an answer marked with a [`PaceMark`] is held when its client's streak
+/// calls for it. Unmarked answers (every answer while pacing is off) pass
+/// with one look at their extensions.
 #[derive(Debug, Clone)]
 pub(crate) struct Paced<S> {
     inner: S,
-    /// `None`: pacing is off, answers pass untouched.
-    pacer: Option<Arc<Pacer>>,
 }
 
 impl<S> Paced<S> {
     /// `inner` for one new connection.
-    pub(crate) fn new(inner: S, pacer: Option<&Arc<Pacer>>) -> Paced<S> {
-        Paced {
-            inner,
-            pacer: pacer.cloned(),
-        }
+    pub(crate) fn new(inner: S) -> Paced<S> {
+        Paced { inner }
     }
 }
 
@@ -254,13 +252,8 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let pacing = match (&self.pacer, req.extensions().get::<Client>()) {
-            (Some(pacer), Some(client)) => Some((pacer.clone(), client.ip)),
-            _ => None,
-        };
         PacedFuture::Answering {
             inner: self.inner.call(req),
-            pacing,
         }
     }
 }
@@ -271,7 +264,7 @@ pin_project_lite::pin_project! {
     /// answered, before any hold.
     #[project = Proj]
     pub(crate) enum PacedFuture<F, RB> {
-        Answering { #[pin] inner: F, pacing: Option<(Arc<Pacer>, IpAddr)> },
+        Answering { #[pin] inner: F },
         Holding { hold: Hold, response: Option<Response<RB>> },
         Done,
     }
@@ -286,14 +279,14 @@ where
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
             match self.as_mut().project() {
-                Proj::Answering { inner, pacing } => {
-                    let answered = ready!(inner.poll(cx));
-                    let due = match (&answered, pacing.as_ref()) {
-                        (Ok(response), Some((pacer, client))) => response
-                            .extensions()
-                            .get::<Pace>()
-                            .and_then(|&pace| pacer.answer(*client, pace)),
-                        _ => None,
+                Proj::Answering { inner } => {
+                    let mut answered = ready!(inner.poll(cx));
+                    let due = match &mut answered {
+                        Ok(response) => response
+                            .extensions_mut()
+                            .remove::<PaceMark>()
+                            .and_then(|mark| mark.pacer.answer(mark.client, mark.pace)),
+                        Err(_) => None,
                     };
                     match (due, answered) {
                         (Some(hold), Ok(response)) => self.set(PacedFuture::Holding {

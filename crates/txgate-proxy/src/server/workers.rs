@@ -30,6 +30,7 @@ use crate::rpc::sync::SyncCalls;
 use crate::rpc::websocket::WebSockets;
 use crate::screening::{ProbeClient, RefusalLog, VerdictCache};
 use crate::server::identity::Edge;
+use crate::server::pacing::Pacer;
 use crate::server::{self, Drained, ServerSettings};
 use crate::sidecar;
 use crate::upstream::Upstream;
@@ -59,6 +60,8 @@ pub(crate) struct Shared {
     pub(crate) verdicts: Option<Arc<VerdictCache>>,
     /// The source ShouldForward asks, if one does.
     pub(crate) probed: Option<Source>,
+    /// Holds refusals of clients that keep being refused (`None`: off).
+    pub(crate) pacer: Option<Arc<Pacer>>,
 }
 
 /// The running workers.
@@ -148,6 +151,7 @@ fn serve(
         sync,
         verdicts,
         probed,
+        pacer,
     } = shared;
     let drained = runtime.block_on(async move {
         let listener = TcpListener::from_std(listener)?;
@@ -194,7 +198,7 @@ fn serve(
                     conditions,
                     sync,
                     websockets,
-                    pacer: settings.pacer.clone(),
+                    pacer: pacer.clone(),
                 },
             ));
         server::serve(
