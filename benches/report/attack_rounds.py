@@ -7,7 +7,11 @@ without and with the attack, the p99 ratio, the attack's share refused and
 the share that reached the upstream, the ShouldForward questions, and
 txgate's CPU per call while under attack (from /proc). Each
 figure is the median over the rounds (the rounds' values in brackets for
-the shares that the targets are about).
+the shares that the targets are about), except "pooled p99 ratio": the p99
+of every round's honest calls under attack over the p99 of every round's
+honest calls alone (8 s at 200 calls/s is 1600 calls a phase, so a round's
+p99 rests on its 16 slowest calls; pooled, five rounds give 80), and the
+txgate cores, CPU time over the attack phase's wall time.
 """
 
 import json
@@ -31,12 +35,25 @@ def main() -> None:
         values = [v for v in values if v is not None]
         return statistics.median(values) if values else float("nan")
 
+    def p99(values):
+        values = sorted(values)
+        return values[min(len(values) - 1, int(0.99 * len(values)))] if values else float("nan")
+
+    def pooled_ratio(rs):
+        try:
+            alone = [x for r in rs for x in r["series"]["honest"]["baseline"]["latency_ms"]]
+            attack = [x for r in rs for x in r["series"]["honest"]["under_attack"]["latency_ms"]]
+        except (KeyError, TypeError):
+            return "n/a"
+        return f"{p99(attack) / p99(alone):.2f}×"
+
     print(
         "| setting | rounds | honest ok | p50 alone | p99 alone | p50 attack | p99 attack "
-        "| p99 ratio | attack/s | reached upstream | asked: forward / deny / timeout / saturated "
-        "| txgate CPU per call under attack |"
+        "| p99 ratio | pooled p99 ratio | attack/s | reached upstream "
+        "| asked: forward / deny / timeout / saturated "
+        "| txgate CPU per call under attack | txgate cores under attack |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
     for setting in order:
         rs = runs[setting]
         ok = sum(r["baseline"]["ok"] + r["under_attack"]["ok"] for r in rs)
@@ -53,6 +70,12 @@ def main() -> None:
             if r.get("txgate_cpu_under_attack", {}).get("us_per_call") is not None
         ]
         cpu_cell = f"{med(cpu):.1f} µs ({', '.join(f'{v:.1f}' for v in cpu)})" if cpu else "n/a"
+        cores = [
+            r["txgate_cpu_under_attack"]["cores"]
+            for r in rs
+            if r.get("txgate_cpu_under_attack", {}).get("cores") is not None
+        ]
+        cores_cell = f"{med(cores):.2f}" if cores else "n/a"
 
         print(
             f"| {setting} | {len(rs)} | {ok}/{sent} "
@@ -61,10 +84,11 @@ def main() -> None:
             f"| {med([r['under_attack']['p50_ms'] for r in rs]):.2f} ms "
             f"| {med([r['under_attack']['p99_ms'] for r in rs]):.2f} ms "
             f"| {med([r['p99_ratio'] for r in rs]):.2f}× "
+            f"| {pooled_ratio(rs)} "
             f"| {med([r['attack']['per_second'] for r in rs]) / 1000:.1f}k "
             f"| {med(reached):.3f}% ({', '.join(f'{v:.3f}' for v in reached)}) "
             f"| {probe('forward'):.0f} / {probe('deny'):.0f} / {probe('timeout'):.0f} "
-            f"/ {probe('saturated'):.0f} | {cpu_cell} |"
+            f"/ {probe('saturated'):.0f} | {cpu_cell} | {cores_cell} |"
         )
 
 
