@@ -448,9 +448,6 @@ impl Shared {
             };
             return self.paced(answer, from, pace);
         }
-        // Whether the node taking this submission would end a streak: only
-        // while some client has one (else nothing to look at).
-        let tracked = self.tracks_acceptance(&call.method);
         let mut accepted = false;
         let answer = match self
             .upstream
@@ -460,7 +457,11 @@ impl Shared {
             Ok(reply) if reply.status.is_success() || reply.is_json_rpc() => {
                 // A submission the node took ends its client's streak of
                 // refusals (one the node refused does not).
-                accepted = tracked && !call.is_notification() && answered_with_result(&reply.body);
+                // The node taking this submission ends its client's streak;
+                // looked at only while some client has one.
+                accepted = !call.is_notification()
+                    && self.tracks_acceptance(&call.method)
+                    && answered_with_result(&reply.body);
                 if call.is_notification() {
                     (Outcome::Notification, no_content())
                 } else {

@@ -48,6 +48,10 @@ pub(crate) enum Pace {
     Refused(u32),
     /// The node took a screened submission: the streak ends.
     Cleared,
+    /// A batch in which the node took a submission and screening refused
+    /// this many: the streak starts over from them (one submission taken
+    /// does not wipe a batch of refusals).
+    Restarted(u32),
 }
 
 /// See the module docs.
@@ -120,6 +124,10 @@ impl Pacer {
                     self.streaks.cleared(key);
                 }
                 None
+            }
+            Pace::Restarted(n) => {
+                self.streaks.cleared(key);
+                self.note(client, Pace::Refused(n))
             }
             Pace::Refused(n) => match self.streaks.refused(key, n, self.now()) {
                 Ok(streak) => Some(streak),
@@ -200,22 +208,25 @@ pub(crate) fn refused_submissions(verdicts: &[Option<Refusal>]) -> u32 {
     u32::try_from(refused).unwrap_or(u32::MAX)
 }
 
-/// A batch's mark: its client's streak ends if the node took one of its
-/// submissions; else it grows by the submissions screening refused.
+/// A batch's mark: its client's streak grows by the submissions screening
+/// refused; if the node took one of its submissions, the streak starts
+/// over from those refusals (ends, when there were none).
 pub(crate) fn batch_pace(refused: u32, accepted: bool) -> Option<Pace> {
-    if accepted {
-        Some(Pace::Cleared)
-    } else {
-        (refused > 0).then_some(Pace::Refused(refused))
+    match (accepted, refused) {
+        (true, 0) => Some(Pace::Cleared),
+        (true, n) => Some(Pace::Restarted(n)),
+        (false, 0) => None,
+        (false, n) => Some(Pace::Refused(n)),
     }
 }
 
 /// Whether the node's answer to one call is a result, not an error: a
 /// scan for an `"error"` member first (an accepted submission's answer, a
-/// hash, has none), a parse only when the scan finds one.
+/// hash, has none, and has a `"result"`), a parse only when the scan finds
+/// one.
 pub(crate) fn answered_with_result(body: &[u8]) -> bool {
     if memchr::memmem::find(body, b"\"error\"").is_none() {
-        return true;
+        return memchr::memmem::find(body, b"\"result\"").is_some();
     }
     matches!(
         encode::parse_upstream_batch(body),
@@ -367,6 +378,9 @@ mod tests {
         );
         // A batch's refusals count one each.
         assert!(p.answer(ONE, Pace::Refused(5)).is_some());
+        // A batch with a submission taken starts over from its refusals.
+        assert!(p.answer(ONE, Pace::Restarted(2)).is_none());
+        assert_eq!(p.note(ONE, Pace::Refused(0)), Some(2), "2, not 8");
         assert_eq!(p.metrics().held.get(), 2);
         assert_eq!(p.metrics().hold_micros.get(), 1_000 + 8_000);
     }
@@ -382,10 +396,11 @@ mod tests {
         let quoted = br#"{"jsonrpc":"2.0","id":1,"result":"\"error\""}"#;
         assert!(answered_with_result(quoted));
         assert!(!answered_with_result(b"\"error\" but not JSON"));
+        assert!(!answered_with_result(b"OK"), "a 2xx that is not JSON-RPC");
     }
 
     #[test]
-    fn a_batch_is_cleared_by_one_accepted_submission_else_counts_its_refusals() {
+    fn a_batch_with_a_submission_taken_starts_over_from_its_refusals() {
         use txgate_screen::{DecodeError, Rejection};
         let verdicts = [
             None,
@@ -395,7 +410,8 @@ mod tests {
         ];
         assert_eq!(refused_submissions(&verdicts), 2, "screening's only");
         assert_eq!(batch_pace(2, false), Some(Pace::Refused(2)));
-        assert_eq!(batch_pace(2, true), Some(Pace::Cleared));
+        assert_eq!(batch_pace(2, true), Some(Pace::Restarted(2)));
+        assert_eq!(batch_pace(0, true), Some(Pace::Cleared));
         assert_eq!(batch_pace(0, false), None);
     }
 
