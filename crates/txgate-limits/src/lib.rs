@@ -22,6 +22,7 @@
 pub mod gcra;
 pub mod pacing;
 pub mod sampler;
+mod shards;
 pub mod table;
 
 pub use gcra::{Nanos, Rate, SharedRate};

@@ -32,12 +32,11 @@
 //! ```
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::gcra::Nanos;
+use crate::shards::Shards;
 
 /// See the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,15 +84,11 @@ struct Shard {
     next_sweep: Nanos,
 }
 
-/// Shards of the table: enough that workers rarely share a lock.
-const SHARDS: usize = 64;
-
 /// The clients' streaks of refusals, bounded (see the module docs).
 #[derive(Debug)]
 pub struct Streaks {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Shards<Shard>,
     per_shard: usize,
-    hasher: RandomState,
     window: Nanos,
     len: AtomicUsize,
     /// The shard [`Streaks::sweep_next`] sweeps next.
@@ -109,23 +104,14 @@ impl Streaks {
     /// At most `max_clients` streaks (rounded up to a whole number per
     /// shard), each forgotten `window` after its last refusal.
     pub fn new(max_clients: usize, window: Duration) -> Streaks {
-        let shards = SHARDS.min(max_clients.max(1));
+        let (shards, per_shard) = Shards::for_clients(max_clients);
         Streaks {
-            shards: (0..shards).map(|_| Mutex::default()).collect(),
-            per_shard: max_clients.div_ceil(shards).max(1),
-            hasher: RandomState::new(),
+            shards,
+            per_shard,
             window: u64::try_from(window.as_nanos()).unwrap_or(u64::MAX),
             len: AtomicUsize::new(0),
             cursor: AtomicUsize::new(0),
         }
-    }
-
-    fn shard(&self, key: u128) -> std::sync::MutexGuard<'_, Shard> {
-        let index = (self.hasher.hash_one(key) as usize) % self.shards.len();
-        // A poisoned shard still holds valid numbers: use it.
-        self.shards[index]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Clients with a streak now.
@@ -141,7 +127,7 @@ impl Streaks {
     /// Client `key` was refused `n` more times at `now`: its streak after
     /// them.
     pub fn refused(&self, key: u128, n: u32, now: Nanos) -> Result<u32, Untracked> {
-        let mut shard = self.shard(key);
+        let mut shard = self.shards.lock(key);
         let window = self.window;
         if let Some(streak) = shard.clients.get_mut(&key) {
             // A streak whose window passed starts over.
@@ -199,9 +185,7 @@ impl Streaks {
     /// leave the table even when no refusal comes to make room.
     pub fn sweep_next(&self, now: Nanos) {
         let index = self.cursor.fetch_add(1, Ordering::Relaxed) % self.shards.len();
-        let mut shard = self.shards[index]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut shard = self.shards.lock_at(index);
         if !shard.clients.is_empty() && now >= shard.next_sweep {
             self.sweep(&mut shard, now);
         }
@@ -217,7 +201,7 @@ impl Streaks {
         if self.is_empty() {
             return;
         }
-        if self.shard(key).clients.remove(&key).is_some() {
+        if self.shards.lock(key).clients.remove(&key).is_some() {
             self.len.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -289,14 +273,13 @@ mod tests {
 
     #[test]
     fn a_full_table_makes_room_from_ended_streaks_only() {
-        // Two streaks per shard; three clients of one shard.
-        let t = Streaks::new(2 * SHARDS, Duration::from_millis(100));
+        // Two streaks per shard (64 shards); three clients of one shard.
+        let t = Streaks::new(2 * 64, Duration::from_millis(100));
         let same_shard: Vec<u128> = {
             let mut keys = Vec::new();
             let mut k = 0u128;
             while keys.len() < 3 {
-                let index = (t.hasher.hash_one(k) as usize) % t.shards.len();
-                if index == 0 {
+                if t.shards.index(k) == 0 {
                     keys.push(k);
                 }
                 k += 1;

@@ -20,11 +20,10 @@
 //! is never swept.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
-use std::sync::Mutex;
 
 use crate::gcra::{Nanos, Rate};
+use crate::shards::Shards;
 
 /// The rates that apply to one subject (an IP's, or its key tier's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -173,15 +172,11 @@ impl Shard {
     }
 }
 
-/// Shards of a table: enough that workers rarely share a lock.
-const SHARDS: usize = 64;
-
 /// The table of tracked clients.
 #[derive(Debug)]
 pub struct Table {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Shards<Shard>,
     per_shard: usize,
-    hasher: RandomState,
     /// Keeps unsynced usage for the fleet.
     fleet: bool,
 }
@@ -190,11 +185,10 @@ impl Table {
     /// A table of at most `max_clients` clients (rounded up to a whole
     /// number per shard; at least one per shard).
     pub fn new(max_clients: usize) -> Table {
-        let shards = SHARDS.min(max_clients.max(1));
+        let (shards, per_shard) = Shards::for_clients(max_clients);
         Table {
-            shards: (0..shards).map(|_| Mutex::default()).collect(),
-            per_shard: max_clients.div_ceil(shards).max(1),
-            hasher: RandomState::new(),
+            shards,
+            per_shard,
             fleet: false,
         }
     }
@@ -207,14 +201,6 @@ impl Table {
             fleet: true,
             ..Table::new(max_clients)
         }
-    }
-
-    fn shard(&self, key: u128) -> std::sync::MutexGuard<'_, Shard> {
-        let index = (self.hasher.hash_one(key) as usize) % self.shards.len();
-        // A poisoned shard still holds valid numbers: use it.
-        self.shards[index]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The most clients it tracks.
@@ -245,7 +231,7 @@ impl Table {
         calls: u32,
         txs: u32,
     ) -> (Slot, Result<(), Refused>) {
-        let mut shard = self.shard(key);
+        let mut shard = self.shards.lock(key);
         if let Some(debt) = shard.clients.get_mut(&key) {
             let charged = debt.charge(now, limits, calls, txs);
             return (Slot::Own, self.noted(&mut shard, key, charged));
@@ -312,7 +298,7 @@ impl Table {
     /// client this table no longer tracks is taken in when there is room
     /// (it is in debt somewhere in the fleet).
     pub fn merge_fleet(&self, key: u128, now: Nanos, ahead: Spans) {
-        let mut shard = self.shard(key);
+        let mut shard = self.shards.lock(key);
         let calls = now.saturating_add(ahead.calls);
         let txs = now.saturating_add(ahead.txs);
         if let Some(debt) = shard.clients.get_mut(&key) {
