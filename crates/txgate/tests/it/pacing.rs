@@ -90,17 +90,9 @@ async fn a_client_that_keeps_being_refused_is_held_and_no_one_else_is() {
     let txgate = InProcess::start(&upstream.url, &config(""));
     ban_attack_call(&txgate);
     let at = addr(&txgate.url);
-    // A fresh EOA per submission, as an attacker rotates them: each is
-    // refused by the denied fingerprint.
-    let mut seed = 100;
-    let mut attack = || {
-        seed += 1;
-        submit(&Eoa::new(seed).sign(0, TARGET, &attack_input(), 0, TIP))
-    };
-    let refused = |answer: &Value| {
-        assert_eq!(answer["error"]["code"], -32003, "{answer}");
-        assert_eq!(answer["error"]["data"]["reason"], "denied_fingerprint");
-    };
+    // A fresh EOA per submission, as an attacker rotates them.
+    let mut seeds = 101..;
+    let mut attack = || attack_with_seed(seeds.next().unwrap_or_default());
 
     let mut a = connect(at, "127.0.0.2").await;
     // The first `after` refusals: at once.
@@ -154,8 +146,7 @@ async fn a_client_that_keeps_being_refused_is_held_and_no_one_else_is() {
     assert!(took >= CAP, "{took:?}");
 
     // A submission the node takes ends A's streak.
-    let honest = Eoa::new(42).sign(0, Address::repeat_byte(0x11), &[], 1, TIP);
-    let (answer, took) = call(&mut a, &submit(&honest)).await;
+    let (answer, took) = call(&mut a, &transfer(&Eoa::new(42))).await;
     assert_eq!(answer["result"], "0x01", "forwarded: {answer}");
     assert!(took < HOLD, "{took:?}");
     let (answer, took) = call(&mut a, &attack_with_seed(800)).await;
@@ -186,8 +177,33 @@ async fn a_client_that_keeps_being_refused_is_held_and_no_one_else_is() {
     );
 }
 
+/// The attacker's call from the fresh EOA `seed`: refused by the denied
+/// fingerprint.
 fn attack_with_seed(seed: u64) -> Value {
     submit(&Eoa::new(seed).sign(0, TARGET, &attack_input(), 0, TIP))
+}
+
+/// Asserts a refusal by the denied fingerprint.
+fn refused(answer: &Value) {
+    assert_eq!(answer["error"]["code"], -32003, "{answer}");
+    assert_eq!(answer["error"]["data"]["reason"], "denied_fingerprint");
+}
+
+/// A transfer from `from` (nonce 0): it clears screening; the node takes it
+/// if `from` is funded.
+fn transfer(from: &Eoa) -> Value {
+    submit(&from.sign(0, Address::repeat_byte(0x11), &[], 1, TIP))
+}
+
+/// anvil, txgate in front of it with the tests' pacing and the attacker's
+/// call banned, and a funded account (seed `funded`).
+async fn anvil_stack(funded: u64) -> (crate::support::Anvil, InProcess, Eoa) {
+    let anvil = crate::support::Anvil::start().await;
+    let txgate = InProcess::start(&anvil.url, &config(""));
+    ban_attack_call(&txgate);
+    let eoa = Eoa::new(funded);
+    crate::support::fund(&anvil.url, &[eoa.address]).await;
+    (anvil, txgate, eoa)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -201,13 +217,12 @@ async fn a_batch_counts_each_refusal_and_pacing_off_holds_nothing() {
     let (answer, took) = call(&mut a, &batch).await;
     assert_eq!(answer.as_array().map(Vec::len), Some(3), "{answer}");
     for one in answer.as_array().unwrap() {
-        assert_eq!(one["error"]["code"], -32003, "{one}");
+        refused(one);
     }
     assert!(took >= HOLD, "{took:?}");
     // A batch with one submission that clears is not held, and ends the
     // streak, whatever else in it was refused.
-    let honest = Eoa::new(43).sign(0, Address::repeat_byte(0x11), &[], 1, TIP);
-    let batch = json!([attack_with_seed(910), submit(&honest)]);
+    let batch = json!([attack_with_seed(910), transfer(&Eoa::new(43))]);
     let (answer, took) = call(&mut a, &batch).await;
     assert_eq!(answer[1]["result"], "0x01", "{answer}");
     assert!(took < HOLD, "{took:?}");
@@ -220,7 +235,7 @@ async fn a_batch_counts_each_refusal_and_pacing_off_holds_nothing() {
     let mut a = connect(addr(&off.url), "127.0.0.2").await;
     for seed in 920..930 {
         let (answer, took) = call(&mut a, &attack_with_seed(seed)).await;
-        assert_eq!(answer["error"]["code"], -32003, "{answer}");
+        refused(&answer);
         assert!(took < HOLD, "pacing off, none held: {took:?}");
     }
     let m = off.metrics().await;
@@ -235,11 +250,7 @@ async fn a_client_on_a_streak_is_held_on_its_websocket_too() {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
 
-    let anvil = crate::support::Anvil::start().await;
-    let txgate = InProcess::start(&anvil.url, &config(""));
-    ban_attack_call(&txgate);
-    let funded = Eoa::new(61);
-    crate::support::fund(&anvil.url, &[funded.address]).await;
+    let (_anvil, txgate, funded) = anvil_stack(61).await;
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket
         .bind(SocketAddr::new("127.0.0.5".parse().unwrap(), 0))
@@ -268,11 +279,11 @@ async fn a_client_on_a_streak_is_held_on_its_websocket_too() {
     };
     for seed in 1000..1002 {
         let (answer, took) = round_trip(attack_with_seed(seed)).await;
-        assert_eq!(answer["error"]["code"], -32003, "{answer}");
+        refused(&answer);
         assert!(took < HOLD, "not held yet: {took:?}");
     }
     let (answer, took) = round_trip(attack_with_seed(1002)).await;
-    assert_eq!(answer["error"]["code"], -32003, "{answer}");
+    refused(&answer);
     assert!(
         took >= HOLD,
         "the third refusal on the socket is held: {took:?}"
@@ -283,17 +294,10 @@ async fn a_client_on_a_streak_is_held_on_its_websocket_too() {
     assert_eq!(answer["result"], "0x7a69", "{answer}");
     assert!(took < HOLD, "{took:?}");
     // A transfer the node takes, over the socket, ends the streak.
-    let (answer, _) = round_trip(submit(&funded.sign(
-        0,
-        Address::repeat_byte(0x11),
-        &[],
-        1,
-        TIP,
-    )))
-    .await;
+    let (answer, _) = round_trip(transfer(&funded)).await;
     assert!(answer["result"].is_string(), "{answer}");
     let (answer, took) = round_trip(attack_with_seed(1003)).await;
-    assert_eq!(answer["error"]["code"], -32003, "{answer}");
+    refused(&answer);
     assert!(took < HOLD, "the streak started over: {took:?}");
     let m = txgate.metrics().await;
     assert_eq!(
@@ -304,30 +308,24 @@ async fn a_client_on_a_streak_is_held_on_its_websocket_too() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_submission_the_node_takes_ends_a_streak() {
-    let anvil = crate::support::Anvil::start().await;
-    let txgate = InProcess::start(&anvil.url, &config(""));
-    ban_attack_call(&txgate);
-    let funded = Eoa::new(62);
-    crate::support::fund(&anvil.url, &[funded.address]).await;
+    let (_anvil, txgate, funded) = anvil_stack(62).await;
     let mut a = connect(addr(&txgate.url), "127.0.0.6").await;
     for seed in 1100..1102 {
         let (answer, took) = call(&mut a, &attack_with_seed(seed)).await;
-        assert_eq!(answer["error"]["code"], -32003, "{answer}");
+        refused(&answer);
         assert!(took < HOLD, "{took:?}");
     }
     // An unfunded account's transfer clears screening, and the node
     // refuses it: a throwaway that costs nothing does not end the streak.
-    let broke = Eoa::new(63).sign(0, Address::repeat_byte(0x11), &[], 1, TIP);
-    let (answer, _) = call(&mut a, &submit(&broke)).await;
+    let (answer, _) = call(&mut a, &transfer(&Eoa::new(63))).await;
     assert!(answer["error"].is_object(), "the node refused it: {answer}");
     let (answer, took) = call(&mut a, &attack_with_seed(1102)).await;
-    assert_eq!(answer["error"]["code"], -32003, "{answer}");
+    refused(&answer);
     assert!(took >= HOLD, "the streak went on: {took:?}");
     // A transfer the node takes ends it.
-    let good = funded.sign(0, Address::repeat_byte(0x11), &[], 1, TIP);
-    let (answer, _) = call(&mut a, &submit(&good)).await;
+    let (answer, _) = call(&mut a, &transfer(&funded)).await;
     assert!(answer["result"].is_string(), "{answer}");
     let (answer, took) = call(&mut a, &attack_with_seed(1103)).await;
-    assert_eq!(answer["error"]["code"], -32003, "{answer}");
+    refused(&answer);
     assert!(took < HOLD, "the streak started over: {took:?}");
 }
