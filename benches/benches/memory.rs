@@ -162,11 +162,6 @@ fn measure_forwarded(n: usize, max: usize, live: u64) {
 }
 
 fn main() {
-    // `TXGATE_HUGE_PAGES=false`: the large tables on base pages, as the
-    // daemon's `[server] huge_pages = false` (children inherit it).
-    if std::env::var("TXGATE_HUGE_PAGES").is_ok_and(|v| v == "false") {
-        txgate_alloc::set_huge_pages(false);
-    }
     let mut args = std::env::args().skip(1);
     match args.next().as_deref() {
         Some("--child") => {

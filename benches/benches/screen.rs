@@ -27,11 +27,8 @@
 
 #![allow(missing_docs)]
 
-// The daemon's allocator (jemalloc, large tables on huge pages), so that
-// the screening state is measured on the memory the daemon gives it.
-// `TXGATE_HUGE_PAGES=false` in the environment puts the large tables on base
-// pages, as `[server] huge_pages = false` does in the daemon: the same
-// binary both ways, for a same-run comparison.
+// The daemon's allocator (jemalloc), so that the screening state is
+// measured on the memory the daemon gives it.
 use txgate_alloc as _;
 
 use std::hint::black_box;
@@ -124,9 +121,6 @@ fn baseline(c: &mut Criterion) {
 }
 
 fn at_scale(c: &mut Criterion) {
-    if std::env::var("TXGATE_HUGE_PAGES").is_ok_and(|v| v == "false") {
-        txgate_alloc::set_huge_pages(false);
-    }
     let epoch = Instant::now();
     for (label, n) in [("10k", 10_000), ("100k", 100_000), ("1M", 1_000_000)] {
         let screen = populated(n, ScreenSettings::default(), epoch);

@@ -1,37 +1,31 @@
-//! txgate's process allocator: jemalloc, with large allocations on huge
-//! pages.
+//! txgate's process allocator: jemalloc, and its transparent huge page
+//! mode.
 //!
-//! Linking this crate (`use txgate_alloc as _;`) makes it the global
+//! Linking this crate (`use txgate_alloc as _;`) makes jemalloc the global
 //! allocator. The daemon links it, and so do the benches that measure the
 //! screening tables, so that they measure what the daemon runs.
 //!
-//! Allocations of 2 MiB and more (the screening state's big tables) are
-//! mapped one by one, 2 MiB aligned and marked for transparent huge pages,
-//! and unmapped when freed ([`large`]); `set_huge_pages(false)` (the
-//! daemon's `[server] huge_pages = false`) leaves them on base pages.
-//! Everything smaller goes to jemalloc, which leaves page sizes to the
-//! kernel: on a kernel in the common `madvise` mode, 4 KiB pages. At a
-//! million bans the screening state is about 160 MB of hash tables and
-//! bloom counters, touched at random; on 2 MiB pages it needs about 80 TLB
-//! entries instead of forty thousand (PERFORMANCE.md, "Invalidations at
-//! scale"; HEURISTICS.md, "Huge pages").
-//!
-//! `_RJEM_MALLOC_CONF=thp:always` still makes jemalloc mark all the memory
-//! it maps, small allocations' included. That is not the default: in the
+//! Huge pages are an operator's choice, off by default (on a kernel in the
+//! common `madvise` mode; a kernel in `always` mode gives them anyway
+//! unless `_RJEM_MALLOC_CONF=thp:never` is set): with
+//! `_RJEM_MALLOC_CONF=thp:always` in txgate's environment, jemalloc asks the
+//! kernel for transparent huge pages (`madvise(MADV_HUGEPAGE)`) on all the
+//! memory it maps. At a million bans the screening state is about 160 MB
+//! of hash tables and bloom counters, touched at random; on 2 MiB pages it
+//! needs about 80 TLB entries instead of forty thousand, and applying 1000
+//! invalidations at 1M bans took 0.81× the time (1.13 against 1.39 ms, the
+//! same binary in interleaved rounds). They are not the default because
+//! of what they do to resident memory: 10 MB more at idle, and in the
 //! 30-minute soak RSS stepped up by 2 MiB at a time past the soak's bound
-//! on growth (+5.75% against 5%), partly outside jemalloc's own count, most
-//! likely the kernel's khugepaged filling 2 MiB ranges jemalloc had partly
-//! given back. A large mapping here holds one allocation, and a freed one
-//! is gone at once.
+//! on growth (+5.75% against 5%), partly outside jemalloc's own count,
+//! most likely the kernel's khugepaged filling 2 MiB ranges jemalloc had
+//! partly given back (PERFORMANCE.md, "Invalidations at scale";
+//! HEURISTICS.md, "Huge pages").
 
 #![cfg(not(target_env = "msvc"))]
 
-pub mod large;
-
-pub use large::{huge_pages, large_bytes, set_huge_pages};
-
 #[global_allocator]
-static ALLOCATOR: large::Allocator = large::Allocator;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// The transparent huge page mode jemalloc runs with (`opt.thp`):
 /// `default` (the kernel's choice) unless the environment set it, `not
@@ -137,22 +131,17 @@ mod tests {
         let Some(before) = anon_huge_bytes() else {
             return;
         };
-        // 64 MiB in allocations below the large threshold, so jemalloc
-        // serves them (a large one is mapped on huge pages whatever
-        // jemalloc's option), touched page by page as tables being filled
-        // are.
-        let mut tables: Vec<Vec<u8>> = (0..64).map(|_| vec![0u8; 1 << 20]).collect();
-        for table in &mut tables {
-            for i in (0..table.len()).step_by(4096) {
-                table[i] = 1;
-            }
+        // 64 MiB, touched page by page, as a table being filled is.
+        let mut table = vec![0u8; 64 << 20];
+        for i in (0..table.len()).step_by(4096) {
+            table[i] = 1;
         }
         let during = anon_huge_bytes().unwrap_or(0);
-        std::hint::black_box(&tables);
+        std::hint::black_box(&table);
         // Huge pages come at fault time in `always` and `madvise` modes
         // when the kernel has free 2 MiB blocks; a freshly started machine
         // with memory to spare has plenty. Half the table is the bar, not
-        // all of it: the chunks' ends need not be 2 MiB aligned. In `never` mode, or
+        // all of it: its ends need not be 2 MiB aligned. In `never` mode, or
         // without THP, there is nothing to see; in `always` mode this holds
         // without the option too, so `madvise` is where it tests it.
         if matches!(system.as_deref(), Some("always" | "madvise")) {

@@ -23,8 +23,6 @@ pub const DEFAULT_BODY_READ_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
 /// Default: serve HTTP/2 cleartext (h2c, prior knowledge) beside HTTP/1.1.
 pub const DEFAULT_HTTP2: bool = true;
-/// Default: the big screening tables on transparent huge pages.
-pub const DEFAULT_HUGE_PAGES: bool = true;
 /// Default: no trusted proxy; every client is its TCP peer.
 pub const DEFAULT_TRUSTED_PROXIES: [&str; 0] = [];
 /// Default: no PROXY protocol header expected.
@@ -98,10 +96,6 @@ pub struct ServerConfig {
     pub forwarded_header: ForwardedHeader,
     /// TLS on the client port (`[server.tls]`); off by default.
     pub tls: ServerTlsConfig,
-    /// Allocations of 2 MiB and more (the big screening tables: the denied
-    /// set's shards at a million bans, the bloom, the recent-failure maps)
-    /// mapped on transparent huge pages; false: on base pages.
-    pub huge_pages: bool,
 }
 
 impl ServerConfig {
@@ -158,7 +152,6 @@ impl Default for ServerConfig {
             proxy_protocol: DEFAULT_PROXY_PROTOCOL,
             forwarded_header: DEFAULT_FORWARDED_HEADER,
             tls: ServerTlsConfig::default(),
-            huge_pages: DEFAULT_HUGE_PAGES,
         }
     }
 }

@@ -1,6 +1,5 @@
-//! The allocator: jemalloc, with allocations of 2 MiB and more mapped on
-//! huge pages (both set up in `txgate-alloc`), and what it holds as
-//! metrics.
+//! The allocator: jemalloc (set up in `txgate-alloc`; huge pages with
+//! `_RJEM_MALLOC_CONF=thp:always`), and what it holds as metrics.
 //!
 //! jemalloc, not the C library's allocator: it gives freed pages back to the
 //! system after a few seconds (its decay), where glibc's arenas kept what an
@@ -13,10 +12,7 @@
 //! them), `resident` (pages the allocator has resident, its metadata
 //! included), `mapped`, `retained` (address space kept for reuse, not
 //! resident) and `metadata`. A growing `resident` over a flat `allocated`
-//! is the allocator; a growing `allocated` is the program. `large` is
-//! what the program holds in allocations of 2 MiB and more (the big
-//! screening tables), each mapped on its own outside jemalloc, so counted
-//! apart from the others.
+//! is the allocator; a growing `allocated` is the program.
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
@@ -58,9 +54,6 @@ impl Collector for AllocatorStats {
                 }
             }
         }
-        self.bytes
-            .with_label_values(&["large"])
-            .set(i64::try_from(txgate_alloc::large_bytes()).unwrap_or(i64::MAX));
         self.bytes.collect()
     }
 }
@@ -68,11 +61,9 @@ impl Collector for AllocatorStats {
 /// Adds `txgate_allocator_bytes{kind}` to `registry`. A registry that
 /// refuses it (a name taken) only loses the series; txgate runs on.
 ///
-/// Logs the huge page modes once: the large tables', jemalloc's and the
-/// kernel's.
+/// Logs the huge page modes once: jemalloc's and the kernel's.
 pub(crate) fn register(registry: &Registry) {
     tracing::info!(
-        large_tables_on_huge_pages = txgate_alloc::huge_pages(),
         huge_pages = txgate_alloc::thp_mode().as_deref().unwrap_or("unknown"),
         kernel = txgate_alloc::system_thp_mode()
             .as_deref()
@@ -81,9 +72,8 @@ pub(crate) fn register(registry: &Registry) {
     );
     let opts = Opts::new(
         "allocator_bytes",
-        "Bytes the memory allocator reports, by kind: from jemalloc allocated (held by txgate), \
-         active, resident, mapped, retained (kept for reuse, not resident), metadata; large: \
-         held in allocations of 2 MiB and more, each mapped on its own outside jemalloc",
+        "Bytes the memory allocator (jemalloc) reports, by kind: allocated (held by txgate), \
+         active, resident, mapped, retained (kept for reuse, not resident), metadata",
     );
     let Ok(bytes) = IntGaugeVec::new(opts, &["kind"]) else {
         return;
@@ -101,39 +91,28 @@ mod tests {
     fn every_kind_is_read_and_allocated_follows_what_is_held() {
         let registry = Registry::new_custom(Some("txgate".into()), None).unwrap();
         register(&registry);
-        let read = |registry: &Registry, kind: &str| -> i64 {
+        let allocated = |registry: &Registry| -> i64 {
             let families = registry.gather();
             let family = families
                 .iter()
                 .find(|f| f.name() == "txgate_allocator_bytes")
                 .expect("registered");
-            assert_eq!(family.get_metric().len(), KINDS.len() + 1);
+            assert_eq!(family.get_metric().len(), KINDS.len());
             family
                 .get_metric()
                 .iter()
-                .find(|m| m.get_label()[0].value() == kind)
+                .find(|m| m.get_label()[0].value() == "allocated")
                 .map(|m| m.get_gauge().get_value() as i64)
-                .expect(kind)
+                .expect("allocated")
         };
-        // 64 MiB in pieces below the large threshold: jemalloc's.
-        let before = read(&registry, "allocated");
-        let held: Vec<Vec<u8>> = (0..64).map(|_| vec![1u8; 1 << 20]).collect();
-        let during = read(&registry, "allocated");
+        let before = allocated(&registry);
+        let held = vec![1u8; 64 << 20];
+        let during = allocated(&registry);
         assert!(
             during - before >= 60 << 20,
             "64 MiB held: allocated {before} -> {during}"
         );
         drop(held);
-        assert!(read(&registry, "allocated") < during - (60 << 20));
-        // 64 MiB in one piece: a large mapping.
-        let before = read(&registry, "large");
-        let held = vec![1u8; 64 << 20];
-        let during = read(&registry, "large");
-        assert!(
-            during - before >= 60 << 20,
-            "64 MiB held: large {before} -> {during}"
-        );
-        drop(held);
-        assert!(read(&registry, "large") < during - (60 << 20));
+        assert!(allocated(&registry) < during - (60 << 20));
     }
 }

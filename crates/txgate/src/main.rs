@@ -106,15 +106,6 @@ struct Cli {
     /// true or false [screen.pacing.enabled].
     #[arg(long, env = "TXGATE_PACING", global = true, value_name = "true|false")]
     pacing: Option<bool>,
-    /// The big screening tables on transparent huge pages: true or false
-    /// [server.huge_pages].
-    #[arg(
-        long,
-        env = "TXGATE_HUGE_PAGES",
-        global = true,
-        value_name = "true|false"
-    )]
-    huge_pages: Option<bool>,
     /// The node's WebSocket endpoint, ws://host:port[/path]; empty: ws://
     /// and the host, port and path of the upstream URL
     /// [websocket.upstream_url].
@@ -205,9 +196,6 @@ impl Cli {
         }
         if let Some(v) = self.websocket {
             config.websocket.enabled = v;
-        }
-        if let Some(v) = self.huge_pages {
-            config.server.huge_pages = v;
         }
         if let Some(v) = self.pacing {
             config.screen.pacing.enabled = v;
@@ -334,9 +322,6 @@ async fn run(config: Config, config_path: Option<PathBuf>) -> ExitCode {
     };
     let aeges = aeges_listener(&config);
     let clients = client_identity(&config);
-    // Before the screening state's tables are made.
-    #[cfg(not(target_env = "msvc"))]
-    txgate_alloc::set_huge_pages(config.server.huge_pages);
     // Everything that can refuse a setting runs before anything listens.
     let proxy = match Proxy::new(config) {
         Ok(proxy) => proxy,
