@@ -40,7 +40,7 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "txgate.json"
 PANELS = [
     "Responses by outcome",
     "Screening decisions by reason",
-    "Refusal share, 5 min and 1 h",
+    "Paced refusals",
     "Screening latency p50 / p99",
     "Stage latency p99",
     "Upstream latency p50 / p99",
