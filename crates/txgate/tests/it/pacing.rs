@@ -288,8 +288,19 @@ async fn a_client_on_a_streak_is_held_on_its_websocket_too() {
         took >= HOLD,
         "the third refusal on the socket is held: {took:?}"
     );
-    // Other calls on the socket are not held.
+    // A call added to the message does not evade the hold: the node
+    // answers it at once, and the whole answer waits out the hold.
     let chain = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []});
+    let (answer, took) = round_trip(json!([attack_with_seed(1004), chain])).await;
+    let answers = answer.as_array().expect("a batch answer");
+    assert_eq!(answers.len(), 2, "{answer}");
+    refused(&answers[0]);
+    assert_eq!(answers[1]["result"], "0x7a69", "{answer}");
+    assert!(
+        took >= 2 * HOLD,
+        "a mixed message is held, the hold doubled: {took:?}"
+    );
+    // Other calls on the socket are not held.
     let (answer, took) = round_trip(chain).await;
     assert_eq!(answer["result"], "0x7a69", "{answer}");
     assert!(took < HOLD, "{took:?}");
@@ -302,7 +313,7 @@ async fn a_client_on_a_streak_is_held_on_its_websocket_too() {
     let m = txgate.metrics().await;
     assert_eq!(
         metric(&m, "txgate_pacing_refusals_total{result=\"held\"}"),
-        1.0
+        2.0
     );
 }
 

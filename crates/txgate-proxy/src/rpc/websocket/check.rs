@@ -19,7 +19,7 @@ use crate::ops::metrics::Outcome;
 use crate::rpc::rescue::Refusal;
 use crate::rpc::sync::SyncSlot;
 use crate::rpc::{From, Shared, frame_cost, frame_refusal, refused_submissions};
-use crate::server::pacing::Pace;
+use crate::server::pacing::{Hold, Pace};
 
 /// One entry of a message's answer.
 #[derive(Debug)]
@@ -64,6 +64,9 @@ pub(super) struct Assembly {
     pub(super) deadline: Instant,
     /// Held until answered: the in-flight slot and any sync slots.
     pub(super) _held: Held,
+    /// The client's pacing hold, for a message that also forwarded calls:
+    /// its whole answer waits out what is left of it.
+    pub(super) hold: Option<Hold>,
 }
 
 #[derive(Debug, Default)]
@@ -84,6 +87,8 @@ pub(super) struct Checked {
     pub(super) outcome: Outcome,
     pub(super) timeout: Option<Duration>,
     pub(super) held: Held,
+    /// See [`Assembly::hold`].
+    pub(super) hold: Option<Hold>,
 }
 
 pub(super) type Checking = Pin<Box<dyn Future<Output = Checked> + Send>>;
@@ -146,6 +151,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
         outcome: Outcome::Forwarded,
         timeout: None,
         held: Held::default(),
+        hold: None,
     };
     let refuse = |checked: &mut Checked, refusal: Refusal, id| {
         checked.outcome = refusal.class().outcome;
@@ -294,7 +300,10 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
 /// hold gives back its in-flight slot and waits before it is sent, counted
 /// among the socket's messages under way (so a socket holds at most
 /// `websocket.max_in_flight_per_connection`). A message that also forwards
-/// calls counts, but is not held: its forwarded calls go on at once.
+/// calls is held too, so that a call added to each message does not evade
+/// the hold: its forwarded calls go on at once, and its whole answer,
+/// once the node has answered them, waits out what is left of the hold
+/// (the session; it gives back its in-flight slot then).
 async fn pace_message(conn: &Conn, checked: &mut Checked, refused: u32) {
     let (Some(pacer), Some(client)) = (&conn.shared.pacer, conn.peer.client) else {
         return;
@@ -303,7 +312,7 @@ async fn pace_message(conn: &Conn, checked: &mut Checked, refused: u32) {
         return;
     }
     if checked.upstream.is_some() {
-        pacer.note(client, Pace::Refused(refused));
+        checked.hold = pacer.answer(client, Pace::Refused(refused));
         return;
     }
     if let Some(hold) = pacer.answer(client, Pace::Refused(refused)) {

@@ -9,9 +9,13 @@
 //! socket's buffer and sent at once if the socket takes it, else flushed
 //! when it is writable again. The client's buffer is bounded in bytes
 //! (`websocket.max_send_queue_bytes`): a client that does not read is
-//! dropped, never buffered without end.
+//! dropped, never buffered without end. A paced client's answer that
+//! waits out its hold waits in the session, counted among the messages
+//! under way; the drain and a closing session send it at once.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -34,7 +38,7 @@ use super::{Peer, Upstream, WebSockets};
 use crate::ops::metrics::{WsClose, WsSent};
 use crate::rpc::Shared;
 use crate::rpc::rescue::Refusal;
-use crate::server::pacing::Pace;
+use crate::server::pacing::{Hold, Pace};
 
 pub(super) type Client = WebSocketStream<TokioIo<Upgraded>>;
 
@@ -87,6 +91,8 @@ struct Session {
     upstream: Socket<crate::upstream::tls::Conn>,
     checking: FuturesUnordered<Checking>,
     assemblies: HashMap<u64, Assembly>,
+    /// Whole answers waiting out their client's pacing hold.
+    held: FuturesUnordered<HeldAnswer>,
     pending: HashMap<u64, Pending>,
     /// Subscription ids the node gave this socket.
     subscribed: HashSet<String>,
@@ -112,6 +118,7 @@ impl Session {
             upstream: Socket::new(upstream),
             checking: FuturesUnordered::new(),
             assemblies: HashMap::new(),
+            held: FuturesUnordered::new(),
             pending: HashMap::new(),
             subscribed: HashSet::new(),
             next_message: 0,
@@ -140,7 +147,7 @@ impl Session {
         tokio::pin!(stopped);
         let mut draining = false;
         loop {
-            let in_flight = self.checking.len() + self.assemblies.len();
+            let in_flight = self.checking.len() + self.assemblies.len() + self.held.len();
             if draining && in_flight == 0 {
                 return self
                     .close(WsClose::Shutdown, CloseCode::Away, "txgate shutting down")
@@ -148,7 +155,13 @@ impl Session {
             }
             let reading = !draining && in_flight < max_in_flight;
             tokio::select! {
-                () = &mut stopped, if !draining => draining = true,
+                () = &mut stopped, if !draining => {
+                    draining = true;
+                    // Held answers go now: the grace period is for calls.
+                    if let Err(reason) = self.flush_held() {
+                        return self.end(reason).await;
+                    }
+                }
                 message = io(&mut self.client, reading) => {
                     if let Err(reason) = self.client_message(message) {
                         return self.end(reason).await;
@@ -156,6 +169,13 @@ impl Session {
                 }
                 Some(checked) = self.checking.next() => {
                     if let Err(reason) = self.checked(checked) {
+                        return self.end(reason).await;
+                    }
+                }
+                Some(body) = self.held.next() => {
+                    if let Some(body) = body
+                        && let Err(reason) = self.send_client(body, WsSent::Answer)
+                    {
                         return self.end(reason).await;
                     }
                 }
@@ -294,6 +314,7 @@ impl Session {
                     .timeout
                     .unwrap_or(self.conn.ws.settings.call_timeout),
             _held: checked.held,
+            hold: checked.hold,
         };
         if waiting == 0 {
             return self.answer(assembly);
@@ -302,9 +323,13 @@ impl Session {
         Ok(())
     }
 
-    /// Sends a message's whole answer (nothing when every part is silent).
+    /// Sends a message's whole answer (nothing when every part is silent),
+    /// or keeps it until its pacing hold is over. Either way its in-flight
+    /// slot goes back now.
     fn answer(&mut self, assembly: Assembly) -> Result<(), WsClose> {
-        let Assembly { batch, parts, .. } = assembly;
+        let Assembly {
+            batch, parts, hold, ..
+        } = assembly;
         let body = if batch {
             let done: Vec<&[u8]> = parts
                 .iter()
@@ -325,7 +350,30 @@ impl Session {
                 _ => return Ok(()),
             }
         };
-        self.send_client(body, WsSent::Answer)
+        match hold {
+            Some(hold) if !hold.sleep.is_elapsed() => {
+                self.held.push(HeldAnswer {
+                    hold,
+                    body: Some(body),
+                });
+                Ok(())
+            }
+            _ => self.send_client(body, WsSent::Answer),
+        }
+    }
+
+    /// Sends every held answer at once (the drain, a closing session).
+    fn flush_held(&mut self) -> Result<(), WsClose> {
+        let bodies: Vec<Bytes> = self
+            .held
+            .iter_mut()
+            .filter_map(|held| held.body.take())
+            .collect();
+        self.held.clear();
+        for body in bodies {
+            self.send_client(body, WsSent::Answer)?;
+        }
+        Ok(())
     }
 
     /// Frames `message` to the client: sent now if the socket takes it,
@@ -574,8 +622,12 @@ impl Session {
         }
     }
 
-    /// Sends a close frame each way and waits briefly for them to go out.
-    async fn close(self, reason: WsClose, code: CloseCode, why: &'static str) -> WsClose {
+    /// Sends a close frame each way and waits briefly for them to go out;
+    /// before it, the answers held for pacing (unless the client closed).
+    async fn close(mut self, reason: WsClose, code: CloseCode, why: &'static str) -> WsClose {
+        if reason != WsClose::Client {
+            let _ = self.flush_held();
+        }
         let frame = CloseFrame {
             code,
             reason: Utf8Bytes::from_static(why),
@@ -597,5 +649,25 @@ impl Session {
         };
         let _ = tokio::time::timeout(CLOSE_FLUSH, both).await;
         reason
+    }
+}
+
+/// A message's whole answer waiting out its client's pacing hold; yields
+/// the answer (taken once) when the hold is over.
+struct HeldAnswer {
+    hold: Hold,
+    body: Option<Bytes>,
+}
+
+impl Future for HeldAnswer {
+    type Output = Option<Bytes>;
+
+    fn poll(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Bytes>> {
+        let this = self.get_mut();
+        std::task::ready!(this.hold.sleep.as_mut().poll(cx));
+        std::task::Poll::Ready(this.body.take())
     }
 }
