@@ -317,6 +317,71 @@ async fn a_client_on_a_streak_is_held_on_its_websocket_too() {
     );
 }
 
+/// A held WebSocket answer is not lost to a stop: the drain sends it at
+/// once, then closes the socket with "going away".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_websocket_answer_goes_out_when_the_drain_starts() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+    let anvil = crate::support::Anvil::start().await;
+    let mut txgate = InProcess::start(
+        &anvil.url,
+        "[screen.pacing]\nafter = 1\ninitial_hold_ms = 8000\nmax_hold_ms = 8000\n",
+    );
+    ban_attack_call(&txgate);
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new("127.0.0.6".parse().unwrap(), 0))
+        .unwrap();
+    let stream = socket.connect(addr(&txgate.url)).await.unwrap();
+    let url = txgate.url.replacen("http://", "ws://", 1);
+    let (ws, _) = tokio_tungstenite::client_async(url, stream)
+        .await
+        .expect("upgrade");
+    let (mut ws, mut frames) = ws.split();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(5), frames.next())
+            .await
+            .expect("a frame within 5 s")
+            .expect("open")
+            .expect("a frame")
+    };
+    ws.send(Message::text(attack_with_seed(2000).to_string()))
+        .await
+        .unwrap();
+    let Message::Text(first) = next().await else {
+        panic!("a text answer")
+    };
+    refused(&serde_json::from_str(&first).unwrap());
+    // The second refusal, with a call the node answers: due 8 s.
+    let chain = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []});
+    ws.send(Message::text(
+        json!([attack_with_seed(2001), chain]).to_string(),
+    ))
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    txgate.begin_stop();
+    let Message::Text(held) = next().await else {
+        panic!("the held answer first")
+    };
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "sent when the drain started, not after the hold: {:?}",
+        started.elapsed()
+    );
+    let held: Value = serde_json::from_str(&held).unwrap();
+    refused(&held[0]);
+    assert_eq!(held[1]["result"], "0x7a69", "{held}");
+    let Message::Close(Some(frame)) = next().await else {
+        panic!("then a close frame")
+    };
+    assert_eq!(frame.code, CloseCode::Away);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_submission_the_node_takes_ends_a_streak() {
     let (_anvil, txgate, funded) = anvil_stack(62).await;

@@ -608,6 +608,14 @@ impl InProcess {
         let (_, _, body) = get(&format!("{}/metrics", self.admin_url)).await;
         String::from_utf8(body.to_vec()).unwrap()
     }
+
+    /// Starts the drain, as SIGTERM does (the grace period is 1 s); the
+    /// drop then waits for it to end.
+    pub fn begin_stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
 }
 
 impl Drop for InProcess {
