@@ -172,7 +172,7 @@ impl Session {
                         return self.end(reason).await;
                     }
                 }
-                Some(body) = self.held.next() => {
+                Some(body) = self.held.next(), if !self.held.is_empty() => {
                     if let Some(body) = body
                         && let Err(reason) = self.send_client(body, WsSent::Answer)
                     {
