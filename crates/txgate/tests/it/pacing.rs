@@ -195,6 +195,23 @@ fn transfer(from: &Eoa) -> Value {
     submit(&from.sign(0, Address::repeat_byte(0x11), &[], 1, TIP))
 }
 
+/// A WebSocket to txgate at `url` (http://…) from the loopback address
+/// `from`: a client of its own.
+async fn websocket_from(
+    url: &str,
+    from: &str,
+) -> tokio_tungstenite::WebSocketStream<tokio::net::TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new(from.parse().unwrap(), 0))
+        .unwrap();
+    let stream = socket.connect(addr(url)).await.unwrap();
+    let (ws, _) = tokio_tungstenite::client_async(url.replacen("http://", "ws://", 1), stream)
+        .await
+        .expect("upgrade");
+    ws
+}
+
 /// anvil, txgate in front of it with the tests' pacing and the attacker's
 /// call banned, and a funded account (seed `funded`).
 async fn anvil_stack(funded: u64) -> (crate::support::Anvil, InProcess, Eoa) {
@@ -251,15 +268,7 @@ async fn a_client_on_a_streak_is_held_on_its_websocket_too() {
     use tokio_tungstenite::tungstenite::Message;
 
     let (_anvil, txgate, funded) = anvil_stack(61).await;
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket
-        .bind(SocketAddr::new("127.0.0.5".parse().unwrap(), 0))
-        .unwrap();
-    let stream = socket.connect(addr(&txgate.url)).await.unwrap();
-    let url = txgate.url.replacen("http://", "ws://", 1);
-    let (mut ws, _) = tokio_tungstenite::client_async(url, stream)
-        .await
-        .expect("upgrade");
+    let mut ws = websocket_from(&txgate.url, "127.0.0.5").await;
     let mut round_trip = async |body: Value| {
         let started = Instant::now();
         ws.send(Message::text(body.to_string())).await.unwrap();
@@ -331,15 +340,7 @@ async fn a_held_websocket_answer_goes_out_when_the_drain_starts() {
         "[screen.pacing]\nafter = 1\ninitial_hold_ms = 8000\nmax_hold_ms = 8000\n",
     );
     ban_attack_call(&txgate);
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket
-        .bind(SocketAddr::new("127.0.0.6".parse().unwrap(), 0))
-        .unwrap();
-    let stream = socket.connect(addr(&txgate.url)).await.unwrap();
-    let url = txgate.url.replacen("http://", "ws://", 1);
-    let (ws, _) = tokio_tungstenite::client_async(url, stream)
-        .await
-        .expect("upgrade");
+    let ws = websocket_from(&txgate.url, "127.0.0.6").await;
     let (mut ws, mut frames) = ws.split();
     let mut next = async || {
         tokio::time::timeout(Duration::from_secs(5), frames.next())
