@@ -11,8 +11,10 @@
 //! and the per-client limits, so a held answer takes no in-flight slot: it
 //! holds only its connection (and, over HTTP/2, its stream), for at most
 //! `max_hold_ms`, and at most `max_held` answers are held at once across
-//! the process. WebSocket messages are paced where they are checked
-//! (`rpc::websocket::check`), and the upkeep task sweeps the streaks.
+//! the process. A WebSocket message's streak is counted where it is
+//! checked (`rpc::websocket::check`) and its answer held by its session,
+//! once ready, for what is left of the hold; the upkeep task sweeps the
+//! streaks.
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -143,6 +145,31 @@ impl Pacer {
     /// be held for the returned hold.
     pub(crate) fn answer(self: &Arc<Self>, client: IpAddr, pace: Pace) -> Option<Hold> {
         let duration = self.pacing.hold(self.note(client, pace)?)?;
+        self.hold_for(duration)
+    }
+
+    /// Records `pace` in `client`'s streak; when the answer is due a hold,
+    /// the time the hold ends, counted from now. For an answer not ready
+    /// yet (a WebSocket message waiting for the node): its place among
+    /// `max_held` is taken only once it is, for what is left
+    /// ([`Pacer::hold_until`]).
+    pub(crate) fn due(&self, client: IpAddr, pace: Pace) -> Option<tokio::time::Instant> {
+        let duration = self.pacing.hold(self.note(client, pace)?)?;
+        Some(tokio::time::Instant::now() + duration)
+    }
+
+    /// A hold until `end`, if `end` is still ahead and a place among
+    /// `max_held` is free (else the answer goes at once, counted).
+    pub(crate) fn hold_until(self: &Arc<Self>, end: tokio::time::Instant) -> Option<Hold> {
+        let left = end.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        self.hold_for(left)
+    }
+
+    /// A hold of `duration`, if a place among `max_held` is free.
+    fn hold_for(self: &Arc<Self>, duration: Duration) -> Option<Hold> {
         if self.held.fetch_add(1, Ordering::Relaxed) >= self.max_held {
             self.held.fetch_sub(1, Ordering::Relaxed);
             self.metrics().over_bound.inc();

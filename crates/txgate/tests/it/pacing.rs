@@ -313,12 +313,25 @@ async fn a_client_on_a_streak_is_held_on_its_websocket_too() {
     let (answer, took) = round_trip(chain).await;
     assert_eq!(answer["result"], "0x7a69", "{answer}");
     assert!(took < HOLD, "{took:?}");
-    // A transfer the node takes, over the socket, ends the streak.
-    let (answer, _) = round_trip(transfer(&funded)).await;
-    assert!(answer["result"].is_string(), "{answer}");
+    // A transfer the node takes, over the socket, ends the streak, and
+    // the message it came in is not held, refusal and all.
+    let (answer, took) = round_trip(json!([attack_with_seed(1005), transfer(&funded)])).await;
+    refused(&answer[0]);
+    assert!(answer[1]["result"].is_string(), "{answer}");
+    assert!(took < HOLD, "a message with a taken submission: {took:?}");
     let (answer, took) = round_trip(attack_with_seed(1003)).await;
     refused(&answer);
     assert!(took < HOLD, "the streak started over: {took:?}");
+    // A message that opens a subscription is not held, though due: the
+    // node's notifications would reach the client before its id.
+    let (answer, _) = round_trip(attack_with_seed(1006)).await;
+    refused(&answer);
+    let subscribe =
+        json!({"jsonrpc": "2.0", "id": 2, "method": "eth_subscribe", "params": ["newHeads"]});
+    let (answer, took) = round_trip(json!([attack_with_seed(1007), subscribe])).await;
+    refused(&answer[0]);
+    assert!(answer[1]["result"].is_string(), "{answer}");
+    assert!(took < HOLD, "a message that subscribes: {took:?}");
     let m = txgate.metrics().await;
     assert_eq!(
         metric(&m, "txgate_pacing_refusals_total{result=\"held\"}"),
@@ -363,7 +376,12 @@ async fn a_held_websocket_answer_goes_out_when_the_drain_starts() {
     ))
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), next())
+            .await
+            .is_err(),
+        "held"
+    );
     let started = Instant::now();
     txgate.begin_stop();
     let Message::Text(held) = next().await else {

@@ -19,7 +19,7 @@ use crate::ops::metrics::Outcome;
 use crate::rpc::rescue::Refusal;
 use crate::rpc::sync::SyncSlot;
 use crate::rpc::{From, Shared, frame_cost, frame_refusal, refused_submissions};
-use crate::server::pacing::{Hold, Pace};
+use crate::server::pacing::Pace;
 
 /// One entry of a message's answer.
 #[derive(Debug)]
@@ -64,9 +64,10 @@ pub(super) struct Assembly {
     pub(super) deadline: Instant,
     /// Held until answered: the in-flight slot and any sync slots.
     pub(super) _held: Held,
-    /// The client's pacing hold, for a message that also forwarded calls:
-    /// its whole answer waits out what is left of it.
-    pub(super) hold: Option<Hold>,
+    /// When the client's pacing hold ends: the whole answer, once ready,
+    /// waits out what is left of it (none once a submission of the
+    /// message is taken by the node).
+    pub(super) hold_until: Option<tokio::time::Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -87,8 +88,8 @@ pub(super) struct Checked {
     pub(super) outcome: Outcome,
     pub(super) timeout: Option<Duration>,
     pub(super) held: Held,
-    /// See [`Assembly::hold`].
-    pub(super) hold: Option<Hold>,
+    /// See [`Assembly::hold_until`].
+    pub(super) hold_until: Option<tokio::time::Instant>,
 }
 
 pub(super) type Checking = Pin<Box<dyn Future<Output = Checked> + Send>>;
@@ -151,7 +152,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
         outcome: Outcome::Forwarded,
         timeout: None,
         held: Held::default(),
-        hold: None,
+        hold_until: None,
     };
     let refuse = |checked: &mut Checked, refusal: Refusal, id| {
         checked.outcome = refusal.class().outcome;
@@ -290,35 +291,36 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
         checked.upstream = Some(upstream);
     }
     checked.outcome = first_refusal.unwrap_or(Outcome::Forwarded);
-    pace_message(&conn, &mut checked, refused).await;
+    pace_message(&conn, &mut checked, refused);
     checked
 }
 
 /// Pacing, as for an HTTP answer: `refused` submissions of the message
 /// grow its client's streak (a submission the node takes ends it, when its
-/// answer comes: the session). An answer of refusals only that is due a
-/// hold gives back its in-flight slot and waits before it is sent, counted
-/// among the socket's messages under way (so a socket holds at most
-/// `websocket.max_in_flight_per_connection`). A message that also forwards
-/// calls is held too, so that a call added to each message does not evade
-/// the hold: its forwarded calls go on at once, and its whole answer,
-/// once the node has answered them, waits out what is left of the hold
-/// (the session; it gives back its in-flight slot then).
-async fn pace_message(conn: &Conn, checked: &mut Checked, refused: u32) {
+/// answer comes: the session). A message due a hold has its forwarded
+/// calls sent at once; its whole answer, once ready, waits out what is
+/// left of the hold in the session, its in-flight slot given back, among
+/// the socket's messages under way (so a socket holds at most
+/// `websocket.max_in_flight_per_connection`). So a call added to each
+/// message does not evade the hold. A message that opens a subscription
+/// counts, but is not held: the node's notifications for it would reach
+/// the client before the subscription's id.
+fn pace_message(conn: &Conn, checked: &mut Checked, refused: u32) {
     let (Some(pacer), Some(client)) = (&conn.shared.pacer, conn.peer.client) else {
         return;
     };
     if refused == 0 {
         return;
     }
-    if checked.upstream.is_some() {
-        checked.hold = pacer.answer(client, Pace::Refused(refused));
+    let subscribes = checked
+        .pending
+        .iter()
+        .any(|(_, pending)| matches!(pending.sub, Sub::Subscribe));
+    if subscribes {
+        pacer.note(client, Pace::Refused(refused));
         return;
     }
-    if let Some(hold) = pacer.answer(client, Pace::Refused(refused)) {
-        checked.held = Held::default();
-        hold.sleep.await;
-    }
+    checked.hold_until = pacer.due(client, Pace::Refused(refused));
 }
 
 /// The first param as a string (`eth_unsubscribe`'s subscription id).

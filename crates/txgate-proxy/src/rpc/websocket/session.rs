@@ -282,7 +282,8 @@ impl Session {
     }
 
     /// A message whose checks are done: refusals answered, the rest sent
-    /// to the node.
+    /// to the node. Its answer is put together (or sent) before the send,
+    /// so that a send that fails answers its calls too.
     fn checked(&mut self, checked: Checked) -> Result<(), WsClose> {
         let metrics = &self.conn.shared.metrics.websocket;
         metrics.received(checked.outcome);
@@ -291,19 +292,8 @@ impl Session {
             .iter()
             .filter(|p| matches!(p, Part::Waiting))
             .count();
-        if let Some(body) = checked.upstream {
-            for (id, pending) in checked.pending {
-                self.pending.insert(id, pending);
-            }
-            let sent = Utf8Bytes::try_from(body)
-                .map(|text| self.upstream.send(Message::Text(text)).is_ok())
-                .unwrap_or(false);
-            if !sent {
-                // The node's socket failed or stopped reading (its buffer
-                // over its bound): every call owed is answered first.
-                let _ = self.fail_pending(&Refusal::UpstreamUnavailable);
-                return Err(WsClose::Upstream);
-            }
+        for (id, pending) in checked.pending {
+            self.pending.insert(id, pending);
         }
         let assembly = Assembly {
             batch: checked.batch,
@@ -314,21 +304,36 @@ impl Session {
                     .timeout
                     .unwrap_or(self.conn.ws.settings.call_timeout),
             _held: checked.held,
-            hold: checked.hold,
+            hold_until: checked.hold_until,
         };
         if waiting == 0 {
-            return self.answer(assembly);
+            self.answer(assembly)?;
+        } else {
+            self.assemblies.insert(checked.message, assembly);
         }
-        self.assemblies.insert(checked.message, assembly);
+        if let Some(body) = checked.upstream {
+            let sent = Utf8Bytes::try_from(body)
+                .map(|text| self.upstream.send(Message::Text(text)).is_ok())
+                .unwrap_or(false);
+            if !sent {
+                // The node's socket failed or stopped reading (its buffer
+                // over its bound): every call owed is answered first.
+                let _ = self.fail_pending(&Refusal::UpstreamUnavailable);
+                return Err(WsClose::Upstream);
+            }
+        }
         Ok(())
     }
 
     /// Sends a message's whole answer (nothing when every part is silent),
-    /// or keeps it until its pacing hold is over. Either way its in-flight
-    /// slot goes back now.
+    /// or keeps it until its pacing hold is over (not once the drain has
+    /// begun). Either way its in-flight slot goes back now.
     fn answer(&mut self, assembly: Assembly) -> Result<(), WsClose> {
         let Assembly {
-            batch, parts, hold, ..
+            batch,
+            parts,
+            hold_until,
+            ..
         } = assembly;
         let body = if batch {
             let done: Vec<&[u8]> = parts
@@ -350,15 +355,19 @@ impl Session {
                 _ => return Ok(()),
             }
         };
+        let hold = match (hold_until, &self.conn.shared.pacer) {
+            (Some(end), Some(pacer)) if !self.conn.ws.stop.is_cancelled() => pacer.hold_until(end),
+            _ => None,
+        };
         match hold {
-            Some(hold) if !hold.sleep.is_elapsed() => {
+            Some(hold) => {
                 self.held.push(HeldAnswer {
                     hold,
                     body: Some(body),
                 });
                 Ok(())
             }
-            _ => self.send_client(body, WsSent::Answer),
+            None => self.send_client(body, WsSent::Answer),
         }
     }
 
@@ -459,8 +468,8 @@ impl Session {
             return Ok(());
         };
         self.track_subscription(&pending.sub, response);
-        if pending.submission
-            && response.error().is_none()
+        let taken = pending.submission && response.error().is_none();
+        if taken
             && let (Some(pacer), Some(client)) = (&self.conn.shared.pacer, self.conn.peer.client)
         {
             pacer.note(client, Pace::Cleared);
@@ -468,6 +477,10 @@ impl Session {
         let Some(assembly) = self.assemblies.get_mut(&pending.message) else {
             return Ok(());
         };
+        if taken {
+            // A message in which the node took a submission is not held.
+            assembly.hold_until = None;
+        }
         if let Some(part @ Part::Waiting) = assembly.parts.get_mut(pending.index) {
             let mut out = Vec::with_capacity(64);
             response.write_with_id(&mut out, pending.caller_id.as_deref());
