@@ -385,6 +385,33 @@ mod tests {
         assert!(Pacer::new(&config, 64, metrics).is_none());
     }
 
+    /// A WebSocket message's hold: due at its check, its place taken
+    /// only when its answer is ready, for what is left, and only then
+    /// counted as held.
+    #[tokio::test(start_paused = true)]
+    async fn a_due_hold_takes_its_place_when_the_answer_is_ready() {
+        let p = pacer(1, 1, 1_000);
+        assert!(p.due(ONE, Pace::Refused(1)).is_none(), "first refusal");
+        let end = p.due(ONE, Pace::Refused(1)).expect("second refusal due");
+        let held = || p.metrics().held.get();
+        assert_eq!(held(), 0, "nothing held while the node works");
+        // Ready in time: held for what is left, the one place taken.
+        tokio::time::advance(Duration::from_micros(400)).await;
+        let hold = p.hold_until(end).expect("held");
+        assert_eq!((held(), p.metrics().holding.get()), (1, 1));
+        assert!(hold.sleep.deadline() <= end);
+        // The place is taken: another ready answer goes at once, counted.
+        let later = p.due(ONE, Pace::Refused(1)).expect("third refusal due");
+        assert!(p.hold_until(later).is_none(), "over max_held");
+        assert_eq!(p.metrics().over_bound.get(), 1);
+        drop(hold);
+        assert_eq!(p.metrics().holding.get(), 0);
+        // Ready after the hold ended: not held, not counted.
+        tokio::time::advance(Duration::from_millis(20)).await;
+        assert!(p.hold_until(later).is_none());
+        assert_eq!(held(), 1);
+    }
+
     #[tokio::test]
     async fn a_streak_is_held_once_past_the_threshold_and_ended_by_a_clear() {
         let p = pacer(2, 16, 1_000);

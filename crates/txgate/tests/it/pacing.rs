@@ -313,29 +313,55 @@ async fn a_client_on_a_streak_is_held_on_its_websocket_too() {
     let (answer, took) = round_trip(chain).await;
     assert_eq!(answer["result"], "0x7a69", "{answer}");
     assert!(took < HOLD, "{took:?}");
-    // A transfer the node takes, over the socket, ends the streak, and
-    // the message it came in is not held, refusal and all.
+    // A transfer the node takes, over the socket, starts the streak over
+    // from its message's refusal, as over HTTP, and that message is not
+    // held, refusal and all.
     let (answer, took) = round_trip(json!([attack_with_seed(1005), transfer(&funded)])).await;
     refused(&answer[0]);
     assert!(answer[1]["result"].is_string(), "{answer}");
     assert!(took < HOLD, "a message with a taken submission: {took:?}");
     let (answer, took) = round_trip(attack_with_seed(1003)).await;
     refused(&answer);
-    assert!(took < HOLD, "the streak started over: {took:?}");
-    // A message that opens a subscription is not held, though due: the
-    // node's notifications would reach the client before its id.
-    let (answer, _) = round_trip(attack_with_seed(1006)).await;
-    refused(&answer);
+    assert!(took < HOLD, "the streak started over at 1: {took:?}");
+    // The third refusal since would be held; in a message that opens a
+    // subscription it is not: the node's notifications would reach the
+    // client before its id.
     let subscribe =
         json!({"jsonrpc": "2.0", "id": 2, "method": "eth_subscribe", "params": ["newHeads"]});
     let (answer, took) = round_trip(json!([attack_with_seed(1007), subscribe])).await;
     refused(&answer[0]);
     assert!(answer[1]["result"].is_string(), "{answer}");
     assert!(took < HOLD, "a message that subscribes: {took:?}");
+    // The streak is now 3 (1005's restart, 1003, 1007): the next refusal
+    // is the fourth, its hold doubled (the subscription's notifications
+    // are skipped).
+    let started = Instant::now();
+    ws.send(Message::text(attack_with_seed(1008).to_string()))
+        .await
+        .unwrap();
+    let answer = loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("an answer within 10 s")
+            .expect("open")
+            .expect("a message");
+        if let Message::Text(text) = message {
+            let value: Value = serde_json::from_str(&text).unwrap();
+            if value["method"] != "eth_subscription" {
+                break value;
+            }
+        }
+    };
+    refused(&answer);
+    assert!(
+        started.elapsed() >= 2 * HOLD,
+        "the streak went on from the restart: {:?}",
+        started.elapsed()
+    );
     let m = txgate.metrics().await;
     assert_eq!(
         metric(&m, "txgate_pacing_refusals_total{result=\"held\"}"),
-        2.0
+        3.0
     );
 }
 

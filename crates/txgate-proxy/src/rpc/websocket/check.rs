@@ -68,6 +68,10 @@ pub(super) struct Assembly {
     /// waits out what is left of it (none once a submission of the
     /// message is taken by the node).
     pub(super) hold_until: Option<tokio::time::Instant>,
+    /// The message's submissions refused by screening: the client's streak
+    /// starts over from them if the node takes one of its submissions, as
+    /// for an HTTP batch (taken back to 0 once used).
+    pub(super) refused: u32,
 }
 
 #[derive(Debug, Default)]
@@ -90,6 +94,8 @@ pub(super) struct Checked {
     pub(super) held: Held,
     /// See [`Assembly::hold_until`].
     pub(super) hold_until: Option<tokio::time::Instant>,
+    /// See [`Assembly::refused`].
+    pub(super) refused: u32,
 }
 
 pub(super) type Checking = Pin<Box<dyn Future<Output = Checked> + Send>>;
@@ -153,6 +159,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
         timeout: None,
         held: Held::default(),
         hold_until: None,
+        refused: 0,
     };
     let refuse = |checked: &mut Checked, refusal: Refusal, id| {
         checked.outcome = refusal.class().outcome;
@@ -291,6 +298,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
         checked.upstream = Some(upstream);
     }
     checked.outcome = first_refusal.unwrap_or(Outcome::Forwarded);
+    checked.refused = refused;
     pace_message(&conn, &mut checked, refused);
     checked
 }

@@ -305,6 +305,7 @@ impl Session {
                     .unwrap_or(self.conn.ws.settings.call_timeout),
             _held: checked.held,
             hold_until: checked.hold_until,
+            refused: checked.refused,
         };
         if waiting == 0 {
             self.answer(assembly)?;
@@ -469,16 +470,24 @@ impl Session {
         };
         self.track_subscription(&pending.sub, response);
         let taken = pending.submission && response.error().is_none();
-        if taken
-            && let (Some(pacer), Some(client)) = (&self.conn.shared.pacer, self.conn.peer.client)
-        {
-            pacer.note(client, Pace::Cleared);
-        }
+        let pacing = self.conn.shared.pacer.as_ref().zip(self.conn.peer.client);
         let Some(assembly) = self.assemblies.get_mut(&pending.message) else {
+            if taken && let Some((pacer, client)) = pacing {
+                pacer.note(client, Pace::Cleared);
+            }
             return Ok(());
         };
         if taken {
-            // A message in which the node took a submission is not held.
+            // As for an HTTP batch: the streak starts over from the
+            // message's refusals (counted once), and the message is not
+            // held.
+            if let Some((pacer, client)) = pacing {
+                let pace = match std::mem::take(&mut assembly.refused) {
+                    0 => Pace::Cleared,
+                    n => Pace::Restarted(n),
+                };
+                pacer.note(client, pace);
+            }
             assembly.hold_until = None;
         }
         if let Some(part @ Part::Waiting) = assembly.parts.get_mut(pending.index) {
