@@ -278,11 +278,12 @@ async fn a_client_on_a_streak_is_held_on_its_websocket_too() {
                 .expect("an answer within 10 s")
                 .expect("open")
                 .expect("a message");
+            // An answer; a subscription's notifications are skipped.
             if let Message::Text(text) = message {
-                return (
-                    serde_json::from_str::<Value>(&text).unwrap(),
-                    started.elapsed(),
-                );
+                let value: Value = serde_json::from_str(&text).unwrap();
+                if value["method"] != "eth_subscription" {
+                    return (value, started.elapsed());
+                }
             }
         }
     };
@@ -333,30 +334,12 @@ async fn a_client_on_a_streak_is_held_on_its_websocket_too() {
     assert!(answer[1]["result"].is_string(), "{answer}");
     assert!(took < HOLD, "a message that subscribes: {took:?}");
     // The streak is now 3 (1005's restart, 1003, 1007): the next refusal
-    // is the fourth, its hold doubled (the subscription's notifications
-    // are skipped).
-    let started = Instant::now();
-    ws.send(Message::text(attack_with_seed(1008).to_string()))
-        .await
-        .unwrap();
-    let answer = loop {
-        let message = tokio::time::timeout(Duration::from_secs(10), ws.next())
-            .await
-            .expect("an answer within 10 s")
-            .expect("open")
-            .expect("a message");
-        if let Message::Text(text) = message {
-            let value: Value = serde_json::from_str(&text).unwrap();
-            if value["method"] != "eth_subscription" {
-                break value;
-            }
-        }
-    };
+    // is the fourth, its hold doubled.
+    let (answer, took) = round_trip(attack_with_seed(1008)).await;
     refused(&answer);
     assert!(
-        started.elapsed() >= 2 * HOLD,
-        "the streak went on from the restart: {:?}",
-        started.elapsed()
+        took >= 2 * HOLD,
+        "the streak went on from the restart: {took:?}"
     );
     let m = txgate.metrics().await;
     assert_eq!(
