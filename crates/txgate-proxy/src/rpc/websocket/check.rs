@@ -304,15 +304,15 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
 }
 
 /// Pacing, as for an HTTP answer: `refused` submissions of the message
-/// grow its client's streak (a submission the node takes ends it, when its
-/// answer comes: the session). A message due a hold has its forwarded
-/// calls sent at once; its whole answer, once ready, waits out what is
-/// left of the hold in the session, its in-flight slot given back, among
-/// the socket's messages under way (so a socket holds at most
-/// `websocket.max_in_flight_per_connection`). So a call added to each
-/// message does not evade the hold. A message that opens a subscription
-/// counts, but is not held: the node's notifications for it would reach
-/// the client before the subscription's id.
+/// grow its client's streak (a submission of it the node takes starts the
+/// streak over from them, when its answer comes: the session). A message
+/// due a hold has its forwarded calls sent at once; its whole answer, once
+/// ready, waits out what is left of the hold in the session, its
+/// in-flight slot given back, among the socket's messages under way (so a
+/// socket holds at most `websocket.max_in_flight_per_connection`). So a
+/// call added to each message does not evade the hold. A message that
+/// opens a subscription counts, but is not held: the node's notifications
+/// for it would reach the client before the subscription's id.
 fn pace_message(conn: &Conn, checked: &mut Checked, refused: u32) {
     let (Some(pacer), Some(client)) = (&conn.shared.pacer, conn.peer.client) else {
         return;
