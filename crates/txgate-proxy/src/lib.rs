@@ -341,6 +341,10 @@ impl Proxy {
             Some(failure) => Some(failure),
             None => self.lame_duck(&mut failures).await,
         };
+        // Held refusals go out now; the grace period is for calls.
+        if let Some(pacer) = &self.pacer {
+            pacer.stop_holding();
+        }
         let (drained, drain_failure) = workers.drain().await;
         background.stop().await;
         // A part that failed while draining (a worker, the admin listener)

@@ -11,7 +11,7 @@
 //! and the per-client limits, so a held answer takes no in-flight slot: it
 //! holds only its connection (and, over HTTP/2, its stream), for at most
 //! `max_hold_ms`, and at most `max_held` answers are held at once across
-//! the process. A WebSocket message's streak is counted where it is
+//! the process. When the drain begins, every hold ends and none starts. A WebSocket message's streak is counted where it is
 //! checked (`rpc::websocket::check`) and its answer held by its session,
 //! once ready, for what is left of the hold; the upkeep task sweeps the
 //! streaks.
@@ -63,6 +63,9 @@ pub(crate) struct Pacer {
     ipv6_prefix: u8,
     max_held: usize,
     held: AtomicUsize,
+    /// Cancelled when the drain begins: held answers go at once, and no
+    /// new answer is held.
+    draining: tokio_util::sync::CancellationToken,
     /// The process's start, for the streaks' clock.
     epoch: std::time::Instant,
     metrics: Arc<crate::ops::metrics::Metrics>,
@@ -95,6 +98,7 @@ impl Pacer {
                 ipv6_prefix,
                 max_held: config.max_held,
                 held: AtomicUsize::new(0),
+                draining: tokio_util::sync::CancellationToken::new(),
                 epoch: std::time::Instant::now(),
                 metrics,
             })
@@ -103,6 +107,12 @@ impl Pacer {
 
     fn metrics(&self) -> &PacingMetrics {
         &self.metrics.pacing
+    }
+
+    /// The drain has begun: every held answer goes now, and none is held
+    /// from here on (the grace period is for calls, not for holds).
+    pub(crate) fn stop_holding(&self) {
+        self.draining.cancel();
     }
 
     /// Whether some client has a streak (one atomic load).
@@ -168,8 +178,12 @@ impl Pacer {
         self.hold_for(left)
     }
 
-    /// A hold of `duration`, if a place among `max_held` is free.
+    /// A hold of `duration`, if a place among `max_held` is free and the
+    /// drain has not begun.
     fn hold_for(self: &Arc<Self>, duration: Duration) -> Option<Hold> {
+        if self.draining.is_cancelled() {
+            return None;
+        }
         if self.held.fetch_add(1, Ordering::Relaxed) >= self.max_held {
             self.held.fetch_sub(1, Ordering::Relaxed);
             self.metrics().over_bound.inc();
@@ -183,6 +197,7 @@ impl Pacer {
             .inc_by(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX));
         Some(Hold {
             sleep: Box::pin(tokio::time::sleep(duration)),
+            stopped: Box::pin(self.draining.clone().cancelled_owned()),
             _place: Place(self.clone()),
         })
     }
@@ -208,7 +223,19 @@ impl Pacer {
 /// (elapsed, or the connection gone).
 pub(crate) struct Hold {
     pub(crate) sleep: Pin<Box<tokio::time::Sleep>>,
+    /// Ends the hold early when the drain begins.
+    stopped: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
     _place: Place,
+}
+
+impl Hold {
+    /// Ready when the hold is over: its time is up, or the drain began.
+    pub(crate) fn poll_over(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.stopped.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        self.sleep.as_mut().poll(cx)
+    }
 }
 
 impl std::fmt::Debug for Hold {
@@ -338,7 +365,7 @@ where
                     }
                 }
                 Proj::Holding { hold, response } => {
-                    ready!(hold.sleep.as_mut().poll(cx));
+                    ready!(hold.poll_over(cx));
                     let response = response.take();
                     self.set(PacedFuture::Done);
                     if let Some(response) = response {

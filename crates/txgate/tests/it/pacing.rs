@@ -410,6 +410,36 @@ async fn a_held_websocket_answer_goes_out_when_the_drain_starts() {
     assert_eq!(frame.code, CloseCode::Away);
 }
 
+/// A held HTTP answer is not lost to a stop either: the drain ends its
+/// hold (the grace period, 1 s here, is for calls, not for an 8 s hold).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_http_answer_goes_out_when_the_drain_starts() {
+    let upstream = RecordingUpstream::start().await;
+    let mut txgate = InProcess::start(
+        &upstream.url,
+        "[screen.pacing]\nafter = 1\ninitial_hold_ms = 8000\nmax_hold_ms = 8000\n",
+    );
+    ban_attack_call(&txgate);
+    let mut conn = connect(addr(&txgate.url), "127.0.0.7").await;
+    let (answer, _) = call(&mut conn, &attack_with_seed(3000)).await;
+    refused(&answer);
+    let held = tokio::spawn(async move { call(&mut conn, &attack_with_seed(3001)).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!held.is_finished(), "the second refusal is held");
+    let started = Instant::now();
+    txgate.begin_stop();
+    let (answer, _) = tokio::time::timeout(Duration::from_secs(5), held)
+        .await
+        .expect("answered within 5 s")
+        .expect("the call");
+    refused(&answer);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "sent when the drain started, within the grace period: {:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_submission_the_node_takes_ends_a_streak() {
     let (_anvil, txgate, funded) = anvil_stack(62).await;

@@ -689,7 +689,7 @@ impl Future for HeldAnswer {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Bytes>> {
         let this = self.get_mut();
-        std::task::ready!(this.hold.sleep.as_mut().poll(cx));
+        std::task::ready!(this.hold.poll_over(cx));
         std::task::Poll::Ready(this.body.take())
     }
 }
