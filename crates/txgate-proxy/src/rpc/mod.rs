@@ -456,9 +456,8 @@ impl Shared {
         {
             Ok(reply) if reply.status.is_success() || reply.is_json_rpc() => {
                 // A submission the node took ends its client's streak of
-                // refusals (one the node refused does not).
-                // The node taking this submission ends its client's streak;
-                // looked at only while some client has one.
+                // refusals (one the node refused does not); looked at only
+                // while some client has one.
                 accepted = !call.is_notification()
                     && self.tracks_acceptance(&call.method)
                     && answered_with_result(&reply.body);

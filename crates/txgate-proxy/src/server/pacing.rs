@@ -11,9 +11,10 @@
 //! and the per-client limits, so a held answer takes no in-flight slot: it
 //! holds only its connection (and, over HTTP/2, its stream), for at most
 //! `max_hold_ms`, and at most `max_held` answers are held at once across
-//! the process. When the drain begins, every hold ends and none starts. A WebSocket message's streak is counted where it is
-//! checked (`rpc::websocket::check`) and its answer held by its session,
-//! once ready, for what is left of the hold; the upkeep task sweeps the
+//! the process. When the drain begins, every hold ends and none starts.
+//! A WebSocket message's streak is counted where it is checked
+//! (`rpc::websocket::check`) and its answer held by its session, once
+//! ready, for what is left of the hold; the upkeep task sweeps the
 //! streaks.
 
 use std::future::Future;

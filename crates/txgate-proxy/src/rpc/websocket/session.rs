@@ -11,7 +11,8 @@
 //! (`websocket.max_send_queue_bytes`): a client that does not read is
 //! dropped, never buffered without end. A paced client's answer that
 //! waits out its hold waits in the session, counted among the messages
-//! under way; the drain and a closing session send it at once.
+//! under way; the drain ends its hold, and a closing session sends it at
+//! once.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -155,13 +156,9 @@ impl Session {
             }
             let reading = !draining && in_flight < max_in_flight;
             tokio::select! {
-                () = &mut stopped, if !draining => {
-                    draining = true;
-                    // Held answers go now: the grace period is for calls.
-                    if let Err(reason) = self.flush_held() {
-                        return self.end(reason).await;
-                    }
-                }
+                // Held answers end their holds by themselves once the drain
+                // has begun (the pacer's), and none is held from then on.
+                () = &mut stopped, if !draining => draining = true,
                 message = io(&mut self.client, reading) => {
                     if let Err(reason) = self.client_message(message) {
                         return self.end(reason).await;
@@ -327,8 +324,9 @@ impl Session {
     }
 
     /// Sends a message's whole answer (nothing when every part is silent),
-    /// or keeps it until its pacing hold is over (not once the drain has
-    /// begun). Either way its in-flight slot goes back now.
+    /// or keeps it until its pacing hold is over (the pacer holds nothing
+    /// once the drain has begun). Either way its in-flight slot goes back
+    /// now.
     fn answer(&mut self, assembly: Assembly) -> Result<(), WsClose> {
         let Assembly {
             batch,
@@ -357,7 +355,7 @@ impl Session {
             }
         };
         let hold = match (hold_until, &self.conn.shared.pacer) {
-            (Some(end), Some(pacer)) if !self.conn.ws.stop.is_cancelled() => pacer.hold_until(end),
+            (Some(end), Some(pacer)) => pacer.hold_until(end),
             _ => None,
         };
         match hold {
@@ -372,7 +370,7 @@ impl Session {
         }
     }
 
-    /// Sends every held answer at once (the drain, a closing session).
+    /// Sends every held answer at once (a closing session).
     fn flush_held(&mut self) -> Result<(), WsClose> {
         let bodies: Vec<Bytes> = self
             .held
