@@ -38,6 +38,8 @@ pub const DEFAULT_WEBSOCKET_MAX_SEND_QUEUE_BYTES: usize = 8 * 1024 * 1024;
 pub const DEFAULT_WEBSOCKET_IDLE_TIMEOUT_MS: u64 = 300_000;
 /// Default: interval of txgate's pings to the client.
 pub const DEFAULT_WEBSOCKET_PING_INTERVAL_MS: u64 = 30_000;
+/// Default: plain calls of every socket on a worker share one node socket.
+pub const DEFAULT_WEBSOCKET_SHARED_UPSTREAM: bool = true;
 
 /// JSON-RPC over WebSocket.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -83,6 +85,13 @@ pub struct WebSocketConfig {
     /// Milliseconds between txgate's pings to the client; a pong not back
     /// within another interval closes the socket. 0: no pings.
     pub ping_interval_ms: u64,
+    /// Whether the plain calls of every client socket on a worker thread
+    /// (those whose answers are small: `eth_call`, `eth_chainId`,
+    /// `eth_sendRawTransaction`..., alone or in batches of at most 4) share
+    /// one socket to the node, the worker's lane; subscriptions, calls with
+    /// large answers and larger batches keep each client's own socket.
+    /// false: every call on the client's own socket.
+    pub shared_upstream: bool,
 }
 
 impl Default for WebSocketConfig {
@@ -100,6 +109,7 @@ impl Default for WebSocketConfig {
             max_send_queue_bytes: DEFAULT_WEBSOCKET_MAX_SEND_QUEUE_BYTES,
             idle_timeout_ms: DEFAULT_WEBSOCKET_IDLE_TIMEOUT_MS,
             ping_interval_ms: DEFAULT_WEBSOCKET_PING_INTERVAL_MS,
+            shared_upstream: DEFAULT_WEBSOCKET_SHARED_UPSTREAM,
         }
     }
 }
@@ -179,6 +189,7 @@ mod tests {
         assert_eq!(c.max_message_bytes, 5_242_880);
         assert_eq!(c.max_frame_bytes, 1_048_576);
         assert_eq!(c.max_send_queue_bytes, 8_388_608);
+        assert!(c.shared_upstream);
     }
 
     #[test]

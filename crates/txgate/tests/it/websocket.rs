@@ -675,3 +675,278 @@ async fn a_client_that_does_not_read_is_dropped_not_buffered() {
     .await;
     assert_eq!(body["result"], "0x7a69");
 }
+
+/// `web3_sha3` of `input` with `id`, and the answer it must get.
+fn sha3_call(id: &Value, input: &[u8]) -> (Value, String) {
+    let hex = format!("0x{}", alloy_primitives::hex::encode(input));
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "web3_sha3", "params": [hex]});
+    (call, alloy_primitives::keccak256(input).to_string())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plain_calls_of_many_sockets_share_a_node_socket_per_worker() {
+    let anvil = Anvil::start().await;
+    for shared in [true, false] {
+        let txgate = InProcess::start(
+            &anvil.url,
+            &format!("[websocket]\nshared_upstream = {shared}\n"),
+        );
+        let mut sockets = Vec::new();
+        for _ in 0..6 {
+            sockets.push(connect(&txgate.url).await);
+        }
+        // Every socket uses the same ids: each must get its own answers.
+        for round in 0..3u8 {
+            for (i, socket) in sockets.iter_mut().enumerate() {
+                let (call, expected) = sha3_call(&json!(1), &[round, i as u8]);
+                send(socket, &call).await;
+                let (batch_call, batch_expected) = sha3_call(&json!("b"), &[i as u8, round, 7]);
+                send(
+                    socket,
+                    &json!([{"jsonrpc": "2.0", "id": "a", "method": "eth_chainId", "params": []},
+                        batch_call]),
+                )
+                .await;
+                // Not carried on the lane: the socket's own node socket.
+                send(
+                    socket,
+                    &json!({"jsonrpc": "2.0", "id": 2, "method": "eth_getBlockByNumber",
+                        "params": ["latest", false]}),
+                )
+                .await;
+                // The three answers, in whatever order they come (the
+                // lane's and the socket's own are not ordered).
+                let (mut single, mut block, mut batch) = (None, None, None);
+                for _ in 0..3 {
+                    let message = next_json(socket).await;
+                    match (message.as_array(), message["id"].as_u64()) {
+                        (Some(entries), _) => batch = Some(entries.clone()),
+                        (None, Some(1)) => single = Some(message),
+                        (None, Some(2)) => block = Some(message),
+                        _ => panic!("{message}"),
+                    }
+                }
+                let single = single.expect("the single call's answer");
+                assert_eq!(single["result"], expected.as_str(), "{single}");
+                let block = block.expect("the block's answer");
+                assert!(block["result"]["number"].is_string(), "{block}");
+                let batch = batch.expect("the batch's answer");
+                assert_eq!(batch.len(), 2);
+                for entry in batch {
+                    match entry["id"].as_str() {
+                        Some("a") => assert_eq!(entry["result"], "0x7a69"),
+                        Some("b") => assert_eq!(entry["result"], batch_expected.as_str()),
+                        _ => panic!("{entry}"),
+                    }
+                }
+            }
+        }
+        let metrics = txgate.metrics().await;
+        let lanes = metric(&metrics, "txgate_ws_lanes_open");
+        let opened = metric(&metrics, "txgate_ws_lane_events_total{event=\"opened\"}");
+        if shared {
+            // Two workers: one lane each at most, opened once.
+            assert!((1.0..=2.0).contains(&lanes), "{lanes}");
+            assert_eq!(opened, lanes);
+        } else {
+            assert_eq!((lanes, opened), (0.0, 0.0));
+        }
+        let failed = "txgate_ws_lane_events_total{event=\"failed\"}";
+        assert!(metrics.contains(failed), "{failed} missing");
+        assert_eq!(metric(&metrics, failed), 0.0);
+    }
+}
+
+/// A TCP relay in front of the node whose connections the test can stall
+/// (the node's bytes held back), watch (bytes sent to the node) and cut,
+/// one by one, in accept order.
+struct Relay {
+    url: String,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<RelayConn>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Clone)]
+struct RelayConn {
+    stall: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Bytes relayed to the node.
+    up: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    cut: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Relay {
+    async fn start(node: &str) -> Relay {
+        let node = node.trim_start_matches("http://").to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://{}", listener.local_addr().unwrap());
+        let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let list = conns.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(upstream) = TcpStream::connect(&node).await else {
+                    continue;
+                };
+                let conn = RelayConn {
+                    stall: Default::default(),
+                    up: Default::default(),
+                    cut: std::sync::Arc::new(tokio::sync::watch::channel(false).0),
+                };
+                list.lock().unwrap().push(conn.clone());
+                tokio::spawn(relay_pair(client, upstream, conn));
+            }
+        });
+        Relay { url, conns, task }
+    }
+
+    fn conn(&self, n: usize) -> RelayConn {
+        self.conns.lock().unwrap()[n].clone()
+    }
+
+    fn count(&self) -> usize {
+        self.conns.lock().unwrap().len()
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+        for conn in self.conns.lock().unwrap().iter() {
+            conn.cut.send_replace(true);
+        }
+    }
+}
+
+async fn relay_pair(client: TcpStream, upstream: TcpStream, conn: RelayConn) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    let (client_read, client_write) = client.into_split();
+    let (node_read, node_write) = upstream.into_split();
+    let never = AtomicBool::new(false);
+    let uncounted = AtomicUsize::new(0);
+    let mut cut = conn.cut.subscribe();
+    tokio::select! {
+        () = pump(client_read, node_write, &never, &conn.up) => {}
+        () = pump(node_read, client_write, &conn.stall, &uncounted) => {}
+        _ = cut.wait_for(|cut| *cut) => {}
+    }
+}
+
+/// Copies `from` to `to` until either ends, holding each read back while
+/// `stall` is set and counting what was written in `count`.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    stall: &std::sync::atomic::AtomicBool,
+    count: &std::sync::atomic::AtomicUsize,
+) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        while stall.load(SeqCst) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+        count.fetch_add(n, SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lane_that_fails_answers_its_calls_and_the_sockets_stay_open() {
+    let anvil = Anvil::start().await;
+    let relay = Relay::start(&anvil.url).await;
+    // A call timeout far above the test's waits: call 2 must be answered
+    // by the lane's failure, not by its timeout.
+    let txgate = InProcess::start(
+        &anvil.url,
+        &format!(
+            "[upstream]\ncall_timeout_ms = 60000\n[websocket]\nupstream_url = \"{}\"\n",
+            relay.url
+        ),
+    );
+    let mut socket = connect(&txgate.url).await;
+    let chain_id =
+        |id: u32| json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []});
+    let mut seen = Vec::new();
+    send(&mut socket, &chain_id(1)).await;
+    assert_eq!(
+        answer(&mut socket, &json!(1), &mut seen).await["result"],
+        "0x7a69"
+    );
+    // The session's own socket, then the worker's lane.
+    assert_eq!(relay.count(), 2);
+    let lane = relay.conn(1);
+    // A call in flight on the lane when its socket fails is answered
+    // -32603; the client's socket stays open.
+    lane.stall.store(true, std::sync::atomic::Ordering::SeqCst);
+    let before = lane.up.load(std::sync::atomic::Ordering::SeqCst);
+    send(&mut socket, &chain_id(2)).await;
+    let sent = eventually(Duration::from_secs(10), || async {
+        lane.up.load(std::sync::atomic::Ordering::SeqCst) > before
+    })
+    .await;
+    assert!(sent, "the call never reached the lane");
+    // While the lane holds call 2, what it does not carry is answered on
+    // the session's own socket: a call whose answer can be large, and a
+    // batch of more than four calls.
+    send(
+        &mut socket,
+        &json!({"jsonrpc": "2.0", "id": 10, "method": "eth_getBlockByNumber",
+            "params": ["latest", false]}),
+    )
+    .await;
+    let batch: Vec<Value> = (20..25).map(chain_id).collect();
+    send(&mut socket, &Value::Array(batch)).await;
+    let (mut block, mut answers) = (None, None);
+    while block.is_none() || answers.is_none() {
+        let message = next_json(&mut socket).await;
+        match message.as_array() {
+            Some(entries) => answers = Some(entries.len()),
+            None => {
+                assert_eq!(message["id"], 10, "{message}");
+                block = Some(message);
+            }
+        }
+    }
+    assert!(block.unwrap()["result"]["number"].is_string());
+    assert_eq!(answers, Some(5));
+    lane.cut.send_replace(true);
+    let failed = answer(&mut socket, &json!(2), &mut seen).await;
+    assert_eq!(failed["error"]["code"], -32603, "{failed}");
+    assert_eq!(
+        failed["error"]["message"], "upstream unavailable",
+        "{failed}"
+    );
+    // The next call opens a new lane.
+    send(&mut socket, &chain_id(3)).await;
+    assert_eq!(
+        answer(&mut socket, &json!(3), &mut seen).await["result"],
+        "0x7a69"
+    );
+    assert_eq!(relay.count(), 3);
+    let metrics = txgate.metrics().await;
+    for series in [
+        "txgate_ws_lane_events_total{event=\"failed\"}",
+        "txgate_ws_closes_total{reason=\"upstream\"}",
+    ] {
+        assert!(metrics.contains(series), "{series} missing");
+    }
+    assert_eq!(
+        metric(&metrics, "txgate_ws_lane_events_total{event=\"failed\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(&metrics, "txgate_ws_lane_events_total{event=\"opened\"}"),
+        2.0
+    );
+    assert_eq!(metric(&metrics, "txgate_ws_lanes_open"), 1.0);
+    assert_eq!(
+        metric(&metrics, "txgate_ws_closes_total{reason=\"upstream\"}"),
+        0.0
+    );
+    assert!(seen.is_empty(), "{seen:?}");
+}

@@ -90,6 +90,15 @@ pub struct WebSocketMetrics {
     /// `eth_subscribe` refused over a cap.
     pub subscriptions_refused: IntCounter,
     closes: Vec<IntCounter>,
+    /// Lanes (shared node sockets of plain calls) open now.
+    pub lanes_open: IntGauge,
+    /// A lane's socket opened.
+    pub lane_opened: IntCounter,
+    /// A lane's socket failed or fell silent: its calls were answered
+    /// -32603.
+    pub lane_failed: IntCounter,
+    /// A message's calls refused: its lane's queue was over its bound.
+    pub lane_queue_full: IntCounter,
 }
 
 impl std::fmt::Debug for WebSocketMetrics {
@@ -124,6 +133,13 @@ impl WebSocketMetrics {
         for result in ["upgraded", "bad_handshake", "upstream_unavailable"] {
             upgrades.with_label_values(&[result]);
         }
+        let lanes = r.counter_vec(
+            "ws_lane_events_total",
+            "Shared node sockets of plain WebSocket calls (one per worker): opened, failed \
+             (a socket that failed or could not be opened; calls on it answered -32603), \
+             queue_full (a message refused: the lane's queue over its bound)",
+            &["event"],
+        );
         WebSocketMetrics {
             open: r.gauge("ws_open_sockets", "WebSocket sessions open"),
             upgrades,
@@ -143,6 +159,13 @@ impl WebSocketMetrics {
                 .iter()
                 .map(|c| closes.with_label_values(&[c.as_str()]))
                 .collect(),
+            lanes_open: r.gauge(
+                "ws_lanes_open",
+                "Shared node sockets of plain WebSocket calls open (one per worker at most)",
+            ),
+            lane_opened: lanes.with_label_values(&["opened"]),
+            lane_failed: lanes.with_label_values(&["failed"]),
+            lane_queue_full: lanes.with_label_values(&["queue_full"]),
         }
     }
 

@@ -53,6 +53,9 @@ pub(super) struct Pending {
     /// A screened submission: the node taking it ends its client's streak
     /// of refusals.
     pub(super) submission: bool,
+    /// The lane's generation it was queued under (`None`: the session's
+    /// own socket).
+    pub(super) lane: Option<u64>,
 }
 
 /// A message's answer being put together.
@@ -89,6 +92,9 @@ pub(super) struct Checked {
     pub(super) pending: Vec<(u64, Pending)>,
     /// The forwarded calls, as one upstream message.
     pub(super) upstream: Option<Vec<u8>>,
+    /// A call of it may not travel on a lane ([`super::lane::carries`]):
+    /// the whole message goes on the session's own socket.
+    pub(super) private: bool,
     pub(super) outcome: Outcome,
     pub(super) timeout: Option<Duration>,
     pub(super) held: Held,
@@ -106,8 +112,10 @@ pub(super) struct Conn {
     pub(super) shared: Arc<Shared>,
     pub(super) ws: Arc<WebSockets>,
     pub(super) peer: Peer,
-    /// txgate's next upstream id on this socket.
+    /// txgate's next upstream id on this socket (without a lane).
     pub(super) next_id: AtomicUsize,
+    /// Its place on the worker's lane, whose ids it then takes.
+    pub(super) seat: Option<super::lane::Seat>,
     /// Subscriptions of this socket, open or asked for.
     pub(super) subscriptions: AtomicUsize,
     /// Subscriptions the node opened for this socket.
@@ -115,6 +123,13 @@ pub(super) struct Conn {
 }
 
 impl Conn {
+    fn upstream_id(&self) -> usize {
+        match &self.seat {
+            Some(seat) => seat.next_id(),
+            None => self.next_id.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
     pub(super) fn reserve_subscription(&self) -> Result<(), Refusal> {
         let settings = &self.ws.settings;
         let per_connection = settings.max_subscriptions_per_connection;
@@ -155,6 +170,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
         parts: Vec::new(),
         pending: Vec::new(),
         upstream: None,
+        private: false,
         outcome: Outcome::Forwarded,
         timeout: None,
         held: Held::default(),
@@ -233,6 +249,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
                 Part::Done(out)
             }
             Entry::Call(call) => {
+                let own_socket = !super::lane::carries(&call.method);
                 let sub = match call.method.as_ref() {
                     "eth_subscribe" => Sub::Subscribe,
                     "eth_unsubscribe" => Sub::Unsubscribe(first_string_param(call.params)),
@@ -260,6 +277,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
                     // Forwarded as a notification: the node owes no answer,
                     // so nothing waits for one.
                     if !matches!(sub, Sub::Subscribe) {
+                        checked.private |= own_socket;
                         if forwarded > 0 {
                             upstream.push(b',');
                         }
@@ -268,7 +286,8 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
                     }
                     Part::Silent
                 } else {
-                    let upstream_id = conn.next_id.fetch_add(1, Ordering::Relaxed);
+                    checked.private |= own_socket;
+                    let upstream_id = conn.upstream_id();
                     if forwarded > 0 {
                         upstream.push(b',');
                     }
@@ -283,6 +302,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
                             sub,
                             submission: shared.screening.is_some()
                                 && crate::screening::is_screened(&call.method),
+                            lane: None,
                         },
                     ));
                     Part::Waiting
@@ -294,6 +314,9 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
     if checked.batch {
         upstream.push(b']');
     }
+    // A large batch keeps to the session's own socket: a few answers of
+    // the largest kind a lane carries stay under what it reads.
+    checked.private |= checked.batch && forwarded > super::lane::MAX_BATCH;
     if forwarded > 0 {
         checked.upstream = Some(upstream);
     }

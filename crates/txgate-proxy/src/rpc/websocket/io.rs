@@ -33,6 +33,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Socket<S> {
         Ok(())
     }
 
+    /// Whether nothing waits in the buffer (the last flush is done).
+    pub(super) fn flushed(&self) -> bool {
+        !self.dirty
+    }
+
     /// Writes what waits, the reply to a peer's close frame included.
     pub(super) async fn flush(&mut self) -> Result<(), WsError> {
         futures_util::SinkExt::flush(&mut self.ws).await
@@ -63,5 +68,34 @@ pub(super) fn io<S: AsyncRead + AsyncWrite + Unpin>(
         } else {
             Poll::Pending
         }
+    })
+}
+
+/// What [`io_or_flushed`] saw.
+pub(super) enum Turn {
+    /// The socket's next message (as [`io`] yields it).
+    Message(Option<Result<Message, WsError>>),
+    /// Everything buffered was written.
+    Flushed,
+}
+
+/// As [`io`] (reading always), but also resolves once a pending flush
+/// completes: a writer that holds its queue back until the socket has
+/// taken what it was given learns when to give it more.
+pub(super) fn io_or_flushed<S: AsyncRead + AsyncWrite + Unpin>(
+    socket: &mut Socket<S>,
+) -> impl Future<Output = Turn> + '_ {
+    poll_fn(move |cx| {
+        if socket.dirty {
+            match Pin::new(&mut socket.ws).poll_flush(cx) {
+                Poll::Ready(Ok(())) => {
+                    socket.dirty = false;
+                    return Poll::Ready(Turn::Flushed);
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Turn::Message(Some(Err(e)))),
+                Poll::Pending => {}
+            }
+        }
+        Pin::new(&mut socket.ws).poll_next(cx).map(Turn::Message)
     })
 }

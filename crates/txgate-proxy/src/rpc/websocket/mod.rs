@@ -1,18 +1,21 @@
 //! WebSocket on the client port: the upgrade (same listener, admission,
-//! client identity and rates as HTTP), one upstream socket to the node per
-//! client socket, and every message through the same checks as an HTTP
-//! body ([`session`]).
+//! client identity and rates as HTTP), a socket to the node per client
+//! socket for its subscriptions, a shared one per worker for plain calls
+//! ([`lane`]), and every message through the same checks as an HTTP body
+//! ([`session`]).
 //!
 //! A message is parsed, charged to the client's rates, admitted under the
 //! in-flight cap, and its calls go through the method policy and the
 //! screening stack exactly as an HTTP body's; refusals are answered on the
 //! socket under the caller's ids and never reach the node. The rest is sent
-//! on the client's own upstream socket with txgate's ids, and answers come
-//! back under the caller's. Subscription notifications are relayed as the
-//! node sent them, in the node's order.
+//! to the node with txgate's ids (on the worker's lane when every call of
+//! the message may travel there, else on the client's own socket), and
+//! answers come back under the caller's. Subscription notifications are
+//! relayed as the node sent them, in the node's order.
 
 mod check;
 mod io;
+mod lane;
 mod session;
 
 use std::net::IpAddr;
@@ -54,7 +57,9 @@ const READ_BUFFER: usize = 4 * 1024;
 /// shares.
 #[derive(Debug)]
 pub struct WebSockets {
-    settings: Settings,
+    settings: Arc<Settings>,
+    /// The shared upstream sockets of plain calls, one per worker.
+    lanes: lane::Lanes,
     /// Subscriptions open (or asked for) on every socket of the process.
     subscriptions: AtomicUsize,
     admission: AdmissionLayer,
@@ -74,6 +79,15 @@ struct Settings {
     call_timeout: Duration,
     client_codec: WebSocketConfig,
     upstream_codec: WebSocketConfig,
+    /// A lane's: frames of many sessions buffered, written together.
+    lane_codec: WebSocketConfig,
+    /// Bytes queued on a lane before its calls are refused.
+    lane_queue_bytes: usize,
+    /// An answer over it is refused (on a lane, alone).
+    max_response_bytes: usize,
+    /// Plain calls go on the worker's lane ([`lane`]), not the session's
+    /// own socket.
+    shared_upstream: bool,
     frame_rate: Option<Rate>,
     max_subscriptions_per_connection: usize,
     max_subscriptions: usize,
@@ -120,8 +134,32 @@ impl WebSockets {
             .max_write_buffer_size(ws.max_send_queue_bytes.saturating_add(ws.max_message_bytes))
             .max_message_size(Some(config.upstream.max_response_bytes))
             .max_frame_size(Some(config.upstream.max_response_bytes));
+        // A lane's queue towards the node: what its sessions may have
+        // queued while the node has not taken the last batch.
+        let lane_queue_bytes = ws.max_send_queue_bytes.saturating_mul(4);
+        let lane_message_cap = config
+            .upstream
+            .max_response_bytes
+            .max(lane::MIN_MESSAGE_CAP);
+        let lane_codec = upstream_codec
+            .read_buffer_size(64 * 1024)
+            // Frames buffered until the batch is written in one go.
+            .write_buffer_size(64 * 1024)
+            // One batch: the queue's bound, twice over for the frame
+            // headers (a sixth of the smallest calls), its first message
+            // whatever its size, and a ping; above the write buffer, as the
+            // codec requires.
+            .max_write_buffer_size(
+                lane_queue_bytes
+                    .saturating_mul(2)
+                    .saturating_add(ws.max_message_bytes)
+                    .max(1024 * 1024),
+            )
+            .max_message_size(Some(lane_message_cap))
+            .max_frame_size(Some(lane_message_cap));
         Ok(Some(WebSockets {
-            settings: Settings {
+            lanes: lane::Lanes::default(),
+            settings: Arc::new(Settings {
                 upstream_url: format!(
                     "{}://{}{}",
                     if url.is_tls() { "wss" } else { "ws" },
@@ -133,6 +171,10 @@ impl WebSockets {
                 call_timeout: Duration::from_millis(config.upstream.call_timeout_ms),
                 client_codec,
                 upstream_codec,
+                lane_codec,
+                lane_queue_bytes,
+                max_response_bytes: config.upstream.max_response_bytes,
+                shared_upstream: ws.shared_upstream,
                 frame_rate: Rate::new(ws.max_frames_per_sec, ws.frame_burst),
                 max_subscriptions_per_connection: ws.max_subscriptions_per_connection,
                 max_subscriptions: ws.max_subscriptions,
@@ -140,7 +182,7 @@ impl WebSockets {
                 idle_timeout: Duration::from_millis(ws.idle_timeout_ms),
                 ping_interval: (ws.ping_interval_ms > 0)
                     .then(|| Duration::from_millis(ws.ping_interval_ms)),
-            },
+            }),
             subscriptions: AtomicUsize::new(0),
             admission,
             stop,
@@ -250,7 +292,7 @@ pub(super) async fn accept<B>(
         }
         return (outcome, response);
     }
-    let upstream = match connect_upstream(&ws.settings).await {
+    let upstream = match connect_upstream(&ws.settings, ws.settings.upstream_codec).await {
         Ok(upstream) => upstream,
         Err((failure, e)) => {
             metrics.upgrade("upstream_unavailable");
@@ -318,7 +360,10 @@ type Upstream = WebSocketStream<Conn>;
 
 /// Opens the node's socket: TCP and TLS for `wss://` within the upstream
 /// connect timeout, then the WebSocket handshake within another.
-async fn connect_upstream(settings: &Settings) -> Result<Upstream, (UpstreamFailure, String)> {
+async fn connect_upstream(
+    settings: &Settings,
+    codec: WebSocketConfig,
+) -> Result<Upstream, (UpstreamFailure, String)> {
     // The connector bounds TCP and TLS by the connect timeout itself (and
     // counts a TLS timeout as TLS); the WebSocket handshake gets its own.
     let conn = settings
@@ -330,7 +375,7 @@ async fn connect_upstream(settings: &Settings) -> Result<Upstream, (UpstreamFail
         tokio_tungstenite::client_async_with_config(
             settings.upstream_url.as_str(),
             conn,
-            Some(settings.upstream_codec),
+            Some(codec),
         )
         .await
         .map(|(socket, _)| socket)

@@ -3,8 +3,12 @@
 //! One task runs the session: it reads the client, runs each message's
 //! checks (at most `websocket.max_in_flight_per_connection` at once; at the
 //! cap it stops reading, so TCP pushes back), sends what passes to the
-//! node with txgate's ids, and reads the node: answers go back under the
-//! caller's ids, notifications as they came, both in the node's order.
+//! node with txgate's ids (on the worker's lane, [`super::lane`], when
+//! every call of the message may travel there; else on its own socket),
+//! and reads the node: answers go back under the caller's ids,
+//! notifications as they came, in the node's order on each socket. A lane
+//! that fails is told to the session, which answers the calls it sent on
+//! it and goes on.
 //! The same task writes both sockets: a message is framed into the
 //! socket's buffer and sent at once if the socket takes it, else flushed
 //! when it is writable again. The client's buffer is bounded in bytes
@@ -25,6 +29,7 @@ use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
+use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::error::CapacityError;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
@@ -35,6 +40,7 @@ use txgate_limits::gcra::Nanos;
 
 use super::check::{Assembly, Checked, Checking, Conn, Part, Pending, Sub, check};
 use super::io::{Socket, io};
+use super::lane::Event;
 use super::{Peer, Upstream, WebSockets};
 use crate::ops::metrics::{WsClose, WsSent};
 use crate::rpc::Shared;
@@ -64,15 +70,23 @@ pub(super) async fn run(
 ) {
     let metrics = shared.metrics.clone();
     metrics.websocket.open.inc();
+    let seated = match ws.settings.shared_upstream {
+        true => ws.lanes.join(&ws.settings, &ws.stop, &metrics),
+        false => None,
+    };
+    let (seat, lane) = seated.unzip();
     let conn = Arc::new(Conn {
         shared,
         ws,
         peer,
         next_id: AtomicUsize::new(1),
+        seat,
         subscriptions: AtomicUsize::new(0),
         open_subscriptions: AtomicUsize::new(0),
     });
-    let reason = Session::new(conn.clone(), client, upstream).run().await;
+    let reason = Session::new(conn.clone(), client, upstream, lane)
+        .run()
+        .await;
     metrics.websocket.closed(reason);
     metrics.websocket.open.dec();
     // Every subscription of the socket ends with it (the node drops them
@@ -90,6 +104,8 @@ struct Session {
     conn: Arc<Conn>,
     client: Socket<TokioIo<Upgraded>>,
     upstream: Socket<crate::upstream::tls::Conn>,
+    /// What the worker's lane brings back for this session's calls.
+    lane: Option<mpsc::UnboundedReceiver<Event>>,
     checking: FuturesUnordered<Checking>,
     assemblies: HashMap<u64, Assembly>,
     /// Whole answers waiting out their client's pacing hold.
@@ -111,12 +127,18 @@ struct Session {
 }
 
 impl Session {
-    fn new(conn: Arc<Conn>, client: Client, upstream: Upstream) -> Session {
+    fn new(
+        conn: Arc<Conn>,
+        client: Client,
+        upstream: Upstream,
+        lane: Option<mpsc::UnboundedReceiver<Event>>,
+    ) -> Session {
         let now = Instant::now();
         Session {
             conn,
             client: Socket::new(client),
             upstream: Socket::new(upstream),
+            lane,
             checking: FuturesUnordered::new(),
             assemblies: HashMap::new(),
             held: FuturesUnordered::new(),
@@ -173,6 +195,16 @@ impl Session {
                     if let Some(body) = body
                         && let Err(reason) = self.send_client(body, WsSent::Answer)
                     {
+                        return self.end(reason).await;
+                    }
+                }
+                Some(event) = lane_event(&mut self.lane) => {
+                    let done = match event {
+                        Event::Answer(text) => self.upstream_text(text),
+                        Event::Down(generation) => self.fail_lane(generation),
+                        Event::TooLarge(id) => self.too_large(id),
+                    };
+                    if let Err(reason) = done {
                         return self.end(reason).await;
                     }
                 }
@@ -289,7 +321,26 @@ impl Session {
             .iter()
             .filter(|p| matches!(p, Part::Waiting))
             .count();
-        for (id, pending) in checked.pending {
+        let key = checked.message;
+        let mut text = match checked.upstream.map(Utf8Bytes::try_from) {
+            Some(Ok(text)) => Some(text),
+            // Never: the checks write UTF-8 JSON.
+            Some(Err(_)) => None,
+            None => None,
+        };
+        // On the worker's lane when every call may travel there: queued
+        // first, so that its calls know the lane's generation they went
+        // under (a failure of an earlier one does not answer them).
+        let mut generation = None;
+        let mut lane_full = false;
+        if let (Some(seat), false) = (&self.conn.seat, checked.private)
+            && let Some(body) = text.take()
+        {
+            generation = seat.send(body, self.conn.ws.settings.lane_queue_bytes);
+            lane_full = generation.is_none();
+        }
+        for (id, mut pending) in checked.pending {
+            pending.lane = generation;
             self.pending.insert(id, pending);
         }
         let assembly = Assembly {
@@ -309,16 +360,19 @@ impl Session {
         } else {
             self.assemblies.insert(checked.message, assembly);
         }
-        if let Some(body) = checked.upstream {
-            let sent = Utf8Bytes::try_from(body)
-                .map(|text| self.upstream.send(Message::Text(text)).is_ok())
-                .unwrap_or(false);
-            if !sent {
-                // The node's socket failed or stopped reading (its buffer
-                // over its bound): every call owed is answered first.
-                let _ = self.fail_pending(&Refusal::UpstreamUnavailable);
-                return Err(WsClose::Upstream);
-            }
+        if lane_full {
+            // The lane's node has not taken its last batch: this message's
+            // calls are refused, the session goes on.
+            self.conn.shared.metrics.websocket.lane_queue_full.inc();
+            return self.fail_message(key, &Refusal::UpstreamUnavailable);
+        }
+        if let Some(text) = text
+            && self.upstream.send(Message::Text(text)).is_err()
+        {
+            // The node's socket failed or stopped reading (its buffer over
+            // its bound): every call owed is answered first.
+            let _ = self.fail_pending(&Refusal::UpstreamUnavailable);
+            return Err(WsClose::Upstream);
         }
         Ok(())
     }
@@ -419,6 +473,12 @@ impl Session {
             // is there; nothing else is expected.
             Some(Ok(_)) => return Ok(()),
         };
+        self.upstream_text(text)
+    }
+
+    /// A JSON-RPC message from the node, on the session's socket or the
+    /// lane.
+    fn upstream_text(&mut self, text: Utf8Bytes) -> Result<(), WsClose> {
         let bytes = text.as_bytes();
         match encode::parse_upstream_batch(bytes) {
             Some(UpstreamBatch::Whole(response)) if response.is_notification() => {
@@ -557,6 +617,38 @@ impl Session {
         Ok(())
     }
 
+    /// Answers the calls queued on the lane up to `generation`, whose socket
+    /// failed.
+    fn fail_lane(&mut self, generation: u64) -> Result<(), WsClose> {
+        let mut keys: Vec<u64> = self
+            .pending
+            .values()
+            .filter(|p| p.lane.is_some_and(|g| g <= generation))
+            .map(|p| p.message)
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
+            self.fail_message(key, &Refusal::UpstreamUnavailable)?;
+        }
+        Ok(())
+    }
+
+    /// The lane's answer to the call `id` was over
+    /// `upstream.max_response_bytes`: its message is answered -32603, as an
+    /// HTTP call's would be.
+    fn too_large(&mut self, id: u64) -> Result<(), WsClose> {
+        let Some(key) = self.pending.get(&id).map(|p| p.message) else {
+            return Ok(());
+        };
+        self.conn
+            .shared
+            .metrics
+            .upstream
+            .failure(crate::ops::metrics::UpstreamFailure::TooLarge);
+        self.fail_message(key, &Refusal::UpstreamUnavailable)
+    }
+
     /// Answers every call still owed with `refusal` (the node went away).
     fn fail_pending(&mut self, refusal: &Refusal) -> Result<(), WsClose> {
         let keys: Vec<u64> = self.assemblies.keys().copied().collect();
@@ -669,6 +761,14 @@ impl Session {
         };
         let _ = tokio::time::timeout(CLOSE_FLUSH, both).await;
         reason
+    }
+}
+
+/// The next event of the session's lane (never, without one).
+async fn lane_event(lane: &mut Option<mpsc::UnboundedReceiver<Event>>) -> Option<Event> {
+    match lane {
+        Some(events) => events.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -1,0 +1,518 @@
+//! Lanes: one shared socket to the node per worker thread, carrying the
+//! plain calls of every client session on that worker
+//! (`websocket.shared_upstream`).
+//!
+//! A call that opens or closes no subscription needs no socket of its own:
+//! its answer comes back under txgate's id, whatever socket it travels on.
+//! Sent on the worker's lane, the calls of the sessions that the worker
+//! serves in one turn go out in one write, and their answers come back in
+//! one read, where a socket per session pays a send and a receive per
+//! message on each side, and so does the node.
+//!
+//! A lane id carries the session's slot in its low bits, so an answer is
+//! routed without a table of calls; the rest of the id is the lane's
+//! sequence, so a late answer for an ended session is never taken for a
+//! call of the session that got its slot after it.
+//!
+//! Only calls whose answers are small go on the lane ([`carries`]), alone
+//! or in batches of at most [`MAX_BATCH`]: subscriptions stay on the
+//! session's own socket (their notifications belong to it, and a node's
+//! caps per connection must count one client), and so do calls whose
+//! answers can be large (logs, blocks, traces), so that no client can hold
+//! the shared socket with one huge answer. The lane reads messages up to
+//! [`MIN_MESSAGE_CAP`] (or `upstream.max_response_bytes`, if larger), above
+//! what its calls can return; an answer over `upstream.max_response_bytes`
+//! fails its own message, not the lane.
+//!
+//! The lane fails as a whole (its socket closes, errs, or stays silent a
+//! whole ping interval): the calls sent on it until then are answered
+//! -32603 by their sessions, which stay open, and the next call opens a
+//! new socket (after a pause, if opening it failed). Each failure starts a
+//! new generation: a call queued after it is not among those answered.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::ThreadId;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{Notify, mpsc};
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use tokio_util::sync::CancellationToken;
+use txgate_jsonrpc::encode::{self, UpstreamBatch};
+
+use super::io::{Socket, Turn, io_or_flushed};
+use super::{Settings, connect_upstream};
+use crate::ops::metrics::{Metrics, UpstreamFailure};
+
+/// Bits of a lane id that name the session's slot: a lane seats this many
+/// sessions at once (more take their own socket, as with lanes off).
+const SLOT_BITS: u32 = 20;
+const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+/// The sequence's bits: ids stay below 2^53, exact even for a node or a
+/// gateway that reads numbers as doubles (the sequence wraps after 2^33
+/// calls, long after any call of the first pass has been answered).
+const SEQ_MASK: u64 = (1 << (53 - SLOT_BITS)) - 1;
+
+/// Calls a batch may hold to travel on a lane: a few answers of the
+/// largest kind carried (an `eth_call`'s return data, bounded by its gas)
+/// stay far below [`MIN_MESSAGE_CAP`].
+pub(super) const MAX_BATCH: usize = 4;
+
+/// The least a lane reads in one message, whatever
+/// `upstream.max_response_bytes` says: an answer between the two is
+/// refused alone.
+pub(super) const MIN_MESSAGE_CAP: usize = 128 * 1024 * 1024;
+
+/// The pause after a lane's socket failed to open, before the next try.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
+
+/// A lane's liveness check when `websocket.ping_interval_ms` is 0: a
+/// half-open socket must not time every call of the worker out for ever.
+const DEFAULT_PING: Duration = Duration::from_secs(30);
+
+/// How long a stopping lane waits for its close frame to go out.
+const CLOSE_FLUSH: Duration = Duration::from_secs(1);
+
+/// Whether a call of `method` may travel on a lane: its answer is small and
+/// bounded, and it belongs to no connection.
+pub(super) fn carries(method: &str) -> bool {
+    matches!(
+        method,
+        "eth_chainId"
+            | "net_version"
+            | "net_listening"
+            | "net_peerCount"
+            | "web3_clientVersion"
+            | "web3_sha3"
+            | "eth_blockNumber"
+            | "eth_syncing"
+            | "eth_gasPrice"
+            | "eth_maxPriorityFeePerGas"
+            | "eth_blobBaseFee"
+            | "eth_feeHistory"
+            | "eth_getBalance"
+            | "eth_getTransactionCount"
+            | "eth_getStorageAt"
+            | "eth_getCode"
+            | "eth_call"
+            | "eth_estimateGas"
+            | "eth_createAccessList"
+            | "eth_getTransactionByHash"
+            | "eth_getTransactionReceipt"
+            | "eth_sendRawTransaction"
+            | "eth_sendRawTransactionConditional"
+    )
+}
+
+/// What a lane tells a session.
+#[derive(Debug)]
+pub(super) enum Event {
+    /// A message from the node for this session's calls.
+    Answer(Utf8Bytes),
+    /// The lane's socket failed: the calls queued in this generation or an
+    /// earlier one are owed an error.
+    Down(u64),
+    /// The answer to the call with this id was over
+    /// `upstream.max_response_bytes`: its message is owed an error.
+    TooLarge(u64),
+}
+
+/// The lanes of the process, one per worker thread, each opened on first
+/// use.
+#[derive(Debug, Default)]
+pub(super) struct Lanes {
+    by_thread: Mutex<HashMap<ThreadId, Arc<Lane>>>,
+}
+
+impl Lanes {
+    /// A seat on this thread's lane (its task started on the current
+    /// runtime the first time); `None` when every slot is taken.
+    pub(super) fn join(
+        &self,
+        settings: &Arc<Settings>,
+        stop: &CancellationToken,
+        metrics: &Arc<Metrics>,
+    ) -> Option<(Seat, mpsc::UnboundedReceiver<Event>)> {
+        // Draining: a lane may end with its last session; a new one keeps
+        // to its own socket.
+        if stop.is_cancelled() {
+            return None;
+        }
+        let lane = lock(&self.by_thread)
+            .entry(std::thread::current().id())
+            .or_insert_with(|| {
+                let lane = Arc::new(Lane::default());
+                tokio::spawn(drive(
+                    lane.clone(),
+                    settings.clone(),
+                    stop.clone(),
+                    metrics.clone(),
+                ));
+                lane
+            })
+            .clone();
+        lane.seat()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One lane's queue and routes, shared by its task and its sessions.
+#[derive(Debug, Default)]
+pub(super) struct Lane {
+    state: Mutex<State>,
+    /// Something to send, or a seat given back.
+    wake: Notify,
+    seq: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Messages for the node, written together on the task's next turn.
+    out: Vec<Utf8Bytes>,
+    out_bytes: usize,
+    /// Each seated session's way back, by slot.
+    routes: HashMap<u64, mpsc::UnboundedSender<Event>>,
+    /// Failures of the lane so far: what a queued call is sent under.
+    generation: u64,
+    free: Vec<u64>,
+    next_slot: u64,
+}
+
+/// A session's place on a lane: its slot, given back when dropped.
+#[derive(Debug)]
+pub(super) struct Seat {
+    lane: Arc<Lane>,
+    slot: u64,
+}
+
+impl Lane {
+    fn seat(self: &Arc<Self>) -> Option<(Seat, mpsc::UnboundedReceiver<Event>)> {
+        let mut state = lock(&self.state);
+        let slot = match state.free.pop() {
+            Some(slot) => slot,
+            None if state.next_slot <= SLOT_MASK => {
+                state.next_slot += 1;
+                state.next_slot - 1
+            }
+            None => return None,
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        state.routes.insert(slot, tx);
+        Some((
+            Seat {
+                lane: self.clone(),
+                slot,
+            },
+            rx,
+        ))
+    }
+}
+
+impl Seat {
+    /// A new upstream id for one of this session's calls.
+    pub(super) fn next_id(&self) -> usize {
+        loop {
+            let seq = self.lane.seq.fetch_add(1, Ordering::Relaxed) & SEQ_MASK;
+            let id = (seq << SLOT_BITS) | self.slot;
+            // 0 is the session's own: its unsubscribe of a late
+            // subscription.
+            if id != 0 {
+                return id as usize;
+            }
+        }
+    }
+
+    /// Queues `text` for the node: the generation it is sent under, or
+    /// `None` when the lane's queue is over `max_bytes` (the node has not
+    /// taken the last batch yet, or the socket is opening): the message's
+    /// calls are then refused, not queued.
+    pub(super) fn send(&self, text: Utf8Bytes, max_bytes: usize) -> Option<u64> {
+        let mut state = lock(&self.lane.state);
+        if !state.out.is_empty() && state.out_bytes + text.len() > max_bytes {
+            return None;
+        }
+        state.out_bytes += text.len();
+        state.out.push(text);
+        let generation = state.generation;
+        drop(state);
+        self.lane.wake.notify_one();
+        Some(generation)
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let mut state = lock(&self.lane.state);
+        if state.routes.remove(&self.slot).is_some() {
+            state.free.push(self.slot);
+        }
+        drop(state);
+        // A stopping lane ends with its last session.
+        self.lane.wake.notify_one();
+    }
+}
+
+/// Runs a lane until txgate stops and its last session has ended: opens
+/// its socket when there is something to send, writes what is queued in
+/// one go each time the socket has taken the last batch, routes what the
+/// node answers, and pings the node.
+async fn drive(
+    lane: Arc<Lane>,
+    settings: Arc<Settings>,
+    stop: CancellationToken,
+    metrics: Arc<Metrics>,
+) {
+    let ws = &metrics.websocket;
+    let ping_every = settings.ping_interval.unwrap_or(DEFAULT_PING);
+    let ended = || stop.is_cancelled() && lock(&lane.state).routes.is_empty();
+    loop {
+        // Nothing to send: no socket to open.
+        while lock(&lane.state).out.is_empty() {
+            if ended() {
+                return;
+            }
+            tokio::select! {
+                () = lane.wake.notified() => {}
+                () = stop.cancelled(), if !stop.is_cancelled() => {}
+            }
+        }
+        let mut socket = match connect_upstream(&settings, settings.lane_codec).await {
+            Ok(socket) => Socket::new(socket),
+            Err((failure, e)) => {
+                metrics.upstream.failure(failure);
+                // At most once a pause per worker: clients cannot fill the
+                // log (a TLS failure is logged by the connector).
+                if failure == UpstreamFailure::Tls {
+                    tracing::debug!(error = %e, url = %settings.upstream_url, "upstream WebSocket lane unavailable");
+                } else {
+                    tracing::warn!(error = %e, url = %settings.upstream_url, "upstream WebSocket lane unavailable");
+                }
+                down(&lane, &metrics);
+                tokio::time::sleep(RECONNECT_PAUSE).await;
+                continue;
+            }
+        };
+        ws.lane_opened.inc();
+        ws.lanes_open.inc();
+        let mut ping =
+            tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut silent = false;
+        let why = loop {
+            if ended() {
+                let _ = tokio::time::timeout(CLOSE_FLUSH, socket.close(None)).await;
+                ws.lanes_open.dec();
+                return;
+            }
+            // A node that has not taken the last batch gets no more: the
+            // queue stays in `out`, under its bound.
+            if socket.flushed() {
+                let out = {
+                    let mut state = lock(&lane.state);
+                    state.out_bytes = 0;
+                    std::mem::take(&mut state.out)
+                };
+                // Framed into the socket's buffer; written on the poll
+                // below, all in one go.
+                if out
+                    .into_iter()
+                    .any(|text| socket.send(Message::Text(text)).is_err())
+                {
+                    break "the node stopped reading";
+                }
+            }
+            tokio::select! {
+                () = lane.wake.notified() => {}
+                () = stop.cancelled(), if !stop.is_cancelled() => {}
+                turn = io_or_flushed(&mut socket) => match turn {
+                    Turn::Flushed => {}
+                    Turn::Message(message) => {
+                        silent = false;
+                        match message {
+                            Some(Ok(Message::Text(text))) => {
+                                route(&lane, text, settings.max_response_bytes);
+                            }
+                            Some(Ok(Message::Close(_))) => break "the node closed it",
+                            Some(Err(_)) | None => break "the connection failed",
+                            // Pings are answered by tungstenite; a pong
+                            // shows the node is there.
+                            Some(Ok(_)) => {}
+                        }
+                    }
+                },
+                _ = ping.tick() => {
+                    if silent {
+                        break "the node was silent a whole ping interval";
+                    }
+                    if socket.send(Message::Ping(Bytes::from_static(b"txgate"))).is_err() {
+                        break "the node stopped reading";
+                    }
+                    silent = true;
+                }
+            }
+        };
+        // At most once a pause per worker.
+        tracing::warn!(why, url = %settings.upstream_url, "upstream WebSocket lane failed: its calls answered -32603");
+        ws.lanes_open.dec();
+        down(&lane, &metrics);
+        // A node that closes each new socket at once (a cap on connections
+        // per peer) is not hammered.
+        tokio::time::sleep(RECONNECT_PAUSE).await;
+    }
+}
+
+/// Gives a message from the node to the session its id names (a batch's
+/// answers are all one session's); one over `max_bytes`, only its id.
+fn route(lane: &Lane, text: Utf8Bytes, max_bytes: usize) {
+    let id = match encode::parse_upstream_batch(text.as_bytes()) {
+        Some(UpstreamBatch::Whole(response)) => response.index(),
+        Some(UpstreamBatch::Responses(responses)) => responses.iter().find_map(|r| r.index()),
+        None => None,
+    };
+    let Some(id) = id else {
+        tracing::debug!("upstream WebSocket lane sent a message without an id of ours");
+        return;
+    };
+    let id = id as u64;
+    let event = match text.len() > max_bytes {
+        true => Event::TooLarge(id),
+        false => Event::Answer(text),
+    };
+    let state = lock(&lane.state);
+    if let Some(tx) = state.routes.get(&(id & SLOT_MASK)) {
+        let _ = tx.send(event);
+    }
+}
+
+/// The lane's socket failed: every seated session is told which
+/// generation failed, and what was queued is dropped (its calls are among
+/// those the sessions answer); what is queued from now on is the next
+/// generation's.
+fn down(lane: &Lane, metrics: &Metrics) {
+    metrics.websocket.lane_failed.inc();
+    let mut state = lock(&lane.state);
+    state.out.clear();
+    state.out_bytes = 0;
+    let failed = state.generation;
+    state.generation += 1;
+    for tx in state.routes.values() {
+        let _ = tx.send(Event::Down(failed));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_names_its_seat_and_a_late_answer_finds_no_new_call() {
+        let lane = Arc::new(Lane::default());
+        let (first, _) = lane.seat().unwrap();
+        let (second, _) = lane.seat().unwrap();
+        let a = first.next_id() as u64;
+        let b = second.next_id() as u64;
+        assert_eq!(a & SLOT_MASK, first.slot);
+        assert_eq!(b & SLOT_MASK, second.slot);
+        assert_ne!(first.slot, second.slot);
+        assert!(a < 1 << 53 && b < 1 << 53);
+        // The first session ends; a new one takes its slot, but none of
+        // its ids is the ended session's.
+        let old = first.slot;
+        drop(first);
+        let (third, _) = lane.seat().unwrap();
+        assert_eq!(third.slot, old);
+        let ids: Vec<u64> = (0..1000).map(|_| third.next_id() as u64).collect();
+        assert!(ids.iter().all(|id| id & SLOT_MASK == old && *id != a));
+        // The sequence wraps below 2^53, never to id 0, keeping the slot.
+        lane.seq.store(SEQ_MASK, Ordering::Relaxed);
+        let last = third.next_id() as u64;
+        assert_eq!(last, (SEQ_MASK << SLOT_BITS) | old);
+        assert!(last < 1 << 53);
+        assert_eq!(third.next_id() as u64 & SLOT_MASK, old);
+        assert!((0..10).all(|_| third.next_id() != 0));
+    }
+
+    fn answer(id: usize, result: &str) -> Utf8Bytes {
+        Utf8Bytes::from(format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"result":"{result}"}}"#
+        ))
+    }
+
+    #[test]
+    fn answers_go_to_their_session_and_a_failure_to_every_one() {
+        let lane = Arc::new(Lane::default());
+        let (first, mut first_events) = lane.seat().unwrap();
+        let (second, mut second_events) = lane.seat().unwrap();
+        route(&lane, answer(second.next_id(), "0x1"), 1024);
+        let to_first = first.next_id();
+        route(
+            &lane,
+            Utf8Bytes::from(format!(
+                r#"[{{"jsonrpc":"2.0","id":{to_first},"result":"0x2"}}]"#
+            )),
+            1024,
+        );
+        // Not JSON-RPC, or no id of a seated session: dropped.
+        route(&lane, Utf8Bytes::from_static("not json"), 1024);
+        route(
+            &lane,
+            answer(((7u64 << SLOT_BITS) | 999) as usize, "0x3"),
+            1024,
+        );
+        match second_events.try_recv() {
+            Ok(Event::Answer(text)) => assert!(text.as_str().contains("0x1")),
+            other => panic!("{other:?}"),
+        }
+        match first_events.try_recv() {
+            Ok(Event::Answer(text)) => assert!(text.as_str().contains("0x2")),
+            other => panic!("{other:?}"),
+        }
+        assert!(first_events.try_recv().is_err());
+        assert!(second_events.try_recv().is_err());
+        // An answer over the bound: only its id, to its session.
+        let big = first.next_id();
+        route(&lane, answer(big, &"f".repeat(2000)), 1024);
+        assert!(matches!(first_events.try_recv(), Ok(Event::TooLarge(id)) if id == big as u64));
+        // A queued message is dropped with the socket; both are told which
+        // generation failed, and what is queued next is the next one's.
+        assert_eq!(first.send(Utf8Bytes::from_static("{}"), 1024), Some(0));
+        down(&lane, &Metrics::new());
+        assert!(lock(&lane.state).out.is_empty());
+        assert!(matches!(first_events.try_recv(), Ok(Event::Down(0))));
+        assert!(matches!(second_events.try_recv(), Ok(Event::Down(0))));
+        assert_eq!(second.send(Utf8Bytes::from_static("{}"), 1024), Some(1));
+    }
+
+    #[test]
+    fn the_queue_is_bounded_but_takes_one_message_whatever_its_size() {
+        let lane = Arc::new(Lane::default());
+        let (seat, _) = lane.seat().unwrap();
+        assert!(seat.send(Utf8Bytes::from("x".repeat(100)), 10).is_some());
+        assert!(seat.send(Utf8Bytes::from_static("y"), 10).is_none());
+        lock(&lane.state).out.clear();
+        lock(&lane.state).out_bytes = 0;
+        assert!(seat.send(Utf8Bytes::from_static("y"), 10).is_some());
+    }
+
+    #[test]
+    fn only_small_answers_travel_on_a_lane() {
+        for method in ["eth_chainId", "eth_call", "eth_sendRawTransaction"] {
+            assert!(carries(method), "{method}");
+        }
+        for method in [
+            "eth_subscribe",
+            "eth_unsubscribe",
+            "eth_getLogs",
+            "eth_getBlockByNumber",
+            "debug_traceTransaction",
+            "eth_newFilter",
+        ] {
+            assert!(!carries(method), "{method}");
+        }
+    }
+}
