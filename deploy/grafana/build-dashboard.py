@@ -581,8 +581,8 @@ def build():
     d.row("WebSocket")
     d.timeseries(
         "Open sockets and subscriptions",
-        "Client WebSocket sessions open (each with its own socket to the node) and the subscriptions they "
-        "hold (bounded by websocket.max_subscriptions).",
+        "Client WebSocket sessions open (each with its own socket to the node, for its subscriptions and "
+        "calls with large answers) and the subscriptions they hold (bounded by websocket.max_subscriptions).",
         "short",
         [
             (f"sum (txgate_ws_open_sockets{{{I}}})", "sockets"),
@@ -616,6 +616,18 @@ def build():
             (rate("txgate_ws_upgrades_total", "result"), "{{result}}"),
             (f"sum (rate(txgate_ws_subscriptions_refused_total{{{I}}}[$__rate_interval]))",
              "subscriptions refused"),
+        ],
+        w=6,
+    )
+    d.timeseries(
+        "Lanes: shared node sockets",
+        "Lanes open (one socket to the node per worker, carrying the plain calls of every client socket on "
+        "it: websocket.shared_upstream), and per second: lanes opened, failed (their calls answered "
+        "-32603) and messages refused over the lane's queue bound (queue_full).",
+        "short",
+        [
+            (f"sum by (instance) (txgate_ws_lanes_open{{{I}}})", "{{instance}} open"),
+            (rate("txgate_ws_lane_events_total", "event"), "{{event}}/s"),
         ],
         w=6,
     )

@@ -322,11 +322,12 @@ impl Session {
             .filter(|p| matches!(p, Part::Waiting))
             .count();
         let key = checked.message;
-        let mut text = match checked.upstream.map(Utf8Bytes::try_from) {
-            Some(Ok(text)) => Some(text),
-            // Never: the checks write UTF-8 JSON.
-            Some(Err(_)) => None,
-            None => None,
+        // A body that is not UTF-8 (never: the checks write UTF-8 JSON) is
+        // not sent; its calls are answered at once.
+        let (mut text, unsendable) = match checked.upstream.map(Utf8Bytes::try_from) {
+            Some(Ok(text)) => (Some(text), false),
+            Some(Err(_)) => (None, true),
+            None => (None, false),
         };
         // On the worker's lane when every call may travel there: queued
         // first, so that its calls know the lane's generation they went
@@ -364,6 +365,8 @@ impl Session {
             // The lane's node has not taken its last batch: this message's
             // calls are refused, the session goes on.
             self.conn.shared.metrics.websocket.lane_queue_full.inc();
+        }
+        if lane_full || unsendable {
             return self.fail_message(key, &Refusal::UpstreamUnavailable);
         }
         if let Some(text) = text
