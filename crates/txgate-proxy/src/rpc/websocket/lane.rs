@@ -21,14 +21,16 @@
 //! answers can be large (logs, blocks, traces), so that no client can hold
 //! the shared socket with one huge answer. The lane reads messages up to
 //! [`MIN_MESSAGE_CAP`] (or `upstream.max_response_bytes`, if larger), above
-//! what its calls can return; an answer over `upstream.max_response_bytes`
-//! fails its own message, not the lane.
+//! what its calls return under a node's gas cap (a node without one can
+//! be made to exceed it, failing the lane: HEURISTICS.md); an answer over
+//! `upstream.max_response_bytes` fails its own message, not the lane.
 //!
 //! The lane fails as a whole (its socket closes, errs, or stays silent a
-//! whole ping interval): the calls sent on it until then are answered
-//! -32603 by their sessions, which stay open, and the next call opens a
-//! new socket (after a pause, if opening it failed). Each failure starts a
-//! new generation: a call queued after it is not among those answered.
+//! whole ping interval, or cannot be opened): the calls sent on it until
+//! then are answered -32603 by their sessions, which stay open, and a call
+//! after it opens a new socket, a pause after the failure at the soonest.
+//! Each failure starts a new generation: a call queued after it is not
+//! among those answered.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
