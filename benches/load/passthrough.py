@@ -25,6 +25,16 @@ limits shared through a redis-server started on a free loopback port
 ([redis] url, sync every 20 ms): the cost a call pays with Redis on, which
 must be the local charge alone (Redis is never on a call's path).
 
+With --cpu LIST (for example --cpu 0), every process of the run (responder,
+nginx, txgate, h2load, redis-server) is bound to those CPUs with taskset.
+On one CPU nothing waits on a wake-up from another core, so the added p50
+per hop is each proxy's own work on the path, and the throughput at 50
+connections is the inverse of the CPU the whole chain spends per call:
+the comparison with the scheduler's placement taken out. nginx and txgate
+then both run one worker per CPU of the list (nginx's "auto" would count
+the machine's CPUs, txgate's default the allowed ones). Unbound runs are
+the targets' measurement; a bound run says how much of a gap is placement.
+
 With --baseline-bin PATH, a second txgate binary (for example the build
 of the previous commit) runs beside the current one as target "before", in
 the same interleaved rounds, and the ratios current/before are printed:
@@ -32,7 +42,7 @@ the same-run comparison a change is kept or dropped by.
 
 Usage: benches/load/passthrough.py [--rounds 3] [--duration 5] [--warmup 1]
                                    [--json results.json] [--baseline-bin PATH]
-                                   [--limits] [--redis]
+                                   [--limits] [--redis] [--cpu LIST]
 Needs: nginx and h2load (Debian: nginx-light, nghttp2-client), and
 redis-server for --redis; scripts/install-bench-tools.sh and
 scripts/install-test-tools.sh install them.
@@ -103,8 +113,21 @@ http {{
     return conf
 
 
+# Prefix of every command started: taskset when --cpu is given.
+PIN = []
+
+
+def cpu_count(cpus):
+    """How many CPUs a taskset list names ("0", "0,2", "0-3")."""
+    n = 0
+    for part in cpus.split(","):
+        lo, _, hi = part.partition("-")
+        n += int(hi or lo) - int(lo) + 1
+    return n
+
+
 def h2load(port, connections, duration, warmup, log):
-    cmd = [
+    cmd = PIN + [
         "h2load", "--h1", "-t", "1", "-c", str(connections), "-m", "1",
         "-D", str(duration), f"--warm-up-time={warmup}",
         "-d", str(log.parent / "body.json"),
@@ -166,7 +189,13 @@ def main():
     ap.add_argument("--baseline-bin", help="another txgate binary to measure as target 'before'")
     ap.add_argument("--limits", action="store_true", help="also measure txgate with per-client limits on")
     ap.add_argument("--redis", action="store_true", help="also with the limits shared through redis-server")
+    ap.add_argument("--cpu", help="bind every process to these CPUs (taskset list, e.g. 0)")
     args = ap.parse_args()
+    if args.cpu:
+        if not shutil.which("taskset"):
+            sys.exit("taskset not found (Debian: util-linux)")
+        PIN.extend(["taskset", "-c", args.cpu])
+    workers = cpu_count(args.cpu) if args.cpu else None
 
     for tool in ("nginx", "h2load"):
         if not shutil.which(tool) and not Path(f"/usr/sbin/{tool}").exists():
@@ -207,7 +236,7 @@ def main():
     procs = []
     try:
         if args.redis:
-            r = subprocess.Popen(["redis-server", "--port", str(ports["redis"]), "--bind", "127.0.0.1",
+            r = subprocess.Popen(PIN + ["redis-server", "--port", str(ports["redis"]), "--bind", "127.0.0.1",
                                   "--save", "", "--appendonly", "no"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             procs.append(r)
@@ -217,13 +246,13 @@ def main():
             f"""server {{ listen 127.0.0.1:{ports['direct']} reuseport;
                 location / {{ default_type application/json; return 200 '{ANSWER}'; }} }}""")
         proxy = nginx_conf(
-            work, "proxy", "auto",
+            work, "proxy", workers or "auto",
             f"""server {{ listen 127.0.0.1:{ports['nginx']} reuseport;
                 location / {{ proxy_pass http://rpc; proxy_http_version 1.1;
                               proxy_set_header Connection ""; }} }}""",
             f"upstream rpc {{ server 127.0.0.1:{ports['direct']}; keepalive 256; }}")
         for name, conf in (("responder", responder), ("nginx", proxy)):
-            p = subprocess.Popen([nginx, "-c", str(conf), "-p", str(work)],
+            p = subprocess.Popen(PIN + [nginx, "-c", str(conf), "-p", str(work)],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             procs.append(p)
         wait_port(ports["direct"], procs[0], "responder")
@@ -235,13 +264,14 @@ def main():
             bins[name] = txgate_bin
         for name, binary in bins.items():
             extra = []
-            if name in limit_confs:
+            text = (f"[server]\nworkers = {workers}\n" if workers else "") + limit_confs.get(name, "")
+            if text:
                 conf = work / f"{name}.toml"
-                conf.write_text(limit_confs[name])
+                conf.write_text(text)
                 extra = ["-c", str(conf)]
             admins[name] = free_port()
             tx = subprocess.Popen(
-                [str(binary), "--listen", f"127.0.0.1:{ports[name]}",
+                PIN + [str(binary), "--listen", f"127.0.0.1:{ports[name]}",
                  "--admin-listen", f"127.0.0.1:{admins[name]}",
                  "--upstream", f"http://127.0.0.1:{ports['direct']}", "--log-level", "warn"] + extra,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -253,6 +283,8 @@ def main():
 
         cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
         print(f"machine: {os.cpu_count()} cores, {cpu}")
+        if args.cpu:
+            print(f"every process bound to CPU {args.cpu}")
         print(f"h2load HTTP/1.1, {args.duration}s measured + {args.warmup}s warm-up per run, {args.rounds} rounds\n")
         order = ["direct", "nginx", "txgate"] + (["before"] if args.baseline_bin else []) + limited
         results = []

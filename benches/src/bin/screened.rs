@@ -12,6 +12,16 @@
 //! reports per target: throughput, p50 and p99 of the round trip, and for
 //! txgate its CPU (utime + stime from /proc) per forwarded transaction.
 //!
+//! Each row also says where the machine's CPU went in that phase: the
+//! cores busy (all of them, from /proc/stat), the node's and this loader's
+//! CPU per transaction, and txgate's. The summary turns the direct phase's
+//! figures into a bound: when the direct phase already keeps every core
+//! busy, txgate's CPU per transaction comes out of the node's and the
+//! loader's share, and the throughput ratio cannot exceed
+//! `machine CPU per tx direct / (that + txgate's CPU per tx)`; the same
+//! with only txgate's CPU in libsecp256k1 is the ceiling for any proxy
+//! that recovers every sender once.
+//!
 //! With `--perf`, the last txgate round runs under `perf record` and the
 //! share of txgate's samples in libsecp256k1 gives its CPU in the ECDSA
 //! for that round, so the target "CPU per screened transaction ≤ 1.6× its
@@ -204,6 +214,25 @@ fn perf_stop(mut child: std::process::Child, out: &std::path::Path) -> Option<f6
     (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / 100.0)
 }
 
+/// CPU time the whole machine spent busy so far (every core, from
+/// /proc/stat), in milliseconds.
+fn machine_busy_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return 0.0;
+    };
+    let ticks: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user, nice, system, irq, softirq: not idle, iowait or steal (time
+    // the hypervisor ran something else), nor guest (counted in user).
+    let busy: f64 = [0, 1, 2, 5, 6].iter().filter_map(|&i| ticks.get(i)).sum();
+    // USER_HZ is 100 on Linux.
+    busy * 10.0
+}
+
 #[tokio::main]
 async fn main() {
     let a = args();
@@ -230,6 +259,8 @@ async fn main() {
     let txgate_url = format!("http://127.0.0.1:{rpc_port}");
     wait_up(&control, &txgate_url).await;
     let pid = txgate.pid();
+    let node_pid = _anvil.pid();
+    let me = std::process::id();
 
     let mut rows = Vec::new();
     let mut perf_share = None;
@@ -257,9 +288,13 @@ async fn main() {
             if perf.is_some() {
                 tokio::time::sleep(Duration::from_millis(300)).await;
             }
-            let cpu_before = cpu_ms(pid);
+            let (cpu_before, node_before, me_before) = (cpu_ms(pid), cpu_ms(node_pid), cpu_ms(me));
+            let busy_before = machine_busy_ms();
             let sent = send(url, raws, a.connections).await;
             let cpu = cpu_ms(pid) - cpu_before;
+            let node_cpu = cpu_ms(node_pid) - node_before;
+            let me_cpu = cpu_ms(me) - me_before;
+            let busy = machine_busy_ms() - busy_before;
             if let Some(child) = perf {
                 perf_share = perf_stop(child, &perf_file);
             }
@@ -271,6 +306,10 @@ async fn main() {
                 "p50_ms": percentile(&sent.latencies_ms, 0.5),
                 "p99_ms": percentile(&sent.latencies_ms, 0.99),
                 "txgate_cpu_us_per_tx": (target == "txgate").then(|| cpu * 1000.0 / ok.max(1.0)),
+                "node_cpu_us_per_tx": node_cpu * 1000.0 / ok.max(1.0),
+                "loader_cpu_us_per_tx": me_cpu * 1000.0 / ok.max(1.0),
+                "machine_cpu_us_per_tx": busy * 1000.0 / ok.max(1.0),
+                "cores_busy": busy / 1000.0 / sent.secs,
             });
             eprintln!("{row}");
             rows.push(row);
@@ -291,6 +330,13 @@ async fn main() {
         .collect();
     let cpu_median = median(of("txgate", "txgate_cpu_us_per_tx"));
     let last_cpu = of("txgate", "txgate_cpu_us_per_tx").last().copied();
+    let machine_direct = median(of("direct", "machine_cpu_us_per_tx"));
+    let cores_direct = median(of("direct", "cores_busy"));
+    // The bound holds only when the direct phase keeps the cores busy
+    // (90% of them: the ramp and the tail of a phase leave some idle).
+    let saturated =
+        cores_direct >= 0.9 * std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64);
+    let ceiling = |txgate_us: f64| machine_direct / (machine_direct + txgate_us);
     let summary = json!({
         "txs": a.txs, "senders": a.senders, "connections": a.connections, "rounds": a.rounds,
         "direct": {"tx_per_s": median(of("direct", "tx_per_s")),
@@ -299,6 +345,23 @@ async fn main() {
             "p50_ms": median(of("txgate", "p50_ms")), "p99_ms": median(of("txgate", "p99_ms")),
             "cpu_us_per_tx": cpu_median},
         "throughput_ratio": {"median": median(ratios.clone()), "rounds": ratios},
+        "machine": {
+            "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+            "cores_busy_direct": cores_direct,
+            "cores_busy_txgate": median(of("txgate", "cores_busy")),
+            "cpu_us_per_tx_direct": machine_direct,
+            "cpu_us_per_tx_txgate": median(of("txgate", "machine_cpu_us_per_tx")),
+            "node_cpu_us_per_tx_direct": median(of("direct", "node_cpu_us_per_tx")),
+            "node_cpu_us_per_tx_txgate": median(of("txgate", "node_cpu_us_per_tx")),
+            "loader_cpu_us_per_tx_direct": median(of("direct", "loader_cpu_us_per_tx")),
+            "loader_cpu_us_per_tx_txgate": median(of("txgate", "loader_cpu_us_per_tx")),
+            "saturated_direct": saturated,
+            "ratio_ceiling_at_txgate_cpu": saturated.then(|| ceiling(cpu_median)),
+            "ratio_ceiling_at_libsecp256k1_only": saturated
+                .then_some(())
+                .and(perf_share.zip(last_cpu))
+                .map(|(share, cpu)| ceiling(cpu * share)),
+        },
         "failed": rows.iter().filter_map(|r| r["failed"].as_u64()).sum::<u64>(),
         "libsecp256k1": perf_share.zip(last_cpu).map(|(share, cpu)| json!({
             "share_of_txgate_samples": share,
