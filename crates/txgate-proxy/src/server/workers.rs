@@ -153,6 +153,7 @@ fn serve(
         probed,
         pacer,
     } = shared;
+    let lane_owner = websockets.clone();
     let drained = runtime.block_on(async move {
         let listener = TcpListener::from_std(listener)?;
         let upstream = Upstream::new(&config, metrics.clone()).map_err(io::Error::other)?;
@@ -201,7 +202,7 @@ fn serve(
                     pacer: pacer.clone(),
                 },
             ));
-        server::serve(
+        let drained = server::serve(
             listener,
             service,
             edge,
@@ -209,7 +210,13 @@ fn serve(
             metrics,
             stop.cancelled_owned(),
         )
-        .await
+        .await;
+        // The worker's lane to the node ends with a close frame, not with
+        // the runtime.
+        if let Some(websockets) = &lane_owner {
+            websockets.close_lane_here().await;
+        }
+        drained
     })?;
     // Connections still open after the grace period are cut here.
     runtime.shutdown_timeout(Duration::from_millis(50));

@@ -771,6 +771,10 @@ struct RelayConn {
     stall: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Bytes relayed to the node.
     up: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// The last bytes relayed to the node.
+    tail: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    /// The connection is over (either side ended it, or the test cut it).
+    ended: std::sync::Arc<std::sync::atomic::AtomicBool>,
     cut: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
 }
 
@@ -789,6 +793,8 @@ impl Relay {
                 let conn = RelayConn {
                     stall: Default::default(),
                     up: Default::default(),
+                    tail: Default::default(),
+                    ended: Default::default(),
                     cut: std::sync::Arc::new(tokio::sync::watch::channel(false).0),
                 };
                 list.lock().unwrap().push(conn.clone());
@@ -822,21 +828,25 @@ async fn relay_pair(client: TcpStream, upstream: TcpStream, conn: RelayConn) {
     let (node_read, node_write) = upstream.into_split();
     let never = AtomicBool::new(false);
     let uncounted = AtomicUsize::new(0);
+    let untold = std::sync::Mutex::new(Vec::new());
     let mut cut = conn.cut.subscribe();
     tokio::select! {
-        () = pump(client_read, node_write, &never, &conn.up) => {}
-        () = pump(node_read, client_write, &conn.stall, &uncounted) => {}
+        () = pump(client_read, node_write, &never, &conn.up, &conn.tail) => {}
+        () = pump(node_read, client_write, &conn.stall, &uncounted, &untold) => {}
         _ = cut.wait_for(|cut| *cut) => {}
     }
+    conn.ended.store(true, std::sync::atomic::Ordering::SeqCst);
 }
 
 /// Copies `from` to `to` until either ends, holding each read back while
-/// `stall` is set and counting what was written in `count`.
+/// `stall` is set, counting what was written in `count` and keeping its
+/// last 64 bytes in `tail`.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     stall: &std::sync::atomic::AtomicBool,
     count: &std::sync::atomic::AtomicUsize,
+    tail: &std::sync::Mutex<Vec<u8>>,
 ) {
     use std::sync::atomic::Ordering::SeqCst;
     let mut buf = vec![0u8; 16 * 1024];
@@ -852,7 +862,52 @@ async fn pump(
             return;
         }
         count.fetch_add(n, SeqCst);
+        let mut tail = tail.lock().unwrap();
+        tail.extend_from_slice(&buf[..n]);
+        let excess = tail.len().saturating_sub(64);
+        tail.drain(..excess);
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopping_worker_closes_its_lane_with_a_close_frame() {
+    let anvil = Anvil::start().await;
+    let relay = Relay::start(&anvil.url).await;
+    let txgate = InProcess::start(
+        &anvil.url,
+        &format!("[websocket]\nupstream_url = \"{}\"\n", relay.url),
+    );
+    let mut socket = connect(&txgate.url).await;
+    send(
+        &mut socket,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []}),
+    )
+    .await;
+    let mut seen = Vec::new();
+    assert_eq!(
+        answer(&mut socket, &json!(1), &mut seen).await["result"],
+        "0x7a69"
+    );
+    // The session's own socket, then the worker's lane.
+    assert_eq!(relay.count(), 2);
+    let lane = relay.conn(1);
+    // The client leaves; its lane stays open until txgate stops.
+    socket.close(None).await.unwrap();
+    tokio::task::spawn_blocking(move || drop(txgate))
+        .await
+        .unwrap();
+    let ended = eventually(Duration::from_secs(5), || async {
+        lane.ended.load(std::sync::atomic::Ordering::SeqCst)
+    })
+    .await;
+    assert!(ended, "the lane's connection is still open");
+    // The last frame txgate sent the node: a close frame with no payload
+    // (FIN and opcode 8, masked, length 0, then the four bytes of the
+    // mask), not the call's text frame of a connection that just ended.
+    let tail = lane.tail.lock().unwrap().clone();
+    let close = tail.len().checked_sub(6).map(|at| &tail[at..at + 2]);
+    assert_eq!(close, Some(&[0x88u8, 0x80][..]), "{tail:02x?}");
+    assert!(seen.is_empty(), "{seen:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

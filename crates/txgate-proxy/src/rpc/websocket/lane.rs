@@ -33,13 +33,14 @@
 //! among those answered.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 use tokio_util::sync::CancellationToken;
 use txgate_jsonrpc::encode::{self, UpstreamBatch};
@@ -125,8 +126,11 @@ pub(super) enum Event {
 /// use.
 #[derive(Debug, Default)]
 pub(super) struct Lanes {
-    by_thread: Mutex<HashMap<ThreadId, Arc<Lane>>>,
+    by_thread: Mutex<HashMap<ThreadId, Running>>,
 }
+
+/// A lane and the task that drives it.
+type Running = (Arc<Lane>, JoinHandle<()>);
 
 impl Lanes {
     /// A seat on this thread's lane (its task started on the current
@@ -146,16 +150,31 @@ impl Lanes {
             .entry(std::thread::current().id())
             .or_insert_with(|| {
                 let lane = Arc::new(Lane::default());
-                tokio::spawn(drive(
+                let task = tokio::spawn(drive(
                     lane.clone(),
                     settings.clone(),
                     stop.clone(),
                     metrics.clone(),
                 ));
-                lane
+                (lane, task)
             })
+            .0
             .clone();
         lane.seat()
+    }
+
+    /// Ends this thread's lane before its runtime is dropped: the lane
+    /// closes its socket with a close frame (whatever sessions are left:
+    /// the runtime's end cuts them anyway) and this waits for it, at most
+    /// [`CLOSE_FLUSH`] and a little, so the node sees a WebSocket close
+    /// rather than a connection that just ends.
+    pub(crate) async fn close_here(&self) {
+        let Some((lane, task)) = lock(&self.by_thread).remove(&std::thread::current().id()) else {
+            return;
+        };
+        lane.closing.store(true, Ordering::Relaxed);
+        lane.wake.notify_one();
+        let _ = tokio::time::timeout(CLOSE_FLUSH + Duration::from_millis(100), task).await;
     }
 }
 
@@ -170,6 +189,8 @@ pub(super) struct Lane {
     /// Something to send, or a seat given back.
     wake: Notify,
     seq: AtomicU64,
+    /// The worker is ending: close the socket now, seats or not.
+    closing: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -271,7 +292,10 @@ async fn drive(
 ) {
     let ws = &metrics.websocket;
     let ping_every = settings.ping_interval.unwrap_or(DEFAULT_PING);
-    let ended = || stop.is_cancelled() && lock(&lane.state).routes.is_empty();
+    let ended = || {
+        lane.closing.load(Ordering::Relaxed)
+            || (stop.is_cancelled() && lock(&lane.state).routes.is_empty())
+    };
     loop {
         // Nothing to send: no socket to open.
         while lock(&lane.state).out.is_empty() {

@@ -97,6 +97,12 @@ struct Settings {
 }
 
 impl WebSockets {
+    /// Closes the calling worker's lane, if it has one, before the worker's
+    /// runtime ends (see `Lanes::close_here`).
+    pub(crate) async fn close_lane_here(&self) {
+        self.lanes.close_here().await;
+    }
+
     /// From the validated config; `None` when `websocket.enabled` is off.
     pub fn new(
         config: &Config,
