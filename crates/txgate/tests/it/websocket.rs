@@ -870,6 +870,68 @@ async fn pump(
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_answer_too_large_for_the_lane_fails_only_its_own_call() {
+    let anvil = Anvil::start().await;
+    let txgate = InProcess::start(&anvil.url, "[upstream]\nmax_response_bytes = 1000\n");
+    let mut socket = connect(&txgate.url).await;
+    let mut seen = Vec::new();
+    let chain_id =
+        |id: u32| json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []});
+    send(&mut socket, &chain_id(1)).await;
+    assert_eq!(
+        answer(&mut socket, &json!(1), &mut seen).await["result"],
+        "0x7a69"
+    );
+    // A creation call whose code returns 1024 zero bytes: an answer of
+    // about 2 KiB, over the 1000-byte bound, from a call the lane carries.
+    send(
+        &mut socket,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "eth_call",
+            "params": [{"data": "0x6104006000f3"}, "latest"]}),
+    )
+    .await;
+    let refused = answer(&mut socket, &json!(2), &mut seen).await;
+    assert_eq!(refused["error"]["code"], -32603, "{refused}");
+    assert_eq!(
+        refused["error"]["message"], "upstream unavailable",
+        "{refused}"
+    );
+    // The same call with a small answer, and the next call, on the same
+    // lane: only the large answer failed.
+    send(
+        &mut socket,
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "eth_call",
+            "params": [{"data": "0x6100206000f3"}, "latest"]}),
+    )
+    .await;
+    let small = answer(&mut socket, &json!(3), &mut seen).await;
+    assert_eq!(
+        small["result"].as_str().map(str::len),
+        Some(2 + 64),
+        "{small}"
+    );
+    send(&mut socket, &chain_id(4)).await;
+    assert_eq!(
+        answer(&mut socket, &json!(4), &mut seen).await["result"],
+        "0x7a69"
+    );
+    let metrics = txgate.metrics().await;
+    assert_eq!(
+        metric(&metrics, "txgate_ws_lane_events_total{event=\"opened\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(&metrics, "txgate_ws_lane_events_total{event=\"failed\"}"),
+        0.0
+    );
+    assert_eq!(
+        metric(&metrics, "txgate_upstream_errors_total{kind=\"too_large\"}"),
+        1.0
+    );
+    assert!(seen.is_empty(), "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_stopping_worker_closes_its_lane_with_a_close_frame() {
     let anvil = Anvil::start().await;
     let relay = Relay::start(&anvil.url).await;
