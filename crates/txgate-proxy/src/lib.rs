@@ -41,6 +41,7 @@ pub mod rpc;
 pub mod screening;
 pub mod server;
 pub mod sidecar;
+pub(crate) mod timers;
 pub mod upstream;
 
 use std::future::Future;

@@ -32,6 +32,7 @@ pub(crate) mod tls;
 use self::h1::{ReadError, ResponseReader};
 use self::tls::{Conn, Connector};
 use crate::ops::metrics::{Metrics, UpstreamFailure};
+use crate::timers::Timers;
 
 /// An upstream answer read in full.
 #[derive(Debug)]
@@ -71,6 +72,8 @@ struct Inner {
     pool_max_idle: usize,
     pool_idle_timeout: Duration,
     idle: Mutex<Vec<Idle>>,
+    /// Call timers, kept for the next calls: one per pooled connection.
+    timers: Timers,
     metrics: Arc<Metrics>,
 }
 
@@ -118,6 +121,7 @@ impl Upstream {
                 pool_max_idle,
                 pool_idle_timeout: Duration::from_millis(up.pool_idle_timeout_ms),
                 idle: Mutex::new(Vec::new()),
+                timers: Timers::new(pool_max_idle),
                 metrics,
             }),
         })
@@ -157,9 +161,9 @@ impl Upstream {
             }
         };
         let limit = timeout.unwrap_or(inner.call_timeout);
-        let result = match tokio::time::timeout(limit, exchange).await {
-            Ok(result) => result,
-            Err(_) => Err(UpstreamFailure::Timeout),
+        let result = match inner.timers.within(limit, exchange).await {
+            Some(result) => result,
+            None => Err(UpstreamFailure::Timeout),
         };
         match &result {
             Ok(_) => inner
