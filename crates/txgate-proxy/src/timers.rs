@@ -12,7 +12,7 @@
 //! moves a timer later without touching the wheel: the timer stays at its
 //! old place, and when that comes the runtime finds the later deadline and
 //! puts it back. Measured with every process on one CPU, where a call's
-//! CPU decides the throughput: 1.07x the calls per second of a new timer
+//! CPU decides the throughput: 1.05-1.07x the calls per second of a new timer
 //! per call (PERFORMANCE.md, "Pass-through per hop").
 
 use std::future::Future;
