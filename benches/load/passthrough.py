@@ -118,11 +118,12 @@ PIN = []
 
 
 def cpu_count(cpus):
-    """How many CPUs a taskset list names ("0", "0,2", "0-3")."""
+    """How many CPUs a taskset list names ("0", "0,2", "0-3", "0-6:2")."""
     n = 0
     for part in cpus.split(","):
-        lo, _, hi = part.partition("-")
-        n += int(hi or lo) - int(lo) + 1
+        span, _, stride = part.partition(":")
+        lo, _, hi = span.partition("-")
+        n += len(range(int(lo), int(hi or lo) + 1, int(stride or 1)))
     return n
 
 

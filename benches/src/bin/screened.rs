@@ -20,7 +20,9 @@
 //! loader's share, and the throughput ratio cannot exceed
 //! `machine CPU per tx direct / (that + txgate's CPU per tx)`; the same
 //! with only txgate's CPU in libsecp256k1 is the ceiling for any proxy
-//! that recovers every sender once.
+//! that recovers every sender once. /proc/stat counts every CPU the kernel
+//! has, so these figures hold for a run unbound on a machine (or VM) of its
+//! own, not in a container with a share of a larger host.
 //!
 //! With `--perf`, the last txgate round runs under `perf record` and the
 //! share of txgate's samples in libsecp256k1 gives its CPU in the ECDSA

@@ -40,14 +40,21 @@ impl Timers {
     }
 
     /// Runs `future` for at most `limit`: `None` when the time ran out
-    /// first. The future is polled before the timer, as `tokio::time::timeout`
-    /// does.
+    /// first. As with `tokio::time::timeout`, the future is polled before
+    /// the timer, and the timer is looked at even when the future used up
+    /// the task's budget: a call whose answer keeps arriving still ends at
+    /// its limit.
     pub(crate) async fn within<F: Future>(&self, limit: Duration, future: F) -> Option<F::Output> {
-        let mut timer = self.take(Instant::now() + limit);
+        let now = Instant::now();
+        // A limit beyond any clock: a deadline decades away, as tokio's.
+        let deadline = now
+            .checked_add(limit)
+            .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30));
+        let mut timer = self.take(deadline);
         let out = tokio::select! {
             biased;
             out = future => Some(out),
-            () = timer.as_mut() => None,
+            () = tokio::task::unconstrained(timer.as_mut()) => None,
         };
         self.give(timer);
         out
@@ -110,6 +117,39 @@ mod tests {
         let slow = tokio::time::sleep(Duration::from_secs(2));
         assert_eq!(timers.within(Duration::from_secs(3), slow).await, Some(()));
         assert_eq!(Instant::now() - begun, Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_timer_given_back_is_the_one_taken_next() {
+        let timers = Timers::new(4);
+        let first = timers.take(Instant::now() + Duration::from_secs(1));
+        let at = &*first as *const Sleep;
+        timers.give(first);
+        let again = timers.take(Instant::now() + Duration::from_secs(2));
+        assert_eq!(&*again as *const Sleep, at, "a new timer, not the kept one");
+        assert_eq!(again.deadline(), Instant::now() + Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ready_call_wins_over_an_elapsed_limit_and_no_limit_overflows() {
+        let timers = Timers::new(1);
+        assert_eq!(timers.within(Duration::ZERO, async { 5 }).await, Some(5));
+        assert_eq!(timers.within(Duration::MAX, async { 6 }).await, Some(6));
+    }
+
+    /// A call that uses up the task's budget on every poll (an answer that
+    /// keeps arriving) still ends at its limit.
+    #[tokio::test]
+    async fn a_call_that_uses_up_its_budget_still_times_out() {
+        let timers = Timers::new(1);
+        let busy = async {
+            loop {
+                tokio::task::consume_budget().await;
+            }
+        };
+        let limit = Duration::from_millis(50);
+        let out = tokio::time::timeout(Duration::from_secs(5), timers.within(limit, busy)).await;
+        assert_eq!(out, Ok(None), "the call outlived its limit");
     }
 
     #[tokio::test(start_paused = true)]

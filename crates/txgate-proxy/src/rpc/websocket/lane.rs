@@ -164,10 +164,12 @@ impl Lanes {
     }
 
     /// Ends this thread's lane before its runtime is dropped: the lane
-    /// closes its socket with a close frame (whatever sessions are left:
-    /// the runtime's end cuts them anyway) and this waits for it, at most
-    /// [`CLOSE_FLUSH`] and a little, so the node sees a WebSocket close
-    /// rather than a connection that just ends.
+    /// writes a close frame on its socket (whatever sessions are left: the
+    /// runtime's end cuts them anyway), and opens none if it has none; this
+    /// waits for it, at most [`CLOSE_FLUSH`] and a little (a connect under
+    /// way is not interrupted: past that wait the runtime's end cuts it),
+    /// so the node sees a WebSocket close rather than a connection that
+    /// just ends.
     pub(crate) async fn close_here(&self) {
         let Some((lane, task)) = lock(&self.by_thread).remove(&std::thread::current().id()) else {
             return;
@@ -306,6 +308,10 @@ async fn drive(
                 () = lane.wake.notified() => {}
                 () = stop.cancelled(), if !stop.is_cancelled() => {}
             }
+        }
+        // A worker ending opens no socket only to close it.
+        if lane.closing.load(Ordering::Relaxed) {
+            return;
         }
         let mut socket = match connect_upstream(&settings, settings.lane_codec).await {
             Ok(socket) => Socket::new(socket),
