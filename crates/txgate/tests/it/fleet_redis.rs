@@ -236,15 +236,20 @@ async fn a_fleet_holds_one_limit_through_redis_and_keeps_serving_when_redis_dies
         "passed {ok}, refused {limited} in {secs:.2} s"
     );
     // Over its limit on every instance, asked directly: of two calls in a
-    // row, the second is refused (the first may find the token earned
-    // since the stream's last call).
+    // row, one at least is refused. Either may find a token: one earned
+    // since the stream's last call, or one that falls due between the two
+    // (one every 200 ms; on a loaded machine the calls can be tens of ms
+    // apart); two tokens in that time would mean the limit did not hold.
     for t in &fleet {
         let mut statuses = Vec::new();
         for _ in 0..2 {
             let (status, _, _) = rpc_from(&t.url, "127.0.0.2", &[], CHAIN_ID).await.unwrap();
             statuses.push(status.as_u16());
         }
-        assert!(matches!(statuses[..], [200 | 429, 429]), "{statuses:?}");
+        assert!(
+            statuses.iter().all(|s| matches!(s, 200 | 429)) && statuses.contains(&429),
+            "{statuses:?}"
+        );
     }
     // Another client is untouched.
     let (ok, limited, _) = paced(&haproxy.url, "127.0.0.3", 9, Duration::ZERO).await;
