@@ -25,6 +25,13 @@
 //! The handshake table also gives each server's CPU per connection (user
 //! and system time from /proc, workers included): the client's half of
 //! the key exchange runs on the same two cores and is in the wall time.
+//! After each repetition it times the key exchange's own crypto, each
+//! group's three steps (the client's key share, the server's
+//! `start_and_complete`, the client's completion) in this process: what
+//! the hybrid adds there is the floor under what it can add to a
+//! handshake, measured in the same run (`--handshakes-of x25519,hybrid`
+//! runs only some of the three targets, in that order, e.g. to profile
+//! one).
 //!
 //! `cargo build --release -p txgate -p txgate-benches &&
 //!  target/release/tls_load` (`--only handshakes|records|bulk|upstream`).
@@ -61,6 +68,9 @@ struct Args {
     clients: usize,
     duration: u64,
     only: Option<String>,
+    /// `--handshakes-of`: the handshake targets to run (a profile of one
+    /// of them), by name: `x25519`, `hybrid`, `nginx`.
+    handshakes_of: Option<Vec<String>>,
 }
 
 fn args() -> Args {
@@ -73,6 +83,7 @@ fn args() -> Args {
         clients: 32,
         duration: 5,
         only: None,
+        handshakes_of: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -86,6 +97,9 @@ fn args() -> Args {
             "--clients" => a.clients = value().parse().expect("clients"),
             "--duration" => a.duration = value().parse().expect("duration"),
             "--only" => a.only = Some(value()),
+            "--handshakes-of" => {
+                a.handshakes_of = Some(value().split(',').map(str::to_owned).collect());
+            }
             "--bench" => {}
             other => panic!("unknown flag {other}"),
         }
@@ -259,6 +273,26 @@ async fn handshakes(
         per_sec,
         cpu_us,
     }
+}
+
+/// The key exchange's own crypto for one handshake with `group`, both
+/// sides, µs: the client's key share, the server's share and secret, the
+/// client's secret (median of 5 batches of 400).
+fn kx_crypto_us(group: &'static dyn SupportedKxGroup) -> f64 {
+    let mut batches = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        for _ in 0..400 {
+            let client = group.start().expect("key share");
+            let server = group
+                .start_and_complete(client.pub_key())
+                .expect("server share");
+            let secret = client.complete(&server.pub_key).expect("client secret");
+            std::hint::black_box(secret);
+        }
+        batches.push(started.elapsed().as_secs_f64() * 1e6 / 400.0);
+    }
+    median(&batches)
 }
 
 /// `calls` sequential calls over one kept TLS connection to `tls_port`
@@ -498,12 +532,31 @@ async fn main() {
     if run("handshakes") {
         let x25519 = client_config(&pki, &[kx_group::X25519], &[], false);
         let hybrid = client_config(&pki, &[kx_group::X25519MLKEM768], &[], false);
-        let targets = [
-            ("txgate X25519", &x25519, tx_tls, tx_tls_proc.pid()),
-            ("txgate X25519MLKEM768", &hybrid, tx_tls, tx_tls_proc.pid()),
-            ("nginx X25519", &x25519, nginx_tls, nginx_proc.0.pid()),
+        let all = [
+            (
+                "x25519",
+                ("txgate X25519", &x25519, tx_tls, tx_tls_proc.pid()),
+            ),
+            (
+                "hybrid",
+                ("txgate X25519MLKEM768", &hybrid, tx_tls, tx_tls_proc.pid()),
+            ),
+            (
+                "nginx",
+                ("nginx X25519", &x25519, nginx_tls, nginx_proc.0.pid()),
+            ),
         ];
+        // In the flag's order (which sets each one's source address).
+        let targets: Vec<_> = match &a.handshakes_of {
+            None => all.into_iter().map(|(_, target)| target).collect(),
+            Some(of) => of
+                .iter()
+                .filter_map(|o| all.iter().find(|(key, _)| key == o).map(|(_, t)| *t))
+                .collect(),
+        };
         let mut results: Vec<Vec<Handshakes>> = (0..targets.len()).map(|_| Vec::new()).collect();
+        // Per repetition: the key exchange's crypto, (X25519, hybrid), µs.
+        let mut crypto = Vec::new();
         println!(
             "handshakes: {} warm-up then {} sequential new connections, one eth_chainId each, {} reps",
             a.warmup, a.connections, a.reps
@@ -524,6 +577,17 @@ async fn main() {
                 );
                 results[i].push(h);
             }
+            let kx = (
+                kx_crypto_us(kx_group::X25519),
+                kx_crypto_us(kx_group::X25519MLKEM768),
+            );
+            println!(
+                "  rep {} key exchange crypto, both sides: X25519 {:.1} us, X25519MLKEM768 {:.1} us",
+                rep + 1,
+                kx.0,
+                kx.1
+            );
+            crypto.push(kx);
         }
         println!(
             "\n| target | per connection p50 | p99 | connections/s | server CPU per connection |\n|---|---|---|---|---|"
@@ -543,25 +607,42 @@ async fn main() {
                 m(&|h| h.cpu_us)
             );
         }
-        let per_rep = |num: usize, den: usize, f: &dyn Fn(&Handshakes) -> f64| {
-            median(
-                &(0..a.reps)
-                    .map(|r| f(&results[num][r]) / f(&results[den][r]))
-                    .collect::<Vec<_>>(),
-            )
-        };
-        println!(
-            "txgate X25519 / nginx X25519 connections/s (median of per-rep ratios): {:.2}x (target >= 1.0x)",
-            per_rep(0, 2, &|h| h.per_sec)
-        );
-        println!(
-            "hybrid / X25519 per-connection time p50 (median of per-rep ratios): {:.3}x (target <= 1.10x)",
-            per_rep(1, 0, &|h| h.p50_us)
-        );
-        println!(
-            "hybrid / X25519 txgate CPU per connection (median of per-rep ratios): {:.3}x",
-            per_rep(1, 0, &|h| h.cpu_us)
-        );
+        // The ratios need all three sides.
+        if targets.len() == 3 {
+            let per_rep = |num: usize, den: usize, f: &dyn Fn(&Handshakes) -> f64| {
+                median(
+                    &(0..a.reps)
+                        .map(|r| f(&results[num][r]) / f(&results[den][r]))
+                        .collect::<Vec<_>>(),
+                )
+            };
+            println!(
+                "txgate X25519 / nginx X25519 connections/s (median of per-rep ratios): {:.2}x (target >= 1.0x)",
+                per_rep(0, 2, &|h| h.per_sec)
+            );
+            println!(
+                "hybrid / X25519 per-connection time p50 (median of per-rep ratios): {:.3}x (target <= 1.10x)",
+                per_rep(1, 0, &|h| h.p50_us)
+            );
+            println!(
+                "hybrid / X25519 txgate CPU per connection (median of per-rep ratios): {:.3}x",
+                per_rep(1, 0, &|h| h.cpu_us)
+            );
+            // What the hybrid adds, against the floor of its own crypto.
+            let added: Vec<f64> = (0..a.reps)
+                .map(|r| results[1][r].p50_us - results[0][r].p50_us)
+                .collect();
+            let floor: Vec<f64> = crypto.iter().map(|(x, h)| h - x).collect();
+            let floor_share: Vec<f64> = (0..a.reps)
+                .map(|r| 1.0 + floor[r] / results[0][r].p50_us)
+                .collect();
+            println!(
+                "hybrid adds {:.0} us at p50 (median of per-rep differences); its key exchange's own crypto, both sides, adds {:.1} us: alone {:.3}x the X25519 p50",
+                median(&added),
+                median(&floor),
+                median(&floor_share)
+            );
+        }
     }
 
     if run("records") {
