@@ -33,7 +33,8 @@
 //! has pooled it, as on a sequencer.
 //!
 //! `cargo build --release -p txgate -p txgate-benches &&
-//!  target/release/screened --rounds 3 --perf`. Loopback only; bounded in
+//!  target/release/screened --rounds 3 --perf` (`TXGATE_BIN` names another
+//!  build of txgate). Loopback only; bounded in
 //! count; stops what it starts.
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
@@ -245,8 +246,13 @@ async fn main() {
     )
     .await;
     let (rpc_port, admin_port) = (free_port(), free_port());
+    // `TXGATE_BIN` runs another build (the `profiling` one, for a
+    // profile with symbols and line tables).
+    let bin = std::env::var_os("TXGATE_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root().join("target/release/txgate"));
     let txgate = spawn(
-        &root().join("target/release/txgate"),
+        &bin,
         &[
             "--listen",
             &format!("127.0.0.1:{rpc_port}"),
