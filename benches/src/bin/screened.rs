@@ -24,6 +24,11 @@
 //! has, so these figures hold for a run unbound on a machine (or VM) of its
 //! own, not in a container with a share of a larger host.
 //!
+//! With `--reference-bin <path>`, the reference rpc-proxy (built from its
+//! source, outside this repository) runs as a third target in every
+//! round, with accounts of its own, on the same node; the summary gives
+//! its throughput and CPU per transaction and txgate's ratios to it.
+//!
 //! With `--perf`, the last txgate round runs under `perf record` and the
 //! share of txgate's samples in libsecp256k1 gives its CPU in the ECDSA
 //! for that round, so the target "CPU per screened transaction ≤ 1.6× its
@@ -58,6 +63,8 @@ struct Args {
     rounds: u64,
     perf: bool,
     json: Option<std::path::PathBuf>,
+    /// `--reference-bin`: the reference rpc-proxy, run as a third target.
+    reference: Option<std::path::PathBuf>,
 }
 
 fn args() -> Args {
@@ -68,6 +75,7 @@ fn args() -> Args {
         rounds: 3,
         perf: false,
         json: None,
+        reference: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -79,6 +87,7 @@ fn args() -> Args {
             "--rounds" => a.rounds = value().parse().expect("rounds"),
             "--perf" => a.perf = true,
             "--json" => a.json = Some(value().into()),
+            "--reference-bin" => a.reference = Some(value().into()),
             "--bench" => {}
             other => panic!("unknown flag {other}"),
         }
@@ -267,27 +276,60 @@ async fn main() {
     let txgate_url = format!("http://127.0.0.1:{rpc_port}");
     wait_up(&control, &txgate_url).await;
     let pid = txgate.pid();
+    // The reference, when asked for: its own listener, the same node, its
+    // JSON-RPC on `/` like txgate's, no sidecar (as txgate runs here).
+    let reference = a.reference.as_ref().map(|bin| {
+        let port = free_port();
+        let proc = spawn(
+            bin,
+            &[
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--upstream",
+                &node,
+                "--rpc-path",
+                "/",
+            ],
+        );
+        (proc, format!("http://127.0.0.1:{port}"))
+    });
+    if let Some((_, url)) = &reference {
+        wait_up(&control, url).await;
+    }
+    let reference_pid = reference.as_ref().map(|(proc, _)| proc.pid());
     let node_pid = _anvil.pid();
     let me = std::process::id();
 
     let mut rows = Vec::new();
     let mut perf_share = None;
     for round in 0..a.rounds {
-        // Which goes first alternates, so neither always meets a node
-        // still mining the other's transactions.
-        let order = if round % 2 == 0 {
-            ["direct", "txgate"]
-        } else {
-            ["txgate", "direct"]
-        };
+        // Which goes first rotates, so none always meets a node still
+        // mining another's transactions.
+        let mut order = vec!["direct", "txgate"];
+        if reference.is_some() {
+            order.push("reference");
+        }
+        let first = round as usize % order.len();
+        order.rotate_left(first);
         for target in order {
             // Each target of each round has accounts of its own.
-            let (senders, raws) = sign_round(round * 2 + u64::from(target == "txgate"), &a);
+            let slot = match target {
+                "direct" => 0,
+                "txgate" => 1,
+                _ => 2,
+            };
+            let (senders, raws) = sign_round(round * 3 + slot, &a);
             fund(&control, &node, senders.iter().map(|e| e.address)).await;
-            let url = if target == "direct" {
-                &node
-            } else {
-                &txgate_url
+            let url = match (target, &reference) {
+                ("direct", _) => &node,
+                ("reference", Some((_, url))) => url,
+                _ => &txgate_url,
+            };
+            // The proxy this phase measures, if any.
+            let proxy_pid = match target {
+                "txgate" => Some(pid),
+                "reference" => reference_pid,
+                _ => None,
             };
             let profiled = target == "txgate" && a.perf && round + 1 == a.rounds;
             let perf_file =
@@ -296,10 +338,11 @@ async fn main() {
             if perf.is_some() {
                 tokio::time::sleep(Duration::from_millis(300)).await;
             }
-            let (cpu_before, node_before, me_before) = (cpu_ms(pid), cpu_ms(node_pid), cpu_ms(me));
+            let proxy_cpu = || proxy_pid.map_or(0.0, cpu_ms);
+            let (cpu_before, node_before, me_before) = (proxy_cpu(), cpu_ms(node_pid), cpu_ms(me));
             let busy_before = machine_busy_ms();
             let sent = send(url, raws, a.connections).await;
-            let cpu = cpu_ms(pid) - cpu_before;
+            let cpu = proxy_cpu() - cpu_before;
             let node_cpu = cpu_ms(node_pid) - node_before;
             let me_cpu = cpu_ms(me) - me_before;
             let busy = machine_busy_ms() - busy_before;
@@ -314,6 +357,7 @@ async fn main() {
                 "p50_ms": percentile(&sent.latencies_ms, 0.5),
                 "p99_ms": percentile(&sent.latencies_ms, 0.99),
                 "txgate_cpu_us_per_tx": (target == "txgate").then(|| cpu * 1000.0 / ok.max(1.0)),
+                "reference_cpu_us_per_tx": (target == "reference").then(|| cpu * 1000.0 / ok.max(1.0)),
                 "node_cpu_us_per_tx": node_cpu * 1000.0 / ok.max(1.0),
                 "loader_cpu_us_per_tx": me_cpu * 1000.0 / ok.max(1.0),
                 "machine_cpu_us_per_tx": busy * 1000.0 / ok.max(1.0),
@@ -337,6 +381,32 @@ async fn main() {
         .map(|(t, d)| t / d)
         .collect();
     let cpu_median = median(of("txgate", "txgate_cpu_us_per_tx"));
+    // The reference against txgate, per round: throughput and CPU per
+    // transaction (rounds without it give nothing).
+    let per_round = |key_t: &str, key_r: &str| -> Vec<f64> {
+        of("txgate", key_t)
+            .iter()
+            .zip(of("reference", key_r))
+            .map(|(t, r)| t / r)
+            .collect()
+    };
+    let reference_summary = reference.is_some().then(|| {
+        let cpu_ratios = per_round("txgate_cpu_us_per_tx", "reference_cpu_us_per_tx");
+        let rate_ratios = per_round("tx_per_s", "tx_per_s");
+        json!({
+            "tx_per_s": median(of("reference", "tx_per_s")),
+            "p50_ms": median(of("reference", "p50_ms")),
+            "p99_ms": median(of("reference", "p99_ms")),
+            "cpu_us_per_tx": median(of("reference", "reference_cpu_us_per_tx")),
+            "throughput_over_direct": of("reference", "tx_per_s")
+                .iter()
+                .zip(of("direct", "tx_per_s"))
+                .map(|(r, d)| r / d)
+                .collect::<Vec<_>>(),
+            "txgate_cpu_over_reference": {"median": median(cpu_ratios.clone()), "rounds": cpu_ratios},
+            "txgate_throughput_over_reference": {"median": median(rate_ratios.clone()), "rounds": rate_ratios},
+        })
+    });
     let last_cpu = of("txgate", "txgate_cpu_us_per_tx").last().copied();
     let machine_direct = median(of("direct", "machine_cpu_us_per_tx"));
     let cores_direct = median(of("direct", "cores_busy"));
@@ -353,6 +423,7 @@ async fn main() {
             "p50_ms": median(of("txgate", "p50_ms")), "p99_ms": median(of("txgate", "p99_ms")),
             "cpu_us_per_tx": cpu_median},
         "throughput_ratio": {"median": median(ratios.clone()), "rounds": ratios},
+        "reference": reference_summary,
         "machine": {
             "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
             "cores_busy_direct": cores_direct,
