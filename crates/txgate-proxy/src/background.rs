@@ -85,6 +85,7 @@ pub struct FatalGuard {
     stop: CancellationToken,
     fatal: FatalSender,
     error: Option<String>,
+    armed: bool,
 }
 
 impl FatalGuard {
@@ -95,6 +96,7 @@ impl FatalGuard {
             stop,
             fatal,
             error: None,
+            armed: true,
         }
     }
 
@@ -102,11 +104,17 @@ impl FatalGuard {
     pub fn failed(&mut self, error: impl Into<String>) {
         self.error = Some(error.into());
     }
+
+    /// The failure was reported already (as it happened, before the part
+    /// drained): the guard reports nothing more.
+    pub fn disarm(&mut self) {
+        self.armed = false;
+    }
 }
 
 impl Drop for FatalGuard {
     fn drop(&mut self) {
-        if self.stop.is_cancelled() {
+        if self.stop.is_cancelled() || !self.armed {
             return;
         }
         let error = match (self.error.take(), std::thread::panicking()) {

@@ -93,8 +93,11 @@ pub fn accept_error_is_transient(e: &std::io::Error) -> bool {
 /// Serves `service` on `listener` until `shutdown` completes, then drains.
 /// Each connection first learns who it is from `edge` (PROXY header), and
 /// each request carries its [`identity::Client`]. An accept error that does
-/// not pass by itself ends serving with that error (the caller reports the
-/// listener as failed).
+/// not pass by itself ends accepting: `failed` hears of it at once (the
+/// caller reports the listener as failed), the connections already
+/// accepted drain as on a shutdown, within the grace period, and then
+/// serving ends with that error. Calls under way are not cut because the
+/// listener broke.
 pub async fn serve<S>(
     listener: TcpListener,
     service: S,
@@ -102,6 +105,7 @@ pub async fn serve<S>(
     settings: ServerSettings,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
+    failed: impl FnOnce(&std::io::Error),
 ) -> std::io::Result<Drained>
 where
     S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>
@@ -139,6 +143,8 @@ where
     // finish); the others are shut down gracefully.
     let drain = tokio_util::sync::CancellationToken::new();
     tokio::pin!(shutdown);
+    let mut failed = Some(failed);
+    let mut broken = None;
 
     loop {
         // Wait for a free connection slot first: beyond the cap, clients
@@ -159,7 +165,13 @@ where
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    if let Some(failed) = failed.take() {
+                        failed(&e);
+                    }
+                    broken = Some(e);
+                    break;
+                }
             },
             () = &mut shutdown => break,
         };
@@ -227,12 +239,14 @@ where
     let drained = async {
         let _ = slots.acquire_many(all).await;
     };
-    Ok(
-        match tokio::time::timeout(settings.grace_period, drained).await {
-            Ok(()) => Drained::Clean,
-            Err(_) => Drained::TimedOut,
-        },
-    )
+    let drained = match tokio::time::timeout(settings.grace_period, drained).await {
+        Ok(()) => Drained::Clean,
+        Err(_) => Drained::TimedOut,
+    };
+    match broken {
+        Some(e) => Err(e),
+        None => Ok(drained),
+    }
 }
 
 /// Whether a served connection is being shut down, and why.
@@ -383,6 +397,83 @@ impl Drop for ConnectionSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A listener that stops working (here shut down under the accept
+    /// loop, which makes `accept` fail with EINVAL) is reported at once,
+    /// and the call under way on a connection already accepted still gets
+    /// its answer before serving ends with the error. Serving used to end
+    /// at the error, and the worker's runtime then cut the call.
+    #[tokio::test]
+    async fn a_broken_listener_is_reported_at_once_and_calls_under_way_finish() {
+        use std::os::fd::AsFd;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let handle = socket2::Socket::from(listener.as_fd().try_clone_to_owned().unwrap());
+        let metrics = Arc::new(Metrics::new());
+        let edge = Arc::new(Edge::new(
+            &txgate_config::ServerConfig::default(),
+            metrics.clone(),
+        ));
+        let settings = ServerSettings {
+            max_connections: 16,
+            header_read_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60),
+            http2: false,
+            grace_period: Duration::from_secs(10),
+            tls: None,
+        };
+        // Every call takes 500 ms to answer.
+        let service = tower::service_fn(|_: Request<Incoming>| async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            Ok::<_, Infallible>(Response::new(Body::from("answered")))
+        });
+        let (told, heard) = tokio::sync::oneshot::channel();
+        let served = tokio::spawn(serve(
+            listener,
+            service,
+            edge,
+            settings,
+            metrics,
+            std::future::pending(),
+            move |e: &std::io::Error| {
+                let _ = told.send(e.raw_os_error());
+            },
+        ));
+
+        let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        client
+            .write_all(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}")
+            .await
+            .unwrap();
+        // The call is in the service when the listener breaks.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        handle.shutdown(std::net::Shutdown::Both).unwrap();
+
+        let errno = tokio::time::timeout(Duration::from_millis(300), heard)
+            .await
+            .expect("the failure is reported before the call is answered")
+            .unwrap();
+        assert_eq!(errno, Some(libc::EINVAL));
+        assert!(!served.is_finished(), "serving drains before it ends");
+
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer))
+            .await
+            .expect("the connection closes once answered")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("answered"), "{answer}");
+
+        let ended = tokio::time::timeout(Duration::from_secs(5), served)
+            .await
+            .expect("serving ends once drained")
+            .unwrap();
+        let error = ended.expect_err("serving ends with the listener's error");
+        assert_eq!(error.raw_os_error(), Some(libc::EINVAL));
+    }
 
     #[test]
     fn accept_errors_that_pass_and_those_that_do_not() {

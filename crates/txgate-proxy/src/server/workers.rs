@@ -82,13 +82,24 @@ impl Workers {
         let mut threads = Vec::with_capacity(listeners.len());
         for (index, listener) in listeners.into_iter().enumerate() {
             let (shared, stop) = (shared.clone(), stop.clone());
-            let guard = FatalGuard::new(format!("worker-{index}"), stop.clone(), fatal.clone());
+            let part = format!("worker-{index}");
+            let guard = FatalGuard::new(part.clone(), stop.clone(), fatal.clone());
+            let fatal = fatal.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("txgate-worker-{index}"))
                 .spawn(move || {
                     let mut guard = guard;
-                    let served = serve(listener, shared, stop);
-                    if let Err(e) = &served {
+                    // A broken listener is reported at once, so the proxy
+                    // starts draining while this worker's connections
+                    // finish their calls.
+                    let reported = std::cell::Cell::new(false);
+                    let served = serve(listener, shared, stop, |e| {
+                        fatal.report(part, e.to_string());
+                        reported.set(true);
+                    });
+                    if reported.get() {
+                        guard.disarm();
+                    } else if let Err(e) = &served {
                         guard.failed(e.to_string());
                     }
                     served
@@ -132,6 +143,7 @@ fn serve(
     listener: std::net::TcpListener,
     shared: Shared,
     stop: CancellationToken,
+    broken: impl FnOnce(&io::Error),
 ) -> io::Result<Drained> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -209,6 +221,7 @@ fn serve(
             settings,
             metrics,
             stop.cancelled_owned(),
+            broken,
         )
         .await;
         // The worker's lane to the node ends with a close frame, not with
