@@ -31,7 +31,7 @@
 //! the hybrid adds there is the floor under what it can add to a
 //! handshake, measured in the same run (`--handshakes-of x25519,hybrid`
 //! runs only some of the three targets, in that order, e.g. to profile
-//! one).
+//! one; the key exchange is timed only when both groups run).
 //!
 //! `cargo build --release -p txgate -p txgate-benches &&
 //!  target/release/tls_load` (`--only handshakes|records|bulk|upstream`).
@@ -547,13 +547,28 @@ async fn main() {
             ),
         ];
         // In the flag's order (which sets each one's source address).
-        let targets: Vec<_> = match &a.handshakes_of {
-            None => all.into_iter().map(|(_, target)| target).collect(),
-            Some(of) => of
-                .iter()
-                .filter_map(|o| all.iter().find(|(key, _)| key == o).map(|(_, t)| *t))
-                .collect(),
+        let keys: Vec<&str> = match &a.handshakes_of {
+            None => all.iter().map(|(key, _)| *key).collect(),
+            Some(of) => of.iter().map(String::as_str).collect(),
         };
+        let targets: Vec<_> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, key)| {
+                assert!(
+                    !keys[..i].contains(key),
+                    "--handshakes-of names {key} twice"
+                );
+                all.iter()
+                    .find(|(k, _)| k == key)
+                    .map(|(_, t)| *t)
+                    .unwrap_or_else(|| panic!("--handshakes-of: no target {key}"))
+            })
+            .collect();
+        let at = |key: &str| keys.iter().position(|k| *k == key);
+        // The floor is timed only when both groups' handshakes run (not
+        // while one of them is profiled alone).
+        let floor_timed = at("x25519").is_some() && at("hybrid").is_some();
         let mut results: Vec<Vec<Handshakes>> = (0..targets.len()).map(|_| Vec::new()).collect();
         // Per repetition: the key exchange's crypto, (X25519, hybrid), µs.
         let mut crypto = Vec::new();
@@ -577,17 +592,19 @@ async fn main() {
                 );
                 results[i].push(h);
             }
-            let kx = (
-                kx_crypto_us(kx_group::X25519),
-                kx_crypto_us(kx_group::X25519MLKEM768),
-            );
-            println!(
-                "  rep {} key exchange crypto, both sides: X25519 {:.1} us, X25519MLKEM768 {:.1} us",
-                rep + 1,
-                kx.0,
-                kx.1
-            );
-            crypto.push(kx);
+            if floor_timed {
+                let kx = (
+                    kx_crypto_us(kx_group::X25519),
+                    kx_crypto_us(kx_group::X25519MLKEM768),
+                );
+                println!(
+                    "  rep {} key exchange crypto, both sides: X25519 {:.1} us, X25519MLKEM768 {:.1} us",
+                    rep + 1,
+                    kx.0,
+                    kx.1
+                );
+                crypto.push(kx);
+            }
         }
         println!(
             "\n| target | per connection p50 | p99 | connections/s | server CPU per connection |\n|---|---|---|---|---|"
@@ -607,34 +624,38 @@ async fn main() {
                 m(&|h| h.cpu_us)
             );
         }
-        // The ratios need all three sides.
-        if targets.len() == 3 {
-            let per_rep = |num: usize, den: usize, f: &dyn Fn(&Handshakes) -> f64| {
-                median(
-                    &(0..a.reps)
-                        .map(|r| f(&results[num][r]) / f(&results[den][r]))
-                        .collect::<Vec<_>>(),
-                )
-            };
+        let per_rep = |num: usize, den: usize, f: &dyn Fn(&Handshakes) -> f64| {
+            median(
+                &(0..a.reps)
+                    .map(|r| f(&results[num][r]) / f(&results[den][r]))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        if let (Some(x), Some(n)) = (at("x25519"), at("nginx")) {
             println!(
                 "txgate X25519 / nginx X25519 connections/s (median of per-rep ratios): {:.2}x (target >= 1.0x)",
-                per_rep(0, 2, &|h| h.per_sec)
+                per_rep(x, n, &|h| h.per_sec)
             );
+        }
+        if let (Some(x), Some(h)) = (at("x25519"), at("hybrid")) {
             println!(
                 "hybrid / X25519 per-connection time p50 (median of per-rep ratios): {:.3}x (target <= 1.10x)",
-                per_rep(1, 0, &|h| h.p50_us)
+                per_rep(h, x, &|h| h.p50_us)
             );
             println!(
                 "hybrid / X25519 txgate CPU per connection (median of per-rep ratios): {:.3}x",
-                per_rep(1, 0, &|h| h.cpu_us)
+                per_rep(h, x, &|h| h.cpu_us)
             );
             // What the hybrid adds, against the floor of its own crypto.
             let added: Vec<f64> = (0..a.reps)
-                .map(|r| results[1][r].p50_us - results[0][r].p50_us)
+                .map(|r| results[h][r].p50_us - results[x][r].p50_us)
                 .collect();
-            let floor: Vec<f64> = crypto.iter().map(|(x, h)| h - x).collect();
+            let floor: Vec<f64> = crypto
+                .iter()
+                .map(|(x25519, hybrid)| hybrid - x25519)
+                .collect();
             let floor_share: Vec<f64> = (0..a.reps)
-                .map(|r| 1.0 + floor[r] / results[0][r].p50_us)
+                .map(|r| 1.0 + floor[r] / results[x][r].p50_us)
                 .collect();
             println!(
                 "hybrid adds {:.0} us at p50 (median of per-rep differences); its key exchange's own crypto, both sides, adds {:.1} us: alone {:.3}x the X25519 p50",

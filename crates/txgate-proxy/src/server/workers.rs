@@ -88,19 +88,20 @@ impl Workers {
             let thread = std::thread::Builder::new()
                 .name(format!("txgate-worker-{index}"))
                 .spawn(move || {
-                    let mut guard = guard;
-                    // A broken listener is reported at once, so the proxy
-                    // starts draining while this worker's connections
-                    // finish their calls.
-                    let reported = std::cell::Cell::new(false);
+                    let guard = std::cell::RefCell::new(guard);
+                    // A broken listener is reported at once (unless the
+                    // proxy is stopping anyway), so the proxy starts
+                    // draining while this worker's connections finish
+                    // their calls; the guard then has nothing left to say.
+                    let watched = stop.clone();
                     let served = serve(listener, shared, stop, |e| {
-                        fatal.report(part, e.to_string());
-                        reported.set(true);
+                        if !watched.is_cancelled() {
+                            fatal.report(part, format!("listener: {e}"));
+                            guard.borrow_mut().disarm();
+                        }
                     });
-                    if reported.get() {
-                        guard.disarm();
-                    } else if let Err(e) = &served {
-                        guard.failed(e.to_string());
+                    if let Err(e) = &served {
+                        guard.borrow_mut().failed(e.to_string());
                     }
                     served
                 })?;
@@ -166,7 +167,7 @@ fn serve(
         pacer,
     } = shared;
     let lane_owner = websockets.clone();
-    let drained = runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let listener = TcpListener::from_std(listener)?;
         let upstream = Upstream::new(&config, metrics.clone()).map_err(io::Error::other)?;
         // Each worker asks the sidecar over its own connection, from its
@@ -230,8 +231,9 @@ fn serve(
             websockets.close_lane_here().await;
         }
         drained
-    })?;
-    // Connections still open after the grace period are cut here.
+    });
+    // Connections still open after the grace period are cut here, and
+    // nothing (a name lookup on a blocking thread) holds the worker longer.
     runtime.shutdown_timeout(Duration::from_millis(50));
-    Ok(drained)
+    served
 }
