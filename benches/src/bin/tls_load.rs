@@ -609,13 +609,9 @@ async fn main() {
         println!(
             "\n| target | per connection p50 | p99 | connections/s | server CPU per connection |\n|---|---|---|---|---|"
         );
-        let mut p50 = Vec::new();
-        let mut rate = Vec::new();
         for (i, (name, _, _, _)) in targets.iter().enumerate() {
             let r = &results[i];
             let m = |f: &dyn Fn(&Handshakes) -> f64| median(&r.iter().map(f).collect::<Vec<_>>());
-            p50.push(m(&|h| h.p50_us));
-            rate.push(m(&|h| h.per_sec));
             println!(
                 "| {name} | {:.0} µs | {:.0} µs | {:.0} | {:.0} µs |",
                 m(&|h| h.p50_us),
@@ -631,31 +627,31 @@ async fn main() {
                     .collect::<Vec<_>>(),
             )
         };
-        if let (Some(x), Some(n)) = (at("x25519"), at("nginx")) {
+        if let (Some(classic), Some(nginx)) = (at("x25519"), at("nginx")) {
             println!(
                 "txgate X25519 / nginx X25519 connections/s (median of per-rep ratios): {:.2}x (target >= 1.0x)",
-                per_rep(x, n, &|h| h.per_sec)
+                per_rep(classic, nginx, &|h| h.per_sec)
             );
         }
-        if let (Some(x), Some(h)) = (at("x25519"), at("hybrid")) {
+        if let (Some(classic), Some(hybrid)) = (at("x25519"), at("hybrid")) {
             println!(
                 "hybrid / X25519 per-connection time p50 (median of per-rep ratios): {:.3}x (target <= 1.10x)",
-                per_rep(h, x, &|h| h.p50_us)
+                per_rep(hybrid, classic, &|h| h.p50_us)
             );
             println!(
                 "hybrid / X25519 txgate CPU per connection (median of per-rep ratios): {:.3}x",
-                per_rep(h, x, &|h| h.cpu_us)
+                per_rep(hybrid, classic, &|h| h.cpu_us)
             );
             // What the hybrid adds, against the floor of its own crypto.
             let added: Vec<f64> = (0..a.reps)
-                .map(|r| results[h][r].p50_us - results[x][r].p50_us)
+                .map(|r| results[hybrid][r].p50_us - results[classic][r].p50_us)
                 .collect();
             let floor: Vec<f64> = crypto
                 .iter()
                 .map(|(x25519, hybrid)| hybrid - x25519)
                 .collect();
             let floor_share: Vec<f64> = (0..a.reps)
-                .map(|r| 1.0 + floor[r] / results[x][r].p50_us)
+                .map(|r| 1.0 + floor[r] / results[classic][r].p50_us)
                 .collect();
             println!(
                 "hybrid adds {:.0} us at p50 (median of per-rep differences); its key exchange's own crypto, both sides, adds {:.1} us: alone {:.3}x the X25519 p50",
