@@ -72,6 +72,12 @@ async fn answer(socket: &mut Socket, id: &Value, seen: &mut Vec<Value>) -> Value
     }
 }
 
+/// Sends `request` and reads until its answer (by its id).
+async fn call(socket: &mut Socket, request: &Value, seen: &mut Vec<Value>) -> Value {
+    send(socket, request).await;
+    answer(socket, &request["id"], seen).await
+}
+
 /// Reads until the socket closes; returns the close code (`None`: closed
 /// without a close frame).
 async fn close_code(socket: &mut Socket) -> Option<CloseCode> {
@@ -877,20 +883,15 @@ async fn an_answer_too_large_for_the_lane_fails_only_its_own_call() {
     let mut seen = Vec::new();
     let chain_id =
         |id: u32| json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []});
-    send(&mut socket, &chain_id(1)).await;
     assert_eq!(
-        answer(&mut socket, &json!(1), &mut seen).await["result"],
+        call(&mut socket, &chain_id(1), &mut seen).await["result"],
         "0x7a69"
     );
     // A creation call whose code returns 1024 zero bytes: an answer of
     // about 2 KiB, over the 1000-byte bound, from a call the lane carries.
-    send(
-        &mut socket,
-        &json!({"jsonrpc": "2.0", "id": 2, "method": "eth_call",
-            "params": [{"data": "0x6104006000f3"}, "latest"]}),
-    )
-    .await;
-    let refused = answer(&mut socket, &json!(2), &mut seen).await;
+    let large = json!({"jsonrpc": "2.0", "id": 2, "method": "eth_call",
+        "params": [{"data": "0x6104006000f3"}, "latest"]});
+    let refused = call(&mut socket, &large, &mut seen).await;
     assert_eq!(refused["error"]["code"], -32603, "{refused}");
     assert_eq!(
         refused["error"]["message"], "upstream unavailable",
@@ -898,21 +899,16 @@ async fn an_answer_too_large_for_the_lane_fails_only_its_own_call() {
     );
     // The same call with a small answer, and the next call, on the same
     // lane: only the large answer failed.
-    send(
-        &mut socket,
-        &json!({"jsonrpc": "2.0", "id": 3, "method": "eth_call",
-            "params": [{"data": "0x6100206000f3"}, "latest"]}),
-    )
-    .await;
-    let small = answer(&mut socket, &json!(3), &mut seen).await;
+    let small = json!({"jsonrpc": "2.0", "id": 3, "method": "eth_call",
+        "params": [{"data": "0x6100206000f3"}, "latest"]});
+    let small = call(&mut socket, &small, &mut seen).await;
     assert_eq!(
         small["result"].as_str().map(str::len),
         Some(2 + 64),
         "{small}"
     );
-    send(&mut socket, &chain_id(4)).await;
     assert_eq!(
-        answer(&mut socket, &json!(4), &mut seen).await["result"],
+        call(&mut socket, &chain_id(4), &mut seen).await["result"],
         "0x7a69"
     );
     let metrics = txgate.metrics().await;
@@ -940,14 +936,10 @@ async fn a_stopping_worker_closes_its_lane_with_a_close_frame() {
         &format!("[websocket]\nupstream_url = \"{}\"\n", relay.url),
     );
     let mut socket = connect(&txgate.url).await;
-    send(
-        &mut socket,
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []}),
-    )
-    .await;
     let mut seen = Vec::new();
+    let chain_id = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []});
     assert_eq!(
-        answer(&mut socket, &json!(1), &mut seen).await["result"],
+        call(&mut socket, &chain_id, &mut seen).await["result"],
         "0x7a69"
     );
     // The session's own socket, then the worker's lane.
