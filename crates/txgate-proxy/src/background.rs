@@ -147,6 +147,11 @@ struct Task {
 #[derive(Debug)]
 pub struct Background {
     tasks: Vec<Task>,
+    /// Cancelled when [`Background::stop`] begins: a task that ends after
+    /// that ended as part of the stop, even before its own token was
+    /// cancelled (the invalidation worker ends once the tasks stopped
+    /// before it have dropped its queue's senders).
+    stopping: CancellationToken,
     fatal: FatalSender,
     metrics: Arc<Metrics>,
 }
@@ -156,6 +161,7 @@ impl Background {
     pub fn new(fatal: FatalSender, metrics: Arc<Metrics>) -> Background {
         Background {
             tasks: Vec::new(),
+            stopping: CancellationToken::new(),
             fatal,
             metrics,
         }
@@ -179,11 +185,11 @@ impl Background {
             Role::Essential => Some(FatalGuard::new(name, stop.clone(), self.fatal.clone())),
             Role::Optional => None,
         };
-        let early = stop.clone();
+        let (early, stopping) = (stop.clone(), self.stopping.clone());
         let handle = tokio::spawn(async move {
             let _watch = watch;
             future.await;
-            if !early.is_cancelled() && role == Role::Optional {
+            if !early.is_cancelled() && !stopping.is_cancelled() && role == Role::Optional {
                 tracing::warn!(task = name, "background task ended on its own");
             }
         });
@@ -199,6 +205,7 @@ impl Background {
     /// for each up to its deadline. Returns the names of the tasks that had
     /// to be aborted.
     pub async fn stop(self) -> Vec<&'static str> {
+        self.stopping.cancel();
         let mut late = Vec::new();
         for task in self.tasks {
             task.stop.cancel();

@@ -6,6 +6,7 @@
 mod bad_input;
 mod balancer;
 mod bans;
+mod clean_stop;
 mod cli;
 mod conditional;
 mod conditional_callers;
