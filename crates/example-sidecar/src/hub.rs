@@ -321,9 +321,21 @@ mod tests {
 
     #[test]
     fn judged_never_shrinks_the_hub_forgets_after_judged_ttl() {
+        let ttl = Duration::from_millis(30);
         let hub = hub("judged_ttl_ms = 30\n");
+        let before = Instant::now();
         hub.invalidate(&fp(1), key(), None, None, 0);
-        assert_eq!(hub.verdict(&fp(1).hash), Some(vec![key()]));
+        // Judged at `before` or later, so held until just before `before`
+        // and the TTL: looked up at that instant, not the clock's, which a
+        // stall of this thread could carry past the 30 ms.
+        let just_before_expiry = before + ttl - Duration::from_micros(1);
+        assert_eq!(
+            hub.judged
+                .lock()
+                .expect("lock")
+                .get(&fp(1).hash, just_before_expiry),
+            Some(vec![key()])
+        );
         std::thread::sleep(Duration::from_millis(60));
         assert_eq!(hub.verdict(&fp(1).hash), None);
         assert_eq!(hub.judged.lock().expect("lock").len(), 0);

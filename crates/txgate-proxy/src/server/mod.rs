@@ -270,10 +270,11 @@ struct Ending {
 /// finish; HTTP/2 gets a GOAWAY, HTTP/1.1 no keep-alive).
 ///
 /// The idle check costs one timer per `idle_timeout` per connection, not
-/// one per call: each request only marks the slot (and counts itself in
-/// flight until answered), and the timer, when it fires, reads and clears
-/// the mark. A connection idle from just after a check is so closed after
-/// between one and two timeouts; one with a call in flight never is.
+/// one per call: each request only marks the slot as it starts and as it
+/// ends (and counts itself in flight between), and the timer, when it
+/// fires, reads and clears the mark. A connection idle from just after a
+/// check is so closed after between one and two timeouts; one with a call
+/// in flight never is.
 async fn serve_connection<I, S>(
     builder: &auto::Builder<TokioExecutor>,
     io: I,
@@ -340,7 +341,7 @@ async fn serve_connection<I, S>(
 pub struct ConnectionSlot {
     _permit: OwnedSemaphorePermit,
     open: prometheus::IntGauge,
-    /// A request started since the idle check last looked.
+    /// A request started or ended since the idle check last looked.
     touched: AtomicBool,
     /// Requests started and not yet answered.
     in_flight: AtomicU64,
@@ -366,8 +367,8 @@ impl ConnectionSlot {
         InFlight(self.clone())
     }
 
-    /// Whether no request started since the last look and none is in
-    /// flight; the look clears the mark.
+    /// Whether no request started or ended since the last look and none
+    /// is in flight; the look clears the mark.
     fn idle_since_last_look(&self) -> bool {
         let touched = self.touched.swap(false, Ordering::Relaxed);
         !touched && self.in_flight.load(Ordering::Relaxed) == 0
@@ -381,6 +382,11 @@ pub struct InFlight(Arc<ConnectionSlot>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        // Marked as well: the connection's idle stretch starts when its
+        // last call ends, not at the check after it started (a check just
+        // after a long call would find it idle while its client is sending
+        // the next).
+        self.0.touched.store(true, Ordering::Relaxed);
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -193,11 +193,13 @@ async fn get_is_405() {
 #[tokio::test(flavor = "multi_thread")]
 async fn client_sending_headers_too_slowly_is_cut_off() {
     let (_anvil, txgate, _cfg) = setup().await;
+    // Timed from before the connection: the server's timer cannot start
+    // earlier, so the time measured always covers it.
+    let started = Instant::now();
     let mut slow = TcpStream::connect(txgate.rpc_addr).await.unwrap();
     slow.write_all(b"POST / HTTP/1.1\r\nhost: x\r\n")
         .await
         .unwrap();
-    let started = Instant::now();
     // The server must give up on this client by itself (timeout 300 ms).
     let mut buf = [0u8; 512];
     let read = tokio::time::timeout(Duration::from_secs(5), slow.read(&mut buf)).await;

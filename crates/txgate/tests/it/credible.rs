@@ -320,11 +320,38 @@ async fn a_source_of_another_protocol_forwards_and_says_why() {
     let user = Eoa::new(31);
     fund(&w.anvil.url, &[user.address]).await;
     accepted(&send_raw(&w.txgate.url, &user.sign(0, w.contract, &poke(1), 0, TIP)).await);
-    let logs = w.txgate.drain_logs();
-    let said = logs
-        .iter()
-        .filter(|l| l.contains("does not serve this protocol"))
-        .collect::<Vec<_>>();
+    // The line, once it has come through the log pipe; then at least two
+    // more retries (each counted before it would log), and still the one
+    // line.
+    let said = |lines: &[String]| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|l| l.contains("does not serve this protocol"))
+            .cloned()
+            .collect()
+    };
+    let mut logs = w
+        .txgate
+        .logs_until(Duration::from_secs(10), |lines| !said(lines).is_empty())
+        .await;
+    assert!(!said(&logs).is_empty(), "not said: {logs:#?}");
+    let retries = |m: &str| metric(m, "txgate_sidecar_reconnects_total");
+    let base = retries(&w.txgate.metrics().await);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            retries(&w.txgate.metrics().await) >= base + 2.0
+        })
+        .await,
+        "no more retries"
+    );
+    // A retry's line would be written right after its count; one more
+    // moment for it to come through the pipe (returns at once if it does).
+    logs.extend(
+        w.txgate
+            .logs_until(Duration::from_millis(500), |lines| !said(lines).is_empty())
+            .await,
+    );
+    let said = said(&logs);
     assert_eq!(said.len(), 1, "one line, not one per retry: {said:?}");
     assert!(said[0].contains("sidecar.transport.v1"), "{}", said[0]);
     let m = w.txgate.metrics().await;

@@ -206,6 +206,56 @@ async fn play(fault: &str, mut stream: TcpStream) {
     }
 }
 
+/// An upstream that holds every call until the test releases it, then
+/// answers `{"result":"0x1"}` under its id on a kept-alive connection: a
+/// call stays in flight for exactly as long as the test needs, however
+/// slow the machine, instead of for a fixed delay the test must race.
+pub struct HeldUpstream {
+    pub url: String,
+    release: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HeldUpstream {
+    pub async fn start() -> HeldUpstream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let (release, released) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let mut released = released.clone();
+                tokio::spawn(async move {
+                    while let Some(body) = read_request(&mut stream).await {
+                        // Dropped (the test ended) before the release: the
+                        // call is never answered.
+                        if released.wait_for(|released| *released).await.is_err() {
+                            return;
+                        }
+                        if stream.write_all(&answer_ok(&body)).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        HeldUpstream { url, release, task }
+    }
+
+    /// Answers every call held so far, and every later one at once.
+    pub fn release(&self) {
+        let _ = self.release.send(true);
+    }
+}
+
+impl Drop for HeldUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// What a [`FaultySidecar`] does on each `StreamInvalidations`.
 #[derive(Debug, Clone)]
 pub enum StreamFault {
@@ -232,37 +282,84 @@ pub enum Bad {
 }
 
 /// A `txgate.sidecar.v1` server that misbehaves; ShouldForward answers
-/// "deny" after `should_forward_delay`.
+/// "deny" after `should_forward_delay`, or, from
+/// [`FaultySidecar::start_holding_answers`], only once the test releases
+/// the question.
 pub struct FaultySidecar {
     pub addr: SocketAddr,
     pub streams: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// ShouldForward questions received.
+    pub questions: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// ShouldForward questions let through to their answer (sent after
+    /// `should_forward_delay`, or tried when txgate had already given up
+    /// on the call and reset it).
+    pub answers: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The n-th question (from 0) is answered once this is above n.
+    release: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl FaultySidecar {
     pub async fn start(fault: StreamFault, should_forward_delay: Duration) -> FaultySidecar {
+        FaultySidecar::launch(fault, should_forward_delay, u64::MAX).await
+    }
+
+    /// Holds every ShouldForward answer until [`Self::release_answers`].
+    pub async fn start_holding_answers(fault: StreamFault) -> FaultySidecar {
+        FaultySidecar::launch(fault, Duration::ZERO, 0).await
+    }
+
+    /// Answers the questions received so far (not the later ones).
+    pub fn release_answers(&self) {
+        let asked = self.questions.load(std::sync::atomic::Ordering::SeqCst);
+        self.release.send_modify(|upto| *upto = (*upto).max(asked));
+    }
+
+    async fn launch(
+        fault: StreamFault,
+        should_forward_delay: Duration,
+        released: u64,
+    ) -> FaultySidecar {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let streams = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let counter = streams.clone();
+        let streams = Arc::new(AtomicU64::new(0));
+        let questions = Arc::new(AtomicU64::new(0));
+        let answers = Arc::new(AtomicU64::new(0));
+        let release = Arc::new(tokio::sync::watch::channel(released).0);
+        let (counter, asked, answered, gate) = (
+            streams.clone(),
+            questions.clone(),
+            answers.clone(),
+            release.clone(),
+        );
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
                 let (fault, counter) = (fault.clone(), counter.clone());
+                let (asked, answered, gate) = (asked.clone(), answered.clone(), gate.clone());
                 tokio::spawn(async move {
                     let Ok(mut conn) = h2::server::handshake(stream).await else {
                         return;
                     };
                     while let Some(Ok((request, respond))) = conn.accept().await {
                         let (fault, counter) = (fault.clone(), counter.clone());
+                        let (asked, answered) = (asked.clone(), answered.clone());
+                        let mut released = gate.subscribe();
                         tokio::spawn(async move {
                             let path = request.uri().path().to_string();
                             if path.ends_with("/StreamInvalidations") {
-                                let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                let n = counter.fetch_add(1, Ordering::SeqCst);
                                 stream_invalidations(fault, n, respond).await;
                             } else if path.ends_with("/ShouldForward") {
+                                let n = asked.fetch_add(1, Ordering::SeqCst);
+                                if released.wait_for(|upto| *upto > n).await.is_err() {
+                                    return;
+                                }
+                                answered.fetch_add(1, Ordering::SeqCst);
                                 should_forward(should_forward_delay, respond).await;
                             }
                         });
@@ -273,6 +370,9 @@ impl FaultySidecar {
         FaultySidecar {
             addr,
             streams,
+            questions,
+            answers,
+            release,
             task,
         }
     }

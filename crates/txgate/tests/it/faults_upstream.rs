@@ -3,12 +3,12 @@
 //! timeout, is counted by kind, is not logged per call, leaves memory
 //! bounded, and the next call on the same txgate is served.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hyper::StatusCode;
 
 use crate::fault_servers::FaultyUpstream;
-use crate::support::{TempFile, Txgate, metric, rpc_json};
+use crate::support::{TempFile, Txgate, eventually, metric, rpc_json};
 
 /// What txgate must answer to each fault: HTTP status, message, and the
 /// `txgate_upstream_errors_total` kind it is counted under.
@@ -48,18 +48,18 @@ async fn every_upstream_fault_gets_its_error_and_txgate_keeps_serving() {
     honest_call_is_served(&txgate, "start").await;
     let _ = txgate.drain_logs();
 
+    const TIMEOUTS: &str = "txgate_upstream_errors_total{kind=\"timeout\"}";
     for fault in FaultyUpstream::MODES {
         let (want_status, want_message, kind) = expected(fault);
         let series = format!("txgate_upstream_errors_total{{kind=\"{kind}\"}}");
-        let before = metric(&txgate.metrics().await, &series);
-        let started = Instant::now();
+        let m = txgate.metrics().await;
+        let (before, timeouts_before) = (metric(&m, &series), metric(&m, TIMEOUTS));
         let (status, v) = tokio::time::timeout(
             Duration::from_secs(10),
             rpc_json(&txgate.url, &call(fault, fault)),
         )
         .await
         .unwrap_or_else(|_| panic!("{fault}: no answer within 10 s"));
-        let elapsed = started.elapsed();
         assert_eq!(status, want_status, "{fault}: {v}");
         assert_eq!(v["id"], fault, "{fault}: {v}");
         assert_eq!(v["error"]["code"], -32603, "{fault}: {v}");
@@ -68,12 +68,23 @@ async fn every_upstream_fault_gets_its_error_and_txgate_keeps_serving() {
             v["error"].get("data").is_none(),
             "{fault}: nothing internal in the answer: {v}"
         );
+        // Within the call timeout (1 s), shown by what ended the call
+        // rather than by a wall clock: a fault that is not a timeout was
+        // answered before the call timer fired (it would have counted a
+        // timeout); the two that are hold far longer than the 10 s above
+        // (30 s silent, headers without end), so only that timer ended them.
+        let m = txgate.metrics().await;
         assert!(
-            elapsed < Duration::from_millis(2500),
-            "{fault}: answered after {elapsed:?} (call timeout 1 s)"
+            metric(&m, &series) > before,
+            "{fault}: not counted as {kind}"
         );
-        let after = metric(&txgate.metrics().await, &series);
-        assert!(after > before, "{fault}: not counted as {kind}");
+        if kind != "timeout" {
+            assert_eq!(
+                metric(&m, TIMEOUTS),
+                timeouts_before,
+                "{fault}: the call timer ran out first"
+            );
+        }
         honest_call_is_served(&txgate, fault).await;
     }
 
@@ -120,6 +131,16 @@ async fn endless_answers_cannot_grow_memory() {
     // allocator keeps (each call holds up to the cap while it reads); the
     // second must not add to it, and neither may read past the cap (an
     // uncapped reader would be gigabytes in, at loopback speed).
+    //
+    // "Does not add" is read from what txgate holds (jemalloc's allocated
+    // bytes), not from RSS: how much RSS a burst leaves depends on how many
+    // of its calls overlapped, which a loaded machine decides.
+    let allocated = || async {
+        metric(
+            &txgate.metrics().await,
+            "txgate_allocator_bytes{kind=\"allocated\"}",
+        )
+    };
     let start = txgate.proc.rss_bytes();
     let burst = || async {
         let calls: Vec<_> = (0..20)
@@ -135,14 +156,27 @@ async fn endless_answers_cannot_grow_memory() {
         txgate.proc.rss_bytes()
     };
     let first = burst().await;
+    let held = allocated().await;
+    assert!(held > 0.0, "no allocator statistics");
     let second = burst().await;
     assert!(
         first < start + 256 * 1024 * 1024,
         "RSS grew from {start} to {first} bytes in one burst"
     );
     assert!(
-        second < first + 32 * 1024 * 1024,
-        "RSS kept growing: {start} → {first} → {second} bytes"
+        second < start + 256 * 1024 * 1024,
+        "RSS grew from {start} to {second} bytes in two bursts"
+    );
+    // What the second burst's calls held is let go once they are answered
+    // (a connection's last buffers may be freed a moment later).
+    let limit = held + 32.0 * 1024.0 * 1024.0;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            allocated().await < limit
+        })
+        .await,
+        "held memory kept growing: {held} → {} bytes",
+        allocated().await
     );
     let metrics = txgate.metrics().await;
     assert!(metric(&metrics, "txgate_upstream_errors_total{kind=\"too_large\"}") >= 26.0);

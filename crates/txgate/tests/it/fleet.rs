@@ -4,11 +4,13 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::balancer::{Backend, Haproxy, Send};
-use crate::support::{SlowUpstream, TempFile, Txgate, free_port, metric, rpc, rpc_from, rpc_json};
+use crate::support::{
+    Answer, SlowUpstream, TempFile, Txgate, free_port, metric, rpc, rpc_from, rpc_json,
+};
 
 const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
 
@@ -102,14 +104,93 @@ async fn haproxy_forwardfor_is_read_from_the_trusted_balancer_only() {
 
 /// Sends `n` calls from `from`; the statuses.
 async fn burst(url: &str, from: &str, headers: &[(&str, &str)], n: usize) -> Vec<u16> {
-    let mut statuses = Vec::with_capacity(n);
-    for _ in 0..n {
-        let (status, _, _) = rpc_from(url, from, headers, CHAIN_ID)
-            .await
-            .expect("transport");
-        statuses.push(status.as_u16());
+    timed_burst(url, from, headers, n)
+        .await
+        .iter()
+        .map(|c| c.status)
+        .collect()
+}
+
+/// One timed call: its answer, and when it was sent and answered, in
+/// seconds from the instant its burst began.
+struct Timed {
+    status: u16,
+    sent: f64,
+    answered: f64,
+    answer: Answer,
+}
+
+/// One call from `from`, timed from `since`.
+async fn timed_call(url: &str, from: &str, headers: &[(&str, &str)], since: Instant) -> Timed {
+    let sent = since.elapsed().as_secs_f64();
+    let answer = rpc_from(url, from, headers, CHAIN_ID)
+        .await
+        .expect("transport");
+    Timed {
+        status: answer.0.as_u16(),
+        sent,
+        answered: since.elapsed().as_secs_f64(),
+        answer,
     }
-    statuses
+}
+
+/// Sends `n` calls from `from`, one after the other, each timed.
+async fn timed_burst(url: &str, from: &str, headers: &[(&str, &str)], n: usize) -> Vec<Timed> {
+    let since = Instant::now();
+    let mut calls = Vec::with_capacity(n);
+    for _ in 0..n {
+        calls.push(timed_call(url, from, headers, since).await);
+    }
+    calls
+}
+
+/// Whether the statuses of `calls` (200 or 429) are what one client's
+/// bucket of `burst` calls refilled `per_sec` times a second, untouched
+/// before the first call, gives when each call was checked at some instant
+/// between its send and its answer: exact GCRA (as txgate keeps its
+/// limits), no assumption on how fast the calls were. A call at `t` passes
+/// when `t >= tat - (burst - 1) / per_sec`, and moves the TAT to
+/// `max(tat, t) + 1 / per_sec`; a refused call leaves it. The TATs the
+/// bucket can hold after each call form an interval, carried from call to
+/// call; the statuses are possible when that interval never empties. A
+/// quick burst (all calls within one refill) allows exactly `burst` passes
+/// first and refusals after; a slow one allows one more pass per refill it
+/// spans, and no more.
+fn a_bucket_explains(calls: &[Timed], per_sec: f64, burst: f64) -> bool {
+    let every = 1.0 / per_sec;
+    let slack = (burst - 1.0) * every;
+    // A client never seen holds a TAT in the past.
+    let (mut lo, mut hi) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
+    for c in calls {
+        match c.status {
+            200 => {
+                // Passed at some t <= answered with t >= tat - slack.
+                hi = hi.min(c.answered + slack);
+                if lo > hi {
+                    return false;
+                }
+                (lo, hi) = (lo.max(c.sent) + every, hi.max(c.answered) + every);
+            }
+            429 => {
+                // Refused at some t >= sent with t < tat - slack.
+                if hi <= c.sent + slack {
+                    return false;
+                }
+                lo = lo.max(c.sent + slack);
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// The statuses and timings of `calls`, for a failure message.
+fn timeline(calls: &[Timed]) -> String {
+    calls
+        .iter()
+        .map(|c| format!("{} [{:.3}, {:.3}]", c.status, c.sent, c.answered))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[tokio::test]
@@ -123,34 +204,47 @@ async fn per_ip_limits_behind_haproxy_refuse_only_the_client_over_its_rate() {
     let txgate = Txgate::start(&upstream.url, &["-c", config.arg()]);
     let haproxy = Haproxy::start(&[txgate.rpc_addr], Send::ProxyV2);
 
-    let started = Instant::now();
-    let noisy = burst(&haproxy.url, "127.0.0.2", &[], 8).await;
-    // At 1 call/s, a burst slower than a second earns one more call.
-    let earned = started.elapsed().as_secs() as usize;
-    assert_eq!(noisy[..5], [200; 5], "{noisy:?}");
-    assert_eq!(
-        noisy.iter().filter(|s| **s == 429).count(),
-        3 - earned.min(3),
-        "{noisy:?}"
+    // Each call timed: the refill the burst earned is bracketed by the
+    // calls' sends and answers, however slow the machine (a burst within
+    // a second sees exactly 5 passes and 3 refusals). Past 8 calls, the
+    // burst goes on until it is refused once, so that there is always a
+    // refusal to read.
+    let since = Instant::now();
+    let mut noisy = Vec::new();
+    while noisy.len() < 8 || (!noisy.iter().any(|c: &Timed| c.status == 429) && noisy.len() < 40) {
+        noisy.push(timed_call(&haproxy.url, "127.0.0.2", &[], since).await);
+    }
+    assert!(
+        noisy[..5].iter().all(|c| c.status == 200),
+        "{}",
+        timeline(&noisy)
+    );
+    assert!(
+        a_bucket_explains(&noisy, 1.0, 5.0),
+        "not a limit of 1 call/s with a burst of 5: {}",
+        timeline(&noisy)
     );
     // Another client behind the same balancer is untouched.
     let quiet = burst(&haproxy.url, "127.0.0.3", &[], 5).await;
     assert!(quiet.iter().all(|s| *s == 200), "{quiet:?}");
 
-    // The refusal: 429, Retry-After, -32005 naming the limit.
-    let (status, headers, body) = rpc_from(&haproxy.url, "127.0.0.2", &[], CHAIN_ID)
-        .await
-        .unwrap();
-    assert_eq!(status, 429);
+    // The refusal (one from the burst): 429, Retry-After, -32005 naming
+    // the limit.
+    let (status, headers, body) = &noisy
+        .iter()
+        .find(|c| c.status == 429)
+        .unwrap_or_else(|| panic!("never refused: {}", timeline(&noisy)))
+        .answer;
+    assert_eq!(*status, 429);
     assert!(headers.get("retry-after").is_some(), "{headers:?}");
-    let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(body).unwrap();
     assert_eq!(answer["error"]["code"], -32005, "{answer}");
     assert_eq!(answer["error"]["data"]["reason"], "ip_rate", "{answer}");
     // Refused before the body is read: the id is not known (null, as for
     // the global in-flight cap).
     assert_eq!(answer["id"], serde_json::Value::Null, "{answer}");
     let m = txgate.metrics().await;
-    let refused = noisy.iter().filter(|s| **s == 429).count() as f64 + 1.0;
+    let refused = noisy.iter().filter(|c| c.status == 429).count() as f64;
     assert_eq!(
         metric(&m, "txgate_limit_refusals_total{limit=\"ip_rate\"}"),
         refused,
@@ -188,13 +282,20 @@ async fn api_keys_get_their_tier_and_unknown_keys_are_refused() {
     )
     .await;
     assert!(bearer.iter().all(|s| *s == 200), "{bearer:?}");
-    // The same address without the key: its own IP rate.
-    let started = Instant::now();
-    let anonymous = burst(&txgate.url, "127.0.0.2", &[], 4).await;
-    assert_eq!(anonymous[..2], [200, 200]);
-    if started.elapsed() < Duration::from_millis(900) {
-        assert_eq!(anonymous[2..], [429, 429]);
-    }
+    // The same address without the key: its own IP rate (1/s, a burst of
+    // 2), checked against the calls' own timings, never skipped: a burst
+    // within a second sees exactly [200, 200, 429, 429].
+    let anonymous = timed_burst(&txgate.url, "127.0.0.2", &[], 4).await;
+    assert!(
+        anonymous[..2].iter().all(|c| c.status == 200),
+        "{}",
+        timeline(&anonymous)
+    );
+    assert!(
+        a_bucket_explains(&anonymous, 1.0, 2.0),
+        "not a limit of 1 call/s with a burst of 2: {}",
+        timeline(&anonymous)
+    );
     let (status, _, body) = rpc_from(
         &txgate.url,
         "127.0.0.4",
@@ -308,11 +409,13 @@ async fn a_rolling_restart_under_load_through_haproxy_loses_no_request() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // Steady load: four clients, each call on a fresh connection from its
-    // own loopback address.
+    // own loopback address. Their answered calls are counted as they come,
+    // so that each phase can wait for load instead of for time.
     let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(AtomicU64::new(0));
     let clients: Vec<_> = (2..6)
         .map(|n| {
-            let (url, stop) = (haproxy.url.clone(), stop.clone());
+            let (url, stop, answered) = (haproxy.url.clone(), stop.clone(), answered.clone());
             tokio::spawn(async move {
                 let from = format!("127.0.0.{n}");
                 let (mut ok, mut failed) = (0u64, Vec::new());
@@ -321,7 +424,8 @@ async fn a_rolling_restart_under_load_through_haproxy_loses_no_request() {
                         Ok((status, _, body))
                             if status == 200 && body.windows(3).any(|w| w == b"0x1") =>
                         {
-                            ok += 1
+                            ok += 1;
+                            answered.fetch_add(1, Ordering::SeqCst);
                         }
                         Ok((status, _, body)) => {
                             failed.push(format!("{status} {}", String::from_utf8_lossy(&body)))
@@ -334,9 +438,22 @@ async fn a_rolling_restart_under_load_through_haproxy_loses_no_request() {
         })
         .collect();
 
-    // Restart each instance in turn with SIGTERM.
+    // Load flows: `n` more calls answered from now on (at most 30 s).
+    let more_calls = |n: u64| {
+        let answered = answered.clone();
+        async move {
+            let floor = answered.load(Ordering::SeqCst) + n;
+            let flowed = crate::support::eventually(Duration::from_secs(30), || async {
+                answered.load(Ordering::SeqCst) >= floor
+            })
+            .await;
+            assert!(flowed, "the load stalled");
+        }
+    };
+    // Restart each instance in turn with SIGTERM, under load before,
+    // during and after.
     for (i, b) in backends.iter().enumerate() {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        more_calls(40).await;
         fleet[i].proc.signal(libc::SIGTERM);
         let exited = fleet[i].proc.wait_timeout(Duration::from_secs(10));
         assert!(
@@ -349,6 +466,7 @@ async fn a_rolling_restart_under_load_through_haproxy_loses_no_request() {
         // HAProxy takes it back at its next check.
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    more_calls(40).await;
     stop.store(true, Ordering::Relaxed);
     let (mut ok, mut failed) = (0, Vec::new());
     for client in clients {

@@ -33,6 +33,8 @@ struct Prometheus {
     _proc: Proc,
     url: String,
     _dir: TempDir,
+    /// The instant (Unix seconds) queries are evaluated at; none: now.
+    at: std::cell::Cell<Option<f64>>,
 }
 
 /// A directory removed at drop.
@@ -100,6 +102,7 @@ impl Prometheus {
             _proc: Proc::new(child),
             url: format!("http://127.0.0.1:{port}"),
             _dir: dir,
+            at: std::cell::Cell::new(None),
         };
         let ready = eventually(Duration::from_secs(30), || async {
             crate::support::try_get(&format!("{}/-/ready", prometheus.url))
@@ -114,9 +117,16 @@ impl Prometheus {
     /// `GET /api/v1/<path>?query=<expr>`: the `data` of a success, or the
     /// error.
     async fn api(&self, path: &str, query: Option<&str>) -> Result<Value, String> {
-        let url = match query {
-            Some(q) => format!("{}/api/v1/{path}?query={}", self.url, encode(q)),
-            None => format!("{}/api/v1/{path}", self.url),
+        let url = match (query, self.at.get()) {
+            (Some(q), Some(at)) => {
+                format!(
+                    "{}/api/v1/{path}?query={}&time={at:.3}",
+                    self.url,
+                    encode(q)
+                )
+            }
+            (Some(q), None) => format!("{}/api/v1/{path}?query={}", self.url, encode(q)),
+            (None, _) => format!("{}/api/v1/{path}", self.url),
         };
         let (_, _, body) = get(&url).await;
         let v: Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
@@ -124,6 +134,41 @@ impl Prometheus {
             return Err(format!("{}: {}", v["errorType"], v["error"]));
         }
         Ok(v["data"].clone())
+    }
+
+    /// The raw samples of each series of `metric` from the last ten
+    /// seconds, oldest first: its labels, and each sample's timestamp
+    /// (Unix seconds) and value as Prometheus writes it.
+    async fn samples(&self, metric: &str) -> Vec<(Value, Vec<(f64, String)>)> {
+        let series = self
+            .query(&format!("{metric}[10s]"))
+            .await
+            .unwrap_or_default();
+        series
+            .iter()
+            .map(|s| {
+                let values = s["values"].as_array().cloned().unwrap_or_default();
+                let values = values
+                    .iter()
+                    .filter_map(|v| Some((v[0].as_f64()?, v[1].as_str()?.to_owned())))
+                    .collect();
+                (s["metric"].clone(), values)
+            })
+            .collect()
+    }
+
+    /// When each rule group was last evaluated (Unix seconds), from
+    /// Prometheus's own metrics.
+    async fn rule_groups_evaluated(&self) -> Vec<f64> {
+        let Ok((_, _, body)) = crate::support::try_get(&format!("{}/metrics", self.url)).await
+        else {
+            return Vec::new();
+        };
+        String::from_utf8_lossy(&body)
+            .lines()
+            .filter(|l| l.starts_with("prometheus_rule_group_last_evaluation_timestamp_seconds{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect()
     }
 
     /// The series (or scalar) an expression returns now.
@@ -295,10 +340,12 @@ fn dashboard_queries() -> Vec<(String, String)> {
     out
 }
 
-/// Plays the demo's story through txgate for `for_how_long`: honest
-/// calls, an attack that reverts and is invalidated, its copies from fresh
-/// senders refused by fingerprint, pass-through reads, a ban lookup.
-async fn play(txgate: &Txgate, anvil: &Anvil, for_how_long: Duration) -> usize {
+/// Plays the demo's story through txgate for `for_how_long` and until more
+/// than `refusals` copies were refused (the story is about them, however
+/// slow the machine; at most a minute): honest calls, an attack that
+/// reverts and is invalidated, its copies from fresh senders refused by
+/// fingerprint, pass-through reads, a ban lookup. Returns the refusals.
+async fn play(txgate: &Txgate, anvil: &Anvil, for_how_long: Duration, refusals: usize) -> usize {
     let bytecode = std::fs::read_to_string(repo("contracts/Guarded.bin")).expect("Guarded.bin");
     let contract = crate::support::deploy(&txgate.url, bytecode.trim());
     let (honest, attacker) = (Eoa::new(301), Eoa::new(302));
@@ -316,7 +363,9 @@ async fn play(txgate: &Txgate, anvil: &Anvil, for_how_long: Duration) -> usize {
     let started = Instant::now();
     let mut refused = 0;
     let mut seed = 10_000;
-    while started.elapsed() < for_how_long {
+    while (started.elapsed() < for_how_long || refused <= refusals)
+        && started.elapsed() < Duration::from_secs(60)
+    {
         seed += 1;
         let copy = Eoa::new(seed).sign(0, contract, &poke(13), 0, 10 * TIP);
         let (_, body) = send_raw(&txgate.url, &copy).await;
@@ -354,10 +403,49 @@ async fn every_panel_and_rule_has_series_in_a_real_prometheus() {
     let prometheus =
         Prometheus::start(&target(&txgate.admin_url), &target(&sidecar.admin_url)).await;
 
-    let refused = play(&txgate, &anvil, Duration::from_secs(6)).await;
+    let refused = play(&txgate, &anvil, Duration::from_secs(6), 10).await;
     assert!(refused > 10, "the story refused only {refused} copies");
-    // A few more scrapes and rule evaluations after the story.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Waited for, not slept: Prometheus has scraped both targets, with
+    // success, at least 2 s after the story ended (so every counter of the
+    // story is in its data), and then evaluated every rule group; a scrape
+    // that failed on a loaded machine (its timeout is the 1 s interval) is
+    // waited past, up to a minute. Every query below is then evaluated at
+    // that instant, so a later scrape (failed, its series marked stale)
+    // cannot change what the story left.
+    let after = unix_now() + 2.0;
+    let seen = std::cell::RefCell::new(Vec::new());
+    let settled = eventually(Duration::from_secs(60), || async {
+        let scrapes = prometheus.samples("up").await;
+        *seen.borrow_mut() = scrapes.clone();
+        // The newest scrape both targets have had (each target is scraped
+        // in turn: every scrape of it before its newest one is in).
+        let at = scrapes
+            .iter()
+            .filter_map(|(_, samples)| samples.last().map(|s| s.0))
+            .fold(f64::INFINITY, f64::min);
+        let scraped = scrapes.len() == 2
+            && scrapes.iter().all(|(_, samples)| {
+                samples
+                    .iter()
+                    .rev()
+                    .find(|(t, _)| *t <= at)
+                    .is_some_and(|(t, value)| *t >= after && value == "1")
+            });
+        let evaluated = prometheus.rule_groups_evaluated().await;
+        let settled = scraped && evaluated.len() >= 2 && evaluated.iter().all(|e| *e >= at);
+        if settled {
+            prometheus.at.set(Some(at));
+        }
+        settled
+    })
+    .await;
+    let evaluated = prometheus.rule_groups_evaluated().await;
+    assert!(
+        settled,
+        "no successful scrape of both targets after the story, then an evaluation of every \
+         rule group: scrapes {:?}, rule groups evaluated at {evaluated:?}",
+        seen.borrow(),
+    );
 
     let mut failures = Vec::new();
     // The rules as Prometheus loaded them: each healthy.
@@ -448,6 +536,14 @@ async fn every_panel_and_rule_has_series_in_a_real_prometheus() {
     let up = prometheus.query("up").await.expect("up");
     assert_eq!(up.len(), 2, "{up:?}");
     assert!(up.iter().all(|s| s["value"][1] == "1"), "{up:?}");
+}
+
+/// Seconds since the Unix epoch, as Prometheus stamps its samples.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64()
 }
 
 #[test]

@@ -15,7 +15,7 @@ use hyper::StatusCode;
 use tokio::net::TcpStream;
 
 use crate::fault_servers::{import_bans, tx};
-use crate::support::{RecordingUpstream, TempFile, Txgate, send_raw};
+use crate::support::{RecordingUpstream, TempFile, Txgate, eventually, send_raw};
 
 /// What the load saw.
 #[derive(Debug, Default)]
@@ -106,7 +106,17 @@ async fn sigterm_under_load_answers_every_accepted_call() {
     let load: Vec<_> = (0..50)
         .map(|_| tokio::spawn(connection(txgate.rpc_addr, next.clone(), seen.clone())))
         .collect();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Load flows until more than 500 calls were answered (the count the
+    // end asserts on), however long a loaded machine takes to get there.
+    let loaded = eventually(Duration::from_secs(30), || async {
+        seen.lock().unwrap().answered.len() > 500
+    })
+    .await;
+    assert!(
+        loaded,
+        "too little load before SIGTERM: {}",
+        seen.lock().unwrap().answered.len()
+    );
     let signalled = Instant::now();
     txgate.proc.signal(libc::SIGTERM);
 

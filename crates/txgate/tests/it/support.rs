@@ -74,8 +74,35 @@ pub fn client_script(script: &str, args: &[&str]) -> serde_json::Value {
     serde_json::from_str(last).unwrap_or_else(|e| panic!("{script} printed {last:?}: {e}"))
 }
 
-/// A free loopback port (bound and released; the caller binds it next).
+/// A free loopback port for a child process to bind (bound once here to
+/// see that it is free, then released).
+///
+/// Ports are taken below the kernel's ephemeral range, from a counter that
+/// starts at an offset of this process's id: a port that `bind(:0)` or an
+/// outgoing connection picked (anvil's, txgate's, a test server's) comes
+/// from the ephemeral range, so none of them can take the port in the
+/// window between this release and the child's bind, and no two calls in
+/// this process return the same port. Where the range leaves no room below
+/// it, the kernel's choice is used.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    if ephemeral_low > 12_000 {
+        let low = ephemeral_low - 10_000;
+        let span = 10_000 - 1;
+        let start = std::process::id() % span;
+        for _ in 0..span {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let port = (low + (start + n) % span) as u16;
+            if StdListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     StdListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -258,6 +285,28 @@ impl Txgate {
         let mut lines = std::mem::take(&mut *self.startup.lock().unwrap());
         lines.extend(self.logs.try_iter());
         lines
+    }
+
+    /// Waits up to `limit` for the log lines printed so far to satisfy
+    /// `done`, and returns them all (the startup lines first, as
+    /// `drain_logs` would) whether or not it held: the caller asserts. The
+    /// lines reach the test through a reader thread, so a line txgate has
+    /// already written can arrive a moment later; a single `drain_logs`
+    /// right after an action can miss it.
+    pub async fn logs_until(
+        &self,
+        limit: Duration,
+        mut done: impl FnMut(&[String]) -> bool,
+    ) -> Vec<String> {
+        let deadline = Instant::now() + limit;
+        let mut lines = self.drain_logs();
+        loop {
+            if done(&lines) || Instant::now() >= deadline {
+                return lines;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            lines.extend(self.logs.try_iter());
+        }
     }
 
     /// The Prometheus text from `/metrics`.

@@ -2,11 +2,14 @@
 //! its own upstream timeout (longer than other calls'), and its own cap in
 //! flight, so slow sync calls never starve fast ones.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
+use tokio::sync::watch;
 
-use crate::support::{Anvil, Eoa, SlowUpstream, TempFile, Txgate, fund, metric, rpc_json};
+use crate::support::{Anvil, Eoa, TempFile, Txgate, eventually, fund, metric, rpc_json};
 
 fn sync_call(id: u64, raw: &str) -> String {
     json!({"jsonrpc": "2.0", "id": id, "method": "eth_sendRawTransactionSync", "params": [raw]})
@@ -35,16 +38,82 @@ async fn a_sync_call_gets_its_receipt_through_txgate() {
     assert_eq!(metric(&m, "txgate_upstream_sync_in_flight"), 0.0);
 }
 
+/// A node that answers every call `"0x1"` after 1.5 s, and a sync call
+/// only once released as well: the test decides how long sync calls hold
+/// their slots.
+struct HoldingNode {
+    url: String,
+    release: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HoldingNode {
+    async fn start() -> HoldingNode {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let (release, released) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let released = released.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(
+                        move |req: hyper::Request<hyper::body::Incoming>| {
+                            let mut released = released.clone();
+                            async move {
+                                let body = req
+                                    .into_body()
+                                    .collect()
+                                    .await
+                                    .map(|b| b.to_bytes())
+                                    .unwrap_or_default();
+                                let call =
+                                    serde_json::from_slice::<Value>(&body).unwrap_or_default();
+                                tokio::time::sleep(Duration::from_millis(1500)).await;
+                                if call["method"] == "eth_sendRawTransactionSync" {
+                                    let _ = released.wait_for(|released| *released).await;
+                                }
+                                let answer =
+                                    json!({"jsonrpc": "2.0", "id": call["id"], "result": "0x1"});
+                                Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                                    Bytes::from(answer.to_string()),
+                                )))
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        HoldingNode { url, release, task }
+    }
+}
+
+impl Drop for HoldingNode {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// Against a node that takes 1.5 s for everything: an ordinary call times
 /// out at `upstream.call_timeout_ms` (1 s), a sync call gets its answer
-/// (`upstream.sync_call_timeout_ms`, 5 s); with two sync calls holding
+/// past it (`upstream.sync_call_timeout_ms`); with two sync calls holding
 /// both slots, a third is refused at once while a batch of fast calls
 /// still gets through.
 #[tokio::test(flavor = "multi_thread")]
 async fn sync_calls_have_their_own_timeout_and_cap() {
-    let node = SlowUpstream::start(Duration::from_millis(1500)).await;
+    // The node holds the sync calls until the test releases them, so their
+    // slots stay taken for as long as the checks below take; their own
+    // timeout is set far above that.
+    let node = HoldingNode::start().await;
     let config = TempFile::new(
-        "[upstream]\ncall_timeout_ms = 1000\nsync_call_timeout_ms = 5000\n\
+        "[upstream]\ncall_timeout_ms = 1000\nsync_call_timeout_ms = 60000\n\
          [admission]\nmax_sync_in_flight = 2\n[screen]\nenabled = false\n",
     );
     let txgate = Txgate::start(&node.url, &["--config", config.arg()]);
@@ -64,15 +133,22 @@ async fn sync_calls_have_their_own_timeout_and_cap() {
             tokio::spawn(async move { rpc_json(&url, &body).await })
         })
         .collect();
-    // Both slots taken (seen on the gauge), the third is refused at once.
-    let taken = crate::support::eventually(Duration::from_secs(5), || async {
-        metric(&txgate.metrics().await, "txgate_upstream_sync_in_flight") == 2.0
+    // Both slots taken (seen on the gauge), the third is refused at once:
+    // the two are held by the node until released below, so a third call
+    // that waited for a slot would get no answer at all.
+    let sync_in_flight =
+        || async { metric(&txgate.metrics().await, "txgate_upstream_sync_in_flight") };
+    let taken = eventually(Duration::from_secs(10), || async {
+        sync_in_flight().await == 2.0
     })
     .await;
     assert!(taken, "the two sync calls never held their slots");
-    let started = Instant::now();
-    let (status, answer) = rpc_json(&txgate.url, &sync_call(12, &raw)).await;
-    assert!(started.elapsed() < Duration::from_millis(500));
+    let (status, answer) = tokio::time::timeout(
+        Duration::from_secs(10),
+        rpc_json(&txgate.url, &sync_call(12, &raw)),
+    )
+    .await
+    .expect("the third sync call waited for a slot");
     assert_eq!(status, 429, "{answer}");
     assert_eq!(answer["id"], 12);
     assert_eq!(answer["error"]["code"], -32005);
@@ -100,6 +176,10 @@ async fn sync_calls_have_their_own_timeout_and_cap() {
         answers[1]["error"]["message"], "upstream timed out",
         "{answers:?}"
     );
+    // The two still hold their slots, past the ordinary timeout the
+    // batch's call met; released, they get their answers.
+    assert_eq!(sync_in_flight().await, 2.0);
+    node.release.send_replace(true);
     for call in held {
         let (status, answer) = call.await.unwrap();
         assert_eq!(

@@ -183,8 +183,7 @@ async fn https_and_wss_on_the_client_port_for_every_client() {
         "{buf:?}"
     );
 
-    let metrics = txgate.metrics().await;
-    for (series, at_least) in [
+    let counted = [
         (
             r#"txgate_tls_handshakes_total{group="X25519MLKEM768",outcome="full",version="1.3"}"#,
             3.0,
@@ -201,7 +200,18 @@ async fn https_and_wss_on_the_client_port_for_every_client() {
             r#"txgate_tls_handshakes_total{group="none",outcome="not_tls",version="none"}"#,
             1.0,
         ),
-    ] {
+    ];
+    // A failed handshake is counted after its alert is written, so the
+    // client can see the close first: wait for the counts.
+    eventually(Duration::from_secs(5), || async {
+        let metrics = txgate.metrics().await;
+        counted
+            .iter()
+            .all(|(series, at_least)| metric(&metrics, series) >= *at_least)
+    })
+    .await;
+    let metrics = txgate.metrics().await;
+    for (series, at_least) in counted {
         assert!(metric(&metrics, series) >= at_least, "{series}\n{metrics}");
     }
     assert!(metric(&metrics, "txgate_tls_certificate_expiry_timestamp_seconds") > 1.7e9);
@@ -239,11 +249,20 @@ async fn versions_and_groups_are_the_operators_choice() {
     assert_eq!(kept.call(CHAIN_ID).await.1["result"], "0x7a69");
     let again = Kept::open(addr, both).await;
     assert_ne!(again.kind, Some(HandshakeKind::Resumed));
-    let metrics = txgate.metrics().await;
-    for series in [
+    let refusals = [
         r#"txgate_tls_handshakes_total{group="none",outcome="no_shared_version",version="none"}"#,
         r#"txgate_tls_handshakes_total{group="none",outcome="no_shared_group",version="none"}"#,
-    ] {
+    ];
+    // Counted after the alert the client saw is written: wait for them.
+    eventually(Duration::from_secs(5), || async {
+        let metrics = txgate.metrics().await;
+        refusals
+            .iter()
+            .all(|series| metric(&metrics, series) >= 1.0)
+    })
+    .await;
+    let metrics = txgate.metrics().await;
+    for series in refusals {
         assert_eq!(metric(&metrics, series), 1.0, "{series}\n{metrics}");
     }
     // Failures are counted, not logged one per attempt.
@@ -359,14 +378,22 @@ async fn an_https_upstream_handshakes_once_per_pooled_connection() {
     for task in tasks {
         task.await.unwrap();
     }
-    // nginx writes its log line as each request ends; the counts settle.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let metrics = txgate.metrics().await;
-    let handshakes = metric(
-        &metrics,
-        r#"txgate_upstream_tls_handshakes_total{outcome="ok"}"#,
-    ) as usize;
-    let (requests, connections) = nginx.served();
+    // nginx writes its log line as each request ends, after txgate counted
+    // the connection's handshake: wait for the counts to settle as
+    // asserted (the assertions below say what did not).
+    let counts = std::cell::Cell::new((0, 0, 0));
+    eventually(Duration::from_secs(10), || async {
+        let metrics = txgate.metrics().await;
+        let handshakes = metric(
+            &metrics,
+            r#"txgate_upstream_tls_handshakes_total{outcome="ok"}"#,
+        ) as usize;
+        let (requests, connections) = nginx.served();
+        counts.set((handshakes, requests, connections));
+        requests >= CALLERS * CALLS && handshakes == connections
+    })
+    .await;
+    let (handshakes, requests, connections) = counts.get();
     assert!(requests >= CALLERS * CALLS, "nginx served {requests}");
     assert_eq!(
         handshakes, connections,
@@ -708,7 +735,16 @@ async fn a_client_certificate_refused_after_a_tls13_handshake_is_a_tls_failure()
         }
         other => panic!("expected a 502, got {other:?}"),
     }
-    assert!(refused.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    // The node counts a refused handshake once its side of it ends.
+    let both = eventually(Duration::from_secs(5), || async {
+        refused.load(std::sync::atomic::Ordering::Relaxed) >= 2
+    })
+    .await;
+    assert!(
+        both,
+        "{} refused handshakes",
+        refused.load(std::sync::atomic::Ordering::Relaxed)
+    );
     let metrics = txgate.metrics().await;
     assert!(
         metric(&metrics, r#"txgate_upstream_errors_total{kind="tls"}"#) >= 2.0,

@@ -95,13 +95,19 @@ async fn close_code(socket: &mut Socket) -> Option<CloseCode> {
     }
 }
 
-/// Waits for a `newHeads` notification of `subscription`.
-async fn next_head(socket: &mut Socket, subscription: &Value) -> Value {
+/// The next `newHeads` notification of `subscription`: the first one kept
+/// in `seen` (it came while an answer was awaited), else the next read.
+async fn next_head(socket: &mut Socket, subscription: &Value, seen: &mut Vec<Value>) -> Value {
+    let of_subscription = |message: &Value| {
+        message["method"] == "eth_subscription"
+            && message["params"]["subscription"] == *subscription
+    };
+    if let Some(i) = seen.iter().position(of_subscription) {
+        return seen.remove(i)["params"]["result"].clone();
+    }
     loop {
         let message = next_json(socket).await;
-        if message["method"] == "eth_subscription"
-            && message["params"]["subscription"] == *subscription
-        {
+        if of_subscription(&message) {
             return message["params"]["result"].clone();
         }
     }
@@ -182,7 +188,7 @@ async fn subscriptions_flow_and_every_submission_on_the_socket_is_screened() {
     .await;
     let sent = answer(&mut socket, &json!(7), &mut seen).await;
     let hash = sent["result"].as_str().expect("a hash").to_string();
-    let head = next_head(&mut socket, &subscription).await;
+    let head = next_head(&mut socket, &subscription, &mut seen).await;
     assert!(head["number"].is_string(), "{head}");
     assert!(on_chain(&anvil.url, &hash).await);
 
@@ -243,9 +249,20 @@ async fn subscriptions_flow_and_every_submission_on_the_socket_is_screened() {
         "the sweep reached the node"
     );
 
-    // The subscription keeps delivering on the same socket.
+    // The subscription keeps delivering on the same socket: the head of
+    // the block mined now arrives (after any kept from the attack's block).
     mine(&anvil.url).await;
-    let later = next_head(&mut socket, &subscription).await;
+    let (_, mined) = rpc_json(
+        &anvil.url,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []}).to_string(),
+    )
+    .await;
+    let later = loop {
+        let later = next_head(&mut socket, &subscription, &mut seen).await;
+        if later["number"] == mined["result"] {
+            break later;
+        }
+    };
     assert_ne!(later["number"], head["number"]);
 
     // Unsubscribe, then close: the session and its subscription end.
@@ -260,10 +277,14 @@ async fn subscriptions_flow_and_every_submission_on_the_socket_is_screened() {
     );
     socket.close(None).await.unwrap();
     let closed = eventually(Duration::from_secs(5), || async {
-        metric(&txgate.metrics().await, "txgate_ws_open_sockets") == 0.0
+        let m = txgate.metrics().await;
+        metric(&m, "txgate_ws_open_sockets") == 0.0 && metric(&m, "txgate_ws_subscriptions") == 0.0
     })
     .await;
-    assert!(closed, "the session outlived its client");
+    assert!(
+        closed,
+        "the session or its subscription outlived its client"
+    );
     let m = txgate.metrics().await;
     assert_eq!(metric(&m, "txgate_ws_subscriptions"), 0.0);
     assert_eq!(metric(&m, "txgate_ws_closes_total{reason=\"client\"}"), 1.0);
@@ -580,9 +601,28 @@ async fn sigterm_answers_the_call_in_flight_then_closes_with_going_away() {
             "params": [raw]}),
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The call is in flight before the signal: it holds its sync slot and
+    // its transaction waits in the node's pool for a block...
+    let pending =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "txpool_status", "params": []}).to_string();
+    let in_flight = eventually(Duration::from_secs(10), || async {
+        let (_, pool) = rpc_json(&anvil.url, &pending).await;
+        metric(&txgate.metrics().await, "txgate_upstream_sync_in_flight") == 1.0
+            && pool["result"]["pending"] == "0x1"
+    })
+    .await;
+    assert!(in_flight, "the sync call never reached the node");
     txgate.proc.signal(libc::SIGTERM);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // ...and the drain has begun before its block is mined.
+    let lines = txgate
+        .logs_until(Duration::from_secs(10), |lines| {
+            lines.iter().any(|l| l.contains("draining connections"))
+        })
+        .await;
+    assert!(
+        lines.iter().any(|l| l.contains("draining connections")),
+        "no drain after SIGTERM: {lines:?}"
+    );
     // Draining: the call in flight is still answered once its block comes.
     mine(&anvil.url).await;
     let mut seen = Vec::new();

@@ -268,6 +268,25 @@ async fn h2(
     send
 }
 
+/// Waits up to 10 s for `check` to hold, looking every 10 ms; whether it
+/// did.
+async fn until<F, Fut>(mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 fn grpc_request<B>(path: &str, body: B) -> http::Request<B> {
     http::Request::post(format!("http://aeges{path}"))
         .header("content-type", "application/grpc")
@@ -303,7 +322,10 @@ async fn limits_methods_and_sources() {
         http_body_util::StreamBody::new(never).boxed_unsync(),
     ));
     let held = tokio::spawn(held);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        until(|| async { f.metrics.verify.in_flight.get() == 1 }).await,
+        "the held call never took the slot"
+    );
     let empty = || http_body_util::Empty::<Bytes>::new().boxed_unsync();
     let over = send
         .send_request(grpc_request(txgate_proto::aeges::VERIFY_PATH, empty()))
@@ -361,11 +383,17 @@ async fn a_stop_answers_the_calls_in_flight() {
         http_body_util::StreamBody::new(frames).boxed_unsync(),
     ));
     let pending = tokio::spawn(pending);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // In flight (its slot taken) before the stop.
+    assert!(
+        until(|| async { f.metrics.verify.in_flight.get() == 1 }).await,
+        "the call never got in flight"
+    );
     f.stop.cancel();
-    tokio::time::sleep(Duration::from_millis(100)).await;
     // The listener is closed: a new connection is refused at once.
-    assert!(tokio::net::TcpStream::connect(f.addr).await.is_err());
+    assert!(
+        until(|| async { tokio::net::TcpStream::connect(f.addr).await.is_err() }).await,
+        "the listener still takes connections after the stop"
+    );
     let message = VerifyTransactionRequest {
         event_id: 77,
         transaction: Some(tx(5, 6, &attack())),

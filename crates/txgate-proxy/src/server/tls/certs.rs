@@ -292,9 +292,12 @@ mod tests {
         // Expired: refused.
         write(&pair(now - 86_400, now - 60));
         assert!(matches!(certs.reload(false), Reload::Refused(why) if why.contains("expired")));
-        // Valid two seconds from now: refused, then taken once valid,
-        // the files unchanged.
-        let future = pair(now + 2, now + 86_400);
+        // Valid from the third whole second after `soon` (read here: what
+        // came before may have taken seconds on a loaded machine), so not
+        // for over two seconds: refused, then taken once valid (the sleep
+        // ends past that), the files unchanged.
+        let soon = now_secs();
+        let future = pair(soon + 3, soon + 86_400);
         write(&future);
         assert!(
             matches!(certs.reload(false), Reload::Refused(why) if why.contains("not valid yet"))
@@ -302,7 +305,7 @@ mod tests {
         assert_eq!(certs.reload(false), Reload::Unchanged);
         std::thread::sleep(Duration::from_millis(3100));
         assert_eq!(certs.reload(false), Reload::Loaded);
-        assert_eq!(metrics.tls.certificate_expiry.get(), now + 86_400);
+        assert_eq!(metrics.tls.certificate_expiry.get(), soon + 86_400);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
