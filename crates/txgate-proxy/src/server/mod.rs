@@ -370,8 +370,13 @@ impl ConnectionSlot {
     /// Whether no request started or ended since the last look and none
     /// is in flight; the look clears the mark.
     fn idle_since_last_look(&self) -> bool {
+        // The count first: a call that ended before this read (its
+        // `Release` decrement seen here) marked the connection before it
+        // ended, so the swap below sees that mark. Read the other way round
+        // a call ending between the two reads would look idle.
+        let busy = self.in_flight.load(Ordering::Acquire) != 0;
         let touched = self.touched.swap(false, Ordering::Relaxed);
-        !touched && self.in_flight.load(Ordering::Relaxed) == 0
+        !touched && !busy
     }
 }
 
@@ -387,7 +392,7 @@ impl Drop for InFlight {
         // after a long call would find it idle while its client is sending
         // the next).
         self.0.touched.store(true, Ordering::Relaxed);
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.in_flight.fetch_sub(1, Ordering::Release);
     }
 }
 

@@ -234,66 +234,57 @@ async fn the_checks_run_with_screening_off_and_the_switch_and_monitor_only() {
 /// The bucket refills as the calls go (one lookup a second): what it holds
 /// at the third call depends on the time between the first and the third
 /// as txgate saw them, which lies between the third's start less the
-/// first's end and the third's end less the first's start. The expectation
-/// follows from that bracket: exact when it allows one outcome (the usual
-/// case, calls well within a second), the bracketed range otherwise.
+/// first's end and the third's end less the first's start. Under 2 s the
+/// third must be refused, with a wait that follows from that bracket. A
+/// machine so loaded that the three calls spanned 2 s or more decides
+/// nothing: that attempt is made again on a fresh instance (at most five
+/// times, and the test fails if none was quick enough).
 #[tokio::test(flavor = "multi_thread")]
 async fn over_the_rate_a_call_is_refused_at_once_with_a_wait() {
-    let node = RecordingUpstream::start().await;
-    let config = TempFile::new("[conditional]\nrate_per_sec = 1\nburst = 4\n");
-    let txgate = Txgate::start(&node.url, &["--config", config.arg()]);
-    let to_entry = Eoa::new(503).sign(0, entry_point(), &[1, 2, 3, 4], 0, 1_000_000_000);
-    // One account with a root: 2 lookups a call; the burst holds two.
-    let condition = json!({"knownAccounts": {"0x000000000000000000000000000000000000abcd": ROOT}});
-    let first = Instant::now();
-    let mut first_end = None;
-    for id in 1..=2 {
-        let (status, answer) =
-            send(&txgate.url, &call(json!(id), &to_entry, condition.clone())).await;
-        first_end.get_or_insert_with(Instant::now);
-        assert_eq!(
-            (status, &answer["result"]),
-            (200, &json!("0x01")),
-            "{answer}"
+    let mut attempts = 0;
+    let (node, txgate, status, headers, answer, least, most) = loop {
+        attempts += 1;
+        assert!(attempts <= 5, "three calls never fitted in 2 s");
+        let node = RecordingUpstream::start().await;
+        let config = TempFile::new("[conditional]\nrate_per_sec = 1\nburst = 4\n");
+        let txgate = Txgate::start(&node.url, &["--config", config.arg()]);
+        let to_entry = Eoa::new(503).sign(0, entry_point(), &[1, 2, 3, 4], 0, 1_000_000_000);
+        // One account with a root: 2 lookups a call; the burst holds two.
+        let condition =
+            json!({"knownAccounts": {"0x000000000000000000000000000000000000abcd": ROOT}});
+        let first = Instant::now();
+        let mut first_end = None;
+        for id in 1..=2 {
+            let (status, answer) =
+                send(&txgate.url, &call(json!(id), &to_entry, condition.clone())).await;
+            first_end.get_or_insert_with(Instant::now);
+            assert_eq!(
+                (status, &answer["result"]),
+                (200, &json!("0x01")),
+                "{answer}"
+            );
+        }
+        let third = Instant::now();
+        let (status, headers, bytes) = post(
+            &txgate.url,
+            Some("application/json"),
+            call(json!(3), &to_entry, condition),
+        )
+        .await
+        .expect("post");
+        let third_end = Instant::now();
+        let answer: Value = serde_json::from_slice(&bytes).unwrap();
+        // Refill between the first call's charge and the third's, in
+        // lookups.
+        let (least, most) = (
+            third.saturating_duration_since(first_end.expect("first call")),
+            third_end.duration_since(first),
         );
-    }
-    let third = Instant::now();
-    let (status, headers, bytes) = post(
-        &txgate.url,
-        Some("application/json"),
-        call(json!(3), &to_entry, condition),
-    )
-    .await
-    .expect("post");
-    let third_end = Instant::now();
-    let answer: Value = serde_json::from_slice(&bytes).unwrap();
-    // Refill between the first call's charge and the third's, in lookups.
-    let (least, most) = (
-        third.saturating_duration_since(first_end.expect("first call")),
-        third_end.duration_since(first),
-    );
-    let refused = if most < Duration::from_secs(2) {
-        true
-    } else if least >= Duration::from_secs(2) {
-        // Two lookups refilled: the third fits.
-        false
-    } else {
-        status == 429
+        if most < Duration::from_secs(2) {
+            break (node, txgate, status, headers, answer, least, most);
+        }
+        eprintln!("attempt {attempts}: the calls spanned {most:?}; again");
     };
-    if !refused {
-        assert_eq!(
-            (status.as_u16(), &answer["result"]),
-            (200, &json!("0x01")),
-            "refilled in {least:?}..{most:?}: {answer}"
-        );
-        assert_eq!(conditional_calls(&node).len(), 3);
-        let m = txgate.metrics().await;
-        assert_eq!(
-            metric(&m, "txgate_conditional_total{result=\"rate_limited\"}"),
-            0.0
-        );
-        return;
-    }
     assert_eq!(status, 429, "refilled in {least:?}..{most:?}: {answer}");
     assert_eq!(answer["id"], 3);
     assert_eq!(answer["error"]["code"], -32005);

@@ -79,8 +79,26 @@ async fn signed_and_unsigned_callers_are_told_apart_and_bad_signatures_refused()
     }
 }
 
+/// Alice's bucket refills a lookup a second as her calls go: her third
+/// is refused when less than a second passed between her first and her
+/// third as txgate saw them, a time that lies between the third's start
+/// less the first's end and the third's end less the first's start. A
+/// machine so loaded that her three calls spanned a second or more decides
+/// nothing: that attempt is made again on a fresh instance (at most five
+/// times, and the test fails if none was quick enough).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_list_of_callers_and_a_rate_per_caller() {
+    for attempt in 1..=5 {
+        if callers_and_a_rate_per_caller().await {
+            return;
+        }
+        eprintln!("attempt {attempt}: alice's three calls spanned a second or more; again");
+    }
+    panic!("alice's three calls never fitted in a second");
+}
+
+/// One attempt: false when alice's three calls spanned a second or more.
+async fn callers_and_a_rate_per_caller() -> bool {
     let node = RecordingUpstream::start().await;
     let raw = Eoa::new(602).sign(0, entry_point(), &[1, 2, 3, 4], 0, 1_000_000_000);
     let body = call(json!(1), &raw, json!({"timestampMax": 4000000000u64}));
@@ -104,60 +122,36 @@ async fn a_list_of_callers_and_a_rate_per_caller() {
     assert_eq!(answer["error"]["message"], "caller not allowed", "{answer}");
     assert_eq!(answer["error"]["code"], -32003);
 
-    // Alice's bucket refills a lookup a second as her calls go: the third
-    // is refused when less than a second passed between her first and her
-    // third as txgate saw them. That time lies between the third's start
-    // less the first's end and the third's end less the first's start:
-    // the outcome is exact when that bracket allows one (the usual case),
-    // either otherwise, and what follows is checked against it.
     let first = Instant::now();
-    let mut first_end = None;
     for _ in 0..2 {
         let (_, answer) = send(&txgate.url, Some(&alice_header), &body).await;
-        first_end.get_or_insert_with(Instant::now);
         assert_eq!(answer["result"], "0x01", "{answer}");
     }
-    let third = Instant::now();
     let (status, answer) = send(&txgate.url, Some(&alice_header), &body).await;
-    let (least, most) = (
-        third.saturating_duration_since(first_end.expect("first call")),
-        Instant::now().duration_since(first),
-    );
-    let refused = if most < Duration::from_secs(1) {
-        true
-    } else if least >= Duration::from_secs(1) {
-        false
-    } else {
-        status == 429
-    };
-    if refused {
-        assert_eq!(status, 429, "refilled in {least:?}..{most:?}: {answer}");
-        assert_eq!(answer["error"]["code"], -32005);
-        assert_eq!(answer["error"]["message"], "rate limited");
-        assert_eq!(
-            answer["error"]["data"]["reason"],
-            "conditional_caller_rate_limited"
-        );
-    } else {
-        assert_eq!(
-            answer["result"], "0x01",
-            "refilled in {least:?}..{most:?}: {answer}"
-        );
+    if first.elapsed() >= Duration::from_secs(1) {
+        return false;
     }
-    let third_accepted = usize::from(!refused);
+    assert_eq!(status, 429, "{answer}");
+    assert_eq!(answer["error"]["code"], -32005);
+    assert_eq!(answer["error"]["message"], "rate limited");
+    assert_eq!(
+        answer["error"]["data"]["reason"],
+        "conditional_caller_rate_limited"
+    );
     let (_, answer) = send(&txgate.url, Some(&bob_header), &body).await;
     assert_eq!(answer["result"], "0x01", "bob has his own bucket: {answer}");
-    assert_eq!(conditional_calls(&node).len(), 3 + third_accepted);
+    assert_eq!(conditional_calls(&node).len(), 3);
     let m = txgate.metrics().await;
     for (result, want) in [
         ("unauthenticated", 1.0),
         ("caller_denied", 1.0),
-        ("caller_rate_limited", 1.0 - third_accepted as f64),
-        ("accepted", 3.0 + third_accepted as f64),
+        ("caller_rate_limited", 1.0),
+        ("accepted", 3.0),
     ] {
         let series = format!("txgate_conditional_total{{result=\"{result}\"}}");
         assert_eq!(metric(&m, &series), want, "{series}");
     }
+    true
 }
 
 /// `POST /conditional` on the admin listener turns the method off and on

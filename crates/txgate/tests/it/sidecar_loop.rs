@@ -11,8 +11,8 @@ use hyper::StatusCode;
 use serde_json::json;
 
 use crate::support::{
-    Anvil, Eoa, Sidecar, TempFile, Txgate, accepted, eventually, fund, get, metric, refused, rpc,
-    send_raw,
+    Anvil, Eoa, Sidecar, TempFile, Txgate, accepted, eventually, fund, get, listening_to_refusal,
+    metric, refused, rpc, send_raw,
 };
 
 /// Where anvil's first account deploys its first contract.
@@ -488,14 +488,14 @@ async fn readyz(txgate: &Txgate) -> serde_json::Value {
 
 /// Defect: the calls of a JSON-RPC batch were screened one after the
 /// other, so a batch of N submissions that each wait for the sidecar's
-/// ShouldForward answer took N times its latency (40 × 100 ms: 4 s).
+/// ShouldForward answer took N times its latency (40 × 250 ms: 10 s).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_waiting_on_should_forward_is_screened_concurrently() {
-    // The sidecar answers each question after 100 ms; txgate waits up to
+    // The sidecar answers each question after 250 ms; txgate waits up to
     // 5 s for an answer (the claim is about waiting together, not about a
     // deadline: a loaded machine must not turn an answer into a timeout).
     let l = setup(
-        "should_forward_delay_ms = 100",
+        "should_forward_delay_ms = 250",
         "[sidecar]\nshould_forward = true\nshould_forward_scope = \"all\"\nshould_forward_timeout_ms = 5000\n",
     )
     .await;
@@ -533,16 +533,17 @@ async fn a_batch_waiting_on_should_forward_is_screened_concurrently() {
     let m = l.txgate.metrics().await;
     // Every call waited for its answer (none timed out).
     assert!(metric(&m, "txgate_should_forward_total{result=\"forward\"}") >= 40.0);
-    // Screening one call after the other makes the batch wait 40 answers
-    // of 100 ms each, whatever the machine's speed: 4 s at least, before
-    // the node is even asked. Concurrent screening waits about one answer
-    // (the bench, PERFORMANCE.md, measures the margin). Answered within
-    // that floor, the calls cannot have waited one after the other: at
-    // least 4 s / `through` of them waited at once.
-    let sequential_floor = Duration::from_millis(40 * 100);
+    // The batch's calls wait 40 answers of 250 ms in all: one after the
+    // other, 10 s before the node is even asked, whatever the machine's
+    // speed. Concurrent screening waits about one answer (the bench,
+    // PERFORMANCE.md, measures the margin). The bound is the node's own
+    // time for the same batch, measured in this run, plus ten answers: the
+    // 40 answers' 10 s fit in that only if more than 4 calls waited at
+    // once on average.
+    let answer = Duration::from_millis(250);
     assert!(
-        through < sequential_floor,
-        "node {node:?}, through txgate {through:?}: no faster than screening one call at a time"
+        through < node + answer * 10,
+        "node {node:?}, through txgate {through:?}: fewer than 4 calls waited at once"
     );
 }
 
@@ -688,24 +689,23 @@ async fn a_new_instance_learns_every_live_ban_from_the_replay_within_a_second() 
     // A fresh instance: no snapshot, nothing learned live. The sidecar
     // replays its live set on subscription.
     let fresh = Txgate::start(&l.anvil.url, &["--sidecar", &l.sidecar.grpc_url]);
-    // The second is the instance's: counted from its "listening" line
-    // (where `Txgate::start` returns), not from spawning a debug binary.
-    // Probed in a tight loop; the answer of the first refusal bounds the
-    // time it took to learn the ban from above.
-    let listening = Instant::now();
+    // Probed in a tight loop until refused; the second is timed on the
+    // instance's own clock, from its "listening" line to its refusal line
+    // for the probe (which follows the ban's arrival by at most one probe),
+    // so neither spawning a debug binary nor the test's own scheduling on
+    // a loaded machine counts, and the figure is never an underestimate.
     let from_c = c.sign(0, l.contract, &poke(77), 0, TIP);
-    let landed = probe_until_denied(
+    probe_until_denied(
         std::slice::from_ref(&fresh.url),
         &from_c,
-        listening,
+        Instant::now(),
         Duration::from_secs(10),
     )
     .await;
-    let took = landed[0].first_refused_answered;
+    let took = listening_to_refusal(&fresh, &from_c).await;
     assert!(
         took < Duration::from_secs(1),
-        "the fresh instance did not refuse the banned call within 1 s of listening: {:?}",
-        landed[0]
+        "the fresh instance refused the banned call {took:?} after listening"
     );
     refused(
         &send_raw(&fresh.url, &copy).await,
@@ -838,6 +838,12 @@ pub(crate) async fn a_ban_reaches_every_instance_within_100_ms(
     let landings = probe_until_denied(&urls, probe, injected, Duration::from_secs(10)).await;
     eprintln!("the ban landed (last let through, first refused): {landings:?}");
     for (i, (t, landing)) in fleet.iter().zip(&landings).enumerate() {
+        // An instance that shares bans over Redis can refuse the probe
+        // before its own stream delivers the ban: wait for the read.
+        eventually(Duration::from_secs(5), || async {
+            lag_within_100_ms(t).await.1 - before[i].1 >= 1.0
+        })
+        .await;
         let (within, read) = lag_within_100_ms(t).await;
         let (within, read) = (within - before[i].0, read - before[i].1);
         assert!(

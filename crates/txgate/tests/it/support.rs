@@ -317,6 +317,60 @@ impl Txgate {
     }
 }
 
+/// When txgate wrote a JSON log line: its `timestamp` (RFC 3339, UTC, as
+/// tracing's JSON format writes it) as time since the Unix epoch. Two
+/// lines of one instance compare on its own clock, free of the pipe and
+/// the test's scheduling.
+pub fn logged_at(line: &str) -> Option<Duration> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let stamp = v["timestamp"].as_str()?.strip_suffix('Z')?;
+    let (date, time) = stamp.split_once('T')?;
+    let mut ymd = date.split('-').map(|n| n.parse::<i64>());
+    let (y, m, d) = (ymd.next()?.ok()?, ymd.next()?.ok()?, ymd.next()?.ok()?);
+    let mut hms = time.split(':');
+    let (h, min) = (
+        hms.next()?.parse::<u64>().ok()?,
+        hms.next()?.parse::<u64>().ok()?,
+    );
+    let secs: f64 = hms.next()?.parse().ok()?;
+    // Days since 1970-01-01 of a proleptic Gregorian date.
+    let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = u64::try_from(era * 146_097 + doe - 719_468).ok()?;
+    Some(Duration::from_secs(days * 86_400 + h * 3600 + min * 60) + Duration::from_secs_f64(secs))
+}
+
+/// The time between an instance's "listening" line and its first refusal
+/// line for the transaction `raw` (both on its own clock), waiting up to
+/// 5 s for that refusal line to arrive. Panics if either line is missing.
+pub async fn listening_to_refusal(txgate: &Txgate, raw: &str) -> Duration {
+    let hash =
+        alloy_primitives::keccak256(alloy_primitives::hex::decode(raw).expect("hex")).to_string();
+    let is_refusal = |l: &String| {
+        serde_json::from_str::<serde_json::Value>(l)
+            .is_ok_and(|v| v["target"] == "txgate::refusal" && v["tx_hash"] == hash.as_str())
+    };
+    let lines = txgate
+        .logs_until(Duration::from_secs(5), |lines| lines.iter().any(is_refusal))
+        .await;
+    let listening = lines
+        .iter()
+        .find(|l| l.contains("\"message\":\"listening\""))
+        .and_then(|l| logged_at(l))
+        .expect("a timed \"listening\" line");
+    let refused = lines
+        .iter()
+        .find(|l| is_refusal(l))
+        .and_then(|l| logged_at(l))
+        .unwrap_or_else(|| panic!("no refusal line for {hash}: {lines:#?}"));
+    refused
+        .checked_sub(listening)
+        .expect("refused before listening")
+}
+
 /// The value of a metric line `name{labels} value`, or 0 when absent.
 pub fn metric(text: &str, series: &str) -> f64 {
     text.lines()
