@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The dashboard's picture (docs/dashboard.png, shown in README): starts
+# The dashboard's picture (docs/dashboard.png, shown in docs/operations.md): starts
 # anvil (a block per second), the example sidecar, txgate (release) and a
 # real Prometheus (Debian's package: scrapes every second, loads
 # deploy/prometheus/txgate-rules.yml) on free loopback ports, plays the

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Renders a selection of the Grafana dashboard's panels (deploy/grafana/
 txgate.json) from a real Prometheus's query_range, as one PNG grid: the
-picture README shows (docs/dashboard.png; benches/load/dashboard.sh makes it
+picture docs/operations.md shows (docs/dashboard.png; benches/load/dashboard.sh makes it
 while the attack bench plays against a scraped txgate).
 
     .venv-plots/bin/python benches/report/dashboard_png.py \\
