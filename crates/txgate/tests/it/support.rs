@@ -490,49 +490,69 @@ pub fn cast(args: &[&str]) -> String {
 /// echoing nothing but `"0x1"`: fault injection for timeouts and drains.
 pub struct SlowUpstream {
     pub url: String,
+    release: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl SlowUpstream {
+    /// Answers every call `"0x1"` under its id after `delay`.
     pub async fn start(delay: Duration) -> SlowUpstream {
+        SlowUpstream::start_holding(delay, None).await
+    }
+
+    /// As [`SlowUpstream::start`], and calls of the method `hold` are then
+    /// held until [`SlowUpstream::release`]: the test decides how long they
+    /// stay in flight, however slow the machine.
+    pub async fn start_holding(delay: Duration, hold: Option<&'static str>) -> SlowUpstream {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let (release, released) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                let released = released.clone();
                 tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(
-                        move |req: Request<hyper::body::Incoming>| async move {
-                            let body = req
-                                .into_body()
-                                .collect()
-                                .await
-                                .map(|b| b.to_bytes())
-                                .unwrap_or_default();
-                            tokio::time::sleep(delay).await;
-                            let id = serde_json::from_slice::<serde_json::Value>(&body)
-                                .ok()
-                                .and_then(|v| v.get("id").cloned())
-                                .unwrap_or(serde_json::Value::Null);
-                            let answer =
-                                serde_json::json!({"jsonrpc":"2.0","id":id,"result":"0x1"})
-                                    .to_string();
-                            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
-                                Bytes::from(answer),
-                            )))
-                        },
-                    );
+                    let svc =
+                        hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                            let mut released = released.clone();
+                            async move {
+                                let body = req
+                                    .into_body()
+                                    .collect()
+                                    .await
+                                    .map(|b| b.to_bytes())
+                                    .unwrap_or_default();
+                                tokio::time::sleep(delay).await;
+                                let call = serde_json::from_slice::<serde_json::Value>(&body)
+                                    .unwrap_or_default();
+                                if hold.is_some_and(|method| call["method"] == method) {
+                                    let _ = released.wait_for(|released| *released).await;
+                                }
+                                let answer = serde_json::json!(
+                                    {"jsonrpc":"2.0","id":call["id"],"result":"0x1"}
+                                )
+                                .to_string();
+                                Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                                    Bytes::from(answer),
+                                )))
+                            }
+                        });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
                         .await;
                 });
             }
         });
-        SlowUpstream { url, task }
+        SlowUpstream { url, release, task }
+    }
+
+    /// Answers the held calls, and every later one without holding it.
+    pub fn release(&self) {
+        let _ = self.release.send(true);
     }
 }
 

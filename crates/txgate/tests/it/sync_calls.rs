@@ -4,12 +4,11 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
-use tokio::sync::watch;
 
-use crate::support::{Anvil, Eoa, TempFile, Txgate, eventually, fund, metric, rpc_json};
+use crate::support::{
+    Anvil, Eoa, SlowUpstream, TempFile, Txgate, eventually, fund, metric, rpc_json,
+};
 
 fn sync_call(id: u64, raw: &str) -> String {
     json!({"jsonrpc": "2.0", "id": id, "method": "eth_sendRawTransactionSync", "params": [raw]})
@@ -38,69 +37,6 @@ async fn a_sync_call_gets_its_receipt_through_txgate() {
     assert_eq!(metric(&m, "txgate_upstream_sync_in_flight"), 0.0);
 }
 
-/// A node that answers every call `"0x1"` after 1.5 s, and a sync call
-/// only once released as well: the test decides how long sync calls hold
-/// their slots.
-struct HoldingNode {
-    url: String,
-    release: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl HoldingNode {
-    async fn start() -> HoldingNode {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let (release, released) = watch::channel(false);
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let released = released.clone();
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(
-                        move |req: hyper::Request<hyper::body::Incoming>| {
-                            let mut released = released.clone();
-                            async move {
-                                let body = req
-                                    .into_body()
-                                    .collect()
-                                    .await
-                                    .map(|b| b.to_bytes())
-                                    .unwrap_or_default();
-                                let call =
-                                    serde_json::from_slice::<Value>(&body).unwrap_or_default();
-                                tokio::time::sleep(Duration::from_millis(1500)).await;
-                                if call["method"] == "eth_sendRawTransactionSync" {
-                                    let _ = released.wait_for(|released| *released).await;
-                                }
-                                let answer =
-                                    json!({"jsonrpc": "2.0", "id": call["id"], "result": "0x1"});
-                                Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
-                                    Bytes::from(answer.to_string()),
-                                )))
-                            }
-                        },
-                    );
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                        .await;
-                });
-            }
-        });
-        HoldingNode { url, release, task }
-    }
-}
-
-impl Drop for HoldingNode {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 /// Against a node that takes 1.5 s for everything: an ordinary call times
 /// out at `upstream.call_timeout_ms` (1 s), a sync call gets its answer
 /// past it (`upstream.sync_call_timeout_ms`); with two sync calls holding
@@ -111,7 +47,11 @@ async fn sync_calls_have_their_own_timeout_and_cap() {
     // The node holds the sync calls until the test releases them, so their
     // slots stay taken for as long as the checks below take; their own
     // timeout is set far above that.
-    let node = HoldingNode::start().await;
+    let node = SlowUpstream::start_holding(
+        Duration::from_millis(1500),
+        Some("eth_sendRawTransactionSync"),
+    )
+    .await;
     let config = TempFile::new(
         "[upstream]\ncall_timeout_ms = 1000\nsync_call_timeout_ms = 60000\n\
          [admission]\nmax_sync_in_flight = 2\n[screen]\nenabled = false\n",
@@ -179,7 +119,7 @@ async fn sync_calls_have_their_own_timeout_and_cap() {
     // The two still hold their slots, past the ordinary timeout the
     // batch's call met; released, they get their answers.
     assert_eq!(sync_in_flight().await, 2.0);
-    node.release.send_replace(true);
+    node.release();
     for call in held {
         let (status, answer) = call.await.unwrap();
         assert_eq!(
