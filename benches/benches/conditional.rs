@@ -97,7 +97,7 @@ fn conditional(c: &mut Criterion) {
 /// it never refuses (the charge is still made).
 fn gates(c: &mut Criterion, typical: &str) {
     use std::time::Instant;
-    use txgate_proxy::ops::metrics::Metrics;
+    use txgate_proxy::metrics::Metrics;
     use txgate_proxy::rpc::conditional::{Conditions, Rates, Signed};
 
     let config = txgate_config::ConditionalConfig {

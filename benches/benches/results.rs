@@ -25,8 +25,9 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use txgate_proto::results::{Outcome, Status, classify};
 use txgate_proto::transport_v1::{TransactionResult, TxExecutionId};
-use txgate_proxy::ops::metrics::Metrics;
-use txgate_proxy::sidecar::stream::{Message as Learned, Sink, forward};
+use txgate_proxy::metrics::Metrics;
+use txgate_proxy::sidecar::protocol::Message as Learned;
+use txgate_proxy::sidecar::stream::{Sink, forward};
 use txgate_screen::{Screen, ScreenSettings};
 
 const N: usize = 100_000;

@@ -40,7 +40,7 @@ use alloy_consensus::transaction::SignerRecoverable;
 use alloy_primitives::{Address, B256, U256, keccak256};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use txgate_benches::{Eoa, random_invalidations, raw_hex};
-use txgate_proxy::ops::metrics::Metrics;
+use txgate_proxy::metrics::Metrics;
 use txgate_proxy::screening;
 use txgate_screen::{
     Candidate, Fingerprint, Invalidation, Screen, ScreenSettings, decode, decode_hex,

@@ -32,7 +32,7 @@ use prost::Message;
 use txgate_benches::{Eoa, random_invalidations};
 use txgate_proto::aeges_v1::{Transaction, VerifyTransactionRequest};
 use txgate_proxy::aeges::{Verifier, VerifySettings};
-use txgate_proxy::ops::metrics::Metrics;
+use txgate_proxy::metrics::Metrics;
 use txgate_screen::{Fingerprint, Invalidation, Screen, ScreenSettings, decode, recover_sender};
 
 const TARGET: Address = Address::repeat_byte(0x5f);

@@ -11,7 +11,7 @@ Edit the panels here, then run:
     python3 deploy/grafana/build-dashboard.py --check  # exit 1 if it differs
 
 (scripts/check-deploy.sh runs --check). Queries use only metrics txgate
-registers (crates/txgate-proxy/src/ops/metrics/) and the recording rules of
+registers (crates/txgate-proxy/src/metrics/) and the recording rules of
 deploy/prometheus/txgate-rules.yml; the only variables are $instance and
 $__rate_interval.
 """

@@ -23,7 +23,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::ops::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// A part txgate cannot serve without has failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

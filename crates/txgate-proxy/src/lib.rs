@@ -1,30 +1,37 @@
-//! txgate's request path, outermost first; the folders follow it.
+//! txgate's request path, outermost first; the folders follow it, and
+//! imports point one way: down the path, to the ground floor.
 //!
-//! - [`server`]: the listening sockets, the workers (one per
-//!   core), the accept loop with its connection cap, HTTP/1.1 and h2c,
-//!   header-read timeout and graceful drain.
+//! - [`server`]: the listening sockets, the workers (one per core), the
+//!   accept loop with its connection cap, HTTP/1.1 and h2c, TLS, who each
+//!   client is ([`server::identity`]), header-read timeout and graceful
+//!   drain. It serves any tower service the stack gives it.
 //! - [`limits`]: what a caller may use: per-client rates by API key or
 //!   client IP ([`limits::clients`]) and the global in-flight cap
-//!   ([`limits::admission`]), decided before the body is read.
+//!   ([`limits::admission`]), decided before the body is read, and the
+//!   pacing of clients that keep being refused (`limits::pacing`).
 //! - [`rpc`]: body cap and timeout, content type, JSON-RPC framing, method
 //!   [`rpc::policy`], forwarding of lone calls and batches,
 //!   [`rpc::websocket`] (the same checks for each message on a client
-//!   WebSocket), and [`rpc::rescue`], the one place refusals become HTTP
-//!   responses.
+//!   WebSocket), and [`rpc::rescue`], the refusals of the JSON-RPC stage.
 //! - [`screening`]: the per-call tower stack that screens raw-transaction
 //!   submissions; its state is a shared [`txgate_screen::Screen`], learned
 //!   through [`Invalidations`] ([`screening::state`]).
 //! - [`upstream`]: pooled keep-alive client to the node.
 //!
-//! Beside the request path:
+//! The stack is assembled in one place, `stack` (per worker, from handles
+//! built once per process). Beside the request path:
 //!
 //! - [`sidecar`]: one stream per sidecar source (`txgate.v1`,
 //!   `rpcproxy.v1`, `sidecar.transport.v1`) and the batching worker.
 //! - [`aeges`]: the Aeges listener: the Credible Layer sidecar's failure
 //!   reports and the sequencer pool's `VerifyTransaction`.
-//! - [`ops`]: the operator's side: admin endpoints, health, metrics, the
-//!   ban snapshot on disk.
+//! - [`ops`]: the operator's side: admin endpoints, health, the ban
+//!   snapshot on disk.
 //! - [`background`]: the one owner of every background task.
+//!
+//! The ground floor, which every stage uses and which uses none of them:
+//! [`request`] (the body type, the client, its connection's slot, and how
+//! a stage's refusal becomes a JSON-RPC error) and [`metrics`].
 //!
 //! [`Proxy`] assembles them from a validated config; [`Proxy::run`] is the
 //! outline of a process's life.
@@ -36,11 +43,14 @@ pub mod background;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod limits;
+pub mod metrics;
 pub mod ops;
+pub mod request;
 pub mod rpc;
 pub mod screening;
 pub mod server;
 pub mod sidecar;
+pub(crate) mod stack;
 pub(crate) mod timers;
 pub mod upstream;
 
@@ -60,8 +70,8 @@ use crate::background::{Background, Fatal, FatalReceiver, FatalSender, Role, fat
 use crate::limits::admission::AdmissionLayer;
 use crate::limits::clients::{ClientLimitLayer, ClientLimits};
 use crate::limits::fleet::FleetLink;
+use crate::metrics::Metrics;
 use crate::ops::health::{Readiness, SnapshotState};
-use crate::ops::metrics::Metrics;
 use crate::screening::VerdictCache;
 use crate::server::identity::Edge;
 use crate::server::workers::Workers;
@@ -138,7 +148,7 @@ pub struct Proxy {
     tls: Option<server::tls::Tls>,
     /// Holds refusals of clients that keep being refused (`None`: off, or
     /// nothing is refused).
-    pacer: Option<Arc<server::pacing::Pacer>>,
+    pacer: Option<Arc<limits::pacing::Pacer>>,
 }
 
 /// Reads the API keys again on the operator's signal (SIGHUP).
@@ -257,7 +267,7 @@ impl Proxy {
             }),
             switch: ops::admin::switch::Switch::new(conditions.clone(), admin_token),
         });
-        let pacer = server::pacing::Pacer::new(
+        let pacer = limits::pacing::Pacer::new(
             &config.screen.pacing,
             config.limits.ipv6_prefix,
             metrics.clone(),
@@ -318,11 +328,11 @@ impl Proxy {
     /// background work in order (the last snapshot is written last).
     pub async fn run(self, listeners: Listeners, shutdown: impl Future<Output = ()>) -> Exit {
         let (fatal, mut failures) = fatal_channel();
-        let share = match self.worker_share() {
+        let (server, stack) = match self.worker_share() {
             Ok(share) => share,
             Err(e) => return self.failed_to_start("websocket", e).await,
         };
-        let workers = match Workers::start(listeners.rpc, &share, &fatal) {
+        let workers = match Workers::start(listeners.rpc, &server, &stack, &fatal) {
             Ok(workers) => workers,
             Err(e) => return self.failed_to_start("workers", e.to_string()).await,
         };
@@ -377,7 +387,10 @@ impl Proxy {
         }
     }
 
-    fn worker_share(&self) -> Result<server::workers::Shared, String> {
+    /// What the workers share: the server's side (settings, client
+    /// identity, the stop) and the stack every worker builds its service
+    /// from.
+    fn worker_share(&self) -> Result<(server::workers::Shared, stack::Stack), String> {
         let config = &self.config;
         let admission = AdmissionLayer::new(
             config.admission.max_in_flight,
@@ -387,22 +400,15 @@ impl Proxy {
         // One stop for the workers' accept loops and their WebSocket
         // sessions.
         let stop = tokio_util::sync::CancellationToken::new();
-        Ok(server::workers::Shared {
-            config: config.clone(),
+        let websockets = rpc::websocket::WebSockets::new(
+            config,
+            admission.clone(),
+            stop.clone(),
+            self.metrics.clone(),
+        )?
+        .map(Arc::new);
+        let server = server::workers::Shared {
             metrics: self.metrics.clone(),
-            admission: admission.clone(),
-            websockets: rpc::websocket::WebSockets::new(
-                config,
-                admission,
-                stop.clone(),
-                self.metrics.clone(),
-            )?
-            .map(Arc::new),
-            stop,
-            client_limits: ClientLimitLayer::new(
-                self.client_limits.clone(),
-                config.admission.retry_after_secs,
-            ),
             settings: ServerSettings {
                 max_connections: config
                     .server
@@ -415,17 +421,31 @@ impl Proxy {
                 tls: self.tls.clone(),
             },
             edge: Arc::new(Edge::new(&config.server, self.metrics.clone())),
+            stop,
+        };
+        let probed = self.sources.iter().find(|s| s.should_forward).cloned();
+        let stack = stack::Stack {
+            config: config.clone(),
+            metrics: self.metrics.clone(),
+            client_limits: ClientLimitLayer::new(
+                self.client_limits.clone(),
+                config.admission.retry_after_secs,
+            ),
+            admission,
             screen: self.screen.clone(),
-            refusals: Arc::new(screening::RefusalLog::new(
-                &self.config.log,
-                &self.metrics.screen,
-            )),
-            conditions: self.conditions.clone(),
-            sync: Arc::new(rpc::sync::SyncCalls::new(config, &self.metrics)),
-            verdicts: self.verdicts.clone(),
-            probed: self.sources.iter().find(|s| s.should_forward).cloned(),
-            pacer: self.pacer.clone(),
-        })
+            verdicts: self.verdicts.clone().zip(probed),
+            process: rpc::PerProcess {
+                refusals: Arc::new(screening::RefusalLog::new(
+                    &self.config.log,
+                    &self.metrics.screen,
+                )),
+                conditions: self.conditions.clone(),
+                sync: Arc::new(rpc::sync::SyncCalls::new(config, &self.metrics)),
+                websockets,
+                pacer: self.pacer.clone(),
+            },
+        };
+        Ok((server, stack))
     }
 
     /// Every background task, in the order they must stop: the admin

@@ -19,7 +19,7 @@ use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 use hyper::body::{Body, Frame, SizeHint};
 
-use crate::ops::metrics::verify::Framing;
+use crate::metrics::verify::Framing;
 
 /// gRPC status codes txgate answers with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

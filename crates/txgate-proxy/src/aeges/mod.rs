@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 pub use report::Reports;
 pub use verify::{Verifier, VerifySettings};
 
-use crate::ops::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// Connections open at once at most; beyond it a new one is closed at
 /// once (counted). A sidecar posts one report at a time; the pool plugin

@@ -31,8 +31,8 @@ use tokio::sync::mpsc;
 use txgate_config::IpNet;
 use txgate_screen::{Invalidation, Screen};
 
-use crate::ops::metrics::Metrics;
-use crate::rpc::rescue::Body;
+use crate::metrics::Metrics;
+use crate::request::Body;
 
 /// How long a report waits for room in a full queue before 503.
 const QUEUE_WAIT: Duration = Duration::from_secs(1);
@@ -169,7 +169,7 @@ impl Reports {
         }
         let queued = tokio::time::timeout(
             QUEUE_WAIT,
-            crate::sidecar::stream::queue(invalidation, &self.queue, &self.metrics),
+            crate::sidecar::worker::queue(invalidation, &self.queue, &self.metrics),
         )
         .await;
         if queued != Ok(true) {

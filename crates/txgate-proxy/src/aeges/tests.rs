@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use txgate_screen::{Invalidation, Screen, ScreenSettings};
 
 use super::*;
-use crate::ops::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// How a test listener is set up.
 pub(super) struct Options {

@@ -29,7 +29,7 @@ use txgate_proto::aeges::{MAX_RESPONSE_BYTES, VERIFY_PATH, decode, encode_into};
 use txgate_screen::{Fingerprint, PoolVerdict, Screen};
 
 use super::grpc::{self, Code, GrpcBody, ReadError};
-use crate::ops::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// How long a question's body may take once its head is in. The plugin
 /// gives up after 500 ms; a peer that trickles its body holds a slot for
@@ -119,10 +119,10 @@ impl Verifier {
             Err(ReadError::Framing(f)) => {
                 m.framing(f);
                 return match f {
-                    crate::ops::metrics::verify::Framing::TooLarge => {
+                    crate::metrics::verify::Framing::TooLarge => {
                         grpc::status(Code::InvalidArgument, "message over aeges.max_verify_bytes")
                     }
-                    crate::ops::metrics::verify::Framing::Compressed => {
+                    crate::metrics::verify::Framing::Compressed => {
                         grpc::status(Code::Unimplemented, "compressed messages are not accepted")
                     }
                     _ => grpc::status(Code::InvalidArgument, "not one gRPC message"),

@@ -13,9 +13,9 @@
 //! use std::convert::Infallible;
 //! use tower::{Layer, ServiceExt, service_fn};
 //! use txgate_proxy::limits::admission::AdmissionLayer;
-//! use txgate_proxy::rpc::rescue::{Body, json_response};
+//! use txgate_proxy::request::{Body, json_response};
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! let metrics = std::sync::Arc::new(txgate_proxy::ops::metrics::Metrics::new());
+//! let metrics = std::sync::Arc::new(txgate_proxy::metrics::Metrics::new());
 //! let layer = AdmissionLayer::new(1, 1, metrics);
 //! let svc = layer.layer(service_fn(|_req: http::Request<()>| async {
 //!     Ok::<_, Infallible>(json_response(http::StatusCode::OK, "{}".into()))
@@ -33,12 +33,31 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use http::header::HeaderValue;
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
+use txgate_jsonrpc::code;
 
-use crate::ops::metrics::{Metrics, Outcome};
-use crate::rpc::rescue::{Body, Refusal};
+use crate::metrics::{Metrics, Outcome};
+use crate::request::{Body, Class, Refuse};
+
+/// Over the global in-flight cap (`admission.max_in_flight`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overloaded;
+
+impl Refuse for Overloaded {
+    fn class(&self) -> Class {
+        Class::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            code::LIMIT_EXCEEDED,
+            Outcome::Overloaded,
+        )
+    }
+
+    fn message(&self) -> String {
+        "limit exceeded: too many requests in flight, retry later".into()
+    }
+}
 
 /// The shared in-flight counter.
 #[derive(Debug)]
@@ -72,19 +91,19 @@ impl AdmissionLayer {
 }
 
 impl AdmissionLayer {
-    /// One in-flight slot, or [`Refusal::Overloaded`] (counted) when the cap
+    /// One in-flight slot, or [`Overloaded`] (counted) when the cap
     /// is reached: a message on a WebSocket, admitted like a request.
-    pub(crate) fn try_admit(&self) -> Result<Permit, Refusal> {
+    pub(crate) fn try_admit(&self) -> Result<Permit, Overloaded> {
         self.limit.try_admit()
     }
 }
 
 impl Limit {
-    fn try_admit(self: &Arc<Self>) -> Result<Permit, Refusal> {
+    fn try_admit(self: &Arc<Self>) -> Result<Permit, Overloaded> {
         let previous = self.in_flight.fetch_add(1, Ordering::AcqRel);
         if previous >= self.max {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
-            return Err(Refusal::Overloaded);
+            return Err(Overloaded);
         }
         self.metrics.http.in_flight.inc();
         Ok(Permit(self.clone()))
@@ -184,7 +203,7 @@ mod tests {
     use tokio::sync::oneshot;
     use tower::{ServiceExt, service_fn};
 
-    use crate::rpc::rescue::json_response;
+    use crate::request::json_response;
 
     /// A service that answers when told to, so requests stay in flight.
     async fn answer_when_told(

@@ -1,5 +1,5 @@
 //! Per-client rate limits: by API key when the request carries a known
-//! one, else by client IP ([`crate::server::identity::Client`]).
+//! one, else by client IP ([`crate::request::Client`]).
 //!
 //! [`ClientLimitLayer`] decides before the body is read: it names the
 //! [`Subject`] charged, charges one call, and leaves the subject in the
@@ -16,16 +16,16 @@ use std::time::Instant;
 
 use futures_util::future::Either;
 use http::header::{AUTHORIZATION, HeaderName, HeaderValue};
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 use tower::{Layer, Service};
 use txgate_config::{LimitsConfig, RateConfig, RedisConfig, UnknownKey};
 use txgate_identity::TrustedProxies;
+use txgate_jsonrpc::code;
 use txgate_limits::{Limits, Nanos, Rate, Slot, Spans, Table, Usage, Which, ip_key};
 
-use super::fleet::{FleetLink, Synced};
-use crate::ops::metrics::Metrics;
-use crate::rpc::rescue::{Body, Refusal};
-use crate::server::identity::Client;
+use super::fleet::{FleetLink, Kind, Synced};
+use crate::metrics::{Metrics, Outcome};
+use crate::request::{Body, Class, Client, Refuse};
 
 /// Who a request is charged to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,56 +44,77 @@ pub enum Subject {
     },
 }
 
-/// Which limit refused, for `data.reason` and the metric label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Limit {
-    /// All calls of one IP.
-    IpCalls,
-    /// Submissions of one IP.
-    IpTxs,
-    /// All calls of one key.
-    KeyCalls,
-    /// Submissions of one key.
-    KeyTxs,
+pub use crate::metrics::limits::Limit;
+
+/// Why a client's request is refused before it is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientRefusal {
+    /// Over a per-client rate.
+    RateLimited {
+        /// The limit.
+        limit: Limit,
+        /// When the same request would fit.
+        retry_after_ms: u64,
+    },
+    /// An API key that is not listed (`limits.unknown_key = "refuse"`).
+    UnknownKey,
 }
 
-impl Limit {
-    /// Every limit, in label order.
-    pub const ALL: [Limit; 4] = [Limit::IpCalls, Limit::IpTxs, Limit::KeyCalls, Limit::KeyTxs];
-
-    /// The `data.reason` and metric label.
-    pub fn as_str(self) -> &'static str {
+impl Refuse for ClientRefusal {
+    fn class(&self) -> Class {
         match self {
-            Limit::IpCalls => "ip_rate",
-            Limit::IpTxs => "ip_tx_rate",
-            Limit::KeyCalls => "key_rate",
-            Limit::KeyTxs => "key_tx_rate",
+            ClientRefusal::RateLimited { .. } => Class::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                code::LIMIT_EXCEEDED,
+                Outcome::RateLimited,
+            ),
+            ClientRefusal::UnknownKey => Class::new(
+                StatusCode::UNAUTHORIZED,
+                code::INVALID_REQUEST,
+                Outcome::Unauthorized,
+            ),
         }
     }
-}
 
-/// Which table a client is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// By client IP.
-    Ip,
-    /// By API key.
-    Key,
-    /// The lookups of every conditional call (one bucket).
-    Conditional,
-    /// The lookups of one signed conditional caller.
-    Caller,
-}
-
-impl Kind {
-    /// The metric label and the Redis key part.
-    pub fn as_str(self) -> &'static str {
+    fn message(&self) -> String {
         match self {
-            Kind::Ip => "ip",
-            Kind::Key => "key",
-            Kind::Conditional => "conditional",
-            Kind::Caller => "caller",
+            ClientRefusal::RateLimited { limit, .. } => format!(
+                "limit exceeded: {} for this {}, retry later",
+                match limit {
+                    Limit::IpCalls | Limit::KeyCalls => "request rate",
+                    Limit::IpTxs | Limit::KeyTxs => "transaction submission rate",
+                },
+                match limit {
+                    Limit::IpCalls | Limit::IpTxs => "client address",
+                    Limit::KeyCalls | Limit::KeyTxs => "API key",
+                }
+            ),
+            ClientRefusal::UnknownKey => "invalid request: unknown API key".into(),
         }
+    }
+
+    fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            ClientRefusal::RateLimited { retry_after_ms, .. } => {
+                Some(retry_after_ms.div_ceil(1000).max(1))
+            }
+            ClientRefusal::UnknownKey => None,
+        }
+    }
+
+    fn data(&self) -> Option<Box<serde_json::value::RawValue>> {
+        let ClientRefusal::RateLimited {
+            limit,
+            retry_after_ms,
+        } = self
+        else {
+            return None;
+        };
+        let data = serde_json::json!({
+            "reason": limit.as_str(),
+            "retry_after_ms": retry_after_ms,
+        });
+        serde_json::value::to_raw_value(&data).ok()
     }
 }
 
@@ -234,7 +255,11 @@ impl ClientLimits {
 
     /// The subject of a request from `client` with `headers`; an unknown
     /// key is refused when so configured.
-    pub fn subject(&self, client: &Client, headers: &http::HeaderMap) -> Result<Subject, Refusal> {
+    pub fn subject(
+        &self,
+        client: &Client,
+        headers: &http::HeaderMap,
+    ) -> Result<Subject, ClientRefusal> {
         if let Some(key) = api_key(headers, &self.key_header) {
             let tier = self
                 .known
@@ -252,7 +277,7 @@ impl ClientLimits {
                 }
                 None if self.unknown_key == UnknownKey::Refuse => {
                     self.metrics.limits.unknown_key.inc();
-                    return Err(Refusal::UnknownKey);
+                    return Err(ClientRefusal::UnknownKey);
                 }
                 None => {}
             }
@@ -265,7 +290,7 @@ impl ClientLimits {
 
     /// Charges `calls` calls and `txs` submissions to `subject`, both or
     /// neither.
-    pub fn charge(&self, subject: Subject, calls: u32, txs: u32) -> Result<(), Refusal> {
+    pub fn charge(&self, subject: Subject, calls: u32, txs: u32) -> Result<(), ClientRefusal> {
         let now = self.now();
         // The fleet's Redis configured but not reachable: local shares.
         let local = self.fleet.as_ref().is_some_and(|link| !link.up());
@@ -299,7 +324,7 @@ impl ClientLimits {
         charged.map_err(|refused| {
             let limit = limit(refused.which);
             self.metrics.limits.refused(limit).inc();
-            Refusal::RateLimited {
+            ClientRefusal::RateLimited {
                 limit,
                 retry_after_ms: refused.wait.div_ceil(1_000_000),
             }
@@ -451,13 +476,13 @@ pub struct Charged {
 impl Charged {
     /// Charges `calls` calls and `txs` submissions in full: a message on a
     /// WebSocket, after the upgrade request paid its own call.
-    pub fn charge(&self, calls: usize, txs: usize) -> Result<(), Refusal> {
+    pub fn charge(&self, calls: usize, txs: usize) -> Result<(), ClientRefusal> {
         let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         self.limits.charge(self.subject, clamp(calls), clamp(txs))
     }
 
     /// Charges the calls beyond the first and the submissions.
-    pub fn rest(&self, calls: usize, txs: usize) -> Result<(), Refusal> {
+    pub fn rest(&self, calls: usize, txs: usize) -> Result<(), ClientRefusal> {
         let more = calls.saturating_sub(1);
         if more == 0 && txs == 0 {
             return Ok(());

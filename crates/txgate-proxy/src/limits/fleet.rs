@@ -37,8 +37,7 @@ use tokio_util::sync::CancellationToken;
 use txgate_config::RedisConfig;
 use txgate_limits::{Nanos, Spans, Table, Usage};
 
-use super::clients::Kind;
-use crate::ops::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// The state of the link to Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,6 +133,31 @@ const MAX_PER_SYNC: usize = 50_000;
 const IDLE_PING: Duration = Duration::from_secs(1);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Which table a client is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// By client IP.
+    Ip,
+    /// By API key.
+    Key,
+    /// The lookups of every conditional call (one bucket).
+    Conditional,
+    /// The lookups of one signed conditional caller.
+    Caller,
+}
+
+impl Kind {
+    /// The metric label and the Redis key part.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Ip => "ip",
+            Kind::Key => "key",
+            Kind::Conditional => "conditional",
+            Kind::Caller => "caller",
+        }
+    }
+}
 
 /// A table of GCRA debts whose usage the fleet sync reports and whose
 /// debts it takes back: the per-client limits, and the conditional calls'

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::limits::fleet::FleetLink;
-use crate::ops::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::upstream::Upstream;
 
 /// What `/readyz` reports.

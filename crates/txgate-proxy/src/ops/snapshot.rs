@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use txgate_screen::Screen;
 use txgate_screen::snapshot::{FORMAT, SnapshotError, decode, encode};
 
+use crate::metrics::Metrics;
 use crate::ops::health::{Readiness, SnapshotState};
-use crate::ops::metrics::Metrics;
 
 fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path

@@ -42,11 +42,12 @@ use std::time::Instant;
 use alloy_primitives::Address;
 use prometheus::{IntCounter, IntGauge};
 use serde_json::value::RawValue;
+use txgate_conditional::Refusal as Invalid;
 use txgate_conditional::caller::CallerError;
-use txgate_conditional::{Reason, Refusal as Invalid};
 use txgate_config::ConditionalConfig;
 
-use crate::ops::metrics::Metrics;
+use crate::metrics::Metrics;
+use crate::metrics::conditional::{ConditionalCounters, REFUSALS};
 pub use rates::{Rates, Scope};
 
 /// The method these checks are for.
@@ -123,47 +124,10 @@ pub struct Conditions {
     rates: Option<Arc<Rates>>,
     /// The checks, as a tower stack.
     gates: gates::Gates,
-    counters: Counters,
+    counters: ConditionalCounters,
     enabled_gauge: IntGauge,
     switches: IntCounter,
 }
-
-#[derive(Debug)]
-struct Counters {
-    accepted: IntCounter,
-    would_refuse: IntCounter,
-    refused: [IntCounter; 11],
-    invalid: Vec<IntCounter>,
-    /// Calls that passed the caller check: unsigned, signed.
-    callers: [IntCounter; 2],
-    /// Headers that did not verify, by [`CallerError`].
-    auth_failures: [IntCounter; 3],
-}
-
-/// The labels of the refusals, by [`ConditionRefusal::index`]; with
-/// `accepted` and `would_refuse`, the `result` label of
-/// `txgate_conditional_total`.
-pub const REFUSALS: [&str; 11] = [
-    "disabled",
-    "missing",
-    "invalid",
-    "cost_exceeded",
-    "undecodable",
-    "target",
-    "unauthenticated",
-    "bad_authentication",
-    "caller_denied",
-    "rate_limited",
-    "caller_rate_limited",
-];
-
-/// The `reason` label of `txgate_conditional_auth_failures_total`, by
-/// [`CallerError`].
-pub const AUTH_FAILURES: [CallerError; 3] = [
-    CallerError::Malformed,
-    CallerError::BadSignature,
-    CallerError::Mismatch,
-];
 
 /// What the caller check needs from a request: its signature header and
 /// the body it signs. Verified at most once, when a conditional call of the
@@ -228,18 +192,7 @@ impl Conditions {
                 m.enabled.clone()
             },
             switches: m.switches.clone(),
-            counters: Counters {
-                accepted: m.calls.with_label_values(&["accepted"]),
-                would_refuse: m.calls.with_label_values(&["would_refuse"]),
-                refused: REFUSALS.map(|r| m.calls.with_label_values(&[r])),
-                invalid: Reason::ALL
-                    .iter()
-                    .map(|r| m.invalid.with_label_values(&[r.as_str()]))
-                    .collect(),
-                callers: ["unsigned", "signed"].map(|k| m.callers.with_label_values(&[k])),
-                auth_failures: AUTH_FAILURES
-                    .map(|e| m.auth_failures.with_label_values(&[e.as_str()])),
-            },
+            counters: m.counters(),
         }
     }
 

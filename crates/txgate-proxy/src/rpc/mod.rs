@@ -35,15 +35,13 @@ use futures_util::stream::{self, StreamExt};
 use txgate_screen::{Reason, Screen};
 
 use crate::limits::clients::Charged;
-use crate::ops::metrics::{ClearedAs, Metrics, Outcome, UpstreamFailure};
+use crate::limits::pacing::{Pace, PaceMark, Pacer, answered_with_result, batch_pace};
+use crate::metrics::{ClearedAs, Metrics, Outcome, UpstreamFailure};
+use crate::request::{Body, Client, Refuse, json_response, no_content};
 use crate::rpc::policy::MethodPolicy;
-use crate::rpc::rescue::{Body, Refusal, json_response, no_content};
+use crate::rpc::rescue::{Refusal, refused_submissions};
 use crate::rpc::sync::SyncSlot;
 use crate::screening::{self, Stack};
-use crate::server::identity::Client;
-use crate::server::pacing::{
-    Pace, PaceMark, Pacer, answered_with_result, batch_pace, refused_submissions,
-};
 use crate::upstream::{Upstream, is_json_content_type};
 
 /// Screening of the raw-transaction methods, when enabled.
@@ -233,7 +231,7 @@ fn frame_refusal(e: FrameError) -> Refusal {
 }
 
 impl Shared {
-    /// `answer` marked for its client's pacing (see `server::pacing`),
+    /// `answer` marked for its client's pacing (see `limits::pacing`),
     /// when pacing is on and the answer changes the client's streak.
     fn paced(
         &self,
@@ -315,7 +313,7 @@ impl Shared {
         if let (Some(charged), Ok(frame)) = (&charged, &frame) {
             let (calls, txs, id) = frame_cost(frame);
             if let Err(refusal) = charged.rest(calls, txs) {
-                return self.refuse(refusal, id);
+                return self.refuse(refusal.into(), id);
             }
         }
         let signed = conditional::Signed::new(signature.as_ref().map(HeaderValue::as_bytes), &body);

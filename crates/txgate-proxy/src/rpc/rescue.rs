@@ -4,23 +4,16 @@
 //! HTTP status, JSON-RPC code and message. Messages name what the caller did
 //! wrong or which limit applies, never internal detail.
 
-use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
-use http::{Response, StatusCode};
-use http_body_util::Full;
+use http::StatusCode;
 use serde_json::value::RawValue;
-use txgate_jsonrpc::{Id, code, encode};
+use txgate_jsonrpc::code;
 use txgate_screen::Rejection;
 
-use crate::limits::clients::Limit;
-use crate::ops::metrics::Outcome;
+use crate::limits::admission::Overloaded;
+use crate::limits::clients::ClientRefusal;
+use crate::metrics::Outcome;
+use crate::request::{Class, Refuse};
 use crate::rpc::conditional::ConditionRefusal;
-
-/// The response body type of every txgate response.
-pub type Body = Full<Bytes>;
-
-/// `application/json`, shared.
-pub(crate) const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 /// Why a request is refused as a whole.
 #[derive(Debug)]
@@ -29,15 +22,8 @@ pub enum Refusal {
     Overloaded,
     /// Over `admission.max_sync_in_flight`.
     SyncOverloaded,
-    /// Over a per-client rate.
-    RateLimited {
-        /// The limit.
-        limit: Limit,
-        /// When the same request would fit.
-        retry_after_ms: u64,
-    },
-    /// An API key that is not listed (`limits.unknown_key = "refuse"`).
-    UnknownKey,
+    /// Over a per-client rate, or an unknown API key.
+    Client(ClientRefusal),
     /// Not a POST.
     BadHttpMethod,
     /// Content type is not JSON.
@@ -83,101 +69,80 @@ pub enum Refusal {
     },
 }
 
-/// How a refusal is answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Class {
-    /// The HTTP status of a response made only of this refusal.
-    pub status: StatusCode,
-    /// The JSON-RPC error code.
-    pub code: i64,
-    /// The outcome label it is counted under.
-    pub outcome: Outcome,
-}
-
-const fn class(status: StatusCode, code: i64, outcome: Outcome) -> Class {
-    Class {
-        status,
-        code,
-        outcome,
+impl From<Overloaded> for Refusal {
+    fn from(_: Overloaded) -> Refusal {
+        Refusal::Overloaded
     }
 }
 
-impl Refusal {
-    /// HTTP status, JSON-RPC code and outcome label.
-    pub fn class(&self) -> Class {
+impl From<ClientRefusal> for Refusal {
+    fn from(refusal: ClientRefusal) -> Refusal {
+        Refusal::Client(refusal)
+    }
+}
+
+impl Refuse for Refusal {
+    fn class(&self) -> Class {
         match self {
-            Refusal::Overloaded => class(
-                StatusCode::TOO_MANY_REQUESTS,
-                code::LIMIT_EXCEEDED,
-                Outcome::Overloaded,
-            ),
-            Refusal::SyncOverloaded => class(
+            Refusal::Overloaded => Overloaded.class(),
+            Refusal::SyncOverloaded => Class::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 code::LIMIT_EXCEEDED,
                 Outcome::SyncOverloaded,
             ),
-            Refusal::RateLimited { .. } => class(
-                StatusCode::TOO_MANY_REQUESTS,
-                code::LIMIT_EXCEEDED,
-                Outcome::RateLimited,
-            ),
-            Refusal::UnknownKey => class(
-                StatusCode::UNAUTHORIZED,
-                code::INVALID_REQUEST,
-                Outcome::Unauthorized,
-            ),
-            Refusal::BadHttpMethod => class(
+            Refusal::Client(refusal) => refusal.class(),
+            Refusal::BadHttpMethod => Class::new(
                 StatusCode::METHOD_NOT_ALLOWED,
                 code::INVALID_REQUEST,
                 Outcome::BadHttpMethod,
             ),
-            Refusal::BadContentType => class(
+            Refusal::BadContentType => Class::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 code::INVALID_REQUEST,
                 Outcome::BadContentType,
             ),
-            Refusal::BodyTooLarge(_) => class(
+            Refusal::BodyTooLarge(_) => Class::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 code::LIMIT_EXCEEDED,
                 Outcome::BodyTooLarge,
             ),
-            Refusal::BodyTimeout => class(
+            Refusal::BodyTimeout => Class::new(
                 StatusCode::REQUEST_TIMEOUT,
                 code::INVALID_REQUEST,
                 Outcome::BodyTimeout,
             ),
-            Refusal::BodyError => class(
+            Refusal::BodyError => Class::new(
                 StatusCode::BAD_REQUEST,
                 code::INVALID_REQUEST,
                 Outcome::BodyError,
             ),
-            Refusal::Parse => class(
+            Refusal::Parse => Class::new(
                 StatusCode::BAD_REQUEST,
                 code::PARSE_ERROR,
                 Outcome::ParseError,
             ),
-            Refusal::InvalidRequest(_) => class(
+            Refusal::InvalidRequest(_) => Class::new(
                 StatusCode::BAD_REQUEST,
                 code::INVALID_REQUEST,
                 Outcome::InvalidRequest,
             ),
-            Refusal::BatchTooLarge { .. } => class(
+            Refusal::BatchTooLarge { .. } => Class::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 code::LIMIT_EXCEEDED,
                 Outcome::BatchTooLarge,
             ),
             // Like a node that lacks the method: HTTP 200, error in the body.
-            Refusal::MethodDenied => class(
+            Refusal::MethodDenied => Class::new(
                 StatusCode::OK,
                 code::METHOD_NOT_FOUND,
                 Outcome::MethodDenied,
             ),
-            Refusal::UpstreamUnavailable | Refusal::UpstreamTls => class(
+            Refusal::UpstreamUnavailable | Refusal::UpstreamTls => Class::new(
                 StatusCode::BAD_GATEWAY,
                 code::INTERNAL_ERROR,
                 Outcome::UpstreamUnavailable,
             ),
-            Refusal::UpstreamTimeout => class(
+            Refusal::UpstreamTimeout => Class::new(
                 StatusCode::GATEWAY_TIMEOUT,
                 code::INTERNAL_ERROR,
                 Outcome::UpstreamTimeout,
@@ -185,42 +150,42 @@ impl Refusal {
             // Like a node refusing a transaction: HTTP 200, error in the body.
             Refusal::InvalidParams(_)
             | Refusal::Screened(Rejection::Invalid(_) | Rejection::Signature(_)) => {
-                class(StatusCode::OK, code::INVALID_PARAMS, Outcome::InvalidParams)
+                Class::new(StatusCode::OK, code::INVALID_PARAMS, Outcome::InvalidParams)
             }
-            Refusal::Screened(Rejection::SenderBackoff { .. }) => class(
+            Refusal::Screened(Rejection::SenderBackoff { .. }) => Class::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 code::LIMIT_EXCEEDED,
                 Outcome::Screened,
             ),
-            Refusal::Screened(_) => class(
+            Refusal::Screened(_) => Class::new(
                 StatusCode::OK,
                 code::TRANSACTION_REJECTED,
                 Outcome::Screened,
             ),
             Refusal::TooManySubscriptions { .. } => {
-                class(StatusCode::OK, code::LIMIT_EXCEEDED, Outcome::RateLimited)
+                Class::new(StatusCode::OK, code::LIMIT_EXCEEDED, Outcome::RateLimited)
             }
             // op-geth's and op-txproxy's codes, HTTP 200 as theirs.
             Refusal::Conditional(refusal) => match refusal {
                 ConditionRefusal::Missing | ConditionRefusal::Undecodable(_) => {
-                    class(StatusCode::OK, code::INVALID_PARAMS, Outcome::InvalidParams)
+                    Class::new(StatusCode::OK, code::INVALID_PARAMS, Outcome::InvalidParams)
                 }
                 ConditionRefusal::Condition(c) => {
-                    class(StatusCode::OK, c.code(), Outcome::Screened)
+                    Class::new(StatusCode::OK, c.code(), Outcome::Screened)
                 }
-                ConditionRefusal::RateLimited { .. } => class(
+                ConditionRefusal::RateLimited { .. } => Class::new(
                     StatusCode::TOO_MANY_REQUESTS,
                     code::LIMIT_EXCEEDED,
                     Outcome::RateLimited,
                 ),
-                ConditionRefusal::Disabled | ConditionRefusal::Target => class(
+                ConditionRefusal::Disabled | ConditionRefusal::Target => Class::new(
                     StatusCode::OK,
                     code::TRANSACTION_REJECTED,
                     Outcome::Screened,
                 ),
                 ConditionRefusal::Unauthenticated
                 | ConditionRefusal::BadAuthentication(_)
-                | ConditionRefusal::CallerDenied => class(
+                | ConditionRefusal::CallerDenied => Class::new(
                     StatusCode::OK,
                     code::TRANSACTION_REJECTED,
                     Outcome::Unauthorized,
@@ -229,28 +194,14 @@ impl Refusal {
         }
     }
 
-    /// The message the caller reads.
-    pub fn message(&self) -> String {
+    fn message(&self) -> String {
         match self {
-            Refusal::Overloaded => {
-                "limit exceeded: too many requests in flight, retry later".into()
-            }
+            Refusal::Overloaded => Overloaded.message(),
             Refusal::SyncOverloaded => {
                 "limit exceeded: too many eth_sendRawTransactionSync calls in flight, retry later"
                     .into()
             }
-            Refusal::RateLimited { limit, .. } => format!(
-                "limit exceeded: {} for this {}, retry later",
-                match limit {
-                    Limit::IpCalls | Limit::KeyCalls => "request rate",
-                    Limit::IpTxs | Limit::KeyTxs => "transaction submission rate",
-                },
-                match limit {
-                    Limit::IpCalls | Limit::IpTxs => "client address",
-                    Limit::KeyCalls | Limit::KeyTxs => "API key",
-                }
-            ),
-            Refusal::UnknownKey => "invalid request: unknown API key".into(),
+            Refusal::Client(refusal) => refusal.message(),
             Refusal::BadHttpMethod => "invalid request: JSON-RPC requests must be POST".into(),
             Refusal::BadContentType => {
                 "invalid request: content-type must be application/json".into()
@@ -328,14 +279,10 @@ impl Refusal {
         }
     }
 
-    /// `Retry-After` seconds, for refusals that carry their own.
-    pub fn retry_after_secs(&self) -> Option<u64> {
+    fn retry_after_secs(&self) -> Option<u64> {
         match self {
+            Refusal::Client(refusal) => refusal.retry_after_secs(),
             Refusal::Screened(Rejection::SenderBackoff { retry_after })
-            | Refusal::RateLimited {
-                retry_after_ms: retry_after,
-                ..
-            }
             | Refusal::Conditional(ConditionRefusal::RateLimited {
                 retry_after_ms: retry_after,
                 ..
@@ -346,7 +293,7 @@ impl Refusal {
 
     /// The error's `data`: for screening refusals, the reason, the
     /// fingerprint, the assertion ids and a retry hint.
-    pub fn data(&self) -> Option<Box<RawValue>> {
+    fn data(&self) -> Option<Box<RawValue>> {
         if let Refusal::TooManySubscriptions {
             max,
             per_connection,
@@ -360,16 +307,8 @@ impl Refusal {
             let data = serde_json::json!({"reason": reason, "max": max});
             return serde_json::value::to_raw_value(&data).ok();
         }
-        if let Refusal::RateLimited {
-            limit,
-            retry_after_ms,
-        } = self
-        {
-            let data = serde_json::json!({
-                "reason": limit.as_str(),
-                "retry_after_ms": retry_after_ms,
-            });
-            return serde_json::value::to_raw_value(&data).ok();
+        if let Refusal::Client(refusal) = self {
+            return refusal.data();
         }
         if let Refusal::Conditional(refusal) = self {
             let mut data =
@@ -429,61 +368,21 @@ impl Refusal {
         }
         serde_json::value::to_raw_value(&data).ok()
     }
-
-    /// Writes this refusal as one error object (a batch element).
-    pub fn write(&self, out: &mut Vec<u8>, id: Option<Id<'_>>) {
-        let code = self.class().code;
-        let data = self.data();
-        encode::write_error(
-            out,
-            id.map(|i| i.as_str()),
-            code,
-            &self.message(),
-            data.as_deref(),
-        );
-    }
-
-    /// Writes this refusal under an id kept as its JSON text.
-    pub fn write_raw_id(&self, out: &mut Vec<u8>, id: Option<&str>) {
-        let data = self.data();
-        encode::write_error(out, id, self.class().code, &self.message(), data.as_deref());
-    }
-
-    /// The whole HTTP response for this refusal.
-    pub fn respond(&self, id: Option<Id<'_>>, retry_after: &HeaderValue) -> Response<Body> {
-        let Class { status, code, .. } = self.class();
-        let data = self.data();
-        let body = encode::error(id, code, &self.message(), data.as_deref());
-        let mut response = json_response(status, body);
-        if status == StatusCode::TOO_MANY_REQUESTS {
-            let value = match self.retry_after_secs() {
-                Some(secs) => HeaderValue::from(secs),
-                None => retry_after.clone(),
-            };
-            response.headers_mut().insert(RETRY_AFTER, value);
-        }
-        response
-    }
 }
 
-/// A JSON response.
-pub fn json_response(status: StatusCode, body: Bytes) -> Response<Body> {
-    let mut response = Response::new(Full::new(body));
-    *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, JSON);
-    response
-}
-
-/// 204 for a request made only of notifications.
-pub fn no_content() -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::new()));
-    *response.status_mut() = StatusCode::NO_CONTENT;
-    response
+/// The screening refusals among a batch's (or a message's) verdicts.
+pub(crate) fn refused_submissions(verdicts: &[Option<Refusal>]) -> u32 {
+    let refused = verdicts
+        .iter()
+        .filter(|v| matches!(v, Some(Refusal::Screened(_))))
+        .count();
+    u32::try_from(refused).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 
     #[test]
     fn overloaded_carries_retry_after_and_limit_code() {
@@ -522,5 +421,17 @@ mod tests {
         assert_eq!(r.status(), StatusCode::BAD_REQUEST);
         assert!(r.headers().get(RETRY_AFTER).is_none());
         assert_eq!(r.headers()[CONTENT_TYPE], "application/json");
+    }
+
+    #[test]
+    fn only_screening_refusals_count_as_refused_submissions() {
+        use txgate_screen::{DecodeError, Rejection};
+        let verdicts = [
+            None,
+            Some(Refusal::Screened(Rejection::Invalid(DecodeError::BadHex))),
+            Some(Refusal::MethodDenied),
+            Some(Refusal::Screened(Rejection::Invalid(DecodeError::Empty))),
+        ];
+        assert_eq!(refused_submissions(&verdicts), 2, "screening's only");
     }
 }

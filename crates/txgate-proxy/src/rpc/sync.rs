@@ -15,7 +15,7 @@ use std::time::Duration;
 use prometheus::{IntCounter, IntGauge};
 use txgate_config::Config;
 
-use crate::ops::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::rpc::rescue::Refusal;
 
 /// The method.

@@ -109,15 +109,7 @@ impl<'a> Laps<'a> {
     }
 }
 
-/// The steps [`Laps`] times, in order: the candidate (hex and tx hash),
-/// each stage of [`Stages`], then the probe (ShouldForward when asked, and
-/// the pending attribution).
-pub fn stage_labels() -> Vec<&'static str> {
-    let mut labels = vec!["candidate"];
-    labels.extend(txgate_screen::stage::stage_names());
-    labels.push("probe");
-    labels
-}
+pub use crate::metrics::screen::stage_labels;
 
 /// What the stack answers for a call it lets through.
 #[derive(Debug)]

@@ -27,7 +27,7 @@ use txgate_screen::ttl::TtlMap;
 use txgate_screen::{AssertionKey, Fingerprint, Invalidation, Millis, Rejection};
 
 use super::{Cleared, Submission};
-use crate::ops::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// What every worker's probe shares: "forward" verdicts by fingerprint,
 /// bounded in entries (`sidecar.max_verdicts`; a full map drops its oldest

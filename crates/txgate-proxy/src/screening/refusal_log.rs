@@ -32,7 +32,7 @@ use txgate_config::LogConfig;
 use txgate_limits::{Rate, Sampler};
 use txgate_screen::{Fingerprint, Reason, Rejection, decode, decode_hex, recover_sender, tx_hash};
 
-use crate::ops::metrics::ScreenMetrics;
+use crate::metrics::ScreenMetrics;
 
 /// See the module docs.
 #[derive(Debug)]
@@ -181,7 +181,7 @@ mod tests {
 
     #[test]
     fn a_flood_of_one_reason_writes_its_rate_and_counts_the_rest() {
-        let metrics = crate::ops::metrics::Metrics::new();
+        let metrics = crate::metrics::Metrics::new();
         let config = LogConfig {
             refusals_per_sec: 5,
             refusals_burst: 5,

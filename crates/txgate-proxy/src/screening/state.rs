@@ -10,7 +10,7 @@ use txgate_screen::assertion::CooldownSettings;
 use txgate_screen::backpressure::BackpressureSettings;
 use txgate_screen::{Applied, Invalidation, Screen, ScreenSettings};
 
-use crate::ops::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::screening::VerdictCache;
 
 /// Screening settings from the config's `[screen]` section, and from

@@ -74,7 +74,7 @@ fn invalidation(raw: &str) -> Invalidation {
 struct Harness {
     screen: Arc<Screen>,
     stack: Stack,
-    metrics: crate::ops::metrics::Metrics,
+    metrics: crate::metrics::Metrics,
 }
 
 impl Harness {
@@ -86,7 +86,7 @@ impl Harness {
         Harness {
             stack: stack(None),
             screen,
-            metrics: crate::ops::metrics::Metrics::new(),
+            metrics: crate::metrics::Metrics::new(),
         }
     }
 

@@ -25,17 +25,8 @@ use txgate_identity::forwarded::{self, How};
 use txgate_identity::{TrustedProxies, canonical};
 
 use super::proxy_protocol::{self, Prefixed};
-use super::{ConnectionSlot, InFlight};
-use crate::ops::metrics::Metrics;
-
-/// The client of one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Client {
-    /// The client's address: what limits and logs use.
-    pub ip: IpAddr,
-    /// The TCP peer the request came in on (the balancer, behind one).
-    pub peer: IpAddr,
-}
+use crate::metrics::Metrics;
+use crate::request::{Client, ConnectionSlot, InFlight};
 
 /// How the client listener learns who its clients are; one per process.
 #[derive(Debug)]

@@ -7,7 +7,6 @@
 
 pub mod identity;
 pub mod listeners;
-pub(crate) mod pacing;
 mod proxy_protocol;
 pub mod tls;
 pub(crate) mod workers;
@@ -15,7 +14,6 @@ pub(crate) mod workers;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -25,11 +23,11 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tower::Service;
 
-use crate::ops::metrics::Metrics;
-use crate::rpc::rescue::Body;
+use crate::metrics::Metrics;
+use crate::request::{Body, ConnectionSlot};
 use identity::{Edge, Identified};
 
 /// Server settings, from `[server]` and `[shutdown]`.
@@ -92,7 +90,7 @@ pub fn accept_error_is_transient(e: &std::io::Error) -> bool {
 
 /// Serves `service` on `listener` until `shutdown` completes, then drains.
 /// Each connection first learns who it is from `edge` (PROXY header), and
-/// each request carries its [`identity::Client`]. An accept error that does
+/// each request carries its [`crate::request::Client`]. An accept error that does
 /// not pass by itself ends accepting: `failed` hears of it at once (the
 /// caller reports the listener as failed and stops the proxy, which ends
 /// the WebSocket sessions: they follow the proxy's stop, not this
@@ -182,7 +180,7 @@ where
         ));
         let (builder, service, edge, drain, tls) = (
             builder.clone(),
-            pacing::Paced::new(service.clone()),
+            service.clone(),
             edge.clone(),
             drain.clone(),
             settings.tls.clone(),
@@ -331,74 +329,6 @@ async fn serve_connection<I, S>(
                 }
             }
         }
-    }
-}
-
-/// A client connection's place under `server.max_connections`, given back
-/// (and the open-connections gauge lowered) when its last holder drops it:
-/// the accept task, or the WebSocket session the connection became.
-#[derive(Debug)]
-pub struct ConnectionSlot {
-    _permit: OwnedSemaphorePermit,
-    open: prometheus::IntGauge,
-    /// A request started or ended since the idle check last looked.
-    touched: AtomicBool,
-    /// Requests started and not yet answered.
-    in_flight: AtomicU64,
-}
-
-impl ConnectionSlot {
-    fn new(permit: OwnedSemaphorePermit, open: prometheus::IntGauge) -> ConnectionSlot {
-        open.inc();
-        ConnectionSlot {
-            _permit: permit,
-            open,
-            touched: AtomicBool::new(false),
-            in_flight: AtomicU64::new(0),
-        }
-    }
-
-    /// A request started on the connection: marked, and in flight until
-    /// the guard is dropped (with the request's future, answered or not).
-    #[inline]
-    pub(crate) fn start_request(self: &Arc<Self>) -> InFlight {
-        self.touched.store(true, Ordering::Relaxed);
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlight(self.clone())
-    }
-
-    /// Whether no request started or ended since the last look and none
-    /// is in flight; the look clears the mark.
-    fn idle_since_last_look(&self) -> bool {
-        // The count first: a call that ended before this read (its
-        // `Release` decrement seen here) marked the connection before it
-        // ended, so the swap below sees that mark. Read the other way round
-        // a call ending between the two reads would look idle.
-        let busy = self.in_flight.load(Ordering::Acquire) != 0;
-        let touched = self.touched.swap(false, Ordering::Relaxed);
-        !touched && !busy
-    }
-}
-
-/// A request in flight on its connection (see
-/// [`ConnectionSlot::start_request`]).
-#[derive(Debug)]
-pub struct InFlight(Arc<ConnectionSlot>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        // Marked as well: the connection's idle stretch starts when its
-        // last call ends, not at the check after it started (a check just
-        // after a long call would find it idle while its client is sending
-        // the next).
-        self.0.touched.store(true, Ordering::Relaxed);
-        self.0.in_flight.fetch_sub(1, Ordering::Release);
-    }
-}
-
-impl Drop for ConnectionSlot {
-    fn drop(&mut self) {
-        self.open.dec();
     }
 }
 

@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use txgate_config::ProxyProtocol;
 use txgate_identity::proxy_protocol::{self, Malformed, Version};
 
-use crate::ops::metrics::ClientMetrics;
+use crate::metrics::ClientMetrics;
 
 /// What the start of a connection said.
 #[derive(Debug)]

@@ -8,60 +8,50 @@
 //! fatal failure ([`FatalGuard`]): the proxy cannot serve its share of the
 //! port without it.
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::io;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use http::{Request, Response};
+use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tower::ServiceBuilder;
-use txgate_config::{Config, Source};
-use txgate_screen::Screen;
+use tower::Service;
 
 use crate::background::{Fatal, FatalGuard, FatalSender};
-use crate::limits::admission::AdmissionLayer;
-use crate::limits::clients::ClientLimitLayer;
-use crate::ops::metrics::Metrics;
-use crate::rpc::PerProcess;
-use crate::rpc::RpcService;
-use crate::rpc::conditional::Conditions;
-use crate::rpc::sync::SyncCalls;
-use crate::rpc::websocket::WebSockets;
-use crate::screening::{ProbeClient, RefusalLog, VerdictCache};
+use crate::metrics::Metrics;
+use crate::request::Body;
 use crate::server::identity::Edge;
-use crate::server::pacing::Pacer;
 use crate::server::{self, Drained, ServerSettings};
-use crate::sidecar;
-use crate::upstream::Upstream;
 
-/// What every worker shares.
+/// What a worker serves: any tower service, built once on the worker's own
+/// runtime (so its upstream pool and its sidecar connection are its own).
+pub(crate) trait MakeService: Clone + Send + 'static {
+    /// The service every connection of the worker clones.
+    type Service: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static;
+
+    /// Builds the worker's service, on its runtime.
+    fn make(&self) -> io::Result<Self::Service>;
+
+    /// Runs on the worker's runtime once its connections have drained.
+    fn drained(&self) -> impl Future<Output = ()>;
+}
+
+/// What every worker shares, whatever it serves.
 #[derive(Debug, Clone)]
 pub(crate) struct Shared {
-    pub(crate) config: Arc<Config>,
     pub(crate) metrics: Arc<Metrics>,
-    pub(crate) admission: AdmissionLayer,
-    /// Client WebSockets (`None`: off).
-    pub(crate) websockets: Option<Arc<WebSockets>>,
-    /// Cancelled to drain: the accept loops and the WebSocket sessions.
-    pub(crate) stop: CancellationToken,
-    /// Per-client rates, before admission.
-    pub(crate) client_limits: ClientLimitLayer,
     pub(crate) settings: ServerSettings,
     /// Who the clients are (trusted proxies, PROXY protocol).
     pub(crate) edge: Arc<Edge>,
-    pub(crate) screen: Option<Arc<Screen>>,
-    /// The refusal log: one rate for the whole process.
-    pub(crate) refusals: Arc<RefusalLog>,
-    /// The checks on conditional transactions: one rate for the process.
-    pub(crate) conditions: Arc<Conditions>,
-    /// The cap and timeout of sync calls, one per process.
-    pub(crate) sync: Arc<SyncCalls>,
-    pub(crate) verdicts: Option<Arc<VerdictCache>>,
-    /// The source ShouldForward asks, if one does.
-    pub(crate) probed: Option<Source>,
-    /// Holds refusals of clients that keep being refused (`None`: off).
-    pub(crate) pacer: Option<Arc<Pacer>>,
+    /// Cancelled to drain the accept loops.
+    pub(crate) stop: CancellationToken,
 }
 
 /// The running workers.
@@ -73,15 +63,19 @@ pub(crate) struct Workers {
 
 impl Workers {
     /// Starts one worker per listener.
-    pub(crate) fn start(
+    pub(crate) fn start<M: MakeService>(
         listeners: Vec<std::net::TcpListener>,
         shared: &Shared,
+        make: &M,
         fatal: &FatalSender,
-    ) -> io::Result<Workers> {
+    ) -> io::Result<Workers>
+    where
+        <M::Service as Service<Request<Incoming>>>::Future: Send + 'static,
+    {
         let stop = shared.stop.clone();
         let mut threads = Vec::with_capacity(listeners.len());
         for (index, listener) in listeners.into_iter().enumerate() {
-            let (shared, stop) = (shared.clone(), stop.clone());
+            let (shared, make, stop) = (shared.clone(), make.clone(), stop.clone());
             let part = format!("worker-{index}");
             let guard = FatalGuard::new(part.clone(), stop.clone(), fatal.clone());
             let fatal = fatal.clone();
@@ -94,7 +88,7 @@ impl Workers {
                     // draining while this worker's connections finish
                     // their calls; the guard then has nothing left to say.
                     let watched = stop.clone();
-                    let served = serve(listener, shared, stop, |e| {
+                    let served = serve(listener, shared, make, stop, |e| {
                         if !watched.is_cancelled() {
                             fatal.report(part, format!("listener: {e}"));
                             guard.borrow_mut().disarm();
@@ -138,83 +132,30 @@ impl Workers {
     }
 }
 
-/// One worker thread's life: its runtime, its upstream pool, its sidecar
-/// connection, its share of the port, until `stop`.
-fn serve(
+/// One worker thread's life: its runtime, its service, its share of the
+/// port, until `stop`.
+fn serve<M: MakeService>(
     listener: std::net::TcpListener,
     shared: Shared,
+    make: M,
     stop: CancellationToken,
     broken: impl FnOnce(&io::Error),
-) -> io::Result<Drained> {
+) -> io::Result<Drained>
+where
+    <M::Service as Service<Request<Incoming>>>::Future: Send + 'static,
+{
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let Shared {
-        config,
         metrics,
-        admission,
-        websockets,
-        stop: _,
-        client_limits,
         settings,
         edge,
-        screen,
-        refusals,
-        conditions,
-        sync,
-        verdicts,
-        probed,
-        pacer,
+        stop: _,
     } = shared;
-    let lane_owner = websockets.clone();
     let served = runtime.block_on(async move {
         let listener = TcpListener::from_std(listener)?;
-        let upstream = Upstream::new(&config, metrics.clone()).map_err(io::Error::other)?;
-        // Each worker asks the sidecar over its own connection, from its
-        // own runtime; the verdicts are shared.
-        let probe = match (verdicts, probed) {
-            (Some(verdicts), Some(source)) => {
-                let channel = sidecar::channel(
-                    &format!("http://{}", source.url.authority()),
-                    Duration::from_millis(config.sidecar.connect_timeout_ms),
-                )
-                .map_err(io::Error::other)?;
-                ProbeClient::new(
-                    source.protocol,
-                    channel,
-                    config.sidecar.should_forward_scope,
-                    Duration::from_millis(config.sidecar.should_forward_timeout_ms),
-                    config.sidecar.verdict_ttl_ms,
-                    verdicts,
-                    metrics.clone(),
-                )
-                .map(Arc::new)
-            }
-            _ => None,
-        };
-        let service = ServiceBuilder::new()
-            // Per-client rates (API key, else client IP), before the body
-            // is read: a client over its rate takes no in-flight slot.
-            .layer(client_limits)
-            // One in-flight cap for the whole process, decided before the
-            // body is read.
-            .layer(admission)
-            // JSON-RPC: body cap, content type, framing, method policy,
-            // the screening stack for raw transactions, forwarding.
-            .service(RpcService::new(
-                &config,
-                upstream,
-                metrics.clone(),
-                screen,
-                probe,
-                PerProcess {
-                    refusals,
-                    conditions,
-                    sync,
-                    websockets,
-                    pacer: pacer.clone(),
-                },
-            ));
+        let service = make.make()?;
         let drained = server::serve(
             listener,
             service,
@@ -225,11 +166,7 @@ fn serve(
             broken,
         )
         .await;
-        // The worker's lane to the node ends with a close frame, not with
-        // the runtime.
-        if let Some(websockets) = &lane_owner {
-            websockets.close_lane_here().await;
-        }
+        make.drained().await;
         drained
     });
     // Connections still open after the grace period are cut here, and

@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use txgate_screen::Invalidation;
 
-use crate::ops::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// Bans waiting to be published at most; beyond, dropped and counted.
 pub const OUTBOX: usize = 4096;
@@ -213,7 +213,7 @@ pub async fn run(
                         Ok(bans) => {
                             for ban in bans {
                                 m.received.inc();
-                                if !super::stream::queue(ban, &queue, &metrics).await {
+                                if !super::worker::queue(ban, &queue, &metrics).await {
                                     return;
                                 }
                             }

@@ -10,7 +10,7 @@
 //! ```
 //!
 //! - [`protocol`] subscribes in each protocol and turns its messages into
-//!   one [`stream::Message`] type.
+//!   one [`protocol::Message`] type.
 //! - [`stream`] keeps one subscription per source, converts each message,
 //!   and queues it. It reconnects with capped exponential backoff and
 //!   jitter, and reports each source's link in `/readyz` and metrics (a

@@ -13,7 +13,31 @@ use txgate_proto::transport_v1::sidecar_transport_client::SidecarTransportClient
 use txgate_proto::v1::rpc_proxy_heuristics_client::RpcProxyHeuristicsClient as TxgateClient;
 use txgate_proto::{SCHEMA_VERSION, results, rpcproxy, rpcproxy_v1, to_invalidation, v1};
 
-use super::stream::Message;
+use txgate_proto::Malformed;
+use txgate_proto::results::Outcome;
+use txgate_screen::Invalidation;
+
+/// A message of any protocol.
+#[derive(Debug, Clone)]
+pub enum Message {
+    /// An invalidation (`txgate.v1`, `rpcproxy.v1`).
+    Invalidation {
+        /// As screening state.
+        invalidation: Invalidation,
+        /// When the sidecar observed it (Unix ms), if it says.
+        observed_ms: Option<u64>,
+        /// Replayed on subscription, learned this long ago (ms).
+        replayed_age_ms: Option<u64>,
+        /// The message's schema version, when newer than this build's.
+        newer_schema: Option<u32>,
+    },
+    /// The sidecar has replayed its live set; live invalidations follow.
+    CaughtUp,
+    /// A transaction's result (`sidecar.transport.v1`).
+    Result(Outcome),
+    /// A message that cannot be used.
+    Malformed(Malformed),
+}
 
 /// A subscription's messages.
 pub type Messages = Pin<Box<dyn Stream<Item = Result<Message, Status>> + Send>>;

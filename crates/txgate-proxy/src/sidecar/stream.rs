@@ -10,15 +10,15 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Endpoint;
 use tonic::{Code, Status};
 use txgate_config::Protocol;
-use txgate_proto::Malformed;
 use txgate_proto::results::{Outcome, Status as ResultStatus};
 use txgate_screen::{Invalidation, Screen};
 
-use super::protocol;
+use super::protocol::{self, Message};
 use super::reconnect::Reconnect;
+use super::worker::queue;
+use crate::metrics::Metrics;
+pub use crate::metrics::sidecar::StreamEnd;
 use crate::ops::health::{Readiness, SidecarLink};
-use crate::ops::metrics::Metrics;
-pub use crate::ops::metrics::sidecar::StreamEnd;
 
 /// One source's settings.
 #[derive(Debug, Clone)]
@@ -35,28 +35,6 @@ pub struct StreamSettings {
     pub reconnect_max: Duration,
     /// Largest message accepted; a larger one breaks the stream.
     pub max_message_bytes: usize,
-}
-
-/// A message of any protocol.
-#[derive(Debug, Clone)]
-pub enum Message {
-    /// An invalidation (`txgate.v1`, `rpcproxy.v1`).
-    Invalidation {
-        /// As screening state.
-        invalidation: Invalidation,
-        /// When the sidecar observed it (Unix ms), if it says.
-        observed_ms: Option<u64>,
-        /// Replayed on subscription, learned this long ago (ms).
-        replayed_age_ms: Option<u64>,
-        /// The message's schema version, when newer than this build's.
-        newer_schema: Option<u32>,
-    },
-    /// The sidecar has replayed its live set; live invalidations follow.
-    CaughtUp,
-    /// A transaction's result (`sidecar.transport.v1`).
-    Result(Outcome),
-    /// A message that cannot be used.
-    Malformed(Malformed),
 }
 
 /// Where what a stream learns goes: the batch worker's queue, and the
@@ -319,31 +297,6 @@ async fn enqueue(message: Message, sink: &Sink) -> bool {
         }
     };
     queue(invalidation, &sink.queue, &sink.metrics).await
-}
-
-/// Queues one invalidation, waiting for room when the queue is full
-/// (counted); false when the worker is gone.
-pub async fn queue(
-    invalidation: Invalidation,
-    queue: &mpsc::Sender<Invalidation>,
-    metrics: &Metrics,
-) -> bool {
-    let m = &metrics.sidecar;
-    match queue.try_send(invalidation) {
-        Ok(()) => {}
-        Err(mpsc::error::TrySendError::Full(invalidation)) => {
-            // Wait for room: the stream is not read meanwhile, which slows
-            // the sidecar down. Nothing is dropped.
-            m.queue_full.inc();
-            if queue.send(invalidation).await.is_err() {
-                return false;
-            }
-        }
-        Err(mpsc::error::TrySendError::Closed(_)) => return false,
-    }
-    m.queue_depth
-        .set((queue.max_capacity() - queue.capacity()) as i64);
-    true
 }
 
 #[cfg(test)]

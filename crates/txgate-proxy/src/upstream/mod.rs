@@ -31,7 +31,7 @@ pub(crate) mod tls;
 
 use self::h1::{ReadError, ResponseReader};
 use self::tls::{Conn, Connector};
-use crate::ops::metrics::{Metrics, UpstreamFailure};
+use crate::metrics::{Metrics, UpstreamFailure};
 use crate::timers::Timers;
 
 /// An upstream answer read in full.

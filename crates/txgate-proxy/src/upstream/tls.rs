@@ -23,7 +23,7 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 use txgate_config::{HttpUrl, UpstreamTlsConfig};
 
-use crate::ops::metrics::{Metrics, UpstreamFailure, UpstreamHandshake};
+use crate::metrics::{Metrics, UpstreamFailure, UpstreamHandshake};
 
 /// The crypto provider: aws-lc-rs, with the post-quantum hybrid offered
 /// first.

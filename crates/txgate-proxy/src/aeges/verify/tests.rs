@@ -11,7 +11,7 @@ use txgate_proto::aeges_v1::{Transaction, VerifyTransactionRequest};
 use txgate_screen::{Invalidation, Reason};
 
 use super::super::tests::{Fixture, Options};
-use crate::ops::metrics::verify::Framing;
+use crate::metrics::verify::Framing;
 
 const TARGET: Address = Address::repeat_byte(0x5f);
 

@@ -112,7 +112,10 @@ fn an_unknown_key_is_refused_or_anonymous_as_configured() {
     let l = limits(KEYS);
     let c = client("203.0.113.7");
     let bad = headers(&[("x-api-key", "guess")]);
-    assert!(matches!(l.subject(&c, &bad), Err(Refusal::UnknownKey)));
+    assert!(matches!(
+        l.subject(&c, &bad),
+        Err(ClientRefusal::UnknownKey)
+    ));
     let l = limits(&format!("unknown_key = \"anonymous\"\n{KEYS}"));
     assert_eq!(l.subject(&c, &bad).unwrap(), Subject::Ip(ip_key(c.ip, 64)));
 }
@@ -128,7 +131,7 @@ fn an_ip_over_its_rate_is_refused_with_the_limit_and_a_wait() {
         .unwrap();
     l.charge(a, 1, 0).unwrap();
     l.charge(a, 1, 0).unwrap();
-    let Err(Refusal::RateLimited {
+    let Err(ClientRefusal::RateLimited {
         limit,
         retry_after_ms,
     }) = l.charge(a, 1, 0)
@@ -161,7 +164,7 @@ fn a_batch_counts_every_call_and_submissions_their_own_rate() {
     };
     // A batch of 3 with 2 submissions: 2 more calls, 2 submissions.
     charged.rest(3, 2).unwrap();
-    let Err(Refusal::RateLimited { limit, .. }) = charged.rest(2, 1) else {
+    let Err(ClientRefusal::RateLimited { limit, .. }) = charged.rest(2, 1) else {
         panic!("third submission passed")
     };
     assert_eq!(limit, Limit::IpTxs);
@@ -203,7 +206,7 @@ fn a_reload_replaces_the_keys_and_a_bad_file_keeps_the_old_ones() {
     assert_eq!(l.reload(&c).unwrap(), 3);
     assert!(matches!(
         l.subject(&ip, &with("file-key")),
-        Err(Refusal::UnknownKey)
+        Err(ClientRefusal::UnknownKey)
     ));
     assert!(matches!(
         l.subject(&ip, &with("new-key")),

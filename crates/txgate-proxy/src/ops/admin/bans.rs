@@ -45,8 +45,8 @@ use txgate_screen::{
     recover_sender, tx_hash,
 };
 
-use crate::ops::metrics::Metrics;
-use crate::ops::metrics::admin::{Answered, Change, Endpoint};
+use crate::metrics::Metrics;
+use crate::metrics::admin::{Answered, Change, Endpoint};
 
 /// The body of every admin answer.
 pub type AdminBody = UnsyncBoxBody<Bytes, Infallible>;
@@ -411,7 +411,7 @@ impl Bans {
             Response::new(StreamBody::new(futures_util::stream::iter(body)).boxed_unsync());
         response
             .headers_mut()
-            .insert(CONTENT_TYPE, crate::rpc::rescue::JSON);
+            .insert(CONTENT_TYPE, crate::request::JSON);
         response
     }
 }
@@ -735,7 +735,7 @@ fn json_response(status: StatusCode, body: String) -> Response<AdminBody> {
     *response.status_mut() = status;
     response
         .headers_mut()
-        .insert(CONTENT_TYPE, crate::rpc::rescue::JSON);
+        .insert(CONTENT_TYPE, crate::request::JSON);
     response
 }
 

@@ -22,9 +22,9 @@ use http_body_util::BodyExt;
 
 pub use bans::{AdminBody, Bans};
 
+use crate::metrics::Metrics;
 use crate::ops::health::Readiness;
-use crate::ops::metrics::Metrics;
-use crate::rpc::rescue::Body;
+use crate::request::Body;
 
 /// What the admin listener serves.
 #[derive(Debug)]
@@ -55,7 +55,7 @@ impl Admin {
                 Some(bans) => bans.handle(req, peer).await,
                 None => {
                     if let Some((endpoint, _)) = bans::endpoint(path) {
-                        let unavailable = crate::ops::metrics::admin::Answered::Unavailable;
+                        let unavailable = crate::metrics::admin::Answered::Unavailable;
                         self.metrics.admin.request(endpoint, unavailable);
                     }
                     bans::error(
@@ -117,7 +117,7 @@ pub fn route<B>(req: &Request<B>, metrics: &Metrics, readiness: &Readiness) -> R
             let mut response = text(status, body.into());
             response
                 .headers_mut()
-                .insert(CONTENT_TYPE, crate::rpc::rescue::JSON);
+                .insert(CONTENT_TYPE, crate::request::JSON);
             response
         }
         _ => text(StatusCode::NOT_FOUND, "not found\n".into()),

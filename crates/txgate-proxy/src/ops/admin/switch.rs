@@ -76,7 +76,7 @@ impl Switch {
         if method != Method::GET && method != Method::POST {
             return Err(Refused {
                 status: StatusCode::METHOD_NOT_ALLOWED,
-                answered: crate::ops::metrics::admin::Answered::BadRequest,
+                answered: crate::metrics::admin::Answered::BadRequest,
                 message: "use GET or POST".into(),
             });
         }

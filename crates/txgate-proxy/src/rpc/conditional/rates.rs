@@ -22,9 +22,9 @@ use alloy_primitives::Address;
 use txgate_config::{ConditionalConfig, RedisConfig};
 use txgate_limits::{Limits, Nanos, Spans, Table, Usage};
 
-use crate::limits::clients::Kind;
+use crate::limits::fleet::Kind;
 use crate::limits::fleet::{FleetLink, Synced};
-use crate::ops::metrics::Metrics;
+use crate::metrics::Metrics;
 use prometheus::IntGauge;
 
 /// The instance's (or fleet's) bucket's key in its table.

@@ -15,11 +15,13 @@ use txgate_jsonrpc::{Entry, Frame};
 
 use super::{Peer, WebSockets};
 use crate::limits::admission::Permit;
-use crate::ops::metrics::Outcome;
+use crate::limits::pacing::Pace;
+use crate::metrics::Outcome;
+use crate::request::Refuse;
 use crate::rpc::rescue::Refusal;
+use crate::rpc::rescue::refused_submissions;
 use crate::rpc::sync::SyncSlot;
-use crate::rpc::{From, Shared, frame_cost, frame_refusal, refused_submissions};
-use crate::server::pacing::Pace;
+use crate::rpc::{From, Shared, frame_cost, frame_refusal};
 
 /// One entry of a message's answer.
 #[derive(Debug)]
@@ -189,7 +191,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
             // One call on the client's rate, as an HTTP body that fails to
             // parse has paid before it is read.
             let refusal = match &conn.peer.charged {
-                Some(charged) => charged.charge(1, 0).err(),
+                Some(charged) => charged.charge(1, 0).err().map(Refusal::from),
                 None => None,
             };
             refuse(&mut checked, refusal.unwrap_or(frame_refusal(e)), None);
@@ -200,13 +202,13 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
     if let Some(charged) = &conn.peer.charged
         && let Err(refusal) = charged.charge(calls, txs)
     {
-        refuse(&mut checked, refusal, id);
+        refuse(&mut checked, refusal.into(), id);
         return checked;
     }
     match conn.ws.admission.try_admit() {
         Ok(permit) => checked.held._permit = Some(permit),
         Err(refusal) => {
-            refuse(&mut checked, refusal, id);
+            refuse(&mut checked, refusal.into(), id);
             return checked;
         }
     }

@@ -47,7 +47,7 @@ use txgate_jsonrpc::encode::{self, UpstreamBatch};
 
 use super::io::{Socket, Turn, io_or_flushed};
 use super::{Settings, connect_upstream};
-use crate::ops::metrics::{Metrics, UpstreamFailure};
+use crate::metrics::{Metrics, UpstreamFailure};
 
 /// Bits of a lane id that name the session's slot: a lane seats this many
 /// sessions at once (more take their own socket, as with lanes off).

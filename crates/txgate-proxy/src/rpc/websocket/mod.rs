@@ -42,10 +42,9 @@ use txgate_limits::gcra::Rate;
 use super::Shared;
 use crate::limits::admission::AdmissionLayer;
 use crate::limits::clients::Charged;
-use crate::ops::metrics::{Metrics, Outcome, UpstreamFailure};
-use crate::rpc::rescue::{Body, Refusal};
-use crate::server::ConnectionSlot;
-use crate::server::identity::Client;
+use crate::metrics::{Metrics, Outcome, UpstreamFailure};
+use crate::request::{Body, Client, ConnectionSlot};
+use crate::rpc::rescue::Refusal;
 use crate::upstream::tls::{self as upstream_tls, Conn, Connector};
 
 /// The read buffer of each socket: small, since most messages are small, a

@@ -42,10 +42,11 @@ use super::check::{Assembly, Checked, Checking, Conn, Part, Pending, Sub, check}
 use super::io::{Socket, io};
 use super::lane::Event;
 use super::{Peer, Upstream, WebSockets};
-use crate::ops::metrics::{WsClose, WsSent};
+use crate::limits::pacing::{Hold, Pace};
+use crate::metrics::{WsClose, WsSent};
+use crate::request::Refuse;
 use crate::rpc::Shared;
 use crate::rpc::rescue::Refusal;
-use crate::server::pacing::{Hold, Pace};
 
 pub(super) type Client = WebSocketStream<TokioIo<Upgraded>>;
 
@@ -614,7 +615,7 @@ impl Session {
                 .shared
                 .metrics
                 .upstream
-                .failure(crate::ops::metrics::UpstreamFailure::Timeout);
+                .failure(crate::metrics::UpstreamFailure::Timeout);
             self.fail_message(key, &Refusal::UpstreamTimeout)?;
         }
         Ok(())
@@ -648,7 +649,7 @@ impl Session {
             .shared
             .metrics
             .upstream
-            .failure(crate::ops::metrics::UpstreamFailure::TooLarge);
+            .failure(crate::metrics::UpstreamFailure::TooLarge);
         self.fail_message(key, &Refusal::UpstreamUnavailable)
     }
 

@@ -8,7 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket};
 
 use super::*;
-use crate::ops::metrics::Metrics;
+use crate::metrics::Metrics;
 
 const HTTP: &[u8] = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}";
 

@@ -23,7 +23,7 @@ use txgate_config::ServerTlsConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::ops::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// What a reload did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -29,7 +29,7 @@ use txgate_config::ServerTlsConfig;
 
 use self::certs::Certs;
 pub use self::certs::Reload;
-use crate::ops::metrics::{Handshake, Metrics};
+use crate::metrics::{Handshake, Metrics};
 
 /// The client port's TLS: the acceptor and the certificate behind it.
 #[derive(Clone)]

@@ -136,6 +136,16 @@ pub struct InvalidationCounters {
     pub duplicate: IntCounter,
 }
 
+/// The steps screening times (screening's `Laps`), in order: the
+/// candidate (hex and tx hash), each stage of screening, then the probe
+/// (ShouldForward when asked, and the pending attribution).
+pub fn stage_labels() -> Vec<&'static str> {
+    let mut labels = vec!["candidate"];
+    labels.extend(txgate_screen::stage::stage_names());
+    labels.push("probe");
+    labels
+}
+
 /// Screening metrics, every label set created up front.
 pub struct ScreenMetrics {
     cleared: Vec<IntCounter>,
@@ -144,8 +154,8 @@ pub struct ScreenMetrics {
     /// Screening time per call, from the raw param to the decision.
     pub duration: Histogram,
     /// `txgate_screen_stage_duration_seconds{stage}`: the time of each
-    /// step, in the order of [`crate::screening::stage_labels`] (what
-    /// [`crate::screening::Laps`] observes by position).
+    /// step, in the order of [`stage_labels`] (what
+    /// screening's `Laps` observes by position).
     pub stages: Vec<Histogram>,
     /// `txgate_refusal_log_suppressed_total{reason}`: refusal lines left
     /// out, by reason (indexed by [`Reason::index`]).
@@ -220,7 +230,7 @@ impl ScreenMetrics {
                     STAGE_BUCKETS,
                     &["stage"],
                 );
-                crate::screening::stage_labels()
+                stage_labels()
                     .iter()
                     .map(|stage| stages.with_label_values(&[stage]))
                     .collect()

@@ -9,7 +9,7 @@ use prometheus::{
 
 /// Registers metrics in one registry. A name registers once and every
 /// name and help is a literal, so a failure here is a programming error
-/// caught by the first test that builds [`crate::ops::metrics::Metrics`].
+/// caught by the first test that builds [`crate::metrics::Metrics`].
 pub(crate) struct Registrar<'a> {
     registry: &'a Registry,
 }

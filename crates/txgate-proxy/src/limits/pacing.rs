@@ -30,10 +30,9 @@ use tower::Service;
 use txgate_config::PacingConfig;
 use txgate_limits::{Pacing, Streaks};
 
-use crate::rpc::rescue::Refusal;
 use txgate_jsonrpc::encode::{self, UpstreamBatch};
 
-use crate::ops::metrics::PacingMetrics;
+use crate::metrics::PacingMetrics;
 
 /// An answer's mark, in its extensions: what it does to its client's
 /// streak, read (and acted on) by [`Paced`] once the answer is ready.
@@ -69,7 +68,7 @@ pub(crate) struct Pacer {
     draining: tokio_util::sync::CancellationToken,
     /// The process's start, for the streaks' clock.
     epoch: std::time::Instant,
-    metrics: Arc<crate::ops::metrics::Metrics>,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl std::fmt::Debug for Pacer {
@@ -86,7 +85,7 @@ impl Pacer {
     pub(crate) fn new(
         config: &PacingConfig,
         ipv6_prefix: u8,
-        metrics: Arc<crate::ops::metrics::Metrics>,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Option<Arc<Pacer>> {
         config.enabled.then(|| {
             Arc::new(Pacer {
@@ -254,15 +253,6 @@ impl Drop for Place {
     }
 }
 
-/// The screening refusals among a batch's (or a message's) verdicts.
-pub(crate) fn refused_submissions(verdicts: &[Option<Refusal>]) -> u32 {
-    let refused = verdicts
-        .iter()
-        .filter(|v| matches!(v, Some(Refusal::Screened(_))))
-        .count();
-    u32::try_from(refused).unwrap_or(u32::MAX)
-}
-
 /// A batch's mark: its client's streak grows by the submissions screening
 /// refused; if the node took one of its submissions, the streak starts
 /// over from those refusals (ends, when there were none).
@@ -398,7 +388,7 @@ mod tests {
                 window_secs: 60,
             },
             64,
-            Arc::new(crate::ops::metrics::Metrics::new()),
+            Arc::new(crate::metrics::Metrics::new()),
         )
         .unwrap()
     }
@@ -409,7 +399,7 @@ mod tests {
             enabled: false,
             ..PacingConfig::default()
         };
-        let metrics = Arc::new(crate::ops::metrics::Metrics::new());
+        let metrics = Arc::new(crate::metrics::Metrics::new());
         assert!(Pacer::new(&config, 64, metrics).is_none());
     }
 
@@ -483,14 +473,6 @@ mod tests {
 
     #[test]
     fn a_batch_with_a_submission_taken_starts_over_from_its_refusals() {
-        use txgate_screen::{DecodeError, Rejection};
-        let verdicts = [
-            None,
-            Some(Refusal::Screened(Rejection::Invalid(DecodeError::BadHex))),
-            Some(Refusal::MethodDenied),
-            Some(Refusal::Screened(Rejection::Invalid(DecodeError::Empty))),
-        ];
-        assert_eq!(refused_submissions(&verdicts), 2, "screening's only");
         assert_eq!(batch_pace(2, false), Some(Pace::Refused(2)));
         assert_eq!(batch_pace(2, true), Some(Pace::Restarted(2)));
         assert_eq!(batch_pace(0, true), Some(Pace::Cleared));

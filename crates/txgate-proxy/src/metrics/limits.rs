@@ -3,7 +3,6 @@
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 
 use super::registrar::Registrar;
-use crate::limits::clients::Limit;
 
 /// `txgate_limit_refusals_total{limit}` and the shared-bucket counter.
 pub struct LimitMetrics {
@@ -104,5 +103,33 @@ impl LimitMetrics {
     /// The counter of one limit.
     pub fn refused(&self, limit: Limit) -> &IntCounter {
         &self.refusals[limit as usize]
+    }
+}
+
+/// Which limit refused, for `data.reason` and the metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// All calls of one IP.
+    IpCalls,
+    /// Submissions of one IP.
+    IpTxs,
+    /// All calls of one key.
+    KeyCalls,
+    /// Submissions of one key.
+    KeyTxs,
+}
+
+impl Limit {
+    /// Every limit, in label order.
+    pub const ALL: [Limit; 4] = [Limit::IpCalls, Limit::IpTxs, Limit::KeyCalls, Limit::KeyTxs];
+
+    /// The `data.reason` and metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::IpCalls => "ip_rate",
+            Limit::IpTxs => "ip_tx_rate",
+            Limit::KeyCalls => "key_rate",
+            Limit::KeyTxs => "key_tx_rate",
+        }
     }
 }
