@@ -113,7 +113,11 @@ fn gates(c: &mut Criterion, typical: &str) {
         &metrics,
     )
     .map(std::sync::Arc::new);
-    let conditions = Conditions::new(&config, rates, &metrics);
+    let (targets, callers) = (
+        config.target_addresses().unwrap_or_else(|e| panic!("{e}")),
+        config.caller_addresses().unwrap_or_else(|e| panic!("{e}")),
+    );
+    let conditions = Conditions::new(&config, &targets, &callers, rates, &metrics);
     let entry_point: alloy_primitives::Address = txgate_config::conditional::DEFAULT_TARGETS[1]
         .parse()
         .unwrap_or_else(|e| panic!("{e}"));

@@ -56,6 +56,7 @@ pub mod redis;
 pub mod rpc;
 pub mod screen;
 pub mod server;
+pub mod settings;
 pub mod shutdown;
 pub mod sidecar;
 pub mod tls;
@@ -115,6 +116,7 @@ pub use server::{
     DEFAULT_HTTP2, DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, DEFAULT_PROXY_PROTOCOL,
     DEFAULT_TRUSTED_PROXIES, DEFAULT_WORKERS, ForwardedHeader, ProxyProtocol, ServerConfig,
 };
+pub use settings::Settings;
 pub use shutdown::{
     DEFAULT_DRAIN_DELAY_MS, DEFAULT_GRACE_PERIOD_MS, MAX_DRAIN_DELAY_MS, ShutdownConfig,
 };

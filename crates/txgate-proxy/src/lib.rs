@@ -60,7 +60,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use txgate_config::{Config, ConfigError, Source};
+use txgate_config::{Config, ConfigError, Settings, Source};
 use txgate_screen::Screen;
 
 pub use screening::state::Invalidations;
@@ -97,24 +97,24 @@ pub enum BuildError {
 /// the client port's certificate and key (`[server.tls]`), and the CA and
 /// client certificate of an `https://` or `wss://` node (`[upstream.tls]`).
 /// For `check-config`; the error names the setting.
-pub fn check_tls(config: &Config) -> Result<(), String> {
-    check_upstream_tls(config)?;
+pub fn check_tls(settings: &Settings) -> Result<(), String> {
+    check_upstream_tls(settings)?;
     let metrics = Arc::new(Metrics::new());
-    server::tls::Tls::new(&config.server.tls, config.server.http2, metrics).map(|_| ())
+    server::tls::Tls::new(&settings.server.tls, settings.server.http2, metrics).map(|_| ())
 }
 
 /// The client config of a TLS node, built once to refuse bad files at
 /// start (each pool builds its own).
-fn check_upstream_tls(config: &Config) -> Result<(), String> {
-    let mut urls = vec![config.upstream.endpoint().map_err(|e| e.to_string())?];
-    if config.websocket.enabled {
-        urls.push(config.websocket_upstream().map_err(|e| e.to_string())?);
+fn check_upstream_tls(settings: &Settings) -> Result<(), String> {
+    let mut urls = vec![&settings.upstream_url];
+    if settings.websocket.enabled {
+        urls.push(&settings.websocket_url);
     }
     let mut built = false;
-    for url in urls.iter().filter(|url| url.is_tls()) {
+    for url in urls.into_iter().filter(|url| url.is_tls()) {
         upstream::tls::server_name(url)?;
         if !built {
-            upstream::tls::client_config(&config.upstream.tls, &[])?;
+            upstream::tls::client_config(&settings.upstream.tls, &[])?;
             built = true;
         }
     }
@@ -133,7 +133,7 @@ pub struct Exit {
 /// The assembled proxy, ready to serve.
 #[derive(Debug)]
 pub struct Proxy {
-    config: Arc<Config>,
+    config: Arc<Settings>,
     metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
     screen: Option<Arc<Screen>>,
@@ -155,7 +155,7 @@ pub struct Proxy {
 #[derive(Debug, Clone)]
 pub struct KeyReloader {
     limits: Arc<ClientLimits>,
-    config: Arc<Config>,
+    config: Arc<Settings>,
 }
 
 impl KeyReloader {
@@ -170,16 +170,21 @@ impl KeyReloader {
 }
 
 impl Proxy {
-    /// Builds every stage from a config (validated here again: one parser
-    /// per setting), and restores the ban snapshot.
-    pub fn new(config: Config) -> Result<Proxy, BuildError> {
-        config.validate()?;
-        let admin_token = config.admin.token()?;
+    /// Builds every stage from the settings (validated and parsed once, at
+    /// the edge), and restores the ban snapshot.
+    pub fn new(settings: Settings) -> Result<Proxy, BuildError> {
+        let config = &settings;
+        let admin_token = settings.admin_token.clone();
         let metrics = Arc::new(Metrics::new());
         let readiness = Arc::new(Readiness::new(metrics.clone()));
-        let probe_upstream =
-            Upstream::new(&config, metrics.clone()).map_err(BuildError::Upstream)?;
-        check_upstream_tls(&config).map_err(BuildError::Upstream)?;
+        let probe_upstream = Upstream::new(
+            &settings.upstream_url,
+            &config.upstream,
+            &config.admission,
+            metrics.clone(),
+        )
+        .map_err(BuildError::Upstream)?;
+        check_upstream_tls(&settings).map_err(BuildError::Upstream)?;
         let tls = server::tls::Tls::new(&config.server.tls, config.server.http2, metrics.clone())
             .map_err(BuildError::Tls)?;
         metrics
@@ -196,15 +201,15 @@ impl Proxy {
                 tokio::time::Instant::now().into_std(),
             ))
         });
-        match (&screen, snapshot_path(&config)) {
+        match (&screen, snapshot_path(config)) {
             (Some(screen), Some(path)) => {
                 ops::snapshot::load(&path, screen, &metrics, &readiness);
             }
             _ => readiness.set_snapshot(SnapshotState::Disabled),
         }
         // Sources are learned from only while screening.
-        let sources = config.sidecar.sources()?;
-        let learning = !sources.is_empty() || config.aeges.listen_addr()?.is_some();
+        let sources = settings.sources.clone();
+        let learning = !sources.is_empty() || settings.aeges_listen.is_some();
         let sources = match &screen {
             Some(_) => sources,
             None => {
@@ -226,6 +231,7 @@ impl Proxy {
         let fleet = config.redis.enabled().then(Arc::<FleetLink>::default);
         let client_limits = ClientLimits::new(
             &config.limits,
+            settings.exempt.clone(),
             &config.redis,
             fleet.clone(),
             metrics.clone(),
@@ -251,6 +257,8 @@ impl Proxy {
         };
         let conditions = Arc::new(rpc::conditional::Conditions::new(
             &config.conditional,
+            &settings.conditional_targets,
+            &settings.conditional_callers,
             rates,
             &metrics,
         ));
@@ -280,7 +288,7 @@ impl Proxy {
             fleet,
             admin,
             conditions,
-            config: Arc::new(config),
+            config: Arc::new(settings),
             metrics,
             readiness,
             screen,
@@ -402,6 +410,7 @@ impl Proxy {
         let stop = tokio_util::sync::CancellationToken::new();
         let websockets = rpc::websocket::WebSockets::new(
             config,
+            &config.websocket_url,
             admission.clone(),
             stop.clone(),
             self.metrics.clone(),
@@ -420,7 +429,11 @@ impl Proxy {
                 grace_period: Duration::from_millis(config.shutdown.grace_period_ms),
                 tls: self.tls.clone(),
             },
-            edge: Arc::new(Edge::new(&config.server, self.metrics.clone())),
+            edge: Arc::new(Edge::new(
+                &config.server,
+                config.trusted_proxies.clone(),
+                self.metrics.clone(),
+            )),
             stop,
         };
         let probed = self.sources.iter().find(|s| s.should_forward).cloned();
@@ -558,12 +571,11 @@ impl Proxy {
             part: "aeges".into(),
             error,
         };
-        let setting = |e: ConfigError| fatal(e.to_string());
         let listener = std::net::TcpListener::bind(addr)
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .map_err(|e| fatal(format!("cannot bind {addr}: {e}")))?;
         let reports = aeges::Reports::new(
-            config.aeges.allow().map_err(setting)?,
+            config.aeges_report_allow.clone(),
             Some(config.aeges.report_token.clone()),
             config.aeges.max_report_bytes,
             queue,
@@ -573,7 +585,7 @@ impl Proxy {
         .with_share(share);
         let verifier = aeges::Verifier::new(
             aeges::VerifySettings {
-                allow: config.aeges.verify_allow().map_err(setting)?,
+                allow: config.aeges_verify_allow.clone(),
                 max_bytes: config.aeges.max_verify_bytes,
                 max_in_flight: config.aeges.max_in_flight,
                 monitor_only: config.screen.monitor_only,
@@ -600,11 +612,7 @@ impl Proxy {
         background: &mut Background,
     ) -> Result<(), Fatal> {
         let (config, metrics, readiness) = (&self.config, &self.metrics, &self.readiness);
-        let setting = |e: ConfigError| Fatal {
-            part: "aeges".into(),
-            error: e.to_string(),
-        };
-        let aeges = config.aeges.listen_addr().map_err(setting)?;
+        let aeges = config.aeges_listen;
         // With Redis, an instance also learns the bans the others share.
         let fleet = config.redis.enabled();
         if self.sources.is_empty() && aeges.is_none() && !fleet {

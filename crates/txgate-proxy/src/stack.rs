@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tower::ServiceBuilder;
 use tower::layer::util::{Identity, Stack as Layered};
-use txgate_config::{Config, Source};
+use txgate_config::{Settings, Source};
 use txgate_screen::Screen;
 
 use crate::limits::admission::{Admission, AdmissionLayer};
@@ -32,7 +32,7 @@ use crate::upstream::Upstream;
 /// What every worker's stack shares, one of each per process.
 #[derive(Debug, Clone)]
 pub(crate) struct Stack {
-    pub(crate) config: Arc<Config>,
+    pub(crate) config: Arc<Settings>,
     pub(crate) metrics: Arc<Metrics>,
     /// Per-client rates, before admission.
     pub(crate) client_limits: ClientLimitLayer,
@@ -55,7 +55,13 @@ impl MakeService for Stack {
 
     fn make(&self) -> io::Result<Service> {
         let config = &self.config;
-        let upstream = Upstream::new(config, self.metrics.clone()).map_err(io::Error::other)?;
+        let upstream = Upstream::new(
+            &config.upstream_url,
+            &config.upstream,
+            &config.admission,
+            self.metrics.clone(),
+        )
+        .map_err(io::Error::other)?;
         // Each worker asks the sidecar over its own connection, from its
         // own runtime; the verdicts are shared.
         let probe = match &self.verdicts {

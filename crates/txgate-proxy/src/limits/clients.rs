@@ -18,7 +18,7 @@ use futures_util::future::Either;
 use http::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode};
 use tower::{Layer, Service};
-use txgate_config::{LimitsConfig, RateConfig, RedisConfig, UnknownKey};
+use txgate_config::{IpNet, LimitsConfig, RateConfig, RedisConfig, UnknownKey};
 use txgate_identity::TrustedProxies;
 use txgate_jsonrpc::code;
 use txgate_limits::{Limits, Nanos, Rate, Slot, Spans, Table, Usage, Which, ip_key};
@@ -187,6 +187,7 @@ impl ClientLimits {
     /// their usage for [`super::fleet::run`].
     pub fn new(
         config: &LimitsConfig,
+        exempt: Vec<IpNet>,
         redis: &RedisConfig,
         fleet: Option<Arc<FleetLink>>,
         metrics: Arc<Metrics>,
@@ -216,7 +217,7 @@ impl ClientLimits {
             tier_names: config.tiers.keys().cloned().collect(),
             known: RwLock::default(),
             fleet,
-            exempt: TrustedProxies::new(config.exempt().unwrap_or_default()),
+            exempt: TrustedProxies::new(exempt),
             ipv6_prefix: config.ipv6_prefix,
             key_header: HeaderName::from_bytes(config.key_header.as_bytes())
                 .unwrap_or(HeaderName::from_static("x-api-key")),

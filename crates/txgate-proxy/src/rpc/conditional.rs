@@ -162,10 +162,12 @@ impl<'a> Signed<'a> {
 }
 
 impl Conditions {
-    /// The checks `config` asks for (validated: the addresses parse), with
-    /// `rates` built from it ([`Rates::new`]).
+    /// The checks `config` asks for, with its `targets` and `callers`
+    /// parsed, and `rates` built from it ([`Rates::new`]).
     pub fn new(
         config: &ConditionalConfig,
+        targets: &[[u8; 20]],
+        callers: &[[u8; 20]],
         rates: Option<Arc<Rates>>,
         metrics: &Metrics,
     ) -> Conditions {
@@ -173,18 +175,8 @@ impl Conditions {
         Conditions {
             enabled: AtomicBool::new(config.enabled),
             max_cost: config.max_cost,
-            targets: config
-                .target_addresses()
-                .unwrap_or_default()
-                .into_iter()
-                .map(Address::from)
-                .collect(),
-            callers: config
-                .caller_addresses()
-                .unwrap_or_default()
-                .into_iter()
-                .map(Address::from)
-                .collect(),
+            targets: targets.iter().copied().map(Address::from).collect(),
+            callers: callers.iter().copied().map(Address::from).collect(),
             rates,
             gates: gates::gates(),
             enabled_gauge: {

@@ -20,7 +20,7 @@ use http::Request;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
 use tower::Service;
-use txgate_config::{ForwardedHeader, ProxyProtocol, ServerConfig};
+use txgate_config::{ForwardedHeader, IpNet, ProxyProtocol, ServerConfig};
 use txgate_identity::forwarded::{self, How};
 use txgate_identity::{TrustedProxies, canonical};
 
@@ -51,9 +51,9 @@ pub(crate) struct Connection {
 }
 
 impl Edge {
-    /// From the validated `[server]` section.
-    pub fn new(server: &ServerConfig, metrics: Arc<Metrics>) -> Edge {
-        let trusted = TrustedProxies::new(server.trusted_proxies().unwrap_or_default());
+    /// From the `[server]` section and its parsed `trusted_proxies`.
+    pub fn new(server: &ServerConfig, trusted: Vec<IpNet>, metrics: Arc<Metrics>) -> Edge {
+        let trusted = TrustedProxies::new(trusted);
         let header = match server.forwarded_header {
             ForwardedHeader::XForwardedFor => Some(forwarded::Header::XForwardedFor),
             ForwardedHeader::Forwarded => Some(forwarded::Header::Forwarded),

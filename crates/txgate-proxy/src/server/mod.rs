@@ -355,6 +355,7 @@ mod tests {
         let metrics = Arc::new(Metrics::new());
         let edge = Arc::new(Edge::new(
             &txgate_config::ServerConfig::default(),
+            Vec::new(),
             metrics.clone(),
         ));
         let settings = ServerSettings {

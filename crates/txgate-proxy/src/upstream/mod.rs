@@ -24,7 +24,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::StatusCode;
 use http::header::HeaderValue;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use txgate_config::Config;
+use txgate_config::{AdmissionConfig, HttpUrl, UpstreamConfig};
 
 pub(crate) mod h1;
 pub(crate) mod tls;
@@ -91,17 +91,20 @@ struct Attempt {
 }
 
 impl Upstream {
-    /// Builds the client. `upstream.url` is parsed by
-    /// `UpstreamConfig::endpoint`, the same parser `Config::validate` uses.
-    pub fn new(config: &Config, metrics: Arc<Metrics>) -> Result<Self, String> {
-        let up = &config.upstream;
-        let endpoint = up.endpoint().map_err(|e| e.to_string())?;
+    /// Builds the client to `endpoint` (`upstream.url`, parsed) with the
+    /// rest of `[upstream]`; its idle pool is sized against `admission`.
+    pub fn new(
+        endpoint: &HttpUrl,
+        up: &UpstreamConfig,
+        admission: &AdmissionConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, String> {
         let client_tls = match endpoint.is_tls() {
             true => Some(tls::client_config(&up.tls, &[b"http/1.1"])?),
             false => None,
         };
         let connector = Connector::new(
-            &endpoint,
+            endpoint,
             client_tls,
             Duration::from_millis(up.connect_timeout_ms),
             metrics.clone(),
@@ -111,7 +114,7 @@ impl Upstream {
             "POST {path} HTTP/1.1\r\nhost: {authority}\r\ncontent-type: application/json\r\ncontent-length: "
         )
         .into_bytes();
-        let pool_max_idle = up.effective_pool_max_idle(&config.admission);
+        let pool_max_idle = up.effective_pool_max_idle(admission);
         Ok(Upstream {
             inner: Arc::new(Inner {
                 connector,
@@ -361,14 +364,13 @@ mod tests {
     #[test]
     fn the_request_head_comes_from_the_parsed_url() {
         let metrics = Arc::new(Metrics::new());
-        let mut config = Config::default();
-        config.upstream.url = "http://[::1]:9000/rpc/v1".into();
-        let u = Upstream::new(&config, metrics.clone()).unwrap();
+        let config = txgate_config::Config::default();
+        let url = HttpUrl::parse_upstream("http://[::1]:9000/rpc/v1").unwrap();
+        let u = Upstream::new(&url, &config.upstream, &config.admission, metrics).unwrap();
         assert!(
             String::from_utf8_lossy(&u.inner.head)
                 .starts_with("POST /rpc/v1 HTTP/1.1\r\nhost: [::1]:9000\r\n")
         );
-        config.upstream.url = "http://h:notaport".into();
-        assert!(Upstream::new(&config, metrics).is_err());
+        assert!(HttpUrl::parse_upstream("http://h:notaport").is_err());
     }
 }

@@ -705,7 +705,10 @@ impl InProcess {
                     listeners.rpc_addr().unwrap(),
                     listeners.admin_addr().unwrap(),
                 );
-                let proxy = txgate_proxy::Proxy::new(config).expect("proxy");
+                let proxy = txgate_proxy::Proxy::new(
+                    txgate_config::Settings::new(config).expect("settings"),
+                )
+                .expect("proxy");
                 let invalidations = proxy.invalidations().expect("screening on");
                 ready_tx.send((addrs, invalidations)).unwrap();
                 proxy

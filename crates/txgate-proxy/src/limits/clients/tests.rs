@@ -19,8 +19,10 @@ fn toml_from(s: &str) -> LimitsConfig {
 }
 
 fn limits(toml: &str) -> ClientLimits {
+    let config = config(toml);
     ClientLimits::new(
-        &config(toml),
+        &config,
+        config.exempt().unwrap(),
         &RedisConfig::default(),
         None,
         Arc::new(Metrics::new()),
@@ -62,6 +64,7 @@ fn nothing_configured_is_no_stage() {
     assert!(
         ClientLimits::new(
             &LimitsConfig::default(),
+            Vec::new(),
             &RedisConfig::default(),
             None,
             Arc::new(Metrics::new())
@@ -193,7 +196,14 @@ fn a_reload_replaces_the_keys_and_a_bad_file_keeps_the_old_ones() {
     std::fs::write(&path, "[keys]\n\"file-key\" = \"partner\"\n").unwrap();
     let mut c = config(KEYS);
     c.keys_file = path.display().to_string();
-    let l = ClientLimits::new(&c, &RedisConfig::default(), None, Arc::new(Metrics::new())).unwrap();
+    let l = ClientLimits::new(
+        &c,
+        c.exempt().unwrap(),
+        &RedisConfig::default(),
+        None,
+        Arc::new(Metrics::new()),
+    )
+    .unwrap();
     let ip = client("203.0.113.7");
     let with = |key: &str| headers(&[("x-api-key", key)]);
     assert!(matches!(
@@ -253,6 +263,7 @@ fn while_the_fleet_is_unreachable_each_instance_holds_its_local_share() {
     let l = stopped(
         ClientLimits::new(
             &config("ip = { calls_per_sec = 10, calls_burst = 10 }\n"),
+            Vec::new(),
             &redis,
             Some(link.clone()),
             Arc::new(Metrics::new()),

@@ -20,7 +20,14 @@ fn conditions(config: ConditionalConfig) -> (Conditions, Metrics) {
         &metrics,
     )
     .map(Arc::new);
-    (Conditions::new(&config, rates, &metrics), metrics)
+    let (targets, callers) = (
+        config.target_addresses().unwrap(),
+        config.caller_addresses().unwrap(),
+    );
+    (
+        Conditions::new(&config, &targets, &callers, rates, &metrics),
+        metrics,
+    )
 }
 
 /// The checks of a request without a signature header.

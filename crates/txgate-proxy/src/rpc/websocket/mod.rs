@@ -36,7 +36,7 @@ use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_util::sync::CancellationToken;
-use txgate_config::Config;
+use txgate_config::{Config, HttpUrl};
 use txgate_limits::gcra::Rate;
 
 use super::Shared;
@@ -102,9 +102,11 @@ impl WebSockets {
         self.lanes.close_here().await;
     }
 
-    /// From the validated config; `None` when `websocket.enabled` is off.
+    /// From the validated config and the node's WebSocket endpoint (set or
+    /// derived, parsed); `None` when `websocket.enabled` is off.
     pub fn new(
         config: &Config,
+        url: &HttpUrl,
         admission: AdmissionLayer,
         stop: CancellationToken,
         metrics: Arc<Metrics>,
@@ -113,13 +115,12 @@ impl WebSockets {
         if !ws.enabled {
             return Ok(None);
         }
-        let url = config.websocket_upstream().map_err(|e| e.to_string())?;
         let connect_timeout = Duration::from_millis(config.upstream.connect_timeout_ms);
         let client_tls = match url.is_tls() {
             true => Some(upstream_tls::client_config(&config.upstream.tls, &[])?),
             false => None,
         };
-        let connector = Connector::new(&url, client_tls, connect_timeout, metrics)?;
+        let connector = Connector::new(url, client_tls, connect_timeout, metrics)?;
         let client_codec = WebSocketConfig::default()
             .read_buffer_size(READ_BUFFER)
             .write_buffer_size(0)

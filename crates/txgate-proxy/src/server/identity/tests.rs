@@ -22,7 +22,8 @@ fn edge(trusted: &[&str], mode: ProxyProtocol, header: ForwardedHeader) -> (Edge
         ..ServerConfig::default()
     };
     server.validate().unwrap();
-    (Edge::new(&server, metrics.clone()), metrics)
+    let trusted = server.trusted_proxies().unwrap();
+    (Edge::new(&server, trusted, metrics.clone()), metrics)
 }
 
 fn v2_header(source: [u8; 4], port: u16) -> Vec<u8> {
