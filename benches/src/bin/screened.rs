@@ -51,9 +51,8 @@ use std::time::{Duration, Instant};
 
 use alloy_primitives::Address;
 use serde_json::json;
-use txgate_benches::procs::{
-    HttpClient, anvil, client, cpu_ms, free_port, fund, post, root, spawn, wait_up,
-};
+use txgate_benches::procs::{HttpClient, client, cpu_ms, free_port, post, root, spawn, wait_up};
+use txgate_benches::start::{anvil, fund};
 use txgate_benches::{Eoa, raw_hex};
 
 struct Args {

@@ -34,8 +34,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 use txgate_benches::procs::{
-    Nginx, Proc, anvil, client, free_port, post, root, spawn, tree_cpu_ms, wait_up,
+    Nginx, Proc, client, free_port, post, root, spawn, tree_cpu_ms, wait_up,
 };
+use txgate_benches::start::anvil;
 use txgate_benches::stats::{median, percentile};
 
 struct Args {
