@@ -29,7 +29,7 @@ use alloy_primitives::{Address, B256, U256, keccak256};
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use prost::Message;
-use txgate_benches::{Eoa, random_invalidations};
+use txgate_benches::{Eoa, ban, random_invalidations};
 use txgate_proto::aeges_v1::{Transaction, VerifyTransactionRequest};
 use txgate_proxy::aeges::{Verifier, VerifySettings};
 use txgate_proxy::metrics::Metrics;
@@ -99,17 +99,7 @@ fn screen() -> Screen {
     }
     // The banned calldata: DISTINCT fingerprints of the same shape.
     let bans: Vec<Invalidation> = (0..DISTINCT)
-        .map(|n| {
-            let fp = Fingerprint::from_parts(TARGET, &payload(n, true), U256::from(1), 90_000);
-            Invalidation {
-                fingerprint: fp.hash,
-                target: TARGET,
-                selector: fp.selector,
-                assertion: None,
-                tx_hash: None,
-                sender: None,
-            }
-        })
+        .map(|n| ban(TARGET, &payload(n, true), U256::from(1), 90_000))
         .collect();
     screen.apply(&bans, 0);
     screen

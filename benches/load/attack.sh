@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The attack benchmark (see benches/src/bin/attack.rs): builds txgate, the
+# The attack benchmark (see benches/src/bin/attack/main.rs): builds txgate, the
 # example sidecar and the load tool (release), then runs it. Loopback only,
 # bounded in time. Extra arguments go to the tool (--seconds, --rate,
 # --attackers, --connections, --probes, --json FILE, --sample-ms,
 # --upstream anvil|sink, --should-forward off|hot|all, --cold-start,
-# --honest-call poke|transfer; see benches/src/bin/attack.rs). Several
+# --honest-call poke|transfer; see benches/src/bin/attack/main.rs). Several
 # settings in interleaved rounds: benches/load/attack_rounds.sh.
 #
 # Then plots the run next to its JSON (benches/report/attack_plots.py, with

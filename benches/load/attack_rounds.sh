@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Interleaved rounds of the attack benchmark (benches/src/bin/attack.rs):
+# Interleaved rounds of the attack benchmark (benches/src/bin/attack/main.rs):
 # for each round, one run per setting, so that every setting sees the same
 # machine; then the medians over rounds (benches/report/attack_rounds.py).
 #

@@ -4,7 +4,7 @@
 # real Prometheus (Debian's package: scrapes every second, loads
 # deploy/prometheus/txgate-rules.yml) on free loopback ports, plays the
 # attack bench's story against them at small settings (honest alone, then
-# under attack, then invalidation probes; benches/src/bin/attack.rs), then
+# under attack, then invalidation probes; benches/src/bin/attack/main.rs), then
 # renders a selection of deploy/grafana/txgate.json's panels from
 # Prometheus's query_range (benches/report/dashboard_png.py). Stops what it
 # started, by pid; bounded in time; loopback only.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The soak (see benches/src/bin/soak.rs): builds txgate, the example sidecar
+# The soak (see benches/src/bin/soak/main.rs): builds txgate, the example sidecar
 # and the tool (release), runs it (30 minutes by default; --minutes M), and
 # plots txgate's RSS and descriptors (benches/report/soak_plot.py, with the
 # matplotlib of scripts/install-plot-tools.sh). Loopback only, bounded in

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plots of the attack bench (benches/src/bin/attack.rs) from its --json file.
+"""Plots of the attack bench (benches/src/bin/attack/main.rs) from its --json file.
 
     .venv-plots/bin/python benches/report/attack_plots.py RESULT.json [--out DIR]
 

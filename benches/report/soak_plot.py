@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plot of the soak (benches/src/bin/soak.rs) from its --json file.
+"""Plot of the soak (benches/src/bin/soak/main.rs) from its --json file.
 
     .venv-plots/bin/python benches/report/soak_plot.py RESULT.json [--out FILE]
 

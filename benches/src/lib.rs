@@ -1,14 +1,16 @@
 //! Helpers shared by the benchmarks in `benches/` and the load tools in
-//! `src/bin/`: signing test transactions and making invalidations.
+//! `src/bin/`: signing test transactions, the body of their submission,
+//! making invalidations, the flag `cargo bench` passes.
 
 use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
 use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Address, B256, Bytes, Signature, TxKind, U256, keccak256};
 use secp256k1::{Message, SECP256K1, SecretKey};
-use txgate_screen::Invalidation;
+use txgate_screen::{Fingerprint, Invalidation};
 
 pub mod moka_denied;
 pub mod procs;
+pub mod start;
 pub mod stats;
 
 /// Anvil's chain id.
@@ -75,12 +77,40 @@ pub fn raw_hex(envelope: &TxEnvelope) -> String {
     )
 }
 
+/// The body of an `eth_sendRawTransaction` call (id 1) of `raw` (`0x…`).
+pub fn send_raw(raw: &str) -> String {
+    serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "eth_sendRawTransaction", "params": [raw]})
+        .to_string()
+}
+
+/// `--bench`, which `cargo bench` passes to the targets it runs: the load
+/// tools take it on their command lines, and ignore it.
+#[derive(Debug, clap::Args)]
+pub struct CargoBench {
+    #[arg(long = "bench", hide = true)]
+    _bench: bool,
+}
+
 /// `selector` with one `uint256` argument.
 pub fn call(selector: [u8; 4], arg: u64) -> Vec<u8> {
     let mut input = selector.to_vec();
     input.extend_from_slice(&[0u8; 24]);
     input.extend_from_slice(&arg.to_be_bytes());
     input
+}
+
+/// The ban of a call's fingerprint (to `target`, with `payload`, `value`
+/// and `gas_limit`), naming no assertion, transaction or sender.
+pub fn ban(target: Address, payload: &[u8], value: U256, gas_limit: u64) -> Invalidation {
+    let fp = Fingerprint::from_parts(target, payload, value, gas_limit);
+    Invalidation {
+        fingerprint: fp.hash,
+        target,
+        selector: fp.selector,
+        assertion: None,
+        tx_hash: None,
+        sender: None,
+    }
 }
 
 /// `count` invalidations of random fingerprints (and tx hashes), spread

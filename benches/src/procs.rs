@@ -1,5 +1,6 @@
 //! Processes and HTTP for the load tools: children killed on drop, free
-//! loopback ports, a JSON-RPC POST, waiting for an endpoint to answer.
+//! loopback ports, a JSON-RPC POST, a GET, waiting for an endpoint to
+//! answer, a figure of a Prometheus text.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -135,39 +136,6 @@ pub fn tree_cpu_ms(pid: u32) -> f64 {
     cpu_ms(pid) + children
 }
 
-/// Starts anvil on a free loopback port with `extra` flags (`--silent`
-/// always); its URL, once it answers. Stops when the process is dropped.
-pub async fn anvil(client: &HttpClient, extra: &[&str]) -> (Proc, String) {
-    let port = free_port();
-    let mut args = vec!["--host", "127.0.0.1", "--silent", "--port"];
-    let port_arg = port.to_string();
-    args.push(&port_arg);
-    args.extend_from_slice(extra);
-    let proc = spawn(&root().join(".tools/bin/anvil"), &args);
-    let url = format!("http://127.0.0.1:{port}");
-    wait_up(client, &url).await;
-    (proc, url)
-}
-
-/// Gives each of `addresses` 100 ether on anvil, in one batch.
-pub async fn fund(
-    client: &HttpClient,
-    node: &str,
-    addresses: impl IntoIterator<Item = alloy_primitives::Address>,
-) {
-    let calls: Vec<Value> = addresses
-        .into_iter()
-        .enumerate()
-        .map(|(i, address)| {
-            json!({"jsonrpc": "2.0", "id": i, "method": "anvil_setBalance",
-                "params": [format!("{address}"), "0x56bc75e2d63100000"]})
-        })
-        .collect();
-    post(client, node, Value::Array(calls).to_string())
-        .await
-        .unwrap_or_else(|e| panic!("funding on {node}: {e}"));
-}
-
 /// The HTTP client of the load tools.
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
@@ -209,6 +177,17 @@ pub async fn post(client: &HttpClient, url: &str, body: String) -> Result<(u16, 
     Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
 }
 
+/// GETs `url`; its body as text, whatever the status (`None` when no
+/// answer came).
+pub async fn get_text(client: &HttpClient, url: &str) -> Option<String> {
+    let request = hyper::Request::get(url)
+        .body(Full::new(Bytes::new()))
+        .ok()?;
+    let response = client.request(request).await.ok()?;
+    let body = response.into_body().collect().await.ok()?.to_bytes();
+    Some(String::from_utf8_lossy(&body).into_owned())
+}
+
 /// Waits until `url` answers a JSON-RPC call (10 s at most).
 pub async fn wait_up(client: &HttpClient, url: &str) {
     for _ in 0..400 {
@@ -225,4 +204,24 @@ pub async fn wait_up(client: &HttpClient, url: &str) {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("{url} did not come up");
+}
+
+/// Waits until `url` answers a GET, whatever the status (10 s at most):
+/// an admin listener's `/healthz`.
+pub async fn wait_get(client: &HttpClient, url: &str) {
+    for _ in 0..400 {
+        if get_text(client, url).await.is_some() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{url} did not come up");
+}
+
+/// The value of `series` (a name and its labels, as printed) in a
+/// Prometheus text; `None` when it is not there.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
 }

@@ -19,34 +19,28 @@
 use std::time::{Duration, Instant};
 
 use alloy_primitives::Address;
+use clap::Parser;
 use serde_json::{Value, json};
-use txgate_benches::procs::{HttpClient, client, free_port, post, root, spawn, wait_up};
-use txgate_benches::{Eoa, raw_hex};
+use txgate_benches::procs::{HttpClient, client, get_text, metric, post};
+use txgate_benches::start::{Scratch, Txgate, anvil, arg, fund, release, sidecar, sidecar_config};
+use txgate_benches::stats::median;
+use txgate_benches::{CargoBench, Eoa, raw_hex};
 
+/// A batch of submissions waiting on ShouldForward, through txgate and
+/// straight to the node.
+#[derive(Parser)]
 struct Args {
+    /// Interleaved rounds (after one of warm-up).
+    #[arg(long, default_value_t = 15)]
     rounds: usize,
+    /// Submissions in a batch.
+    #[arg(long, default_value_t = 40)]
     batch: usize,
+    /// The sidecar's delay before each ShouldForward answer, ms.
+    #[arg(long, default_value_t = 50)]
     delay_ms: u64,
-}
-
-fn args() -> Args {
-    let mut a = Args {
-        rounds: 15,
-        batch: 40,
-        delay_ms: 50,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().expect("flag value");
-        match flag.as_str() {
-            "--rounds" => a.rounds = value().parse().expect("rounds"),
-            "--batch" => a.batch = value().parse().expect("batch"),
-            "--delay-ms" => a.delay_ms = value().parse().expect("delay"),
-            "--bench" => {}
-            other => panic!("unknown flag {other}"),
-        }
-    }
-    a
+    #[command(flatten)]
+    _cargo: CargoBench,
 }
 
 /// A batch of transfers from `eoas` (nonce `nonce`), to distinct targets.
@@ -78,95 +72,34 @@ async fn timed(client: &HttpClient, url: &str, body: String, expect: usize) -> D
     elapsed
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 #[tokio::main]
 async fn main() {
-    let a = args();
-    let tools = root().join(".tools/bin");
-    let release = root().join("target/release");
+    let a = Args::parse();
     let client = client(64);
-    let (anvil_port, grpc_port, sidecar_admin, rpc_port, admin_port) = (
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
+    let (_anvil, node) = anvil(&client, &[]).await;
+    let scratch = Scratch::new("batch-probe");
+    let shipped = std::fs::read_to_string(sidecar_config()).unwrap();
+    let sidecar_config = scratch.write(
+        "sidecar.toml",
+        &format!("should_forward_delay_ms = {}\n{shipped}", a.delay_ms),
     );
-    let node = format!("http://127.0.0.1:{anvil_port}");
-    let _anvil = spawn(
-        &tools.join("anvil"),
-        &[
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &anvil_port.to_string(),
-            "--silent",
-        ],
-    );
-    wait_up(&client, &node).await;
-    let dir = std::env::temp_dir().join(format!("txgate-batch-probe-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let sidecar_config = dir.join("sidecar.toml");
-    let shipped = std::fs::read_to_string(root().join("config/example-sidecar.toml")).unwrap();
-    std::fs::write(
-        &sidecar_config,
-        format!("should_forward_delay_ms = {}\n{shipped}", a.delay_ms),
-    )
-    .unwrap();
-    let _sidecar = spawn(
-        &release.join("example-sidecar"),
-        &[
-            "--listen",
-            &format!("127.0.0.1:{grpc_port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{sidecar_admin}"),
-            "--node",
-            &node,
-            "--config",
-            sidecar_config.to_str().unwrap(),
-        ],
-    );
-    let txgate_config = dir.join("txgate.toml");
-    std::fs::write(
-        &txgate_config,
+    let sidecar = sidecar(&client, &node, &sidecar_config).await;
+    let txgate_config = scratch.write(
+        "txgate.toml",
         "[sidecar]\nshould_forward = true\nshould_forward_scope = \"all\"\nshould_forward_timeout_ms = 400\n",
-    )
-    .unwrap();
-    let txgate_url = format!("http://127.0.0.1:{rpc_port}");
-    let _txgate = spawn(
-        &release.join("txgate"),
-        &[
-            "--config",
-            txgate_config.to_str().unwrap(),
-            "--listen",
-            &format!("127.0.0.1:{rpc_port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin_port}"),
-            "--upstream",
-            &node,
-            "--sidecar",
-            &format!("http://127.0.0.1:{grpc_port}"),
-        ],
     );
-    wait_up(&client, &txgate_url).await;
+    let txgate = Txgate::start(
+        &client,
+        &release("txgate"),
+        &node,
+        &["--config", arg(&txgate_config), "--sidecar", &sidecar.grpc],
+    )
+    .await;
+    let txgate_url = txgate.url();
 
     // Two sets of accounts (node, txgate), funded in one batch.
     let eoas: Vec<Eoa> = (0..2 * a.batch as u64).map(|i| Eoa::new(0x5b, i)).collect();
-    let fund: Vec<Value> = eoas
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            json!({"jsonrpc": "2.0", "id": i, "method": "anvil_setBalance",
-                "params": [format!("{}", e.address), "0x56bc75e2d63100000"]})
-        })
-        .collect();
-    post(&client, &node, Value::Array(fund).to_string())
-        .await
-        .expect("fund");
+    fund(&client, &node, eoas.iter().map(|e| e.address)).await;
     let (direct, screened) = eoas.split_at(a.batch);
     // Warm-up: the connections to the node and to the sidecar.
     let mut nonce = 0;
@@ -196,35 +129,21 @@ async fn main() {
         txgate_ms.push(t);
         added_ms.push(t - n);
     }
-    let metrics = scrape_metrics(&format!("127.0.0.1:{admin_port}")).await;
-    let forwards = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("txgate_should_forward_total{result=\"forward\"} "))
-        .unwrap_or("0");
+    let metrics = get_text(&client, &format!("{}/metrics", txgate.admin()))
+        .await
+        .expect("txgate's /metrics");
+    let forwards =
+        metric(&metrics, "txgate_should_forward_total{result=\"forward\"}").unwrap_or(0.0);
     println!(
         "\nbatch of {} submissions, ShouldForward answered after {} ms, {} rounds (medians):",
         a.batch, a.delay_ms, a.rounds
     );
     println!(
         "  node {:.1} ms, through txgate {:.1} ms, added {:.1} ms (target <= 250 ms; sequential would add >= {} ms)",
-        median(node_ms),
-        median(txgate_ms),
-        median(added_ms),
+        median(&node_ms),
+        median(&txgate_ms),
+        median(&added_ms),
         a.batch as u64 * a.delay_ms
     );
     println!("  ShouldForward answers 'forward': {forwards}");
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// `GET /metrics` over a plain TCP connection.
-async fn scrape_metrics(addr: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("admin");
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .await
-        .expect("write");
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await.expect("read");
-    out
 }

@@ -24,60 +24,36 @@
 use std::time::{Duration, Instant};
 
 use alloy_primitives::Address;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use clap::Parser;
 use serde_json::{Value, json};
-use txgate_benches::procs::{HttpClient, Proc, client, free_port, post, root, spawn, wait_up};
-use txgate_benches::{Eoa, call, raw_hex};
+use txgate_benches::procs::{HttpClient, client, get_text, post, wait_up};
+use txgate_benches::start::{Txgate, anvil, release, sidecar, sidecar_config};
+use txgate_benches::stats::Sample;
+use txgate_benches::{CargoBench, Eoa, call, raw_hex, send_raw};
 
 const TARGET: Address = Address::repeat_byte(0x5c);
 const GAS: u64 = 100_000;
 
+/// Fleet convergence: injection to refusal on every instance, and a new
+/// instance's start to its first refusal of a live ban.
+#[derive(Parser)]
 struct Args {
+    /// Probes of the fleet (after 2 of warm-up).
+    #[arg(long, default_value_t = 20)]
     probes: usize,
+    /// Starts of a new instance.
+    #[arg(long, default_value_t = 5)]
     starts: usize,
-}
-
-fn args() -> Args {
-    let mut a = Args {
-        probes: 20,
-        starts: 5,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().expect("value").parse().expect("number");
-        match flag.as_str() {
-            "--probes" => a.probes = value(),
-            "--starts" => a.starts = value(),
-            "--bench" => {}
-            other => panic!("unknown flag {other}"),
-        }
-    }
-    a
-}
-
-fn submission(raw: &str) -> String {
-    json!({"jsonrpc": "2.0", "id": 1, "method": "eth_sendRawTransaction", "params": [raw]})
-        .to_string()
+    #[command(flatten)]
+    _cargo: CargoBench,
 }
 
 async fn get(client: &HttpClient, url: &str) -> Option<Value> {
-    let req = hyper::Request::get(url)
-        .body(Full::new(Bytes::new()))
-        .ok()?;
-    let body = client
-        .request(req)
-        .await
-        .ok()?
-        .into_body()
-        .collect()
-        .await
-        .ok()?;
-    serde_json::from_slice(&body.to_bytes()).ok()
+    serde_json::from_str(&get_text(client, url).await?).ok()
 }
 
 async fn refused(client: &HttpClient, rpc: &str, raw: &str) -> bool {
-    matches!(post(client, rpc, submission(raw)).await,
+    matches!(post(client, rpc, send_raw(raw)).await,
         Ok((_, v)) if v["error"]["data"]["reason"] == "denied_fingerprint")
 }
 
@@ -92,23 +68,12 @@ async fn until_refused(client: HttpClient, rpc: String, raw: String) -> Option<I
     None
 }
 
-struct Instance {
-    _proc: Proc,
-    rpc: String,
-    admin: String,
-}
-
-fn instance(node: &str, sidecar: &str) -> Instance {
-    let (rpc_port, admin_port) = (free_port(), free_port());
-    let proc = spawn(
-        &root().join("target/release/txgate"),
+/// An instance of the fleet, subscribed to `sidecar`; not waited for.
+fn instance(node: &str, sidecar: &str) -> Txgate {
+    Txgate::spawn(
+        &release("txgate"),
+        node,
         &[
-            "--listen",
-            &format!("127.0.0.1:{rpc_port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin_port}"),
-            "--upstream",
-            node,
             "--sidecar",
             sidecar,
             // The probes are one client refused over and over: paced, the
@@ -116,12 +81,7 @@ fn instance(node: &str, sidecar: &str) -> Instance {
             "--pacing",
             "false",
         ],
-    );
-    Instance {
-        _proc: proc,
-        rpc: format!("http://127.0.0.1:{rpc_port}"),
-        admin: format!("http://127.0.0.1:{admin_port}"),
-    }
+    )
 }
 
 async fn caught_up(client: &HttpClient, admin: &str) -> bool {
@@ -130,50 +90,25 @@ async fn caught_up(client: &HttpClient, admin: &str) -> bool {
         .is_some_and(|v| v["sidecars"][0]["caught_up"] == true)
 }
 
-fn stats(v: &mut [f64]) -> (f64, f64) {
-    v.sort_by(f64::total_cmp);
-    (v[v.len() / 2], v[v.len() - 1])
+/// The median and the largest of `v`.
+fn stats(v: &[f64]) -> (f64, f64) {
+    let sample = Sample::new(v.to_vec());
+    (sample.median(), sample.max())
 }
 
 #[tokio::main]
 async fn main() {
-    let a = args();
-    let release = root().join("target/release");
+    let a = Args::parse();
     let client = client(16);
-    let (anvil_port, grpc_port, sidecar_admin) = (free_port(), free_port(), free_port());
-    let node = format!("http://127.0.0.1:{anvil_port}");
-    let _anvil = spawn(
-        &root().join(".tools/bin/anvil"),
-        &[
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &anvil_port.to_string(),
-            "--silent",
-        ],
-    );
-    wait_up(&client, &node).await;
-    let _sidecar = spawn(
-        &release.join("example-sidecar"),
-        &[
-            "--listen",
-            &format!("127.0.0.1:{grpc_port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{sidecar_admin}"),
-            "--node",
-            &node,
-            "--config",
-            root().join("config/example-sidecar.toml").to_str().unwrap(),
-        ],
-    );
-    let sidecar = format!("http://127.0.0.1:{grpc_port}");
-    let inject_url = format!("http://127.0.0.1:{sidecar_admin}/invalidations");
-    let fleet: Vec<Instance> = (0..3).map(|_| instance(&node, &sidecar)).collect();
+    let (_anvil, node) = anvil(&client, &[]).await;
+    let sidecar = sidecar(&client, &node, &sidecar_config()).await;
+    let inject_url = format!("{}/invalidations", sidecar.admin);
+    let fleet: Vec<Txgate> = (0..3).map(|_| instance(&node, &sidecar.grpc)).collect();
     for i in &fleet {
-        wait_up(&client, &i.rpc).await;
+        wait_up(&client, &i.url()).await;
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !caught_up(&client, &i.admin).await {
-            assert!(Instant::now() < deadline, "{} never subscribed", i.admin);
+        while !caught_up(&client, &i.admin()).await {
+            assert!(Instant::now() < deadline, "{} never subscribed", i.admin());
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -187,13 +122,7 @@ async fn main() {
         let probe_raw = raw_hex(&Eoa::new(0x62, p).sign(0, TARGET, &input, GAS, 1));
         let pollers: Vec<_> = fleet
             .iter()
-            .map(|i| {
-                tokio::spawn(until_refused(
-                    client.clone(),
-                    i.rpc.clone(),
-                    probe_raw.clone(),
-                ))
-            })
+            .map(|i| tokio::spawn(until_refused(client.clone(), i.url(), probe_raw.clone())))
             .collect();
         tokio::time::sleep(Duration::from_millis(20)).await;
         let injected = Instant::now();
@@ -212,7 +141,7 @@ async fn main() {
         if let Some(raw) = &banned_probe {
             for i in &fleet {
                 let started = Instant::now();
-                assert!(refused(&client, &i.rpc, raw).await);
+                assert!(refused(&client, &i.url(), raw).await);
                 floor.push(started.elapsed().as_secs_f64() * 1e3);
             }
         }
@@ -229,16 +158,16 @@ async fn main() {
         "fleet of 3, {} probes: injection at the sidecar → first refusal (target: max <= 100 ms)",
         a.probes
     );
-    for (n, v) in per.iter_mut().enumerate() {
+    for (n, v) in per.iter().enumerate() {
         let (median, max) = stats(v);
         println!(
             "  instance {}: median {median:6.2} ms, max {max:6.2} ms",
             n + 1
         );
     }
-    let (median, max) = stats(&mut all);
+    let (median, max) = stats(&all);
     println!("  all:        median {median:6.2} ms, max {max:6.2} ms");
-    let (fmedian, fmax) = stats(&mut floor);
+    let (fmedian, fmax) = stats(&floor);
     println!("  floor (one refused submission): median {fmedian:6.3} ms, max {fmax:6.3} ms");
 
     // New instance: spawn → first answer, first refusal of a live ban,
@@ -247,7 +176,8 @@ async fn main() {
     let (mut answer, mut refusal, mut caught) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..a.starts {
         let spawned = Instant::now();
-        let fresh = instance(&node, &sidecar);
+        let fresh = instance(&node, &sidecar.grpc);
+        let (rpc, admin) = (fresh.url(), fresh.admin());
         let (mut t_answer, mut t_refused, mut t_caught) = (None, None, None);
         while spawned.elapsed() < Duration::from_secs(10)
             && (t_answer.is_none() || t_refused.is_none() || t_caught.is_none())
@@ -255,7 +185,7 @@ async fn main() {
             if t_answer.is_none()
                 && post(
                     &client,
-                    &fresh.rpc,
+                    &rpc,
                     json!({"jsonrpc":"2.0","id":1,"method":"eth_chainId"}).to_string(),
                 )
                 .await
@@ -263,13 +193,10 @@ async fn main() {
             {
                 t_answer = Some(spawned.elapsed());
             }
-            if t_answer.is_some()
-                && t_refused.is_none()
-                && refused(&client, &fresh.rpc, &live).await
-            {
+            if t_answer.is_some() && t_refused.is_none() && refused(&client, &rpc, &live).await {
                 t_refused = Some(spawned.elapsed());
             }
-            if t_answer.is_some() && t_caught.is_none() && caught_up(&client, &fresh.admin).await {
+            if t_answer.is_some() && t_caught.is_none() && caught_up(&client, &admin).await {
                 t_caught = Some(spawned.elapsed());
             }
             if t_answer.is_none() {
@@ -288,9 +215,9 @@ async fn main() {
         a.starts
     );
     for (name, v) in [
-        ("first answer (eth_chainId)", &mut answer),
-        ("first refusal of a live ban", &mut refusal),
-        ("/readyz caught_up", &mut caught),
+        ("first answer (eth_chainId)", &answer),
+        ("first refusal of a live ban", &refusal),
+        ("/readyz caught_up", &caught),
     ] {
         let (median, max) = stats(v);
         println!("  {name:28} median {median:7.1} ms, max {max:7.1} ms");

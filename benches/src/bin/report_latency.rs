@@ -21,25 +21,25 @@
 use std::time::{Duration, Instant};
 
 use alloy_primitives::{Address, B256, hex, keccak256};
+use clap::Parser;
 use serde_json::json;
-use txgate_benches::procs::{HttpClient, client, free_port, post, root, spawn, wait_up};
-use txgate_benches::{Eoa, call, raw_hex};
+use txgate_benches::procs::{HttpClient, client, free_port, post};
+use txgate_benches::start::{Txgate, anvil, release};
+use txgate_benches::stats::Sample;
+use txgate_benches::{CargoBench, Eoa, call, raw_hex, send_raw};
 
 const TOKEN: &str = "bench-token";
 const TARGET: Address = Address::repeat_byte(0x7e);
 const GAS: u64 = 100_000;
 
-fn rounds() -> usize {
-    let mut it = std::env::args().skip(1);
-    let mut rounds = 200;
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--rounds" => rounds = it.next().expect("value").parse().expect("rounds"),
-            "--bench" => {}
-            other => panic!("unknown flag {other}"),
-        }
-    }
-    rounds
+/// Report to first refusal, against the floor of that path.
+#[derive(Parser)]
+struct Args {
+    /// Measured rounds (after 10 of warm-up).
+    #[arg(long, default_value_t = 200)]
+    rounds: usize,
+    #[command(flatten)]
+    _cargo: CargoBench,
 }
 
 fn report(round: u64, input: &[u8]) -> String {
@@ -54,11 +54,6 @@ fn report(round: u64, input: &[u8]) -> String {
     .to_string()
 }
 
-fn submission(raw: &str) -> String {
-    json!({"jsonrpc": "2.0", "id": 1, "method": "eth_sendRawTransaction", "params": [raw]})
-        .to_string()
-}
-
 /// Posts the report, then submits `raw` until it is refused; the time
 /// from the POST to the refusal, and the submissions it took.
 async fn to_refusal(
@@ -71,7 +66,7 @@ async fn to_refusal(
     let started = Instant::now();
     let (status, _) = post(client, aeges, report).await.expect("report");
     assert_eq!(status, 200, "report refused");
-    let body = submission(raw);
+    let body = send_raw(raw);
     for tries in 1.. {
         let (_, answer) = post(client, rpc, body.clone()).await.expect("submit");
         if answer["error"]["code"] == -32003 {
@@ -90,50 +85,26 @@ async fn floor(client: &HttpClient, aeges: &str, rpc: &str, report: String, raw:
     let started = Instant::now();
     let (status, _) = post(client, aeges, report).await.expect("report");
     assert_eq!(status, 200);
-    let (_, answer) = post(client, rpc, submission(raw)).await.expect("submit");
+    let (_, answer) = post(client, rpc, send_raw(raw)).await.expect("submit");
     assert_eq!(answer["error"]["code"], -32003, "{answer}");
     started.elapsed()
 }
 
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[((v.len() - 1) as f64 * p).round() as usize]
-}
-
 #[tokio::main]
 async fn main() {
-    let rounds = rounds();
-    let tools = root().join(".tools/bin");
-    let release = root().join("target/release");
+    let rounds = Args::parse().rounds;
     let client = client(8);
-    let (anvil_port, rpc_port, admin_port, aeges_port) =
-        (free_port(), free_port(), free_port(), free_port());
-    let node = format!("http://127.0.0.1:{anvil_port}");
-    let _anvil = spawn(
-        &tools.join("anvil"),
+    let (_anvil, node) = anvil(&client, &[]).await;
+    let aeges_port = free_port();
+    let txgate = Txgate::start(
+        &client,
+        &release("txgate"),
+        &node,
         &[
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &anvil_port.to_string(),
-            "--silent",
-        ],
-    );
-    wait_up(&client, &node).await;
-    let rpc = format!("http://127.0.0.1:{rpc_port}");
-    let _txgate = spawn(
-        &release.join("txgate"),
-        &[
-            "--listen",
-            &format!("127.0.0.1:{rpc_port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin_port}"),
             "--aeges-listen",
             &format!("127.0.0.1:{aeges_port}"),
             "--aeges-report-token",
             TOKEN,
-            "--upstream",
-            &node,
             // Every round ends in refusals from this one client, with no
             // submission the node takes: paced, its refusals would soon
             // wait 64 ms each, and the figure would be the hold, not the
@@ -141,8 +112,9 @@ async fn main() {
             "--pacing",
             "false",
         ],
-    );
-    wait_up(&client, &rpc).await;
+    )
+    .await;
+    let rpc = txgate.url();
     let aeges = format!("http://127.0.0.1:{aeges_port}/report?token={TOKEN}");
 
     // Warm-up: connections, caches; the last one's copy stays refused.
@@ -179,13 +151,14 @@ async fn main() {
             measure.await;
         }
     }
+    let (latency, base) = (Sample::new(latency), Sample::new(base));
     let (l50, l90, b50, b90) = (
-        percentile(&mut latency.clone(), 0.5),
-        percentile(&mut latency, 0.9),
-        percentile(&mut base.clone(), 0.5),
-        percentile(&mut base, 0.9),
+        latency.median(),
+        latency.quantile(0.9),
+        base.median(),
+        base.quantile(0.9),
     );
-    let t50 = percentile(&mut tries, 0.5);
+    let t50 = Sample::new(tries).median();
     println!("report to first refusal, {rounds} interleaved rounds (target: median <= 10 ms)");
     println!(
         "  report → refusal: median {l50:6.2} ms, p90 {l90:6.2} ms (median {t50} submissions)"

@@ -44,71 +44,46 @@
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use alloy_primitives::Address;
+use clap::Parser;
 use serde_json::json;
-use txgate_benches::procs::{
-    HttpClient, anvil, client, cpu_ms, free_port, fund, post, root, spawn, wait_up,
-};
-use txgate_benches::{Eoa, raw_hex};
+use txgate_benches::procs::{HttpClient, client, cpu_ms, free_port, post, spawn, wait_up};
+use txgate_benches::start::{Txgate, anvil, fund, txgate_bin};
+use txgate_benches::stats::{median, percentile};
+use txgate_benches::{CargoBench, Eoa, raw_hex, send_raw};
 
+/// Distinct signed transfers through txgate and straight to the node.
+#[derive(Parser)]
 struct Args {
+    /// Transfers a round, per target.
+    #[arg(long, default_value_t = 20_000)]
     txs: u64,
+    /// Senders a round, per target.
+    #[arg(long, default_value_t = 200)]
     senders: u64,
+    /// Kept-alive connections.
+    #[arg(long, default_value_t = 50)]
     connections: usize,
+    /// Interleaved rounds.
+    #[arg(long, default_value_t = 3)]
     rounds: u64,
+    /// Profile the last txgate round with `perf record`.
+    #[arg(long)]
     perf: bool,
-    json: Option<std::path::PathBuf>,
-    /// `--reference-bin`: the reference rpc-proxy, run as a third target.
-    reference: Option<std::path::PathBuf>,
-}
-
-fn args() -> Args {
-    let mut a = Args {
-        txs: 20_000,
-        senders: 200,
-        connections: 50,
-        rounds: 3,
-        perf: false,
-        json: None,
-        reference: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().expect("flag value");
-        match flag.as_str() {
-            "--txs" => a.txs = value().parse().expect("txs"),
-            "--senders" => a.senders = value().parse().expect("senders"),
-            "--connections" => a.connections = value().parse().expect("connections"),
-            "--rounds" => a.rounds = value().parse().expect("rounds"),
-            "--perf" => a.perf = true,
-            "--json" => a.json = Some(value().into()),
-            "--reference-bin" => a.reference = Some(value().into()),
-            "--bench" => {}
-            other => panic!("unknown flag {other}"),
-        }
-    }
-    assert!(
-        a.senders > 0 && a.txs >= a.senders,
-        "--txs >= --senders > 0"
-    );
-    a
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    percentile(&v, 0.5)
+    /// Also write the summary here.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// The reference rpc-proxy, run as a third target.
+    #[arg(long = "reference-bin", value_name = "PATH")]
+    reference: Option<PathBuf>,
+    #[command(flatten)]
+    _cargo: CargoBench,
 }
 
 /// The round's transfers: sender `s` of the round sends its transfers
@@ -163,9 +138,7 @@ async fn send(url: &str, raws: Vec<Vec<String>>, connections: usize) -> Sent {
                     break;
                 };
                 for raw in queue {
-                    let body = json!({"jsonrpc":"2.0","id":1,
-                        "method":"eth_sendRawTransaction","params":[raw]})
-                    .to_string();
+                    let body = send_raw(raw);
                     let t = Instant::now();
                     match post(&client, &url, body).await {
                         Ok((200, v)) if v["result"].is_string() => {
@@ -247,34 +220,21 @@ fn machine_busy_ms() -> f64 {
 
 #[tokio::main]
 async fn main() {
-    let a = args();
+    let a = Args::parse();
+    assert!(
+        a.senders > 0 && a.txs >= a.senders,
+        "--txs >= --senders > 0"
+    );
     let control: HttpClient = client(4);
-    let (_anvil, node) = anvil(
+    let (node_proc, node) = anvil(
         &control,
         &["--block-time", "1", "--gas-limit", "3000000000"],
     )
     .await;
-    let (rpc_port, admin_port) = (free_port(), free_port());
     // `TXGATE_BIN` runs another build (the `profiling` one, for a
     // profile with symbols and line tables).
-    let bin = std::env::var_os("TXGATE_BIN")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| root().join("target/release/txgate"));
-    let txgate = spawn(
-        &bin,
-        &[
-            "--listen",
-            &format!("127.0.0.1:{rpc_port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin_port}"),
-            "--upstream",
-            &node,
-            "--max-in-flight",
-            "4096",
-        ],
-    );
-    let txgate_url = format!("http://127.0.0.1:{rpc_port}");
-    wait_up(&control, &txgate_url).await;
+    let txgate = Txgate::start(&control, &txgate_bin(), &node, &["--max-in-flight", "4096"]).await;
+    let txgate_url = txgate.url();
     let pid = txgate.pid();
     // The reference, when asked for: its own listener, the same node, its
     // JSON-RPC on `/` like txgate's, no sidecar (as txgate runs here).
@@ -297,7 +257,7 @@ async fn main() {
         wait_up(&control, url).await;
     }
     let reference_pid = reference.as_ref().map(|(proc, _)| proc.pid());
-    let node_pid = _anvil.pid();
+    let node_pid = node_proc.pid();
     let me = std::process::id();
 
     let mut rows = Vec::new();
@@ -380,7 +340,7 @@ async fn main() {
         .zip(of("direct", "tx_per_s"))
         .map(|(t, d)| t / d)
         .collect();
-    let cpu_median = median(of("txgate", "txgate_cpu_us_per_tx"));
+    let cpu_median = median(&of("txgate", "txgate_cpu_us_per_tx"));
     // The reference against txgate, per round: throughput and CPU per
     // transaction (rounds without it give nothing).
     let per_round = |key_t: &str, key_r: &str| -> Vec<f64> {
@@ -394,22 +354,22 @@ async fn main() {
         let cpu_ratios = per_round("txgate_cpu_us_per_tx", "reference_cpu_us_per_tx");
         let rate_ratios = per_round("tx_per_s", "tx_per_s");
         json!({
-            "tx_per_s": median(of("reference", "tx_per_s")),
-            "p50_ms": median(of("reference", "p50_ms")),
-            "p99_ms": median(of("reference", "p99_ms")),
-            "cpu_us_per_tx": median(of("reference", "reference_cpu_us_per_tx")),
+            "tx_per_s": median(&of("reference", "tx_per_s")),
+            "p50_ms": median(&of("reference", "p50_ms")),
+            "p99_ms": median(&of("reference", "p99_ms")),
+            "cpu_us_per_tx": median(&of("reference", "reference_cpu_us_per_tx")),
             "throughput_over_direct": of("reference", "tx_per_s")
                 .iter()
                 .zip(of("direct", "tx_per_s"))
                 .map(|(r, d)| r / d)
                 .collect::<Vec<_>>(),
-            "txgate_cpu_over_reference": {"median": median(cpu_ratios.clone()), "rounds": cpu_ratios},
-            "txgate_throughput_over_reference": {"median": median(rate_ratios.clone()), "rounds": rate_ratios},
+            "txgate_cpu_over_reference": {"median": median(&cpu_ratios), "rounds": cpu_ratios},
+            "txgate_throughput_over_reference": {"median": median(&rate_ratios), "rounds": rate_ratios},
         })
     });
     let last_cpu = of("txgate", "txgate_cpu_us_per_tx").last().copied();
-    let machine_direct = median(of("direct", "machine_cpu_us_per_tx"));
-    let cores_direct = median(of("direct", "cores_busy"));
+    let machine_direct = median(&of("direct", "machine_cpu_us_per_tx"));
+    let cores_direct = median(&of("direct", "cores_busy"));
     // The bound holds only when the direct phase keeps the cores busy
     // (90% of them: the ramp and the tail of a phase leave some idle).
     let saturated =
@@ -417,23 +377,23 @@ async fn main() {
     let ceiling = |txgate_us: f64| machine_direct / (machine_direct + txgate_us);
     let summary = json!({
         "txs": a.txs, "senders": a.senders, "connections": a.connections, "rounds": a.rounds,
-        "direct": {"tx_per_s": median(of("direct", "tx_per_s")),
-            "p50_ms": median(of("direct", "p50_ms")), "p99_ms": median(of("direct", "p99_ms"))},
-        "txgate": {"tx_per_s": median(of("txgate", "tx_per_s")),
-            "p50_ms": median(of("txgate", "p50_ms")), "p99_ms": median(of("txgate", "p99_ms")),
+        "direct": {"tx_per_s": median(&of("direct", "tx_per_s")),
+            "p50_ms": median(&of("direct", "p50_ms")), "p99_ms": median(&of("direct", "p99_ms"))},
+        "txgate": {"tx_per_s": median(&of("txgate", "tx_per_s")),
+            "p50_ms": median(&of("txgate", "p50_ms")), "p99_ms": median(&of("txgate", "p99_ms")),
             "cpu_us_per_tx": cpu_median},
-        "throughput_ratio": {"median": median(ratios.clone()), "rounds": ratios},
+        "throughput_ratio": {"median": median(&ratios), "rounds": ratios},
         "reference": reference_summary,
         "machine": {
             "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
             "cores_busy_direct": cores_direct,
-            "cores_busy_txgate": median(of("txgate", "cores_busy")),
+            "cores_busy_txgate": median(&of("txgate", "cores_busy")),
             "cpu_us_per_tx_direct": machine_direct,
-            "cpu_us_per_tx_txgate": median(of("txgate", "machine_cpu_us_per_tx")),
-            "node_cpu_us_per_tx_direct": median(of("direct", "node_cpu_us_per_tx")),
-            "node_cpu_us_per_tx_txgate": median(of("txgate", "node_cpu_us_per_tx")),
-            "loader_cpu_us_per_tx_direct": median(of("direct", "loader_cpu_us_per_tx")),
-            "loader_cpu_us_per_tx_txgate": median(of("txgate", "loader_cpu_us_per_tx")),
+            "cpu_us_per_tx_txgate": median(&of("txgate", "machine_cpu_us_per_tx")),
+            "node_cpu_us_per_tx_direct": median(&of("direct", "node_cpu_us_per_tx")),
+            "node_cpu_us_per_tx_txgate": median(&of("txgate", "node_cpu_us_per_tx")),
+            "loader_cpu_us_per_tx_direct": median(&of("direct", "loader_cpu_us_per_tx")),
+            "loader_cpu_us_per_tx_txgate": median(&of("txgate", "loader_cpu_us_per_tx")),
             "saturated_direct": saturated,
             "ratio_ceiling_at_txgate_cpu": saturated.then(|| ceiling(cpu_median)),
             "ratio_ceiling_at_libsecp256k1_only": saturated

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use alloy_primitives::{hex, keccak256};
 use bytes::Bytes;
+use clap::Parser;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::CONTENT_TYPE;
@@ -37,6 +38,17 @@ use txgate_benches::procs::{HttpClient, client};
 
 /// Largest request body read (a batch of large raw transactions).
 const MAX_BODY: usize = 8 << 20;
+
+/// A sink upstream: takes raw transactions at once, relays the rest.
+#[derive(Parser)]
+struct Args {
+    /// Where it listens (a loopback address and port).
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: SocketAddr,
+    /// The node it relays everything but raw transactions to.
+    #[arg(long, value_name = "URL")]
+    node: String,
+}
 
 struct Sink {
     node: String,
@@ -122,24 +134,13 @@ impl Sink {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let mut listen: Option<SocketAddr> = None;
-    let mut node: Option<String> = None;
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().expect("flag value");
-        match flag.as_str() {
-            "--listen" => listen = Some(value().parse().expect("--listen ADDR:PORT")),
-            "--node" => node = Some(value()),
-            other => panic!("unknown flag {other}"),
-        }
-    }
-    let listen = listen.expect("--listen");
+    let Args { listen, node } = Args::parse();
     assert!(
         listen.ip().is_loopback(),
         "the sink listens on loopback only"
     );
     let sink = Arc::new(Sink {
-        node: node.expect("--node URL"),
+        node,
         relay: client(64),
         sends: AtomicU64::new(0),
         relayed: AtomicU64::new(0),

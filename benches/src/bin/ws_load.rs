@@ -29,49 +29,40 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
-use txgate_benches::procs::{
-    Nginx, Proc, anvil, client, free_port, post, root, spawn, tree_cpu_ms, wait_up,
-};
+use txgate_benches::CargoBench;
+use txgate_benches::procs::{HttpClient, client, free_port, post, tree_cpu_ms};
+use txgate_benches::start::{Scratch, Txgate, anvil, arg, nginx, txgate_bin};
 use txgate_benches::stats::{median, percentile};
 
+/// WebSocket round trips and new-heads fan-out: anvil straight, through
+/// txgate and through nginx.
+#[derive(Parser)]
 struct Args {
+    /// Sockets of the round trips.
+    #[arg(long, default_value_t = 50)]
     clients: usize,
+    /// Seconds of round trips measured, after 1 s of warm-up.
+    #[arg(long, default_value_t = 5)]
     duration: u64,
+    /// Sockets subscribed to newHeads.
+    #[arg(long, default_value_t = 1000)]
     subscribers: usize,
+    /// Blocks mined for the fan-out.
+    #[arg(long, default_value_t = 20)]
     blocks: usize,
+    /// Interleaved rounds.
+    #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Only this target (for a profile); no ratios.
+    #[arg(long, value_parser = ["direct", "nginx", "txgate", "before"])]
     only: Option<String>,
-}
-
-fn args() -> Args {
-    let mut a = Args {
-        clients: 50,
-        duration: 5,
-        subscribers: 1000,
-        blocks: 20,
-        rounds: 3,
-        only: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().expect("flag value");
-        match flag.as_str() {
-            "--clients" => a.clients = value().parse().expect("clients"),
-            "--duration" => a.duration = value().parse().expect("duration"),
-            "--subscribers" => a.subscribers = value().parse().expect("subscribers"),
-            "--blocks" => a.blocks = value().parse().expect("blocks"),
-            "--rounds" => a.rounds = value().parse().expect("rounds"),
-            "--only" => a.only = Some(value()),
-            "--bench" => {}
-            other => panic!("unknown flag {other}"),
-        }
-    }
-    a
+    #[command(flatten)]
+    _cargo: CargoBench,
 }
 
 type Socket =
@@ -261,87 +252,58 @@ async fn fan_out(url: &str, node: &str, subscribers: usize, blocks: usize) -> Fa
     }
 }
 
-fn nginx(dir: &std::path::Path, listen: u16, node_port: u16) -> Nginx {
-    let conf = dir.join("nginx.conf");
-    let d = dir.display();
-    std::fs::write(
-        &conf,
-        format!(
-            "worker_processes auto;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
-             worker_rlimit_nofile 16384;\nevents {{ worker_connections 8192; }}\n\
-             http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
-             fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-             map $http_upgrade $connection_upgrade {{ default upgrade; '' close; }}\n\
-             upstream node {{ server 127.0.0.1:{node_port}; }}\n\
-             server {{ listen 127.0.0.1:{listen}; location / {{ proxy_pass http://node;\n\
-             proxy_http_version 1.1; proxy_set_header Upgrade $http_upgrade;\n\
-             proxy_set_header Connection $connection_upgrade; proxy_read_timeout 3600s;\n\
-             proxy_buffering off; }} }}\n}}\n"
-        ),
+/// nginx proxying WebSocket (and HTTP) to the node on `node_port`,
+/// listening on `listen`.
+fn nginx_http(listen: u16, node_port: u16) -> String {
+    format!(
+        "map $http_upgrade $connection_upgrade {{ default upgrade; '' close; }}\n\
+         upstream node {{ server 127.0.0.1:{node_port}; }}\n\
+         server {{ listen 127.0.0.1:{listen}; location / {{ proxy_pass http://node;\n\
+         proxy_http_version 1.1; proxy_set_header Upgrade $http_upgrade;\n\
+         proxy_set_header Connection $connection_upgrade; proxy_read_timeout 3600s;\n\
+         proxy_buffering off; }} }}\n"
     )
-    .unwrap();
-    Nginx(spawn(
-        &PathBuf::from("/usr/sbin/nginx"),
-        &["-c", conf.to_str().unwrap(), "-p", dir.to_str().unwrap()],
-    ))
 }
 
-/// Starts txgate (`bin`) with the bench's config in front of `node`; the
-/// process and its client port, once it answers.
+/// Starts txgate (`bin`) with the bench's config in front of `node`, once
+/// it answers.
 async fn start_txgate(
-    http: &txgate_benches::procs::HttpClient,
+    http: &HttpClient,
     bin: &std::path::Path,
     config: &std::path::Path,
     node: &str,
-) -> (Proc, u16) {
-    let (port, admin) = (free_port(), free_port());
-    let proc = spawn(
-        bin,
-        &[
-            "-c",
-            config.to_str().unwrap(),
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin}"),
-            "--upstream",
-            node,
-            "--log-level",
-            "warn",
-        ],
-    );
-    wait_up(http, &format!("http://127.0.0.1:{port}")).await;
-    (proc, port)
+) -> Txgate {
+    Txgate::start(http, bin, node, &["-c", arg(config), "--log-level", "warn"]).await
 }
 
 #[tokio::main]
 async fn main() {
-    let a = args();
+    let a = Args::parse();
     let http = client(4);
-    let txgate_bin = std::env::var_os("TXGATE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target/release/txgate"));
-    let dir = std::env::temp_dir().join(format!("txgate-ws-load-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = Scratch::new("ws-load");
 
     let (_anvil, node) = anvil(&http, &[]).await;
     let node_port: u16 = node.rsplit(':').next().unwrap().parse().unwrap();
     // The bench's own sockets send far above the default 500 frames/s.
-    let config = dir.join("txgate.toml");
-    std::fs::write(
-        &config,
+    let config = scratch.write(
+        "txgate.toml",
         "[websocket]\nmax_frames_per_sec = 1000000\nframe_burst = 1000000\n\
          max_subscriptions = 100000\n[server]\nmax_connections = 20000\n",
-    )
-    .unwrap();
-    let (txgate_proc, tx_port) = start_txgate(&http, &txgate_bin, &config, &node).await;
+    );
+    let txgate = start_txgate(&http, &txgate_bin(), &config, &node).await;
     let before = match std::env::var_os("TXGATE_BASELINE_BIN") {
         Some(bin) => Some(start_txgate(&http, &PathBuf::from(bin), &config, &node).await),
         None => None,
     };
     let ng_port = free_port();
-    let nginx_proc = nginx(&dir, ng_port, node_port);
-    wait_up(&http, &format!("http://127.0.0.1:{ng_port}")).await;
+    let nginx_proc = nginx(
+        &http,
+        scratch.path(),
+        "auto",
+        &nginx_http(ng_port, node_port),
+        &format!("http://127.0.0.1:{ng_port}"),
+    )
+    .await;
 
     let mut targets = vec![
         ("direct", format!("ws://127.0.0.1:{node_port}/"), None),
@@ -352,15 +314,15 @@ async fn main() {
         ),
         (
             "txgate",
-            format!("ws://127.0.0.1:{tx_port}/"),
-            Some(txgate_proc.pid()),
+            format!("ws://127.0.0.1:{}/", txgate.port),
+            Some(txgate.pid()),
         ),
     ];
-    if let Some((proc, port)) = &before {
+    if let Some(before) = &before {
         targets.push((
             "before",
-            format!("ws://127.0.0.1:{port}/"),
-            Some(proc.pid()),
+            format!("ws://127.0.0.1:{}/", before.port),
+            Some(before.pid()),
         ));
     }
     println!(
@@ -389,7 +351,6 @@ async fn main() {
         }
     }
     if a.only.is_some() {
-        let _ = std::fs::remove_dir_all(&dir);
         return;
     }
     println!("\nmedians over rounds:");
@@ -424,5 +385,4 @@ async fn main() {
             "  txgate/before messages/s {over:.2}x, fan-out p99 {fan:.2}x (medians of per-round ratios)"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
