@@ -69,7 +69,7 @@ pub use server::listeners::Listeners;
 use crate::background::{Background, Fatal, FatalReceiver, FatalSender, Role, fatal_channel};
 use crate::limits::admission::AdmissionLayer;
 use crate::limits::clients::{ClientLimitLayer, ClientLimits};
-use crate::limits::fleet::FleetLink;
+use crate::limits::sync::FleetLink;
 use crate::metrics::Metrics;
 use crate::ops::health::{Readiness, SnapshotState};
 use crate::screening::VerdictCache;
@@ -517,7 +517,7 @@ impl Proxy {
         // The conditional rates first: a handful of entries, drained every
         // sync even when the per-client tables have more than one sync
         // takes.
-        let mut tables: Vec<Arc<dyn limits::fleet::Synced>> = Vec::new();
+        let mut tables: Vec<Arc<dyn limits::sync::Synced>> = Vec::new();
         if let Some(rates) = self.conditions.rates() {
             tables.push(rates);
         }
@@ -532,12 +532,12 @@ impl Proxy {
                 let (link, config) = (link.clone(), self.config.redis.clone());
                 let metrics = self.metrics.clone();
                 background.spawn("limits-fleet-sync", Role::Optional, quick, |stop| {
-                    limits::fleet::run(tables, link, config, metrics, stop)
+                    limits::sync::run(tables, link, config, metrics, stop)
                 });
             }
             None => {
                 background.spawn("limits-gauges", Role::Optional, quick, |stop| {
-                    limits::fleet::gauges(tables, stop)
+                    limits::sync::gauges(tables, stop)
                 });
             }
         }
@@ -549,7 +549,7 @@ impl Proxy {
         &self,
         addr: std::net::SocketAddr,
         queue: tokio::sync::mpsc::Sender<txgate_screen::Invalidation>,
-        share: Option<sidecar::fleet::Share>,
+        share: Option<sidecar::shared_bans::Share>,
         screen: &Arc<Screen>,
         background: &mut Background,
     ) -> Result<(), Fatal> {
@@ -613,7 +613,7 @@ impl Proxy {
         let (queue, queued) = tokio::sync::mpsc::channel(config.sidecar.channel_capacity);
         let (share, outbox) = match fleet {
             true => {
-                let (share, outbox) = sidecar::fleet::share(metrics.clone());
+                let (share, outbox) = sidecar::shared_bans::share(metrics.clone());
                 (Some(share), Some(outbox))
             }
             false => (None, None),
@@ -651,7 +651,7 @@ impl Proxy {
                 "fleet-bans",
                 Role::Optional,
                 Duration::from_secs(2),
-                |stop| sidecar::fleet::run(url, prefix, outbox, queue, metrics, stop),
+                |stop| sidecar::shared_bans::run(url, prefix, outbox, queue, metrics, stop),
             );
         }
         if let Some(addr) = aeges {
