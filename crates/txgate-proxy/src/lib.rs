@@ -40,6 +40,7 @@
 
 pub mod aeges;
 pub mod background;
+pub mod fleet;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod limits;
