@@ -646,13 +646,13 @@ impl Proxy {
         }
         drop(sink);
         if let Some(outbox) = outbox {
-            let (url, prefix) = (config.redis.url.clone(), config.redis.key_prefix.clone());
+            let redis = config.redis.clone();
             let (queue, metrics) = (queue.clone(), metrics.clone());
             background.spawn(
                 "fleet-bans",
                 Role::Optional,
                 Duration::from_secs(2),
-                |stop| sidecar::shared_bans::run(url, prefix, outbox, queue, metrics, stop),
+                |stop| sidecar::shared_bans::run(redis, outbox, queue, metrics, stop),
             );
         }
         if let Some(addr) = aeges {

@@ -29,8 +29,8 @@
 //!   hash). It ends once every source is gone and the queue is empty.
 //! - [`shared_bans`] (with `[redis]`): bans only this instance can learn
 //!   (a report, a result failure of a transaction it forwarded) are
-//!   published on a Redis channel, and the other instances' are queued
-//!   here.
+//!   published on a Redis channel, through the [`crate::fleet`] link, and
+//!   the other instances' are queued here.
 
 pub mod protocol;
 pub mod reconnect;
