@@ -16,7 +16,7 @@
 //! ([`Table::drain_unsynced`]), and takes the fleet's TATs back
 //! ([`Table::merge_fleet`]): every instance decides alone, at once, and the
 //! fleet's shared TAT catches it up a sync interval later (see
-//! `txgate-proxy`'s `limits::fleet`). A client with usage not yet reported
+//! `txgate-proxy`'s `limits::sync`). A client with usage not yet reported
 //! is never swept.
 
 use std::collections::HashMap;

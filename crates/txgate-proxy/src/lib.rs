@@ -40,6 +40,7 @@
 
 pub mod aeges;
 pub mod background;
+pub mod fleet;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod limits;
@@ -69,7 +70,7 @@ pub use server::listeners::Listeners;
 use crate::background::{Background, Fatal, FatalReceiver, FatalSender, Role, fatal_channel};
 use crate::limits::admission::AdmissionLayer;
 use crate::limits::clients::{ClientLimitLayer, ClientLimits};
-use crate::limits::fleet::FleetLink;
+use crate::limits::sync::FleetLink;
 use crate::metrics::Metrics;
 use crate::ops::health::{Readiness, SnapshotState};
 use crate::screening::VerdictCache;
@@ -530,7 +531,7 @@ impl Proxy {
         // The conditional rates first: a handful of entries, drained every
         // sync even when the per-client tables have more than one sync
         // takes.
-        let mut tables: Vec<Arc<dyn limits::fleet::Synced>> = Vec::new();
+        let mut tables: Vec<Arc<dyn limits::sync::Synced>> = Vec::new();
         if let Some(rates) = self.conditions.rates() {
             tables.push(rates);
         }
@@ -545,12 +546,12 @@ impl Proxy {
                 let (link, config) = (link.clone(), self.config.redis.clone());
                 let metrics = self.metrics.clone();
                 background.spawn("limits-fleet-sync", Role::Optional, quick, |stop| {
-                    limits::fleet::run(tables, link, config, metrics, stop)
+                    limits::sync::run(tables, link, config, metrics, stop)
                 });
             }
             None => {
                 background.spawn("limits-gauges", Role::Optional, quick, |stop| {
-                    limits::fleet::gauges(tables, stop)
+                    limits::sync::gauges(tables, stop)
                 });
             }
         }
@@ -562,7 +563,7 @@ impl Proxy {
         &self,
         addr: std::net::SocketAddr,
         queue: tokio::sync::mpsc::Sender<txgate_screen::Invalidation>,
-        share: Option<sidecar::fleet::Share>,
+        share: Option<sidecar::shared_bans::Share>,
         screen: &Arc<Screen>,
         background: &mut Background,
     ) -> Result<(), Fatal> {
@@ -621,7 +622,7 @@ impl Proxy {
         let (queue, queued) = tokio::sync::mpsc::channel(config.sidecar.channel_capacity);
         let (share, outbox) = match fleet {
             true => {
-                let (share, outbox) = sidecar::fleet::share(metrics.clone());
+                let (share, outbox) = sidecar::shared_bans::share(metrics.clone());
                 (Some(share), Some(outbox))
             }
             false => (None, None),
@@ -653,13 +654,13 @@ impl Proxy {
         }
         drop(sink);
         if let Some(outbox) = outbox {
-            let (url, prefix) = (config.redis.url.clone(), config.redis.key_prefix.clone());
+            let redis = config.redis.clone();
             let (queue, metrics) = (queue.clone(), metrics.clone());
             background.spawn(
                 "fleet-bans",
                 Role::Optional,
                 Duration::from_secs(2),
-                |stop| sidecar::fleet::run(url, prefix, outbox, queue, metrics, stop),
+                |stop| sidecar::shared_bans::run(redis, outbox, queue, metrics, stop),
             );
         }
         if let Some(addr) = aeges {

@@ -50,7 +50,7 @@ pub struct Reports {
     metrics: Arc<Metrics>,
     /// Where a reported ban goes to the rest of the fleet (a report
     /// reaches one instance), when Redis is configured.
-    share: Option<crate::sidecar::fleet::Share>,
+    share: Option<crate::sidecar::shared_bans::Share>,
 }
 
 impl Reports {
@@ -76,7 +76,7 @@ impl Reports {
     }
 
     /// Shares every reported ban with the fleet through `share`.
-    pub fn with_share(mut self, share: Option<crate::sidecar::fleet::Share>) -> Reports {
+    pub fn with_share(mut self, share: Option<crate::sidecar::shared_bans::Share>) -> Reports {
         self.share = share;
         self
     }

@@ -23,7 +23,7 @@ use txgate_identity::TrustedProxies;
 use txgate_jsonrpc::code;
 use txgate_limits::{Limits, Nanos, Rate, Slot, Spans, Table, Usage, Which, ip_key};
 
-use super::fleet::{FleetLink, Kind, Synced};
+use super::sync::{FleetLink, Kind, Synced};
 use crate::metrics::{Metrics, Outcome};
 use crate::request::{Body, Class, Client, Refuse};
 
@@ -184,7 +184,7 @@ impl ClientLimits {
     /// From the validated `[limits]`; `None` when nothing is limited (no
     /// rate, no key, no keys file), so the stage costs nothing. With
     /// `redis` configured, `fleet` is the link to it: the tables keep
-    /// their usage for [`super::fleet::run`].
+    /// their usage for [`super::sync::run`].
     pub fn new(
         config: &LimitsConfig,
         exempt: Vec<IpNet>,
@@ -361,7 +361,7 @@ impl Synced for ClientLimits {
 
     fn drain_unsynced(&self, out: &mut Vec<(Kind, Usage)>, max: usize) {
         let tables = [(Kind::Ip, &self.ips), (Kind::Key, &self.keys)];
-        super::fleet::drain_tables(&tables, out, max);
+        super::sync::drain_tables(&tables, out, max);
     }
 
     fn merge_fleet(&self, kind: Kind, key: u128, now: Nanos, ahead: Spans) {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::limits::fleet::FleetLink;
+use crate::limits::sync::FleetLink;
 use crate::metrics::Metrics;
 use crate::upstream::Upstream;
 

@@ -27,13 +27,14 @@
 //!   handling never waits for it. The same failure arriving from several
 //!   sources is charged and counted once (the engine deduplicates by tx
 //!   hash). It ends once every source is gone and the queue is empty.
-//! - [`fleet`] (with `[redis]`): bans only this instance can learn (a
-//!   report, a result failure of a transaction it forwarded) are published
-//!   on a Redis channel, and the other instances' are queued here.
+//! - [`shared_bans`] (with `[redis]`): bans only this instance can learn
+//!   (a report, a result failure of a transaction it forwarded) are
+//!   published on a Redis channel, through the [`crate::fleet`] link, and
+//!   the other instances' are queued here.
 
-pub mod fleet;
 pub mod protocol;
 pub mod reconnect;
+pub mod shared_bans;
 pub mod stream;
 pub mod worker;
 

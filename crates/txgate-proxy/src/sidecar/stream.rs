@@ -49,7 +49,7 @@ pub struct Sink {
     pub metrics: Arc<Metrics>,
     /// Where bans only this instance can learn go to the fleet (result
     /// failures of what it forwarded), when Redis is configured.
-    pub share: Option<super::fleet::Share>,
+    pub share: Option<super::shared_bans::Share>,
 }
 
 fn unix_ms() -> u64 {

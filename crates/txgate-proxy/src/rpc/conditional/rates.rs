@@ -4,7 +4,7 @@
 //! `conditional.caller_rate_per_sec` is set.
 //!
 //! Each is a GCRA bucket in a [`Table`] (the per-client limits' table), so
-//! the fleet sync (`limits::fleet`) reports what this instance admitted and
+//! the fleet sync (`limits::sync`) reports what this instance admitted and
 //! takes the fleet's debt back, off the call's path: every instance
 //! decides alone, at once, and a fleet over its rate is refused everywhere
 //! one sync later. While Redis is configured but not up, each instance
@@ -22,8 +22,8 @@ use alloy_primitives::Address;
 use txgate_config::{ConditionalConfig, RedisConfig};
 use txgate_limits::{Limits, Nanos, Spans, Table, Usage};
 
-use crate::limits::fleet::Kind;
-use crate::limits::fleet::{FleetLink, Synced};
+use crate::limits::sync::Kind;
+use crate::limits::sync::{FleetLink, Synced};
 use crate::metrics::Metrics;
 use prometheus::IntGauge;
 
@@ -165,7 +165,7 @@ impl Synced for Rates {
             (Kind::Conditional, &self.all),
             (Kind::Caller, &self.callers),
         ];
-        crate::limits::fleet::drain_tables(&tables, out, max);
+        crate::limits::sync::drain_tables(&tables, out, max);
     }
 
     fn merge_fleet(&self, kind: Kind, key: u128, now: Nanos, ahead: Spans) {

@@ -24,19 +24,21 @@
 //! Redis down or slow (a sync or connect over `redis.timeout_ms`): each
 //! instance enforces `redis.local_share` of every limit alone, counts it
 //! (`txgate_redis_up` 0), says so in `/readyz`, drops the usage it cannot
-//! report and reconnects with backoff (100 ms doubling to 5 s).
+//! report and reconnects as the fleet's [`Backoff`] says (100 ms doubling
+//! to 5 s, ±20%). The connection and its timeout are the fleet's [`Link`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
+use redis::Script;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Script};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use txgate_config::RedisConfig;
 use txgate_limits::{Nanos, Spans, Table, Usage};
 
+use crate::fleet::{Backoff, Link};
 use crate::metrics::Metrics;
 
 /// The state of the link to Redis.
@@ -131,8 +133,6 @@ const CHUNK: usize = 512;
 const MAX_PER_SYNC: usize = 50_000;
 /// With nothing to report, a PING this often keeps the state true.
 const IDLE_PING: Duration = Duration::from_secs(1);
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// Which table a client is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,10 +199,10 @@ pub async fn gauges(tables: Vec<Arc<dyn Synced>>, stop: CancellationToken) {
 }
 
 /// Syncs `tables` with Redis until `stop`; also keeps their gauges
-/// current.
+/// current, and `state` true to the last connect or sync.
 pub async fn run(
     tables: Vec<Arc<dyn Synced>>,
-    link: Arc<FleetLink>,
+    state: Arc<FleetLink>,
     config: RedisConfig,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
@@ -212,25 +212,21 @@ pub async fn run(
         m.syncs.with_label_values(&[result]);
         m.connects.with_label_values(&[result]);
     }
-    let client = match redis::Client::open(config.url.as_str()) {
-        Ok(client) => client,
+    let link = match Link::new(&config) {
+        Ok(link) => link,
         Err(e) => {
             // Validated at start; a URL the client still refuses leaves
             // the limits local, loudly.
             tracing::error!(url = %config.redacted_url(), error = %e, "Redis URL refused: limits stay local");
-            link.set(LinkState::Down, &metrics);
+            state.set(LinkState::Down, &metrics);
             return;
         }
     };
-    let timeout = Duration::from_millis(config.timeout_ms);
-    let connect = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(timeout));
     let script = Script::new(SYNC);
     let prefix = config.key_prefix.clone();
     let mut tick = tokio::time::interval(Duration::from_millis(config.sync_interval_ms));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let (mut conn, mut retry_at, mut backoff) = (None, Instant::now(), BACKOFF_MIN);
+    let (mut conn, mut retry_at, mut backoff) = (None, Instant::now(), Backoff::default());
     let mut last_ok = Instant::now();
     let (mut batch, mut drained) = (Vec::new(), Vec::new());
     loop {
@@ -246,20 +242,19 @@ pub async fn run(
             batch.extend(drained.iter().map(|(kind, usage)| (index, *kind, *usage)));
         }
         if conn.is_none() && Instant::now() >= retry_at {
-            match open(&client, &connect, timeout).await {
+            match link.connect().await {
                 Ok(c) => {
                     m.connects.with_label_values(&["ok"]).inc();
                     conn = Some(c);
-                    backoff = BACKOFF_MIN;
+                    backoff.succeeded();
                     last_ok = Instant::now();
-                    link.set(LinkState::Up, &metrics);
+                    state.set(LinkState::Up, &metrics);
                 }
                 Err(e) => {
                     m.connects.with_label_values(&["error"]).inc();
                     tracing::debug!(error = %e, "Redis connect failed");
-                    link.set(LinkState::Down, &metrics);
-                    retry_at = Instant::now() + jittered(backoff);
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    state.set(LinkState::Down, &metrics);
+                    retry_at = Instant::now() + backoff.failed();
                 }
             }
         }
@@ -270,63 +265,40 @@ pub async fn run(
         if batch.is_empty() && last_ok.elapsed() < IDLE_PING {
             continue;
         }
-        let synced = sync(c, &script, &prefix, &tables, &batch, timeout).await;
+        let synced = sync(c, &link, &script, &prefix, &tables, &batch).await;
         match synced {
             Ok(()) => {
                 m.syncs.with_label_values(&["ok"]).inc();
                 m.clients_synced.inc_by(batch.len() as u64);
                 last_ok = Instant::now();
-                link.set(LinkState::Up, &metrics);
+                state.set(LinkState::Up, &metrics);
             }
             Err(e) => {
                 m.syncs.with_label_values(&["error"]).inc();
                 m.dropped.inc_by(batch.len() as u64);
                 tracing::debug!(error = %e, "Redis sync failed");
-                link.set(LinkState::Down, &metrics);
+                state.set(LinkState::Down, &metrics);
                 conn = None;
-                retry_at = Instant::now() + jittered(backoff);
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                retry_at = Instant::now() + backoff.failed();
             }
         }
     }
 }
 
-/// A connection that answered a PING.
-async fn open(
-    client: &redis::Client,
-    config: &AsyncConnectionConfig,
-    timeout: Duration,
-) -> redis::RedisResult<MultiplexedConnection> {
-    let opened = tokio::time::timeout(timeout, async {
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(config)
-            .await?;
-        redis::cmd("PING").query_async::<()>(&mut conn).await?;
-        Ok(conn)
-    })
-    .await;
-    opened.unwrap_or_else(|_| Err(timed_out()))
-}
-
-fn timed_out() -> redis::RedisError {
-    redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
-}
-
 /// Reports `batch` (an empty one is a PING) and merges the answers; each
-/// round trip within `timeout`.
+/// round trip within the `link`'s timeout.
 async fn sync(
     conn: &mut MultiplexedConnection,
+    link: &Link,
     script: &Script,
     prefix: &str,
     tables: &[Arc<dyn Synced>],
     batch: &[(usize, Kind, Usage)],
-    timeout: Duration,
 ) -> redis::RedisResult<()> {
     if batch.is_empty() {
-        let ping = redis::cmd("PING");
-        return tokio::time::timeout(timeout, ping.query_async::<()>(conn))
-            .await
-            .unwrap_or_else(|_| Err(timed_out()));
+        return link
+            .within(redis::cmd("PING").query_async::<()>(conn))
+            .await;
     }
     for chunk in batch.chunks(CHUNK) {
         let mut call = script.prepare_invoke();
@@ -335,9 +307,7 @@ async fn sync(
             call.arg(micros(usage.spans.calls))
                 .arg(micros(usage.spans.txs));
         }
-        let ahead: Vec<i64> = tokio::time::timeout(timeout, call.invoke_async(conn))
-            .await
-            .unwrap_or_else(|_| Err(timed_out()))?;
+        let ahead: Vec<i64> = link.within(call.invoke_async(conn)).await?;
         // Each table's clock read once per chunk.
         let nows: Vec<Nanos> = tables.iter().map(|t| t.now()).collect();
         for ((index, kind, usage), ahead) in chunk.iter().zip(ahead.chunks_exact(2)) {
@@ -355,14 +325,4 @@ async fn sync(
 /// Nanoseconds as whole microseconds, rounded up (a call is never free).
 fn micros(nanos: u64) -> u64 {
     nanos.div_ceil(1000)
-}
-
-/// `d` ± 20%, so a fleet does not reconnect in step.
-fn jittered(d: Duration) -> Duration {
-    let spread = d.as_millis() as u64 / 5;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |t| u64::from(t.subsec_nanos()));
-    let offset = if spread == 0 { 0 } else { nanos % (2 * spread) };
-    (d + Duration::from_millis(offset)).saturating_sub(Duration::from_millis(spread))
 }

@@ -11,18 +11,26 @@
 //! ban holds on the instance that learned it and the miss is counted.
 //! Pub/sub keeps nothing: an instance that starts later learns these bans
 //! only from its own sources (the sidecar's replay covers `txgate.v1`).
+//!
+//! The channel is two connections through the fleet's [`Link`]: one that
+//! publishes (it answered a PING) and one subscribed, each opened within
+//! `redis.timeout_ms`; a publish that fails or takes longer drops the
+//! channel. After a failed connect it retries as the fleet's [`Backoff`]
+//! says (100 ms doubling to 5 s, ±20%); after a drop it reconnects at
+//! once.
 
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use alloy_primitives::{Address, B256};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use txgate_config::RedisConfig;
 use txgate_screen::Invalidation;
 
+use crate::fleet::{Backoff, Link};
 use crate::metrics::Metrics;
 
 /// Bans waiting to be published at most; beyond, dropped and counted.
@@ -31,8 +39,6 @@ pub const OUTBOX: usize = 4096;
 const PER_MESSAGE: usize = 256;
 /// A received message larger than this is not parsed.
 const MAX_MESSAGE_BYTES: usize = 1 << 20;
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// Where a source puts a ban the rest of the fleet should hear.
 #[derive(Debug, Clone)]
@@ -127,55 +133,54 @@ fn received(payload: &[u8], origin: &str) -> Result<Vec<Invalidation>, ()> {
 }
 
 /// Publishes what [`Share`] offers and queues what the others publish, on
-/// `<prefix>:bans`, until `stop`; reconnects with backoff.
+/// `<redis.key_prefix>:bans`, until `stop`; reconnects as [`Backoff`]
+/// says.
 pub async fn run(
-    url: String,
-    prefix: String,
+    config: RedisConfig,
     mut outbox: mpsc::Receiver<Invalidation>,
     queue: mpsc::Sender<Invalidation>,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
 ) {
     let m = &metrics.sidecar.fleet_bans;
-    let channel = format!("{prefix}:bans");
+    let channel = format!("{}:bans", config.key_prefix);
     let origin = format!("{:016x}", rand_origin());
-    let Ok(client) = redis::Client::open(url.as_str()) else {
-        tracing::error!("Redis URL refused: bans are not shared with the fleet");
+    let Ok(link) = Link::new(&config) else {
+        tracing::error!(url = %config.redacted_url(), "Redis URL refused: bans are not shared with the fleet");
         return;
     };
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = Backoff::default();
     let mut pending = Vec::with_capacity(PER_MESSAGE);
     // Closed when this instance has no source that shares (it still hears
     // the others).
     let mut sharing = true;
     loop {
         let connected = async {
-            let publisher = client.get_multiplexed_async_connection().await?;
-            let mut subscriber = client.get_async_pubsub().await?;
-            subscriber.subscribe(&channel).await?;
+            let publisher = link.connect().await?;
+            let subscriber = link.subscribe(&channel).await?;
             redis::RedisResult::Ok((publisher, subscriber))
         };
         let connected = tokio::select! {
             () = stop.cancelled() => return,
-            c = tokio::time::timeout(Duration::from_secs(2), connected) => c,
+            c = connected => c,
         };
         let (mut publisher, subscriber) = match connected {
-            Ok(Ok(pair)) => pair,
-            _ => {
+            Ok(pair) => pair,
+            Err(e) => {
                 m.reconnects.inc();
+                tracing::debug!(error = %e, "Redis ban channel: connect failed");
                 // Bans offered meanwhile stay here only.
                 while let Ok(_dropped) = outbox.try_recv() {
                     m.dropped.inc();
                 }
                 tokio::select! {
                     () = stop.cancelled() => return,
-                    () = tokio::time::sleep(backoff) => {}
+                    () = tokio::time::sleep(backoff.failed()) => {}
                 }
-                backoff = (backoff * 2).min(BACKOFF_MAX);
                 continue;
             }
         };
-        backoff = BACKOFF_MIN;
+        backoff.succeeded();
         tracing::info!(channel, "sharing bans with the fleet over Redis");
         let mut messages = subscriber.into_on_message();
         loop {
@@ -192,11 +197,10 @@ pub async fn run(
                     };
                     pending.clear();
                     let Ok(payload) = serde_json::to_vec(&message) else { continue };
-                    let sent = tokio::time::timeout(
-                        Duration::from_secs(1),
-                        redis::cmd("PUBLISH").arg(&channel).arg(payload).query_async::<i64>(&mut publisher),
-                    ).await;
-                    if matches!(sent, Ok(Ok(_))) {
+                    let mut publish = redis::cmd("PUBLISH");
+                    publish.arg(&channel).arg(payload);
+                    let sent = link.within(publish.query_async::<i64>(&mut publisher)).await;
+                    if sent.is_ok() {
                         m.published.inc_by(message.bans.len() as u64);
                     } else {
                         m.dropped.inc_by(message.bans.len() as u64);
