@@ -25,6 +25,8 @@
 //!   `rpcproxy.v1`, `sidecar.transport.v1`) and the batching worker.
 //! - [`aeges`]: the Aeges listener: the Credible Layer sidecar's failure
 //!   reports and the sequencer pool's `VerifyTransaction`.
+//! - [`fleet`]: the one link to the fleet's Redis (connect, timeout,
+//!   backoff), used by the limits' sync and the shared bans.
 //! - [`ops`]: the operator's side: admin endpoints, health, the ban
 //!   snapshot on disk.
 //! - [`background`]: the one owner of every background task.
