@@ -208,10 +208,6 @@ pub async fn run(
     stop: CancellationToken,
 ) {
     let m = &metrics.limits.redis;
-    for result in ["ok", "error"] {
-        m.syncs.with_label_values(&[result]);
-        m.connects.with_label_values(&[result]);
-    }
     let link = match Link::new(&config) {
         Ok(link) => link,
         Err(e) => {
@@ -244,14 +240,14 @@ pub async fn run(
         if conn.is_none() && Instant::now() >= retry_at {
             match link.connect().await {
                 Ok(c) => {
-                    m.connects.with_label_values(&["ok"]).inc();
+                    m.connected(true).inc();
                     conn = Some(c);
                     backoff.succeeded();
                     last_ok = Instant::now();
                     state.set(LinkState::Up, &metrics);
                 }
                 Err(e) => {
-                    m.connects.with_label_values(&["error"]).inc();
+                    m.connected(false).inc();
                     tracing::debug!(error = %e, "Redis connect failed");
                     state.set(LinkState::Down, &metrics);
                     retry_at = Instant::now() + backoff.failed();
@@ -268,13 +264,13 @@ pub async fn run(
         let synced = sync(c, &link, &script, &prefix, &tables, &batch).await;
         match synced {
             Ok(()) => {
-                m.syncs.with_label_values(&["ok"]).inc();
+                m.synced(true).inc();
                 m.clients_synced.inc_by(batch.len() as u64);
                 last_ok = Instant::now();
                 state.set(LinkState::Up, &metrics);
             }
             Err(e) => {
-                m.syncs.with_label_values(&["error"]).inc();
+                m.synced(false).inc();
                 m.dropped.inc_by(batch.len() as u64);
                 tracing::debug!(error = %e, "Redis sync failed");
                 state.set(LinkState::Down, &metrics);

@@ -50,6 +50,35 @@ impl LimitMetrics {
             "Requests refused by a per-client limit, by limit",
             &["limit"],
         );
+        let redis = RedisMetrics {
+            up: r.gauge(
+                "redis_up",
+                "1 while syncs with the fleet's Redis succeed (limits are fleet-wide), 0 while \
+                 each instance enforces its local share",
+            ),
+            syncs: r.counter_vec(
+                "redis_syncs_total",
+                "Syncs of limit usage with the fleet's Redis, by result",
+                &["result"],
+            ),
+            connects: r.counter_vec(
+                "redis_connects_total",
+                "Connections to the fleet's Redis, by result",
+                &["result"],
+            ),
+            clients_synced: r.counter(
+                "redis_clients_synced_total",
+                "Per-client usage reports sent to the fleet's Redis",
+            ),
+            dropped: r.counter(
+                "redis_usage_dropped_total",
+                "Per-client usage reports dropped while Redis was down (that usage stayed local)",
+            ),
+        };
+        for result in RESULTS {
+            redis.syncs.with_label_values(&[result]);
+            redis.connects.with_label_values(&[result]);
+        }
         LimitMetrics {
             refusals: Limit::ALL
                 .iter()
@@ -67,31 +96,7 @@ impl LimitMetrics {
                 "Clients tracked by the rate limits, by table (ip, key: bounded by limits.max_clients; caller: signed conditional callers, bounded by conditional.max_callers)",
                 &["table"],
             ),
-            redis: RedisMetrics {
-                up: r.gauge(
-                    "redis_up",
-                    "1 while syncs with the fleet's Redis succeed (limits are fleet-wide), 0 while \
-                     each instance enforces its local share",
-                ),
-                syncs: r.counter_vec(
-                    "redis_syncs_total",
-                    "Syncs of limit usage with the fleet's Redis, by result",
-                    &["result"],
-                ),
-                connects: r.counter_vec(
-                    "redis_connects_total",
-                    "Connections to the fleet's Redis, by result",
-                    &["result"],
-                ),
-                clients_synced: r.counter(
-                    "redis_clients_synced_total",
-                    "Per-client usage reports sent to the fleet's Redis",
-                ),
-                dropped: r.counter(
-                    "redis_usage_dropped_total",
-                    "Per-client usage reports dropped while Redis was down (that usage stayed local)",
-                ),
-            },
+            redis,
             keys_reload_failed: r.counter(
                 "limit_api_keys_reload_failures_total",
                 "Reloads of the API keys refused (unreadable file, unknown tier): the old \
@@ -103,6 +108,23 @@ impl LimitMetrics {
     /// The counter of one limit.
     pub fn refused(&self, limit: Limit) -> &IntCounter {
         &self.refusals[limit as usize]
+    }
+}
+
+/// The `result` label of `txgate_redis_syncs_total` and
+/// `txgate_redis_connects_total`.
+const RESULTS: [&str; 2] = ["ok", "error"];
+
+impl RedisMetrics {
+    /// `txgate_redis_syncs_total{result}` of one sync.
+    pub fn synced(&self, ok: bool) -> IntCounter {
+        self.syncs.with_label_values(&[RESULTS[usize::from(!ok)]])
+    }
+
+    /// `txgate_redis_connects_total{result}` of one connection attempt.
+    pub fn connected(&self, ok: bool) -> IntCounter {
+        self.connects
+            .with_label_values(&[RESULTS[usize::from(!ok)]])
     }
 }
 
