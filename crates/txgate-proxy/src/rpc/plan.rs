@@ -369,3 +369,204 @@ impl Shared {
         (verdicts, syncs)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// A call, a notification, a call the policy refuses, an invalid entry
+    /// and a second call, in that order.
+    const BATCH: &[u8] = br#"[{"jsonrpc":"2.0","id":"a","method":"eth_chainId"},{"jsonrpc":"2.0","method":"eth_x"},{"jsonrpc":"2.0","id":7,"method":"admin_peers"},{"jsonrpc":"2.0","id":8},{"jsonrpc":"2.0","id":9,"method":"eth_blockNumber"}]"#;
+
+    fn entries(body: &[u8]) -> Vec<Entry<'_>> {
+        match txgate_jsonrpc::parse(body, 100).unwrap() {
+            Frame::Batch(entries) => entries,
+            Frame::Single(entry) => vec![entry],
+        }
+    }
+
+    /// The plan of [`BATCH`]'s `entries`, the third call refused by the
+    /// policy, the rest routed by `route`.
+    fn batch_plan(
+        entries: &[Entry<'_>],
+        route: impl FnMut(usize, &Call<'_>) -> Result<Route, Refusal>,
+    ) -> Plan {
+        let verdicts = vec![None, None, Some(Refusal::MethodDenied), None, None];
+        Plan::new(entries, verdicts, Vec::new(), true, BATCH.len(), route)
+    }
+
+    fn by_position(index: usize, _: &Call<'_>) -> Result<Route, Refusal> {
+        Ok(Route::Forward(index))
+    }
+
+    fn json(bytes: &[u8]) -> serde_json::Value {
+        serde_json::from_slice(bytes).unwrap()
+    }
+
+    fn done(slot: &Slot) -> serde_json::Value {
+        match slot {
+            Slot::Done(out) => json(out),
+            other => panic!("not answered: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn refusals_are_answered_in_place_and_the_rest_goes_up_under_the_routes_ids() {
+        let entries = entries(BATCH);
+        let plan = batch_plan(&entries, |i, _| Ok(Route::Forward(100 + i)));
+        assert_eq!(
+            String::from_utf8(plan.upstream.unwrap()).unwrap(),
+            r#"[{"jsonrpc":"2.0","id":100,"method":"eth_chainId"},{"jsonrpc":"2.0","method":"eth_x"},{"jsonrpc":"2.0","id":104,"method":"eth_blockNumber"}]"#
+        );
+        assert_eq!(plan.forwarded, 3);
+        assert_eq!(plan.outcome, Outcome::MethodDenied, "the first refusal's");
+        assert_eq!(plan.refused, 0, "screening refused nothing");
+        assert!(matches!(plan.slots[0], Slot::Awaiting));
+        assert!(matches!(plan.slots[1], Slot::Silent));
+        assert_eq!(done(&plan.slots[2])["id"], 7);
+        assert_eq!(
+            done(&plan.slots[2])["error"]["code"],
+            code::METHOD_NOT_FOUND
+        );
+        assert_eq!(done(&plan.slots[3])["id"], 8);
+        assert_eq!(done(&plan.slots[3])["error"]["code"], code::INVALID_REQUEST);
+        assert!(matches!(plan.slots[4], Slot::Awaiting));
+    }
+
+    #[test]
+    fn a_lone_call_goes_up_without_brackets() {
+        let body = br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
+        let entries = entries(body);
+        let plan = Plan::new(
+            &entries,
+            vec![None],
+            Vec::new(),
+            false,
+            body.len(),
+            |_, _| Ok(Route::Forward(42)),
+        );
+        assert_eq!(
+            plan.upstream.as_deref(),
+            Some(&br#"{"jsonrpc":"2.0","id":42,"method":"eth_chainId","params":[]}"#[..])
+        );
+        assert_eq!(plan.outcome, Outcome::Forwarded);
+    }
+
+    #[test]
+    fn the_transports_refusal_is_answered_as_a_verdict_and_a_skip_is_silent() {
+        let entries = entries(BATCH);
+        let plan = batch_plan(&entries, |_, call| match call.is_notification() {
+            true => Ok(Route::Skip),
+            false => Err(Refusal::UpstreamUnavailable),
+        });
+        assert!(plan.upstream.is_none(), "nothing goes up");
+        assert_eq!(plan.forwarded, 0);
+        assert_eq!(plan.outcome, Outcome::UpstreamUnavailable);
+        assert_eq!(done(&plan.slots[0])["id"], "a");
+        assert!(matches!(plan.slots[1], Slot::Silent));
+        assert!(!plan.awaits());
+    }
+
+    #[test]
+    fn the_nodes_answers_go_to_their_places_under_the_callers_ids() {
+        let entries = entries(BATCH);
+        let mut plan = batch_plan(&entries, by_position);
+        // The node answers out of order, once twice, and leaves one out.
+        let node =
+            br#"[{"jsonrpc":"2.0","id":0,"result":"0x1"},{"jsonrpc":"2.0","id":0,"result":"0x2"}]"#;
+        let taken = plan.settle(&entries, node, |call| call.method == "eth_chainId");
+        assert_eq!(taken, Some(true));
+        plan.close(&entries, None);
+        let answer = answer(plan.slots, true).unwrap();
+        let answer = json(&answer);
+        assert_eq!(
+            answer.as_array().unwrap().len(),
+            4,
+            "no answer to the notification"
+        );
+        assert_eq!(
+            answer[0],
+            serde_json::json!({"jsonrpc": "2.0", "id": "a", "result": "0x1"})
+        );
+        assert_eq!(answer[1]["id"], 7);
+        assert_eq!(answer[2]["id"], 8);
+        assert_eq!(answer[3]["id"], 9);
+        assert_eq!(answer[3]["error"]["code"], code::INTERNAL_ERROR);
+        assert_eq!(
+            answer[3]["error"]["message"],
+            "upstream returned no response for this call"
+        );
+    }
+
+    #[test]
+    fn an_error_for_the_whole_message_answers_every_forwarded_call() {
+        let entries = entries(BATCH);
+        let mut plan = batch_plan(&entries, by_position);
+        let node = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"no batches"}}"#;
+        assert_eq!(plan.settle(&entries, node, |_| true), Some(false));
+        assert!(!plan.awaits());
+        assert_eq!(done(&plan.slots[0])["id"], "a");
+        assert_eq!(done(&plan.slots[0])["error"]["message"], "no batches");
+        assert_eq!(done(&plan.slots[4])["id"], 9);
+        assert!(matches!(plan.slots[1], Slot::Silent));
+    }
+
+    #[test]
+    fn an_answer_that_is_not_json_rpc_settles_nothing() {
+        let entries = entries(BATCH);
+        let mut plan = batch_plan(&entries, by_position);
+        assert_eq!(plan.settle(&entries, b"<html>", |_| true), None);
+        let lone = br#"{"jsonrpc":"2.0","id":0,"result":"0x1"}"#;
+        assert_eq!(plan.settle(&entries, lone, |_| true), None);
+        assert!(plan.awaits());
+        plan.close(&entries, Some(&Refusal::UpstreamTimeout));
+        assert_eq!(
+            done(&plan.slots[0])["error"]["message"],
+            "upstream timed out"
+        );
+        assert_eq!(done(&plan.slots[4])["id"], 9);
+    }
+
+    #[test]
+    fn a_slot_takes_one_answer_only_while_it_awaits() {
+        let node = br#"{"jsonrpc":"2.0","id":3,"result":true}"#;
+        let Some(UpstreamBatch::Whole(response)) = encode::parse_upstream_batch(node) else {
+            panic!("a response");
+        };
+        let mut slot = Slot::Awaiting;
+        assert!(slot.answer(&response, Some("\"x\"")));
+        assert!(!slot.answer(&response, Some("\"y\"")), "answered already");
+        slot.fail(&Refusal::UpstreamTimeout, Some("\"z\""));
+        assert_eq!(
+            done(&slot),
+            serde_json::json!({"jsonrpc": "2.0", "id": "x", "result": true})
+        );
+        let mut silent = Slot::Silent;
+        assert!(!silent.answer(&response, None));
+        silent.fail(&Refusal::UpstreamTimeout, None);
+        assert!(
+            matches!(silent, Slot::Silent),
+            "a notification is owed nothing"
+        );
+    }
+
+    #[test]
+    fn the_whole_answer_joins_a_batch_and_keeps_a_lone_answer_as_written() {
+        assert_eq!(answer(vec![Slot::Silent, Slot::Silent], true), None);
+        assert_eq!(answer(vec![Slot::Silent], false), None);
+        let lone = answer(vec![Slot::Done(b"{\"a\":1}".to_vec())], false).unwrap();
+        assert_eq!(&lone[..], b"{\"a\":1}");
+        let batch = answer(
+            vec![
+                Slot::Done(b"1".to_vec()),
+                Slot::Silent,
+                Slot::Done(b"2".to_vec()),
+            ],
+            true,
+        )
+        .unwrap();
+        assert_eq!(&batch[..], b"[1,2]");
+    }
+}
