@@ -8,6 +8,7 @@
 //! caller used as ids (duplicates included).
 
 pub mod conditional;
+mod plan;
 pub mod policy;
 pub mod rescue;
 pub mod sync;
@@ -27,20 +28,16 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use tower::Service;
 use txgate_config::Config;
-use txgate_jsonrpc::encode::{self, UpstreamBatch};
-use txgate_jsonrpc::{Call, Entry, Frame, FrameError, Id, code};
-
-use futures_util::FutureExt;
-use futures_util::stream::{self, StreamExt};
+use txgate_jsonrpc::{Call, Entry, Frame, Id};
 use txgate_screen::{Reason, Screen};
 
 use crate::limits::clients::Charged;
 use crate::limits::pacing::{Pace, PaceMark, Pacer, answered_with_result, batch_pace};
 use crate::metrics::{ClearedAs, Metrics, Outcome, UpstreamFailure};
 use crate::request::{Body, Client, Refuse, json_response, no_content};
+use crate::rpc::plan::{Plan, Route, frame_cost, frame_refusal};
 use crate::rpc::policy::MethodPolicy;
-use crate::rpc::rescue::{Refusal, refused_submissions};
-use crate::rpc::sync::SyncSlot;
+use crate::rpc::rescue::Refusal;
 use crate::screening::{self, Stack};
 use crate::upstream::{Upstream, is_json_content_type};
 
@@ -56,9 +53,6 @@ struct Screening {
     /// every worker: one rate for the process.
     refusals: Arc<screening::RefusalLog>,
 }
-
-/// One screened call of a batch, under way.
-type Screened<'a> = Pin<Box<dyn Future<Output = (usize, Option<Refusal>)> + Send + 'a>>;
 
 /// What every worker's service shares, one of each per process: one rate
 /// of log lines, one conditional rate and switch, one cap on sync calls.
@@ -193,40 +187,6 @@ where
                 .observe(started.elapsed().as_secs_f64());
             Ok(response)
         })
-    }
-}
-
-/// What a frame costs the client's rates (calls, submissions) and the id a
-/// refusal of it is answered under.
-fn frame_cost<'a>(frame: &Frame<'a>) -> (usize, usize, Option<Id<'a>>) {
-    match frame {
-        Frame::Single(Entry::Call(call)) => (
-            1,
-            usize::from(screening::is_screened(&call.method)),
-            call.id,
-        ),
-        Frame::Single(Entry::Invalid(_)) => (1, 0, None),
-        Frame::Batch(entries) => (
-            entries.len(),
-            entries
-                .iter()
-                .filter(|e| matches!(e, Entry::Call(c) if screening::is_screened(&c.method)))
-                .count(),
-            None,
-        ),
-    }
-}
-
-/// The refusal of a body (or message) that is not a usable frame.
-fn frame_refusal(e: FrameError) -> Refusal {
-    match e {
-        FrameError::Parse => Refusal::Parse,
-        FrameError::NotARequest => Refusal::InvalidRequest(
-            "invalid request: body must be a request object or a batch array",
-        ),
-        FrameError::EmptyBatch => Refusal::InvalidRequest("invalid request: empty batch"),
-        FrameError::TooDeep => Refusal::InvalidRequest(txgate_jsonrpc::TOO_DEEP),
-        FrameError::BatchTooLarge { len, max } => Refusal::BatchTooLarge { len, max },
     }
 }
 
@@ -477,63 +437,6 @@ impl Shared {
         self.paced(answer, from, accepted.then_some(Pace::Cleared))
     }
 
-    /// Policy and screening of every call of a batch, in the caller's
-    /// order (`Some`: refused), and the sync slots of the calls that pass,
-    /// held until the batch is answered. The screened calls run at most
-    /// `batch_concurrency` at once (a ShouldForward probe is a network round
-    /// trip).
-    async fn verdicts(
-        &self,
-        entries: &[Entry<'_>],
-        from: &From<'_>,
-    ) -> (Vec<Option<Refusal>>, Vec<(usize, SyncSlot)>) {
-        let mut verdicts: Vec<Option<Refusal>> = Vec::with_capacity(entries.len());
-        let mut screened: Vec<Screened<'_>> = Vec::new();
-        let mut syncs = Vec::new();
-        for (index, entry) in entries.iter().enumerate() {
-            let verdict = match entry {
-                Entry::Call(call) => {
-                    self.metrics.http.call(&call.method);
-                    if !self.policy.allows(&call.method) {
-                        Some(Refusal::MethodDenied)
-                    } else if let Err(refusal) = self
-                        .sync
-                        .enter(&call.method)
-                        .map(|slot| syncs.extend(slot.map(|slot| (index, slot))))
-                    {
-                        Some(refusal)
-                    } else {
-                        let checked = call.method == conditional::METHOD
-                            || (self.screening.is_some() && screening::is_screened(&call.method));
-                        if checked {
-                            screened.push(Box::pin(
-                                self.check_call(call, from)
-                                    .map(move |verdict| (index, verdict)),
-                            ));
-                        }
-                        None
-                    }
-                }
-                Entry::Invalid(_) => None,
-            };
-            verdicts.push(verdict);
-        }
-        if !screened.is_empty() {
-            let concurrency = self
-                .screening
-                .as_ref()
-                .map_or(1, |screening| screening.batch_concurrency);
-            let mut results = stream::iter(screened).buffered(concurrency);
-            while let Some((index, verdict)) = results.next().await {
-                verdicts[index] = verdict;
-            }
-        }
-        // A sync call refused by its checks gives its slot back now.
-        syncs.retain(|(index, _)| verdicts[*index].is_none());
-
-        (verdicts, syncs)
-    }
-
     /// A batch: refusals answered here, the rest forwarded as one upstream
     /// batch with positions as ids, answers put back in the caller's order.
     async fn batch(
@@ -542,119 +445,42 @@ impl Shared {
         body_len: usize,
         from: &From<'_>,
     ) -> (Outcome, Response<Body>) {
-        let (verdicts, syncs) = self.verdicts(entries, from).await;
-        let refused = refused_submissions(&verdicts);
-        let (outcome, response, accepted) =
-            self.answer_batch(entries, body_len, verdicts, syncs).await;
+        let plan = self
+            .plan(entries, from, true, body_len, |index, _| {
+                Ok(Route::Forward(index))
+            })
+            .await;
+        let refused = plan.refused;
+        let (outcome, response, accepted) = self.answer_batch(entries, plan).await;
         self.paced((outcome, response), from, batch_pace(refused, accepted))
     }
 
-    /// The batch's answer, given each call's verdict, and whether the node
-    /// took one of its screened submissions.
+    /// The batch's answer, given its plan, and whether the node took one
+    /// of its screened submissions.
     async fn answer_batch(
         &self,
         entries: &[Entry<'_>],
-        body_len: usize,
-        verdicts: Vec<Option<Refusal>>,
-        syncs: Vec<(usize, SyncSlot)>,
+        mut plan: Plan,
     ) -> (Outcome, Response<Body>, bool) {
-        enum Slot {
-            /// No answer owed (a notification).
-            Silent,
-            /// Forwarded; the upstream owes the answer.
-            Awaiting,
-            /// Answer ready.
-            Done(Vec<u8>),
-        }
-        let mut slots = Vec::with_capacity(entries.len());
-        let mut upstream_body = Vec::with_capacity(body_len + 16 * entries.len());
-        upstream_body.push(b'[');
-        let mut forwarded = 0usize;
-        let mut first_refusal = None;
-        let mut accepted = false;
-
-        for (index, (entry, verdict)) in entries.iter().zip(verdicts).enumerate() {
-            let slot = match entry {
-                Entry::Invalid(invalid) => {
-                    first_refusal.get_or_insert(Outcome::InvalidRequest);
-                    let mut out = Vec::with_capacity(96);
-                    Refusal::InvalidRequest(invalid.message).write(&mut out, invalid.id);
-                    Slot::Done(out)
-                }
-                Entry::Call(call) => {
-                    if let Some(refusal) = verdict {
-                        first_refusal.get_or_insert(refusal.class().outcome);
-                        if call.is_notification() {
-                            Slot::Silent
-                        } else {
-                            let mut out = Vec::with_capacity(96);
-                            refusal.write(&mut out, call.id);
-                            Slot::Done(out)
-                        }
-                    } else {
-                        if forwarded > 0 {
-                            upstream_body.push(b',');
-                        }
-                        encode::write_upstream_call(&mut upstream_body, call, index);
-                        forwarded += 1;
-                        if call.is_notification() {
-                            Slot::Silent
-                        } else {
-                            Slot::Awaiting
-                        }
-                    }
-                }
-            };
-            slots.push(slot);
-        }
-        upstream_body.push(b']');
-
         let mut status = StatusCode::OK;
-        let mut outcome = first_refusal.unwrap_or(Outcome::Forwarded);
+        let mut outcome = plan.outcome;
         let mut failure = None;
-        if forwarded > 0 {
-            let awaiting = slots.iter().any(|s| matches!(s, Slot::Awaiting));
-            let timeout = self.sync.timeout(syncs.len());
-            failure = match self
-                .upstream
-                .call_within(Bytes::from(upstream_body), timeout)
-                .await
-            {
+        let mut accepted = false;
+        if let Some(body) = plan.upstream.take() {
+            let awaiting = plan.awaits();
+            let timeout = self.sync.timeout(plan.syncs.len());
+            failure = match self.upstream.call_within(Bytes::from(body), timeout).await {
                 // Only notifications went up: nothing to read back.
                 Ok(reply) if !awaiting && reply.status.is_success() => None,
-                Ok(reply) => match encode::parse_upstream_batch(&reply.body) {
-                    Some(UpstreamBatch::Responses(responses)) => {
-                        for response in &responses {
-                            let Some(index) = response.index() else {
-                                continue;
-                            };
-                            if let (Some(slot @ Slot::Awaiting), Some(Entry::Call(call))) =
-                                (slots.get_mut(index), entries.get(index))
-                            {
-                                accepted |= response.error().is_none()
-                                    && self.tracks_acceptance(&call.method);
-                                let mut out = Vec::with_capacity(64);
-                                response.write_with_id(&mut out, call.id.map(|i| i.as_str()));
-                                *slot = Slot::Done(out);
-                            }
-                        }
+                Ok(reply) => match plan.settle(entries, &reply.body, |call| {
+                    self.tracks_acceptance(&call.method)
+                }) {
+                    Some(taken) => {
+                        accepted = taken;
                         outcome = Outcome::Forwarded;
                         None
                     }
-                    Some(UpstreamBatch::Whole(response)) if response.error().is_some() => {
-                        // The upstream refused the batch as a whole: every
-                        // forwarded call gets its error, under its own id.
-                        for (slot, entry) in slots.iter_mut().zip(entries) {
-                            if let (Slot::Awaiting, Entry::Call(call)) = (&slot, entry) {
-                                let mut out = Vec::with_capacity(64);
-                                response.write_with_id(&mut out, call.id.map(|i| i.as_str()));
-                                *slot = Slot::Done(out);
-                            }
-                        }
-                        outcome = Outcome::Forwarded;
-                        None
-                    }
-                    _ => {
+                    None => {
                         self.metrics.upstream.failure(UpstreamFailure::Status);
                         Some(Refusal::UpstreamUnavailable)
                     }
@@ -668,46 +494,19 @@ impl Shared {
                 status = class.status;
                 outcome = class.outcome;
             }
-            for (slot, entry) in slots.iter_mut().zip(entries) {
-                if let (Slot::Awaiting, Entry::Call(call)) = (&slot, entry) {
-                    let mut out = Vec::with_capacity(96);
-                    match &failure {
-                        Some(refusal) => refusal.write(&mut out, call.id),
-                        None => encode::write_error(
-                            &mut out,
-                            call.id.map(|i| i.as_str()),
-                            code::INTERNAL_ERROR,
-                            "upstream returned no response for this call",
-                            None,
-                        ),
-                    }
-                    *slot = Slot::Done(out);
-                }
-            }
+            plan.close(entries, failure.as_ref());
         }
 
-        let parts: Vec<&[u8]> = slots
-            .iter()
-            .filter_map(|s| match s {
-                Slot::Done(out) => Some(out.as_slice()),
-                _ => None,
-            })
-            .collect();
-        if parts.is_empty() {
-            if let Some(refusal) = failure {
-                let (outcome, response) = self.refuse(refusal, None);
-                return (outcome, response, accepted);
-            }
-            if outcome == Outcome::Forwarded {
-                outcome = Outcome::Notification;
-            }
-            return (outcome, no_content(), accepted);
+        if let Some(body) = plan::answer(plan.slots, true) {
+            return (outcome, json_response(status, body), accepted);
         }
-        let capacity = parts.iter().map(|p| p.len() + 1).sum();
-        (
-            outcome,
-            json_response(status, encode::join_batch(parts.into_iter(), capacity)),
-            accepted,
-        )
+        if let Some(refusal) = failure {
+            let (outcome, response) = self.refuse(refusal, None);
+            return (outcome, response, accepted);
+        }
+        if outcome == Outcome::Forwarded {
+            outcome = Outcome::Notification;
+        }
+        (outcome, no_content(), accepted)
     }
 }

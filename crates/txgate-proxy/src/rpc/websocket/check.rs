@@ -1,7 +1,10 @@
 //! One message's checks, as an HTTP body's: parsed, charged to the
-//! client's rates, admitted under the in-flight cap, each call through the
-//! method policy, the subscription caps and the screening stack; what
-//! passes becomes one upstream message with txgate's ids.
+//! client's rates, admitted under the in-flight cap, and planned by the
+//! same planner as an HTTP body ([`crate::rpc::plan`]: each call through
+//! the method policy, the sync cap, a conditional transaction's gates and
+//! the screening stack); here only the subscription caps, txgate's ids
+//! and what each forwarded call waits for are added. What passes becomes
+//! one upstream message with txgate's ids.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,7 +13,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use txgate_jsonrpc::encode;
 use txgate_jsonrpc::{Entry, Frame};
 
 use super::{Peer, WebSockets};
@@ -18,21 +20,10 @@ use crate::limits::admission::Permit;
 use crate::limits::pacing::Pace;
 use crate::metrics::Outcome;
 use crate::request::Refuse;
+use crate::rpc::plan::{Route, Slot, frame_cost, frame_refusal};
 use crate::rpc::rescue::Refusal;
-use crate::rpc::rescue::refused_submissions;
 use crate::rpc::sync::SyncSlot;
-use crate::rpc::{From, Shared, frame_cost, frame_refusal};
-
-/// One entry of a message's answer.
-#[derive(Debug)]
-pub(super) enum Part {
-    /// No answer owed (a notification).
-    Silent,
-    /// Forwarded; the node owes the answer.
-    Waiting,
-    /// Answer ready.
-    Done(Vec<u8>),
-}
+use crate::rpc::{From, Shared};
 
 /// What a subscription call does to the socket's count.
 #[derive(Debug, Clone)]
@@ -64,7 +55,7 @@ pub(super) struct Pending {
 #[derive(Debug)]
 pub(super) struct Assembly {
     pub(super) batch: bool,
-    pub(super) parts: Vec<Part>,
+    pub(super) slots: Vec<Slot>,
     pub(super) waiting: usize,
     pub(super) deadline: Instant,
     /// Held until answered: the in-flight slot and any sync slots.
@@ -90,7 +81,7 @@ pub(super) struct Held {
 pub(super) struct Checked {
     pub(super) message: u64,
     pub(super) batch: bool,
-    pub(super) parts: Vec<Part>,
+    pub(super) slots: Vec<Slot>,
     pub(super) pending: Vec<(u64, Pending)>,
     /// The forwarded calls, as one upstream message.
     pub(super) upstream: Option<Vec<u8>>,
@@ -169,7 +160,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
     let mut checked = Checked {
         message,
         batch: false,
-        parts: Vec::new(),
+        slots: Vec::new(),
         pending: Vec::new(),
         upstream: None,
         private: false,
@@ -183,7 +174,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
         checked.outcome = refusal.class().outcome;
         let mut out = Vec::with_capacity(96);
         refusal.write(&mut out, id);
-        checked.parts = vec![Part::Done(out)];
+        checked.slots = vec![Slot::Done(out)];
     };
     let frame = match txgate_jsonrpc::parse(&text, shared.max_batch_size) {
         Ok(frame) => frame,
@@ -231,100 +222,58 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
         client: conn.peer.client,
         signed: crate::rpc::conditional::Signed::new(None, &text),
     };
-    let (verdicts, syncs) = shared.verdicts(&entries, &from).await;
-    let refused = refused_submissions(&verdicts);
-    checked.timeout = shared.sync.timeout(syncs.len());
-    checked.held._syncs = syncs.into_iter().map(|(_, slot)| slot).collect();
-
-    let mut upstream = Vec::with_capacity(text.len() + 16 * entries.len());
-    if checked.batch {
-        upstream.push(b'[');
-    }
-    let mut forwarded = 0usize;
-    let mut first_refusal = None;
-    for (index, (entry, verdict)) in entries.iter().zip(verdicts).enumerate() {
-        let part = match entry {
-            Entry::Invalid(invalid) => {
-                first_refusal.get_or_insert(Outcome::InvalidRequest);
-                let mut out = Vec::with_capacity(96);
-                Refusal::InvalidRequest(invalid.message).write(&mut out, invalid.id);
-                Part::Done(out)
-            }
-            Entry::Call(call) => {
-                let own_socket = !super::lane::carries(&call.method);
-                let sub = match call.method.as_ref() {
-                    "eth_subscribe" => Sub::Subscribe,
-                    "eth_unsubscribe" => Sub::Unsubscribe(first_string_param(call.params)),
-                    _ => Sub::None,
-                };
-                let verdict = match (verdict, &sub) {
-                    // A subscription without an id could never be told
-                    // its id: not opened (and no answer owed).
-                    (None, Sub::Subscribe) if call.is_notification() => None,
-                    (None, Sub::Subscribe) => conn.reserve_subscription().err().inspect(|_| {
-                        shared.metrics.websocket.subscriptions_refused.inc();
-                    }),
-                    (verdict, _) => verdict,
-                };
-                if let Some(refusal) = verdict {
-                    first_refusal.get_or_insert(refusal.class().outcome);
-                    if call.is_notification() {
-                        Part::Silent
-                    } else {
-                        let mut out = Vec::with_capacity(96);
-                        refusal.write(&mut out, call.id);
-                        Part::Done(out)
-                    }
-                } else if call.is_notification() {
-                    // Forwarded as a notification: the node owes no answer,
-                    // so nothing waits for one.
-                    if !matches!(sub, Sub::Subscribe) {
-                        checked.private |= own_socket;
-                        if forwarded > 0 {
-                            upstream.push(b',');
-                        }
-                        encode::write_upstream_call(&mut upstream, call, 0);
-                        forwarded += 1;
-                    }
-                    Part::Silent
-                } else {
-                    checked.private |= own_socket;
-                    let upstream_id = conn.upstream_id();
-                    if forwarded > 0 {
-                        upstream.push(b',');
-                    }
-                    encode::write_upstream_call(&mut upstream, call, upstream_id);
-                    forwarded += 1;
-                    checked.pending.push((
-                        upstream_id as u64,
-                        Pending {
-                            message,
-                            index,
-                            caller_id: call.id.map(|i| i.as_str().to_owned()),
-                            sub,
-                            submission: shared.screening.is_some()
-                                && crate::screening::is_screened(&call.method),
-                            lane: None,
-                        },
-                    ));
-                    Part::Waiting
+    let mut pending = Vec::new();
+    let mut private = false;
+    let plan = shared
+        .plan(&entries, &from, checked.batch, text.len(), |index, call| {
+            let sub = match call.method.as_ref() {
+                "eth_subscribe" => Sub::Subscribe,
+                "eth_unsubscribe" => Sub::Unsubscribe(first_string_param(call.params)),
+                _ => Sub::None,
+            };
+            if let Sub::Subscribe = sub {
+                // A subscription without an id could never be told its id:
+                // not opened (and no answer owed).
+                if call.is_notification() {
+                    return Ok(Route::Skip);
                 }
+                conn.reserve_subscription().inspect_err(|_| {
+                    shared.metrics.websocket.subscriptions_refused.inc();
+                })?;
             }
-        };
-        checked.parts.push(part);
-    }
-    if checked.batch {
-        upstream.push(b']');
-    }
+            private |= !super::lane::carries(&call.method);
+            if call.is_notification() {
+                // Forwarded as a notification: the node owes no answer, so
+                // nothing waits for one.
+                return Ok(Route::Forward(0));
+            }
+            let upstream_id = conn.upstream_id();
+            pending.push((
+                upstream_id as u64,
+                Pending {
+                    message,
+                    index,
+                    caller_id: call.id.map(|i| i.as_str().to_owned()),
+                    sub,
+                    submission: shared.screening.is_some()
+                        && crate::screening::is_screened(&call.method),
+                    lane: None,
+                },
+            ));
+            Ok(Route::Forward(upstream_id))
+        })
+        .await;
+    checked.timeout = shared.sync.timeout(plan.syncs.len());
+    checked.held._syncs = plan.syncs;
+    checked.slots = plan.slots;
+    checked.pending = pending;
     // A large batch keeps to the session's own socket: a few answers of
     // the largest kind a lane carries stay under what it reads.
-    checked.private |= checked.batch && forwarded > super::lane::MAX_BATCH;
-    if forwarded > 0 {
-        checked.upstream = Some(upstream);
-    }
-    checked.outcome = first_refusal.unwrap_or(Outcome::Forwarded);
-    checked.refused = refused;
-    pace_message(&conn, &mut checked, refused);
+    checked.private = private || (checked.batch && plan.forwarded > super::lane::MAX_BATCH);
+    checked.upstream = plan.upstream;
+    checked.outcome = plan.outcome;
+    checked.refused = plan.refused;
+    pace_message(&conn, &mut checked, plan.refused);
     checked
 }
 

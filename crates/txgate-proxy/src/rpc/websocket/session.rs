@@ -38,14 +38,14 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use txgate_jsonrpc::encode::{self, UpstreamBatch, UpstreamResponse};
 use txgate_limits::gcra::Nanos;
 
-use super::check::{Assembly, Checked, Checking, Conn, Part, Pending, Sub, check};
+use super::check::{Assembly, Checked, Checking, Conn, Pending, Sub, check};
 use super::io::{Socket, io};
 use super::lane::Event;
 use super::{Peer, Upstream, WebSockets};
 use crate::limits::pacing::{Hold, Pace};
 use crate::metrics::{WsClose, WsSent};
-use crate::request::Refuse;
 use crate::rpc::Shared;
+use crate::rpc::plan::{self, Slot};
 use crate::rpc::rescue::Refusal;
 
 pub(super) type Client = WebSocketStream<TokioIo<Upgraded>>;
@@ -318,9 +318,9 @@ impl Session {
         let metrics = &self.conn.shared.metrics.websocket;
         metrics.received(checked.outcome);
         let waiting = checked
-            .parts
+            .slots
             .iter()
-            .filter(|p| matches!(p, Part::Waiting))
+            .filter(|s| matches!(s, Slot::Awaiting))
             .count();
         let key = checked.message;
         // A body that is not UTF-8 (never: the checks write UTF-8 JSON) is
@@ -347,7 +347,7 @@ impl Session {
         }
         let assembly = Assembly {
             batch: checked.batch,
-            parts: checked.parts,
+            slots: checked.slots,
             waiting,
             deadline: Instant::now()
                 + checked
@@ -388,29 +388,12 @@ impl Session {
     fn answer(&mut self, assembly: Assembly) -> Result<(), WsClose> {
         let Assembly {
             batch,
-            parts,
+            slots,
             hold_until,
             ..
         } = assembly;
-        let body = if batch {
-            let done: Vec<&[u8]> = parts
-                .iter()
-                .filter_map(|p| match p {
-                    Part::Done(out) => Some(out.as_slice()),
-                    _ => None,
-                })
-                .collect();
-            if done.is_empty() {
-                return Ok(());
-            }
-            let capacity = done.iter().map(|p| p.len() + 1).sum();
-            encode::join_batch(done.into_iter(), capacity)
-        } else {
-            // A lone call's answer is sent as it was written, no copy.
-            match parts.into_iter().next() {
-                Some(Part::Done(out)) => Bytes::from(out),
-                _ => return Ok(()),
-            }
+        let Some(body) = plan::answer(slots, batch) else {
+            return Ok(());
         };
         let hold = match (hold_until, &self.conn.shared.pacer) {
             (Some(end), Some(pacer)) => pacer.hold_until(end),
@@ -552,13 +535,11 @@ impl Session {
             }
             assembly.hold_until = None;
         }
-        if let Some(part @ Part::Waiting) = assembly.parts.get_mut(pending.index) {
-            let mut out = Vec::with_capacity(64);
-            response.write_with_id(&mut out, pending.caller_id.as_deref());
-            *part = Part::Done(out);
+        // A notification's answer is dropped, as over HTTP.
+        if let Some(slot) = assembly.slots.get_mut(pending.index)
+            && slot.answer(response, pending.caller_id.as_deref())
+        {
             assembly.waiting -= 1;
-        } else if let Some(Part::Silent) = assembly.parts.get(pending.index) {
-            // A notification's answer: dropped, as over HTTP.
         }
         if assembly.waiting == 0
             && let Some(done) = self.assemblies.remove(&pending.message)
@@ -690,10 +671,8 @@ impl Session {
         }
         self.expired_subscribes.extend(expired);
         for (index, caller_id) in owed {
-            if let Some(part @ Part::Waiting) = assembly.parts.get_mut(index) {
-                let mut out = Vec::with_capacity(96);
-                refusal.write_raw_id(&mut out, caller_id.as_deref());
-                *part = Part::Done(out);
+            if let Some(slot) = assembly.slots.get_mut(index) {
+                slot.fail(refusal, caller_id.as_deref());
             }
         }
         self.answer(assembly)
