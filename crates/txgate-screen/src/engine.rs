@@ -5,7 +5,8 @@
 //! order is written once, in [`crate::stage::Stages`]: the proxy builds its
 //! tower stack from that list, and `Screen::screen` (in [`crate::stage`])
 //! runs the same list in a row for tests and benches. [`Screen::apply`]
-//! is the one way state is learned: a batch of invalidations in one pass.
+//! (in `apply`) is the one way state is learned: a batch of invalidations
+//! in one pass.
 //!
 //! 1. hex, then the tx hash straight from the raw bytes (no decoding):
 //!    [`Screen::candidate`], which makes the [`Candidate`];
@@ -27,9 +28,9 @@ use std::time::Instant;
 
 use alloy_primitives::{Address, B256};
 
-use crate::assertion::{AssertionKey, AssertionRef, Assertions, CallKey, CooldownCheck, Observed};
-use crate::backpressure::{Charged, SenderBuckets};
-use crate::denied::{Ban, DeniedSet, Inserted};
+use crate::assertion::{AssertionRef, Assertions, CallKey, CooldownCheck, Observed};
+use crate::backpressure::SenderBuckets;
+use crate::denied::{Ban, DeniedSet};
 use crate::fingerprint::Fingerprint;
 use crate::forwarded::{Forward, ForwardedMap};
 use crate::hot::HotCalls;
@@ -38,6 +39,7 @@ use crate::snapshot::BanRecord;
 use crate::ttl::{Millis, TtlMap};
 use crate::tx::{Tx, check_chain_id, decode_hex, decode_with_hash, tx_hash};
 
+mod apply;
 mod inspect;
 mod pool;
 mod settings;
@@ -331,173 +333,6 @@ impl Screen {
             .flatten()
             .filter_map(|a| self.assertions.describe(*a).map(|k| k.id))
             .collect()
-    }
-
-    /// Applies a batch of invalidations in one pass: assertion versions,
-    /// denied fingerprints (bloom and map), recent failures, sender
-    /// charges (from the invalidation, else from what was forwarded),
-    /// cooldown accounting.
-    ///
-    /// One failure, one charge: a tx hash already learned (from any
-    /// source, or earlier in the batch) refreshes its ban but is neither
-    /// charged nor counted towards a cooldown again.
-    pub fn apply(&self, batch: &[Invalidation], now: Millis) -> Applied {
-        let s = &self.settings;
-        let mut applied = Applied::default();
-        // 1. Assertions, in order (a bump mid-batch makes later items of
-        //    the old version stale); one table lookup per run of the same
-        //    key. A source that names no assertion bans under none, and its
-        //    failures count towards a cooldown under the call's key.
-        let mut last: Option<(AssertionKey, Option<Option<AssertionRef>>)> = None;
-        let mut observe = |key: AssertionKey, applied: &mut Applied| match last {
-            Some((seen, aref)) if seen == key => aref,
-            _ => {
-                let aref = match self.assertions.observe(key, now) {
-                    Observed::Stale => None,
-                    Observed::Bumped(aref) => {
-                        applied.bumped += 1;
-                        Some(Some(aref))
-                    }
-                    Observed::Current(aref) => Some(Some(aref)),
-                    Observed::Untracked => Some(None),
-                };
-                last = Some((key, aref));
-                aref
-            }
-        };
-        // (index, the ban's assertion, the cooldown's key)
-        let mut live: Vec<(usize, Option<AssertionRef>, Option<AssertionRef>)> =
-            Vec::with_capacity(batch.len());
-        for (i, inv) in batch.iter().enumerate() {
-            match inv.assertion {
-                Some(key) => match observe(key, &mut applied) {
-                    Some(aref) => live.push((i, aref, aref)),
-                    None => applied.stale += 1,
-                },
-                None => {
-                    let call = (inv.target != Address::ZERO)
-                        .then(|| {
-                            observe(
-                                AssertionKey::of_call(inv.target, inv.selector),
-                                &mut applied,
-                            )
-                        })
-                        .flatten()
-                        .flatten();
-                    live.push((i, None, call));
-                }
-            }
-        }
-        // Every call an applied invalidation names turns (or stays) hot.
-        self.hot.heat(
-            live.iter()
-                .map(|&(i, _, _)| &batch[i])
-                .filter(|inv| inv.target != Address::ZERO)
-                .map(|inv| (inv.target, inv.selector)),
-            now,
-        );
-        // 2. Bans, grouped by shard.
-        let expires = now + s.denied_ttl;
-        let items: Vec<(B256, Option<AssertionRef>)> = live
-            .iter()
-            .map(|&(i, aref, _)| (batch[i].fingerprint, aref))
-            .collect();
-        let inserted = self
-            .denied
-            .insert_batch(&items, expires, expires + s.suspect_window, now);
-        // 3. Attribution: what the source did not say comes from what was
-        //    forwarded (a txgate.v1 sidecar says both: no lookup).
-        let hashes: Vec<Option<B256>> = live
-            .iter()
-            .map(|&(i, _, _)| {
-                let inv = &batch[i];
-                inv.tx_hash.or_else(|| {
-                    self.pending
-                        .remove(&inv.fingerprint, now)
-                        .map(|p| p.tx_hash)
-                })
-            })
-            .collect();
-        let senders: Vec<Option<Address>> = live
-            .iter()
-            .zip(&hashes)
-            .map(|(&(i, _, _), hash)| {
-                batch[i]
-                    .sender
-                    .or_else(|| {
-                        hash.and_then(|h| self.forwarded.get(&h, now))
-                            .map(|f| f.sender)
-                    })
-                    .filter(|s| *s != Address::ZERO)
-            })
-            .collect();
-        // 4. Recent failures, grouped by shard; what each replaced tells
-        //    a failure already learned (and charged) from a new one, at no
-        //    extra lookup. A failure with nobody to charge is recorded as
-        //    not charged, so a later source that names the sender does.
-        let failures: Vec<(B256, Failure, Millis)> = live
-            .iter()
-            .zip(hashes.iter().zip(&senders))
-            .filter_map(|(&(_, aref, _), (hash, sender))| {
-                hash.map(|h| {
-                    let failure = Failure {
-                        assertion: aref,
-                        charged: sender.is_some(),
-                    };
-                    (h, failure, now + s.recent_failure_ttl)
-                })
-            })
-            .collect();
-        applied.recent_failures = failures.len();
-        // A copy keeps what an earlier one knew: charged, and the
-        // assertion it named if this one names none.
-        let mut replaced = self
-            .recent_failures
-            .insert_batch_merging(&failures, now, |earlier, new| match earlier {
-                Some(e) => Failure {
-                    assertion: new.assertion.or(e.assertion),
-                    charged: new.charged || e.charged,
-                },
-                None => new,
-            })
-            .into_iter();
-        // 5. Cooldown accounting and charges, once per failure.
-        for (((&(i, _, cooldown), result), hash), sender) in
-            live.iter().zip(inserted).zip(hashes).zip(senders)
-        {
-            let inv = &batch[i];
-            let new_ban = result == Inserted::New;
-            if new_ban {
-                applied.banned += 1;
-            } else {
-                applied.refreshed += 1;
-            }
-            let earlier = match hash {
-                Some(_) => replaced.next().flatten().filter(|f| f.charged),
-                None => None,
-            };
-            if earlier.is_some() {
-                applied.duplicates += 1;
-                continue;
-            }
-            if new_ban
-                && let Some(cooldown) = cooldown
-                && self
-                    .assertions
-                    .note_failure(cooldown, (inv.target, inv.selector), now)
-            {
-                applied.cooldowns += 1;
-            }
-            if let Some(sender) = sender {
-                applied.charged += 1;
-                match self.buckets.charge(sender, now) {
-                    Charged::Taken => {}
-                    Charged::BackedOff(_) => applied.backoffs += 1,
-                    Charged::Untracked => applied.untracked += 1,
-                }
-            }
-        }
-        applied
     }
 
     /// Whether call `call` (target, selector) drew an invalidation within
