@@ -28,14 +28,12 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use alloy_primitives::{Address, B256};
 use bytes::Bytes;
-use http::header::{ALLOW, AUTHORIZATION, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
+use http::header::CONTENT_TYPE;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -45,16 +43,13 @@ use txgate_screen::{
     recover_sender, tx_hash,
 };
 
+pub use super::json_http::{AdminBody, error};
+use super::json_http::{Refused, authorize, ok, parse, read};
 use crate::ops::metrics::Metrics;
 use crate::ops::metrics::admin::{Answered, Change, Endpoint};
 
-/// The body of every admin answer.
-pub type AdminBody = UnsyncBoxBody<Bytes, Infallible>;
-
 /// Largest lookup or lift request body (a raw transaction fits).
 const MAX_SMALL_BODY: usize = 512 * 1024;
-/// How long a request body may take to arrive.
-const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest ban an import may ask for.
 pub const MAX_IMPORT_TTL_MS: Millis = 7 * 24 * 3_600_000;
 /// The export format's name and version.
@@ -68,23 +63,6 @@ pub struct Bans {
     token: Option<String>,
     max_import_bytes: usize,
     metrics: Arc<Metrics>,
-}
-
-/// A refusal of a ban request.
-pub(super) struct Refused {
-    pub(super) status: StatusCode,
-    pub(super) answered: Answered,
-    pub(super) message: String,
-}
-
-impl Refused {
-    pub(super) fn bad(message: impl Into<String>) -> Refused {
-        Refused {
-            status: StatusCode::BAD_REQUEST,
-            answered: Answered::BadRequest,
-            message: message.into(),
-        }
-    }
 }
 
 impl Bans {
@@ -115,23 +93,7 @@ impl Bans {
         let answer = self.serve(endpoint, allowed, req, peer).await;
         let (answered, response) = match answer {
             Ok(response) => (Answered::Ok, response),
-            Err(refused) => {
-                let mut response = error(refused.status, &refused.message);
-                match refused.status {
-                    StatusCode::METHOD_NOT_ALLOWED => {
-                        response
-                            .headers_mut()
-                            .insert(ALLOW, HeaderValue::from_static(allowed));
-                    }
-                    StatusCode::UNAUTHORIZED => {
-                        response
-                            .headers_mut()
-                            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                    }
-                    _ => {}
-                }
-                (refused.answered, response)
-            }
+            Err(refused) => (refused.answered, refused.response(allowed)),
         };
         self.metrics.admin.request(endpoint, answered);
         response
@@ -646,97 +608,6 @@ fn b256(what: &'static str) -> impl Fn(&str) -> Result<B256, Refused> {
 
 fn address(text: &str) -> Result<Address, Refused> {
     Address::from_str(text.trim()).map_err(|_| Refused::bad("sender is not 20 bytes of hex"))
-}
-
-/// Who may use an endpoint that changes state: with `admin.token_file`
-/// (`token`), a request with `Authorization: Bearer <token>`; without it,
-/// loopback peers only.
-pub(super) fn authorize<B>(
-    token: Option<&str>,
-    req: &Request<B>,
-    peer: IpAddr,
-) -> Result<(), Refused> {
-    let Some(token) = token else {
-        if peer.to_canonical().is_loopback() {
-            return Ok(());
-        }
-        return Err(Refused {
-            status: StatusCode::FORBIDDEN,
-            answered: Answered::Forbidden,
-            message: "this endpoint answers loopback only unless admin.token_file is set".into(),
-        });
-    };
-    let given = req
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, token) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then_some(token)
-        })
-        .map(str::trim);
-    match given {
-        Some(given) if crate::ops::secret::equal(given.as_bytes(), token.as_bytes()) => Ok(()),
-        _ => Err(Refused {
-            status: StatusCode::UNAUTHORIZED,
-            answered: Answered::Unauthorized,
-            message: "missing or wrong bearer token".into(),
-        }),
-    }
-}
-
-pub(super) fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Refused> {
-    serde_json::from_slice(body).map_err(|e| Refused::bad(format!("bad JSON body: {e}")))
-}
-
-/// The body, at most `max` bytes, within [`BODY_TIMEOUT`].
-pub(super) async fn read<B>(req: Request<B>, max: usize) -> Result<Bytes, Refused>
-where
-    B: hyper::body::Body<Data = Bytes> + Send + 'static,
-    B::Error: std::error::Error + Send + Sync + 'static,
-{
-    let too_large = || Refused {
-        status: StatusCode::PAYLOAD_TOO_LARGE,
-        answered: Answered::BadRequest,
-        message: format!("body over {max} bytes"),
-    };
-    let declared = req
-        .headers()
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > max as u64) {
-        return Err(too_large());
-    }
-    let read = Limited::new(req.into_body(), max).collect();
-    match tokio::time::timeout(BODY_TIMEOUT, read).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Ok(Err(_)) => Err(Refused::bad("the body could not be read")),
-        Err(_) => Err(Refused {
-            status: StatusCode::REQUEST_TIMEOUT,
-            answered: Answered::BadRequest,
-            message: "the body did not arrive in time".into(),
-        }),
-    }
-}
-
-pub(super) fn ok(value: &Value) -> Response<AdminBody> {
-    json_response(StatusCode::OK, format!("{value}\n"))
-}
-
-/// A JSON error answer.
-pub fn error(status: StatusCode, message: &str) -> Response<AdminBody> {
-    json_response(status, format!("{}\n", json!({ "error": message })))
-}
-
-fn json_response(status: StatusCode, body: String) -> Response<AdminBody> {
-    let mut response = Response::new(Full::new(Bytes::from(body)).boxed_unsync());
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, crate::rpc::rescue::JSON);
-    response
 }
 
 #[cfg(test)]

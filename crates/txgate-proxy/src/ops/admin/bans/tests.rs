@@ -6,6 +6,8 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use alloy_primitives::keccak256;
+use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use http_body_util::Full;
 use txgate_screen::{Invalidation, ScreenSettings};
 
 use super::*;
