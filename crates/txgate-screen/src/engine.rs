@@ -4,8 +4,9 @@
 //! request path, each a plain function of the [`Candidate`] so far. Their
 //! order is written once, in [`crate::stage::Stages`]: the proxy builds its
 //! tower stack from that list, and `Screen::screen` (in [`crate::stage`])
-//! runs the same list in a row for tests and benches. [`Screen::apply`] is the one way state is
-//! learned: a batch of invalidations in one pass.
+//! runs the same list in a row for tests and benches. [`Screen::apply`]
+//! (in `apply`) is the one way state is learned: a batch of invalidations
+//! in one pass.
 //!
 //! 1. hex, then the tx hash straight from the raw bytes (no decoding):
 //!    [`Screen::candidate`], which makes the [`Candidate`];
@@ -18,323 +19,36 @@
 //! 6. sender backpressure, then a call on a cooldown's open trickle slot
 //!    takes it (the fingerprint stage only peeked); then the pending
 //!    attribution ([`Screen::admit`]).
+//!
+//! The values handed in and out are in `types`, the tunables in
+//! `settings`; `inspect` and `pool` answer operators and the sequencer's
+//! pool from the same state.
 
 use std::time::Instant;
 
 use alloy_primitives::{Address, B256};
 
-use crate::assertion::{
-    AssertionKey, AssertionRef, Assertions, CallKey, CooldownCheck, CooldownSettings, Observed,
-};
-use crate::backpressure::{BackpressureSettings, Charged, SenderBuckets};
-use crate::denied::{Ban, DeniedSet, Inserted};
+use crate::assertion::{AssertionRef, Assertions, CallKey, CooldownCheck, Observed};
+use crate::backpressure::SenderBuckets;
+use crate::denied::{Ban, DeniedSet};
 use crate::fingerprint::Fingerprint;
 use crate::forwarded::{Forward, ForwardedMap};
 use crate::hot::HotCalls;
-use crate::recover::{SignatureError, recover_sender};
+use crate::recover::recover_sender;
 use crate::snapshot::BanRecord;
 use crate::ttl::{Millis, TtlMap};
-use crate::tx::{DecodeError, Tx, check_chain_id, decode_hex, decode_with_hash, tx_hash};
+use crate::tx::{Tx, check_chain_id, decode_hex, decode_with_hash, tx_hash};
 
+mod apply;
 mod inspect;
 mod pool;
+mod settings;
+mod types;
 
 pub use inspect::{BanView, CooldownView, FailureView, SenderView};
 pub use pool::{PoolTx, PoolVerdict};
-
-/// Every tunable of screening, in milliseconds and entry counts.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ScreenSettings {
-    /// Accepted chain ids; empty accepts all.
-    pub chain_ids: Vec<u64>,
-    /// How long a denied fingerprint stays denied.
-    pub denied_ttl: Millis,
-    /// After a ban ends, how long the fingerprint stays suspect.
-    pub suspect_window: Millis,
-    /// Denied (and suspect) fingerprints held at most.
-    pub max_denied: usize,
-    /// How long a failed tx hash is refused outright.
-    pub recent_failure_ttl: Millis,
-    /// Failed tx hashes held at most.
-    pub max_recent_failures: usize,
-    /// How long a recovered sender stays cached.
-    pub sender_cache_ttl: Millis,
-    /// Senders cached at most.
-    pub max_cached_senders: usize,
-    /// How long a forwarded fingerprint is remembered for attribution.
-    pub pending_timeout: Millis,
-    /// Pending fingerprints held at most.
-    pub max_pending: usize,
-    /// How long a forwarded tx hash is remembered with its fingerprint and
-    /// sender (for sources that name only the hash).
-    pub forwarded_ttl: Millis,
-    /// Forwarded tx hashes held at most.
-    pub max_forwarded: usize,
-    /// How long one forward of a suspect fingerprint holds its slot.
-    pub shaping_hold: Millis,
-    /// Sender backpressure.
-    pub backpressure: BackpressureSettings,
-    /// Assertion cooldowns.
-    pub cooldown: CooldownSettings,
-    /// How long a call (target, selector) stays hot after an invalidation
-    /// named it (see [`crate::hot`]); 0: calls are not tracked.
-    pub hot_window: Millis,
-    /// Hot calls held at most.
-    pub max_hot_calls: usize,
-}
-
-impl Default for ScreenSettings {
-    fn default() -> Self {
-        ScreenSettings {
-            chain_ids: Vec::new(),
-            denied_ttl: 128_000,
-            suspect_window: 128_000,
-            max_denied: 1_000_000,
-            recent_failure_ttl: 60_000,
-            max_recent_failures: 1_000_000,
-            sender_cache_ttl: 300_000,
-            max_cached_senders: 1_000_000,
-            pending_timeout: 30_000,
-            max_pending: 262_144,
-            forwarded_ttl: 60_000,
-            max_forwarded: 600_000,
-            shaping_hold: 4_000,
-            backpressure: BackpressureSettings {
-                capacity: 20.0,
-                refill_per_sec: 5.0,
-                backoff_initial: 1_000,
-                backoff_max: 30_000,
-                max_senders: 100_000,
-            },
-            cooldown: CooldownSettings {
-                distinct_fingerprints: 10,
-                window: 128_000,
-                duration: 300_000,
-                trickle_interval: 2_000,
-                max_assertions: 65_536,
-                idle: 3_600_000,
-            },
-            hot_window: 0,
-            max_hot_calls: 65_536,
-        }
-    }
-}
-
-/// Why a submission is refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Rejection {
-    /// Bad hex, bad envelope, wrong chain id (-32602).
-    Invalid(DecodeError),
-    /// Invalid or high-s signature (-32602).
-    Signature(SignatureError),
-    /// This very transaction failed recently (-32003).
-    RecentFailure {
-        /// The tx hash.
-        tx_hash: B256,
-        /// The assertion it failed, when known.
-        assertion: Option<B256>,
-    },
-    /// The sender is backed off (429, -32005).
-    SenderBackoff {
-        /// Until the backoff ends.
-        retry_after: Millis,
-    },
-    /// The fingerprint is denied (-32003).
-    Denied {
-        /// The fingerprint.
-        fingerprint: B256,
-        /// The assertions it failed.
-        assertions: Vec<B256>,
-    },
-    /// The call's assertion is in cooldown and the trickle slot is taken
-    /// (-32003).
-    Cooldown {
-        /// The fingerprint.
-        fingerprint: B256,
-        /// The assertion.
-        assertion: Option<B256>,
-        /// Until the next trickle slot.
-        retry_after: Millis,
-    },
-    /// A suspect fingerprint already has a forward outstanding (-32003).
-    Shaped {
-        /// The fingerprint.
-        fingerprint: B256,
-        /// Until the outstanding forward's slot ends.
-        retry_after: Millis,
-    },
-}
-
-/// The reason of a decision, a bounded label set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Reason {
-    /// Undecodable transaction.
-    InvalidTransaction,
-    /// Wrong chain id.
-    WrongChainId,
-    /// Bad signature.
-    InvalidSignature,
-    /// Recently failed tx hash.
-    RecentFailure,
-    /// Sender in backoff.
-    SenderBackoff,
-    /// Denied fingerprint.
-    DeniedFingerprint,
-    /// Assertion cooldown.
-    AssertionCooldown,
-    /// Suspect fingerprint with a forward outstanding.
-    SuspectPending,
-}
-
-impl Reason {
-    /// Every reason, for metric labels created up front.
-    pub const ALL: [Reason; 8] = [
-        Reason::InvalidTransaction,
-        Reason::WrongChainId,
-        Reason::InvalidSignature,
-        Reason::RecentFailure,
-        Reason::SenderBackoff,
-        Reason::DeniedFingerprint,
-        Reason::AssertionCooldown,
-        Reason::SuspectPending,
-    ];
-
-    /// Position in [`Reason::ALL`] (its discriminant), for label tables.
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::InvalidTransaction => "invalid_transaction",
-            Reason::WrongChainId => "wrong_chain_id",
-            Reason::InvalidSignature => "invalid_signature",
-            Reason::RecentFailure => "recent_failure",
-            Reason::SenderBackoff => "sender_backoff",
-            Reason::DeniedFingerprint => "denied_fingerprint",
-            Reason::AssertionCooldown => "assertion_cooldown",
-            Reason::SuspectPending => "suspect_pending",
-        }
-    }
-}
-
-impl Rejection {
-    /// The reason label.
-    pub fn reason(&self) -> Reason {
-        match self {
-            Rejection::Invalid(DecodeError::WrongChainId { .. }) => Reason::WrongChainId,
-            Rejection::Invalid(_) => Reason::InvalidTransaction,
-            Rejection::Signature(_) => Reason::InvalidSignature,
-            Rejection::RecentFailure { .. } => Reason::RecentFailure,
-            Rejection::SenderBackoff { .. } => Reason::SenderBackoff,
-            Rejection::Denied { .. } => Reason::DeniedFingerprint,
-            Rejection::Cooldown { .. } => Reason::AssertionCooldown,
-            Rejection::Shaped { .. } => Reason::SuspectPending,
-        }
-    }
-}
-
-/// A submission as the stages learn about it.
-#[derive(Debug, Clone)]
-pub struct Candidate {
-    /// The time of the decision.
-    pub now: Millis,
-    /// Raw transaction bytes.
-    pub raw: Vec<u8>,
-    /// Tx hash, from the raw bytes.
-    pub hash: B256,
-    /// Decoded transaction (after stage 3).
-    pub tx: Option<Tx>,
-    /// Sender (after stage 4).
-    pub sender: Option<Address>,
-    /// Fingerprint (after stage 6; `None` for contract creations).
-    pub fingerprint: Option<Fingerprint>,
-    /// Whether the sender came from the cache.
-    pub sender_cached: bool,
-    /// Whether the fingerprint was suspect (shaped).
-    pub suspect: bool,
-    /// Whether its call is in cooldown and the trickle slot was open when
-    /// the fingerprint was checked: the slot is taken by the last stage
-    /// (backpressure), once every other check passed (a call refused in
-    /// between, for a bad signature or a backed-off sender, leaves the
-    /// slot to the next).
-    pub trickle: bool,
-}
-
-/// What an admitted submission carries on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Admitted {
-    /// Tx hash.
-    pub hash: B256,
-    /// Sender.
-    pub sender: Address,
-    /// Fingerprint, `None` for a contract creation.
-    pub fingerprint: Option<B256>,
-    /// Whether it went through queue shaping.
-    pub suspect: bool,
-}
-
-/// One verdict from the sidecar: this transaction invalidated this
-/// assertion.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Invalidation {
-    /// Fingerprint hash.
-    pub fingerprint: B256,
-    /// Call target (for cooldowns).
-    pub target: Address,
-    /// Selector (for cooldowns).
-    pub selector: [u8; 4],
-    /// The assertion it failed; `None` when the source names none.
-    pub assertion: Option<AssertionKey>,
-    /// The failing tx, when the sidecar knows it.
-    pub tx_hash: Option<B256>,
-    /// Its sender, when the sidecar knows it.
-    pub sender: Option<Address>,
-}
-
-impl Invalidation {
-    /// An invalidation of `tx` (sender known) under an assertion, if any;
-    /// `None` for a contract creation, which has no fingerprint.
-    pub fn of(tx: &Tx, sender: Option<Address>, assertion: Option<AssertionKey>) -> Option<Self> {
-        let fp = Fingerprint::of(tx)?;
-        Some(Invalidation {
-            fingerprint: fp.hash,
-            target: fp.target,
-            selector: fp.selector,
-            assertion,
-            tx_hash: Some(tx.hash),
-            sender,
-        })
-    }
-}
-
-/// What a batch of invalidations did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Applied {
-    /// New denied fingerprints.
-    pub banned: usize,
-    /// Denied fingerprints whose ban was extended.
-    pub refreshed: usize,
-    /// Invalidations of an outdated assertion version, ignored.
-    pub stale: usize,
-    /// Assertion versions bumped (older bans lifted).
-    pub bumped: usize,
-    /// Tx hashes added to the recent-failure cache.
-    pub recent_failures: usize,
-    /// Invalidations charged to a sender.
-    pub charged: usize,
-    /// Senders that entered backoff.
-    pub backoffs: usize,
-    /// Charges lost because the sender table is full of backed-off senders.
-    pub untracked: usize,
-    /// Cooldowns started.
-    pub cooldowns: usize,
-    /// Failures of a tx hash already learned (from another source, or
-    /// twice in the batch): ban refreshed, nobody charged again, nothing
-    /// counted again.
-    pub duplicates: usize,
-}
+pub use settings::ScreenSettings;
+pub use types::{Admitted, Applied, Candidate, Invalidation, Reason, Rejection, Sizes};
 
 /// The latest forward of a fingerprint (for shaping, and for sources that
 /// name only the fingerprint); its sender is in the forwarded map.
@@ -352,29 +66,6 @@ struct Failure {
     /// Whether its failure was charged and counted (false: only its hash
     /// was known), so that the same failure from another source is not.
     charged: bool,
-}
-
-/// Cache sizes, for gauges.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Sizes {
-    /// Denied and suspect fingerprints.
-    pub denied: usize,
-    /// Recently failed tx hashes.
-    pub recent_failures: usize,
-    /// Cached senders.
-    pub senders: usize,
-    /// Senders under backpressure.
-    pub backpressured: usize,
-    /// Pending fingerprints.
-    pub pending: usize,
-    /// Forwarded tx hashes remembered.
-    pub forwarded: usize,
-    /// Calls in cooldown.
-    pub cooldowns: usize,
-    /// Assertions known.
-    pub assertions: usize,
-    /// Hot calls held.
-    pub hot_calls: usize,
 }
 
 /// See the module docs.
@@ -642,173 +333,6 @@ impl Screen {
             .flatten()
             .filter_map(|a| self.assertions.describe(*a).map(|k| k.id))
             .collect()
-    }
-
-    /// Applies a batch of invalidations in one pass: assertion versions,
-    /// denied fingerprints (bloom and map), recent failures, sender
-    /// charges (from the invalidation, else from what was forwarded),
-    /// cooldown accounting.
-    ///
-    /// One failure, one charge: a tx hash already learned (from any
-    /// source, or earlier in the batch) refreshes its ban but is neither
-    /// charged nor counted towards a cooldown again.
-    pub fn apply(&self, batch: &[Invalidation], now: Millis) -> Applied {
-        let s = &self.settings;
-        let mut applied = Applied::default();
-        // 1. Assertions, in order (a bump mid-batch makes later items of
-        //    the old version stale); one table lookup per run of the same
-        //    key. A source that names no assertion bans under none, and its
-        //    failures count towards a cooldown under the call's key.
-        let mut last: Option<(AssertionKey, Option<Option<AssertionRef>>)> = None;
-        let mut observe = |key: AssertionKey, applied: &mut Applied| match last {
-            Some((seen, aref)) if seen == key => aref,
-            _ => {
-                let aref = match self.assertions.observe(key, now) {
-                    Observed::Stale => None,
-                    Observed::Bumped(aref) => {
-                        applied.bumped += 1;
-                        Some(Some(aref))
-                    }
-                    Observed::Current(aref) => Some(Some(aref)),
-                    Observed::Untracked => Some(None),
-                };
-                last = Some((key, aref));
-                aref
-            }
-        };
-        // (index, the ban's assertion, the cooldown's key)
-        let mut live: Vec<(usize, Option<AssertionRef>, Option<AssertionRef>)> =
-            Vec::with_capacity(batch.len());
-        for (i, inv) in batch.iter().enumerate() {
-            match inv.assertion {
-                Some(key) => match observe(key, &mut applied) {
-                    Some(aref) => live.push((i, aref, aref)),
-                    None => applied.stale += 1,
-                },
-                None => {
-                    let call = (inv.target != Address::ZERO)
-                        .then(|| {
-                            observe(
-                                AssertionKey::of_call(inv.target, inv.selector),
-                                &mut applied,
-                            )
-                        })
-                        .flatten()
-                        .flatten();
-                    live.push((i, None, call));
-                }
-            }
-        }
-        // Every call an applied invalidation names turns (or stays) hot.
-        self.hot.heat(
-            live.iter()
-                .map(|&(i, _, _)| &batch[i])
-                .filter(|inv| inv.target != Address::ZERO)
-                .map(|inv| (inv.target, inv.selector)),
-            now,
-        );
-        // 2. Bans, grouped by shard.
-        let expires = now + s.denied_ttl;
-        let items: Vec<(B256, Option<AssertionRef>)> = live
-            .iter()
-            .map(|&(i, aref, _)| (batch[i].fingerprint, aref))
-            .collect();
-        let inserted = self
-            .denied
-            .insert_batch(&items, expires, expires + s.suspect_window, now);
-        // 3. Attribution: what the source did not say comes from what was
-        //    forwarded (a txgate.v1 sidecar says both: no lookup).
-        let hashes: Vec<Option<B256>> = live
-            .iter()
-            .map(|&(i, _, _)| {
-                let inv = &batch[i];
-                inv.tx_hash.or_else(|| {
-                    self.pending
-                        .remove(&inv.fingerprint, now)
-                        .map(|p| p.tx_hash)
-                })
-            })
-            .collect();
-        let senders: Vec<Option<Address>> = live
-            .iter()
-            .zip(&hashes)
-            .map(|(&(i, _, _), hash)| {
-                batch[i]
-                    .sender
-                    .or_else(|| {
-                        hash.and_then(|h| self.forwarded.get(&h, now))
-                            .map(|f| f.sender)
-                    })
-                    .filter(|s| *s != Address::ZERO)
-            })
-            .collect();
-        // 4. Recent failures, grouped by shard; what each replaced tells
-        //    a failure already learned (and charged) from a new one, at no
-        //    extra lookup. A failure with nobody to charge is recorded as
-        //    not charged, so a later source that names the sender does.
-        let failures: Vec<(B256, Failure, Millis)> = live
-            .iter()
-            .zip(hashes.iter().zip(&senders))
-            .filter_map(|(&(_, aref, _), (hash, sender))| {
-                hash.map(|h| {
-                    let failure = Failure {
-                        assertion: aref,
-                        charged: sender.is_some(),
-                    };
-                    (h, failure, now + s.recent_failure_ttl)
-                })
-            })
-            .collect();
-        applied.recent_failures = failures.len();
-        // A copy keeps what an earlier one knew: charged, and the
-        // assertion it named if this one names none.
-        let mut replaced = self
-            .recent_failures
-            .insert_batch_merging(&failures, now, |earlier, new| match earlier {
-                Some(e) => Failure {
-                    assertion: new.assertion.or(e.assertion),
-                    charged: new.charged || e.charged,
-                },
-                None => new,
-            })
-            .into_iter();
-        // 5. Cooldown accounting and charges, once per failure.
-        for (((&(i, _, cooldown), result), hash), sender) in
-            live.iter().zip(inserted).zip(hashes).zip(senders)
-        {
-            let inv = &batch[i];
-            let new_ban = result == Inserted::New;
-            if new_ban {
-                applied.banned += 1;
-            } else {
-                applied.refreshed += 1;
-            }
-            let earlier = match hash {
-                Some(_) => replaced.next().flatten().filter(|f| f.charged),
-                None => None,
-            };
-            if earlier.is_some() {
-                applied.duplicates += 1;
-                continue;
-            }
-            if new_ban
-                && let Some(cooldown) = cooldown
-                && self
-                    .assertions
-                    .note_failure(cooldown, (inv.target, inv.selector), now)
-            {
-                applied.cooldowns += 1;
-            }
-            if let Some(sender) = sender {
-                applied.charged += 1;
-                match self.buckets.charge(sender, now) {
-                    Charged::Taken => {}
-                    Charged::BackedOff(_) => applied.backoffs += 1,
-                    Charged::Untracked => applied.untracked += 1,
-                }
-            }
-        }
-        applied
     }
 
     /// Whether call `call` (target, selector) drew an invalidation within

@@ -22,44 +22,32 @@
 //! logged (target `txgate::admin`, with the peer) and counted
 //! (`txgate_admin_ban_changes_total{action}`); every request is counted by
 //! endpoint and result (`txgate_admin_ban_requests_total`).
+//!
+//! Here: the routing, by path and method, to `query` (what a request
+//! names), `lookup`, `lift` and `list` (the export and import format).
 
-use std::convert::Infallible;
-use std::fmt::Write as _;
+mod lift;
+mod list;
+mod lookup;
+mod query;
+
 use std::net::IpAddr;
-use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use alloy_primitives::{Address, B256};
 use bytes::Bytes;
-use http::header::{ALLOW, AUTHORIZATION, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
-use hyper::body::Frame;
-use serde::Deserialize;
-use serde_json::{Value, json};
-use txgate_screen::snapshot::BanRecord;
-use txgate_screen::{
-    AssertionKey, BanView, CooldownView, Fingerprint, Millis, Screen, decode, decode_hex,
-    recover_sender, tx_hash,
-};
+use txgate_screen::{Millis, Screen};
 
+pub use super::json_http::{AdminBody, error};
+use super::json_http::{Refused, authorize, ok, parse, read};
 use crate::metrics::Metrics;
-use crate::metrics::admin::{Answered, Change, Endpoint};
-
-/// The body of every admin answer.
-pub type AdminBody = UnsyncBoxBody<Bytes, Infallible>;
+use crate::metrics::admin::{Answered, Endpoint};
+use list::List;
+pub use list::MAX_IMPORT_TTL_MS;
+use query::Query;
 
 /// Largest lookup or lift request body (a raw transaction fits).
 const MAX_SMALL_BODY: usize = 512 * 1024;
-/// How long a request body may take to arrive.
-const BODY_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest ban an import may ask for.
-pub const MAX_IMPORT_TTL_MS: Millis = 7 * 24 * 3_600_000;
-/// The export format's name and version.
-const FORMAT: &str = "txgate-bans";
-const VERSION: u64 = 1;
 
 /// See the module docs.
 #[derive(Debug)]
@@ -68,23 +56,6 @@ pub struct Bans {
     token: Option<String>,
     max_import_bytes: usize,
     metrics: Arc<Metrics>,
-}
-
-/// A refusal of a ban request.
-pub(super) struct Refused {
-    pub(super) status: StatusCode,
-    pub(super) answered: Answered,
-    pub(super) message: String,
-}
-
-impl Refused {
-    pub(super) fn bad(message: impl Into<String>) -> Refused {
-        Refused {
-            status: StatusCode::BAD_REQUEST,
-            answered: Answered::BadRequest,
-            message: message.into(),
-        }
-    }
 }
 
 impl Bans {
@@ -115,23 +86,7 @@ impl Bans {
         let answer = self.serve(endpoint, allowed, req, peer).await;
         let (answered, response) = match answer {
             Ok(response) => (Answered::Ok, response),
-            Err(refused) => {
-                let mut response = error(refused.status, &refused.message);
-                match refused.status {
-                    StatusCode::METHOD_NOT_ALLOWED => {
-                        response
-                            .headers_mut()
-                            .insert(ALLOW, HeaderValue::from_static(allowed));
-                    }
-                    StatusCode::UNAUTHORIZED => {
-                        response
-                            .headers_mut()
-                            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                    }
-                    _ => {}
-                }
-                (refused.answered, response)
-            }
+            Err(refused) => (refused.answered, refused.response(allowed)),
         };
         self.metrics.admin.request(endpoint, answered);
         response
@@ -188,232 +143,6 @@ impl Bans {
     fn authorize<B>(&self, req: &Request<B>, peer: IpAddr) -> Result<(), Refused> {
         authorize(self.token.as_deref(), req, peer)
     }
-
-    /// What is held against what the query names; see [`Lookup`].
-    fn lookup(&self, query: &Query, now: Millis) -> Result<Value, Refused> {
-        let facts = Facts::of(query, &self.screen, now)?;
-        let screen = &self.screen;
-        let clock = Clock::now();
-        let mut out = serde_json::Map::new();
-        let mut refused_by: Option<&str> = None;
-        let mut refuse = |reason: &'static str| {
-            refused_by.get_or_insert(reason);
-        };
-        if let Some(hash) = facts.tx_hash {
-            let failure = screen.failure_of(&hash, now);
-            if failure.is_some() {
-                refuse("recent_failure");
-            }
-            out.insert(
-                "tx_hash".into(),
-                json!({
-                    "value": hash.to_string(),
-                    "recent_failure": failure.map(|f| json!({
-                        "expires_in_ms": f.expires_in,
-                        "until_unix_ms": clock.until(f.expires_in),
-                        "assertion": f.assertion.map(assertion),
-                        "charged": f.charged,
-                    })),
-                    "forwarded": facts.forwarded.map(|(fp, sender)| json!({
-                        "fingerprint": fp.to_string(),
-                        "sender": sender.to_string(),
-                    })),
-                }),
-            );
-        }
-        // The sender is checked after the fingerprint and the call, as on
-        // the request path (no ECDSA before the cheaper checks).
-        let mut backed_off = false;
-        if let Some(sender) = facts.sender {
-            let bucket = screen.sender_of(&sender, now);
-            backed_off = bucket.is_some_and(|b| b.backoff_for > 0);
-            out.insert(
-                "sender".into(),
-                json!({
-                    "value": sender.to_string(),
-                    "backpressure": bucket.map(|b| json!({
-                        "tokens": b.tokens,
-                        "backoff_ms": b.backoff_for,
-                        "until_unix_ms": clock.until(b.backoff_for),
-                        "backoffs_in_a_row": b.level,
-                    })),
-                }),
-            );
-        }
-        if let Some(fp) = facts.fingerprint {
-            let ban = screen.ban_of(&fp, now);
-            if ban.as_ref().is_some_and(|b| b.denied) {
-                refuse("denied_fingerprint");
-            }
-            out.insert(
-                "fingerprint".into(),
-                json!({
-                    "value": fp.to_string(),
-                    "ban": ban.as_ref().map(|b| ban_json(b, &clock)),
-                }),
-            );
-        }
-        if let Some((target, selector)) = facts.call {
-            let cooldown = screen.cooldown_of(target, selector, now);
-            let state = match cooldown {
-                CooldownView::Clear => json!({"state": "clear"}),
-                CooldownView::Open(a) => json!({
-                    "state": "open",
-                    "assertion": a.map(assertion),
-                }),
-                CooldownView::Closed(a, retry) => {
-                    refuse("assertion_cooldown");
-                    json!({
-                        "state": "closed",
-                        "assertion": a.map(assertion),
-                        "retry_after_ms": retry,
-                    })
-                }
-            };
-            out.insert(
-                "call".into(),
-                json!({
-                    "target": target.to_string(),
-                    "selector": format!("0x{}", alloy_primitives::hex::encode(selector)),
-                    "cooldown": state,
-                }),
-            );
-        }
-        if backed_off {
-            refuse("sender_backoff");
-        }
-        // A suspect fingerprint is not refused on its own: one forward of
-        // it at a time (its state shows in `fingerprint.ban`).
-        out.insert("refused_by".into(), json!(refused_by));
-        Ok(Value::Object(out))
-    }
-
-    fn lift(&self, lift: &Query, peer: IpAddr, now: Millis) -> Result<Value, Refused> {
-        if lift.raw.is_some() {
-            return Err(Refused::bad(
-                "lift takes fingerprint, sender and/or tx_hash, not raw",
-            ));
-        }
-        if lift.tx_hash.is_none() && lift.fingerprint.is_none() && lift.sender.is_none() {
-            return Err(Refused::bad(
-                "name a fingerprint, sender or tx_hash to lift",
-            ));
-        }
-        let fingerprint = lift
-            .fingerprint
-            .as_deref()
-            .map(b256("fingerprint"))
-            .transpose()?;
-        let sender = lift.sender.as_deref().map(address).transpose()?;
-        let hash = lift.tx_hash.as_deref().map(b256("tx_hash")).transpose()?;
-        let mut out = serde_json::Map::new();
-        let mut done = |key: &str, change: Change, value: String, lifted: bool| {
-            if lifted {
-                self.metrics.admin.change(change).inc();
-                tracing::warn!(
-                    target: "txgate::admin",
-                    action = change.as_str(),
-                    value = %value,
-                    peer = %peer,
-                    "lifted by hand"
-                );
-            }
-            out.insert(key.into(), json!({"value": value, "lifted": lifted}));
-        };
-        if let Some(fp) = fingerprint {
-            let lifted = self.screen.lift_ban(&fp);
-            done(
-                "fingerprint",
-                Change::LiftFingerprint,
-                fp.to_string(),
-                lifted,
-            );
-        }
-        if let Some(sender) = sender {
-            let lifted = self.screen.lift_backoff(&sender);
-            done("sender", Change::LiftSender, sender.to_string(), lifted);
-        }
-        if let Some(hash) = hash {
-            let lifted = self.screen.lift_failure(&hash, now);
-            done("tx_hash", Change::LiftTxHash, hash.to_string(), lifted);
-        }
-        Ok(Value::Object(out))
-    }
-
-    fn import(&self, list: List, peer: IpAddr, now: Millis) -> Result<Value, Refused> {
-        if list.format != FORMAT || list.version != VERSION {
-            return Err(Refused::bad(format!(
-                "expected format \"{FORMAT}\" version {VERSION} (what GET /bans gives)"
-            )));
-        }
-        // An export taken a while ago: its times have run on since.
-        let aged = list
-            .taken_at_unix_ms
-            .map_or(0, |taken| Clock::now().unix_ms.saturating_sub(taken));
-        let records = list
-            .bans
-            .iter()
-            .enumerate()
-            .map(|(i, ban)| {
-                ban.record()
-                    .map(|mut r| {
-                        r.expires_in = r.expires_in.saturating_sub(aged);
-                        r.suspect_for = r.suspect_for.saturating_sub(aged);
-                        r
-                    })
-                    .map_err(|e| Refused::bad(format!("bans[{i}]: {e}")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let imported = self.screen.import_bans_by_hand(&records, now);
-        self.metrics
-            .admin
-            .change(Change::Import)
-            .inc_by(imported as u64);
-        tracing::warn!(
-            target: "txgate::admin",
-            action = Change::Import.as_str(),
-            imported,
-            given = records.len(),
-            peer = %peer,
-            "bans imported by hand"
-        );
-        Ok(json!({
-            "imported": imported,
-            "skipped": records.len() - imported,
-        }))
-    }
-
-    /// Every ban in force or suspect, a shard at a time: memory holds one
-    /// shard's records, whatever the set's size.
-    fn export(&self, now: Millis) -> Response<AdminBody> {
-        let screen = self.screen.clone();
-        let clock = Clock::now();
-        let head = format!(
-            "{{\"format\":\"{FORMAT}\",\"version\":{VERSION},\"taken_at_unix_ms\":{},\"bans\":[",
-            clock.unix_ms
-        );
-        let shards = screen.ban_shards();
-        let mut first = true;
-        let chunks = (0..shards).map(move |shard| {
-            let mut out = String::new();
-            for record in screen.export_bans_in(shard, now) {
-                out.push_str(if first { "\n" } else { ",\n" });
-                first = false;
-                write_record(&mut out, &record);
-            }
-            Bytes::from(out)
-        });
-        let body = std::iter::once(Bytes::from(head))
-            .chain(chunks)
-            .chain(std::iter::once(Bytes::from_static(b"\n]}\n")))
-            .map(|b| Ok::<_, Infallible>(Frame::data(b)));
-        let mut response =
-            Response::new(StreamBody::new(futures_util::stream::iter(body)).boxed_unsync());
-        response
-            .headers_mut()
-            .insert(CONTENT_TYPE, crate::request::JSON);
-        response
-    }
 }
 
 /// The endpoint at `path` and the methods it takes.
@@ -425,176 +154,6 @@ pub fn endpoint(path: &str) -> Option<(Endpoint, &'static str)> {
         "/bans/import" => Some((Endpoint::Import, "POST")),
         _ => None,
     }
-}
-
-/// What a lookup or a lift names (JSON object or query string); hex
-/// strings, `0x` optional.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Query {
-    tx_hash: Option<String>,
-    fingerprint: Option<String>,
-    sender: Option<String>,
-    raw: Option<String>,
-}
-
-impl Query {
-    fn from_query(query: &str) -> Result<Query, Refused> {
-        let mut q = Query::default();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let slot = match key {
-                "tx_hash" => &mut q.tx_hash,
-                "fingerprint" => &mut q.fingerprint,
-                "sender" => &mut q.sender,
-                "raw" => &mut q.raw,
-                _ => {
-                    return Err(Refused::bad(format!(
-                        "unknown parameter `{}` (tx_hash, fingerprint, sender, raw)",
-                        key.chars().take(32).collect::<String>()
-                    )));
-                }
-            };
-            *slot = Some(value.to_owned());
-        }
-        Ok(q)
-    }
-}
-
-/// What a lookup learns from its query.
-#[derive(Debug, Default)]
-struct Facts {
-    tx_hash: Option<B256>,
-    fingerprint: Option<B256>,
-    sender: Option<Address>,
-    call: Option<(Address, [u8; 4])>,
-    /// The forwarded map's entry for the tx hash.
-    forwarded: Option<(B256, Address)>,
-}
-
-impl Facts {
-    fn of(q: &Query, screen: &Screen, now: Millis) -> Result<Facts, Refused> {
-        if q.tx_hash.is_none() && q.fingerprint.is_none() && q.sender.is_none() && q.raw.is_none() {
-            return Err(Refused::bad(
-                "name a tx_hash, fingerprint, sender or raw transaction",
-            ));
-        }
-        let mut f = Facts {
-            tx_hash: q.tx_hash.as_deref().map(b256("tx_hash")).transpose()?,
-            fingerprint: q
-                .fingerprint
-                .as_deref()
-                .map(b256("fingerprint"))
-                .transpose()?,
-            sender: q.sender.as_deref().map(address).transpose()?,
-            ..Facts::default()
-        };
-        if let Some(raw) = &q.raw {
-            let bytes = decode_hex(raw).map_err(|e| Refused::bad(format!("raw: {e}")))?;
-            let tx = decode(&bytes).map_err(|e| Refused::bad(format!("raw: {e}")))?;
-            f.tx_hash.get_or_insert(tx_hash(&bytes));
-            if let Some(fp) = Fingerprint::of(&tx) {
-                f.fingerprint.get_or_insert(fp.hash);
-                f.call = Some((fp.target, fp.selector));
-            }
-            let sender = recover_sender(&tx).map_err(|e| Refused::bad(format!("raw: {e}")))?;
-            f.sender.get_or_insert(sender);
-        }
-        // A tx hash this instance forwarded names its fingerprint and
-        // sender too.
-        if let Some(forward) = f.tx_hash.and_then(|h| screen.forwarded(&h, now)) {
-            f.forwarded = Some((forward.fingerprint.hash, forward.sender));
-            f.fingerprint.get_or_insert(forward.fingerprint.hash);
-            f.sender.get_or_insert(forward.sender);
-            f.call
-                .get_or_insert((forward.fingerprint.target, forward.fingerprint.selector));
-        }
-        Ok(f)
-    }
-}
-
-/// An export, or an import.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct List {
-    format: String,
-    version: u64,
-    /// When the export was taken: imported times are aged by what has
-    /// passed since.
-    #[serde(default)]
-    taken_at_unix_ms: Option<u64>,
-    bans: Vec<BanJson>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BanJson {
-    fingerprint: String,
-    expires_in_ms: Millis,
-    suspect_for_ms: Millis,
-    #[serde(default)]
-    assertions: Vec<AssertionJson>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AssertionJson {
-    id: String,
-    version: u64,
-}
-
-impl BanJson {
-    fn record(&self) -> Result<BanRecord, String> {
-        let fingerprint = B256::from_str(&self.fingerprint)
-            .map_err(|_| "fingerprint is not 32 bytes of hex".to_string())?;
-        if self.expires_in_ms > MAX_IMPORT_TTL_MS || self.suspect_for_ms > 2 * MAX_IMPORT_TTL_MS {
-            return Err(format!(
-                "a ban of at most {MAX_IMPORT_TTL_MS} ms (suspect window twice that) may be imported"
-            ));
-        }
-        if self.suspect_for_ms < self.expires_in_ms {
-            return Err("suspect_for_ms is shorter than expires_in_ms".into());
-        }
-        if self.assertions.len() > 2 {
-            return Err("at most 2 assertions per ban".into());
-        }
-        let assertions = self
-            .assertions
-            .iter()
-            .map(|a| {
-                B256::from_str(&a.id)
-                    .map(|id| AssertionKey {
-                        id,
-                        version: a.version,
-                    })
-                    .map_err(|_| "assertion id is not 32 bytes of hex".to_string())
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(BanRecord {
-            fingerprint,
-            expires_in: self.expires_in_ms,
-            suspect_for: self.suspect_for_ms,
-            assertions,
-        })
-    }
-}
-
-fn write_record(out: &mut String, r: &BanRecord) {
-    let _ = write!(
-        out,
-        "{{\"fingerprint\":\"{}\",\"expires_in_ms\":{},\"suspect_for_ms\":{},\"assertions\":[",
-        r.fingerprint, r.expires_in, r.suspect_for
-    );
-    for (i, a) in r.assertions.iter().enumerate() {
-        let _ = write!(
-            out,
-            "{}{{\"id\":\"{}\",\"version\":{}}}",
-            if i == 0 { "" } else { "," },
-            a.id,
-            a.version
-        );
-    }
-    out.push_str("]}");
 }
 
 /// Unix time now, to show when something ends.
@@ -614,129 +173,6 @@ impl Clock {
     fn until(&self, in_ms: Millis) -> u64 {
         self.unix_ms.saturating_add(in_ms)
     }
-}
-
-fn ban_json(b: &BanView, clock: &Clock) -> Value {
-    json!({
-        "state": if b.denied { "denied" } else { "suspect" },
-        "expires_in_ms": b.expires_in,
-        "until_unix_ms": clock.until(b.expires_in),
-        "suspect_for_ms": b.suspect_for,
-        "assertions": b.assertions.iter().map(|a| assertion(*a)).collect::<Vec<_>>(),
-        "unconditional": b.unconditional,
-    })
-}
-
-/// An assertion, or a call key (a cooldown counted for failures that name
-/// no assertion: never an assertion id of the sidecar's).
-fn assertion(a: AssertionKey) -> Value {
-    if a.is_call() {
-        json!({"call_key": a.id.to_string()})
-    } else {
-        json!({"id": a.id.to_string(), "version": a.version})
-    }
-}
-
-fn b256(what: &'static str) -> impl Fn(&str) -> Result<B256, Refused> {
-    move |text| {
-        B256::from_str(text.trim())
-            .map_err(|_| Refused::bad(format!("{what} is not 32 bytes of hex")))
-    }
-}
-
-fn address(text: &str) -> Result<Address, Refused> {
-    Address::from_str(text.trim()).map_err(|_| Refused::bad("sender is not 20 bytes of hex"))
-}
-
-/// Who may use an endpoint that changes state: with `admin.token_file`
-/// (`token`), a request with `Authorization: Bearer <token>`; without it,
-/// loopback peers only.
-pub(super) fn authorize<B>(
-    token: Option<&str>,
-    req: &Request<B>,
-    peer: IpAddr,
-) -> Result<(), Refused> {
-    let Some(token) = token else {
-        if peer.to_canonical().is_loopback() {
-            return Ok(());
-        }
-        return Err(Refused {
-            status: StatusCode::FORBIDDEN,
-            answered: Answered::Forbidden,
-            message: "this endpoint answers loopback only unless admin.token_file is set".into(),
-        });
-    };
-    let given = req
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, token) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then_some(token)
-        })
-        .map(str::trim);
-    match given {
-        Some(given) if crate::ops::secret::equal(given.as_bytes(), token.as_bytes()) => Ok(()),
-        _ => Err(Refused {
-            status: StatusCode::UNAUTHORIZED,
-            answered: Answered::Unauthorized,
-            message: "missing or wrong bearer token".into(),
-        }),
-    }
-}
-
-pub(super) fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Refused> {
-    serde_json::from_slice(body).map_err(|e| Refused::bad(format!("bad JSON body: {e}")))
-}
-
-/// The body, at most `max` bytes, within [`BODY_TIMEOUT`].
-pub(super) async fn read<B>(req: Request<B>, max: usize) -> Result<Bytes, Refused>
-where
-    B: hyper::body::Body<Data = Bytes> + Send + 'static,
-    B::Error: std::error::Error + Send + Sync + 'static,
-{
-    let too_large = || Refused {
-        status: StatusCode::PAYLOAD_TOO_LARGE,
-        answered: Answered::BadRequest,
-        message: format!("body over {max} bytes"),
-    };
-    let declared = req
-        .headers()
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > max as u64) {
-        return Err(too_large());
-    }
-    let read = Limited::new(req.into_body(), max).collect();
-    match tokio::time::timeout(BODY_TIMEOUT, read).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Ok(Err(_)) => Err(Refused::bad("the body could not be read")),
-        Err(_) => Err(Refused {
-            status: StatusCode::REQUEST_TIMEOUT,
-            answered: Answered::BadRequest,
-            message: "the body did not arrive in time".into(),
-        }),
-    }
-}
-
-pub(super) fn ok(value: &Value) -> Response<AdminBody> {
-    json_response(StatusCode::OK, format!("{value}\n"))
-}
-
-/// A JSON error answer.
-pub fn error(status: StatusCode, message: &str) -> Response<AdminBody> {
-    json_response(status, format!("{}\n", json!({ "error": message })))
-}
-
-fn json_response(status: StatusCode, body: String) -> Response<AdminBody> {
-    let mut response = Response::new(Full::new(Bytes::from(body)).boxed_unsync());
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, crate::request::JSON);
-    response
 }
 
 #[cfg(test)]

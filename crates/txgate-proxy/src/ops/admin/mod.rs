@@ -6,6 +6,7 @@
 //! Prometheus never queue behind client traffic or admission control.
 
 pub mod bans;
+mod json_http;
 pub mod switch;
 
 use std::convert::Infallible;

@@ -12,12 +12,11 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{ALLOW, HeaderValue, WWW_AUTHENTICATE};
 use http::{Method, Request, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::bans::{AdminBody, Refused, authorize, error, ok, parse, read};
+use super::json_http::{AdminBody, Refused, authorize, ok, parse, read};
 use crate::rpc::conditional::Conditions;
 
 /// The path.
@@ -50,20 +49,7 @@ impl Switch {
     {
         match self.serve(req, peer).await {
             Ok(response) => response,
-            Err(refused) => {
-                let mut response = error(refused.status, &refused.message);
-                let headers = response.headers_mut();
-                match refused.status {
-                    StatusCode::METHOD_NOT_ALLOWED => {
-                        headers.insert(ALLOW, HeaderValue::from_static("GET, POST"));
-                    }
-                    StatusCode::UNAUTHORIZED => {
-                        headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                    }
-                    _ => {}
-                }
-                response
-            }
+            Err(refused) => refused.response("GET, POST"),
         }
     }
 

@@ -5,10 +5,16 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use alloy_primitives::keccak256;
-use txgate_screen::{Invalidation, ScreenSettings};
+use alloy_primitives::{B256, keccak256};
+use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use http_body_util::{BodyExt, Full};
+use serde_json::{Value, json};
+use txgate_screen::{
+    AssertionKey, Invalidation, ScreenSettings, decode, decode_hex, recover_sender,
+};
 
 use super::*;
+use crate::metrics::admin::Change;
 use crate::screening::tests::raw;
 
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
