@@ -63,7 +63,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use txgate_config::{Config, ConfigError, Settings, Source};
+use txgate_config::{Config, Settings, Source};
 use txgate_screen::Screen;
 
 pub use screening::state::Invalidations;
@@ -84,9 +84,6 @@ use crate::upstream::Upstream;
 /// Why a proxy cannot be built from a config.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    /// A setting that cannot work.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
     /// The upstream client cannot be built from `upstream.url` and
     /// `[upstream.tls]`.
     #[error("{0}")]

@@ -289,7 +289,7 @@ pub(crate) struct Paced<S> {
 }
 
 impl<S> Paced<S> {
-    /// `inner` for one new connection.
+    /// `inner`, paced (cloned for each connection; it holds no state).
     pub(crate) fn new(inner: S) -> Paced<S> {
         Paced { inner }
     }

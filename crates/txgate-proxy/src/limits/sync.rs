@@ -208,6 +208,7 @@ pub async fn run(
     stop: CancellationToken,
 ) {
     let m = &metrics.limits.redis;
+    m.register_results();
     let link = match Link::new(&config) {
         Ok(link) => link,
         Err(e) => {

@@ -75,10 +75,6 @@ impl LimitMetrics {
                 "Per-client usage reports dropped while Redis was down (that usage stayed local)",
             ),
         };
-        for result in RESULTS {
-            redis.syncs.with_label_values(&[result]);
-            redis.connects.with_label_values(&[result]);
-        }
         LimitMetrics {
             refusals: Limit::ALL
                 .iter()
@@ -116,6 +112,15 @@ impl LimitMetrics {
 const RESULTS: [&str; 2] = ["ok", "error"];
 
 impl RedisMetrics {
+    /// Creates every `result` series at 0, once the link's task starts
+    /// (an instance without the sync exports none).
+    pub fn register_results(&self) {
+        for result in RESULTS {
+            self.syncs.with_label_values(&[result]);
+            self.connects.with_label_values(&[result]);
+        }
+    }
+
     /// `txgate_redis_syncs_total{result}` of one sync.
     pub fn synced(&self, ok: bool) -> IntCounter {
         self.syncs.with_label_values(&[RESULTS[usize::from(!ok)]])

@@ -21,6 +21,7 @@
 
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use alloy_primitives::{Address, B256};
 use futures_util::StreamExt;
@@ -180,7 +181,7 @@ pub async fn run(
                 continue;
             }
         };
-        backoff.succeeded();
+        let up_since = Instant::now();
         tracing::info!(channel, "sharing bans with the fleet over Redis");
         let mut messages = subscriber.into_on_message();
         loop {
@@ -227,9 +228,30 @@ pub async fn run(
                 }
             }
         }
-        tracing::warn!("the Redis ban channel dropped: reconnecting");
+        // A channel that stayed up a while reconnects at once; one that
+        // dropped soon after it opened waits like a failed connect, so a
+        // Redis that takes connections but not the channel's traffic in
+        // time is not reconnected to in a loop.
+        let wait = if up_since.elapsed() >= STABLE {
+            backoff.succeeded();
+            Duration::ZERO
+        } else {
+            backoff.failed()
+        };
+        tracing::warn!(
+            wait_ms = wait.as_millis() as u64,
+            "the Redis ban channel dropped: reconnecting"
+        );
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(wait) => {}
+        }
     }
 }
+
+/// How long the channel must stay up for its next drop to reconnect at
+/// once (the longest retry wait).
+const STABLE: Duration = Duration::from_secs(5);
 
 /// A process id for the channel: the PID and the start time.
 fn rand_origin() -> u64 {
