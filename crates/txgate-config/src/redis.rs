@@ -33,7 +33,8 @@ pub struct RedisConfig {
     /// Milliseconds between two reports of usage.
     pub sync_interval_ms: u64,
     /// Milliseconds a connect or a sync may take before Redis counts as
-    /// down.
+    /// down; the ban channel's connect, subscribe and each publish keep to
+    /// it too.
     pub timeout_ms: u64,
     /// Share of each limit an instance enforces alone while Redis is down
     /// (0 < share ≤ 1).
