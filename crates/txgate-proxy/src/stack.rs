@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tower::ServiceBuilder;
-use tower::layer::util::{Identity, Stack as Layered};
 use txgate_config::{Settings, Source};
 use txgate_screen::Screen;
 
@@ -84,29 +83,28 @@ impl MakeService for Stack {
             }
             None => None,
         };
-        let layers: ServiceBuilder<Layered<AdmissionLayer, Layered<ClientLimitLayer, Identity>>> =
-            ServiceBuilder::new()
-                // Per-client rates (API key, else client IP), before the
-                // body is read: a client over its rate takes no in-flight
-                // slot.
-                .layer(self.client_limits.clone())
-                // One in-flight cap for the whole process, decided before
-                // the body is read.
-                .layer(self.admission.clone());
-        // JSON-RPC: body cap, content type, framing, method policy, the
-        // screening stack for raw transactions, forwarding.
-        let rpc = layers.service(RpcService::new(
-            config,
-            upstream,
-            self.metrics.clone(),
-            self.screen.clone(),
-            probe,
-            self.process.clone(),
-        ));
-        // Pacing reads each answer's mark once it is ready, with the
-        // request's client as identity found it; outside admission and the
-        // per-client rates, so a held answer takes no in-flight slot.
-        Ok(Paced::new(rpc))
+        Ok(ServiceBuilder::new()
+            // Pacing reads each answer's mark once it is ready, with the
+            // request's client as identity found it; outside admission and
+            // the per-client rates, so a held answer takes no in-flight
+            // slot.
+            .layer_fn(Paced::new)
+            // Per-client rates (API key, else client IP), before the body
+            // is read: a client over its rate takes no in-flight slot.
+            .layer(self.client_limits.clone())
+            // One in-flight cap for the whole process, decided before the
+            // body is read.
+            .layer(self.admission.clone())
+            // JSON-RPC: body cap, content type, framing, method policy, the
+            // screening stack for raw transactions, forwarding.
+            .service(RpcService::new(
+                config,
+                upstream,
+                self.metrics.clone(),
+                self.screen.clone(),
+                probe,
+                self.process.clone(),
+            )))
     }
 
     async fn drained(&self) {
