@@ -34,8 +34,8 @@ impl AdminConfig {
     /// Checks the `admin.*` keys on their own (`admin.listen` is checked
     /// against `server.listen` by [`Config::validate`](crate::Config::validate));
     /// the token file is read by [`AdminConfig::token`], at start and by
-    /// `check-config`.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// `check-config`. Returns the token.
+    pub fn validate(&self) -> Result<Option<String>, ConfigError> {
         if self.max_import_bytes == 0 || self.max_import_bytes > MAX_IMPORT_BYTES {
             return Err(ConfigError::new(
                 "admin.max_import_bytes",
@@ -45,7 +45,7 @@ impl AdminConfig {
                 ),
             ));
         }
-        self.token().map(|_| ())
+        self.token()
     }
 
     /// The token from `admin.token_file` (trimmed of surrounding

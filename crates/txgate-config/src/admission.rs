@@ -29,7 +29,7 @@ pub struct AdmissionConfig {
 impl AdmissionConfig {
     /// Checks the `admission.*` keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        require_positive(&[("admission.max_in_flight", self.max_in_flight as u64)])?;
+        require_positive(&[("admission.max_in_flight", &self.max_in_flight)])?;
         if self.max_sync_in_flight != 0 && self.max_sync_in_flight >= self.max_in_flight {
             return Err(ConfigError::new(
                 "admission.max_sync_in_flight",

@@ -78,6 +78,17 @@ pub struct AegesConfig {
     pub max_verify_bytes: usize,
 }
 
+/// The Aeges listener's address and who may use it, parsed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AegesAccess {
+    /// `aeges.listen` (`None`: off).
+    pub listen: Option<SocketAddr>,
+    /// `aeges.report_allow`.
+    pub report_allow: Vec<IpNet>,
+    /// `aeges.verify_allow`.
+    pub verify_allow: Vec<IpNet>,
+}
+
 impl AegesConfig {
     /// `aeges.listen` parsed; `None` when it is empty (no listener).
     pub fn listen_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
@@ -109,10 +120,12 @@ impl AegesConfig {
 
     /// Checks the `aeges.*` keys (`aeges.listen` is checked against the
     /// other listeners by [`Config::validate`](crate::Config::validate)).
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// Returns the listener's address and source lists parsed.
+    pub fn validate(&self) -> Result<AegesAccess, ConfigError> {
         // Closed by default: a listener other hosts can reach takes reports
         // only with a token (or none at all: an empty `report_allow`).
-        if let Some(addr) = self.listen_addr()?
+        let listen = self.listen_addr()?;
+        if let Some(addr) = listen
             && !addr.ip().is_loopback()
             && self.report_token.is_empty()
             && !self.report_allow.is_empty()
@@ -127,13 +140,17 @@ impl AegesConfig {
             ));
         }
         self.validate_token()?;
-        self.allow()?;
-        self.verify_allow()?;
+        let access = AegesAccess {
+            listen,
+            report_allow: self.allow()?,
+            verify_allow: self.verify_allow()?,
+        };
         require_positive(&[
-            ("aeges.max_report_bytes", self.max_report_bytes as u64),
-            ("aeges.max_in_flight", self.max_in_flight as u64),
-            ("aeges.max_verify_bytes", self.max_verify_bytes as u64),
-        ])
+            ("aeges.max_report_bytes", &self.max_report_bytes),
+            ("aeges.max_in_flight", &self.max_in_flight),
+            ("aeges.max_verify_bytes", &self.max_verify_bytes),
+        ])?;
+        Ok(access)
     }
 
     /// The token is compared with what a URL carries: visible ASCII only,

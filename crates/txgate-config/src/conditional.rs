@@ -56,9 +56,19 @@ pub struct ConditionalConfig {
     pub max_callers: usize,
 }
 
+/// `conditional.callers` and `conditional.targets`, as addresses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Addresses {
+    /// The callers allowed to submit conditional transactions (empty: any).
+    pub callers: Vec<[u8; 20]>,
+    /// The contracts whose storage conditions are checked.
+    pub targets: Vec<[u8; 20]>,
+}
+
 impl ConditionalConfig {
-    /// Checks the `conditional.*` keys.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks the `conditional.*` keys; the callers and the targets
+    /// parsed.
+    pub fn validate(&self) -> Result<Addresses, ConfigError> {
         if self.max_cost == 0 || self.max_cost > MAX_MAX_COST {
             return Err(ConfigError::new(
                 "conditional.max_cost",
@@ -86,8 +96,10 @@ impl ConditionalConfig {
                 format!("more than {MAX_CALLERS_LISTED} addresses"),
             ));
         }
-        self.caller_addresses()?;
-        self.target_addresses().map(|_| ())
+        Ok(Addresses {
+            callers: self.caller_addresses()?,
+            targets: self.target_addresses()?,
+        })
     }
 
     /// The allowed callers as 20-byte addresses, or the key of the first

@@ -31,25 +31,54 @@ fn key_prefix(key: &str) -> String {
     }
 }
 
+/// A count or a time, checked for zero by [`require_positive`].
+pub(crate) trait Positive {
+    /// Whether the value is 0 (or zero long).
+    fn is_zero(&self) -> bool;
+}
+
+macro_rules! positive_int {
+    ($($t:ty),*) => {$(
+        impl Positive for $t {
+            fn is_zero(&self) -> bool {
+                *self == 0
+            }
+        }
+    )*};
+}
+
+positive_int!(u32, u64, usize);
+
+impl Positive for std::time::Duration {
+    fn is_zero(&self) -> bool {
+        std::time::Duration::is_zero(self)
+    }
+}
+
 /// Refuses the first of `fields` (key, value) whose value is 0.
-pub(crate) fn require_positive(fields: &[(&str, u64)]) -> Result<(), ConfigError> {
-    match fields.iter().find(|(_, value)| *value == 0) {
+pub(crate) fn require_positive(fields: &[(&str, &dyn Positive)]) -> Result<(), ConfigError> {
+    match fields.iter().find(|(_, value)| value.is_zero()) {
         Some((key, _)) => Err(ConfigError::new(*key, "must be greater than 0")),
         None => Ok(()),
     }
 }
 
-/// Refuses `key` unless `value` is at least `floor` (named `floor_key`).
+/// Refuses `key` unless `value` is at least `floor` (named `floor_key`);
+/// both are times from `*_ms` keys.
 pub(crate) fn require_at_least(
     key: &str,
-    value: u64,
+    value: std::time::Duration,
     floor_key: &str,
-    floor: u64,
+    floor: std::time::Duration,
 ) -> Result<(), ConfigError> {
     if value < floor {
         return Err(ConfigError::new(
             key,
-            format!("must be at least {floor_key} ({floor}), is {value}"),
+            format!(
+                "must be at least {floor_key} ({}), is {}",
+                floor.as_millis(),
+                value.as_millis()
+            ),
         ));
     }
     Ok(())
@@ -73,8 +102,9 @@ mod tests {
 
     #[test]
     fn positive_names_the_first_zero() {
-        assert_eq!(require_positive(&[("a", 1), ("b", 2)]), Ok(()));
-        let e = require_positive(&[("a", 1), ("b", 0), ("c", 0)]).unwrap_err();
+        assert_eq!(require_positive(&[("a", &1u64), ("b", &2usize)]), Ok(()));
+        let zero = std::time::Duration::ZERO;
+        let e = require_positive(&[("a", &1u64), ("b", &zero), ("c", &0u32)]).unwrap_err();
         assert_eq!(e.key, "b");
     }
 }

@@ -48,6 +48,7 @@ pub mod admin;
 pub mod admission;
 pub mod aeges;
 pub mod conditional;
+mod duration;
 pub mod error;
 pub mod limits;
 pub mod log;
@@ -74,11 +75,11 @@ pub use admission::{
     AdmissionConfig, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_SYNC_IN_FLIGHT, DEFAULT_RETRY_AFTER_SECS,
 };
 pub use aeges::{
-    AegesConfig, DEFAULT_AEGES_LISTEN, DEFAULT_AEGES_MAX_IN_FLIGHT, DEFAULT_AEGES_MAX_REPORT_BYTES,
-    DEFAULT_AEGES_MAX_VERIFY_BYTES, DEFAULT_AEGES_REPORT_ALLOW, DEFAULT_AEGES_REPORT_TOKEN,
-    DEFAULT_AEGES_VERIFY_ALLOW,
+    AegesAccess, AegesConfig, DEFAULT_AEGES_LISTEN, DEFAULT_AEGES_MAX_IN_FLIGHT,
+    DEFAULT_AEGES_MAX_REPORT_BYTES, DEFAULT_AEGES_MAX_VERIFY_BYTES, DEFAULT_AEGES_REPORT_ALLOW,
+    DEFAULT_AEGES_REPORT_TOKEN, DEFAULT_AEGES_VERIFY_ALLOW,
 };
-pub use conditional::ConditionalConfig;
+pub use conditional::{Addresses, ConditionalConfig};
 pub use error::ConfigError;
 pub use limits::{
     DEFAULT_IPV6_PREFIX, DEFAULT_KEY_HEADER, DEFAULT_MAX_CLIENTS, DEFAULT_UNKNOWN_KEY,
@@ -221,24 +222,14 @@ impl Config {
         Config::from_toml(&text)
     }
 
-    /// Checks what serde cannot: each section's own keys (its `validate`),
-    /// then the relations between sections.
+    /// Checks what serde cannot, as [`Settings::new`] does (the one
+    /// validation), keeping only the verdict.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.server.validate()?;
-        self.admission.validate()?;
-        self.limits.validate()?;
-        self.rpc.validate()?;
-        self.upstream.validate()?;
-        self.admin.validate()?;
-        self.shutdown.validate()?;
-        self.log.validate()?;
-        self.screen.validate()?;
-        self.sidecar.validate()?;
-        self.aeges.validate()?;
-        self.redis.validate()?;
-        self.conditional.validate()?;
-        self.websocket.validate()?;
+        Settings::new(self.clone()).map(drop)
+    }
 
+    /// The rules between sections, given what the sections parsed.
+    pub(crate) fn check_relations(&self, aeges: Option<SocketAddr>) -> Result<(), ConfigError> {
         let pool_max_idle = self.upstream.pool_max_idle;
         let max_in_flight = self.admission.max_in_flight;
         if pool_max_idle != 0 && pool_max_idle < max_in_flight {
@@ -256,7 +247,7 @@ impl Config {
                 "must differ from server.listen",
             ));
         }
-        if let Some(aeges) = self.aeges.listen_addr()?
+        if let Some(aeges) = aeges
             && aeges.port() != 0
         {
             for (key, other) in [
@@ -271,8 +262,6 @@ impl Config {
                 }
             }
         }
-        // The node's WebSocket endpoint, set or derived from upstream.url.
-        self.websocket_upstream()?;
         Ok(())
     }
 
@@ -282,14 +271,19 @@ impl Config {
     /// `ws://node:8546/rpc`).
     /// An error names the key it comes from.
     pub fn websocket_upstream(&self) -> Result<HttpUrl, ConfigError> {
-        if let Some(url) = self.websocket.upstream_endpoint()? {
-            return Ok(url);
+        match self.websocket.upstream_endpoint()? {
+            Some(url) => Ok(url),
+            None => derived_websocket(&self.upstream.endpoint()?),
         }
-        let http = self.upstream.endpoint()?;
-        let scheme = if http.is_tls() { "wss" } else { "ws" };
-        let ws = format!("{scheme}://{}{}", http.authority(), http.path());
-        HttpUrl::parse_ws(&ws).map_err(|e| ConfigError::new("upstream.url", e))
     }
+}
+
+/// `ws://` (`wss://` for `https://`) with the authority and path of the
+/// node's HTTP endpoint.
+pub(crate) fn derived_websocket(http: &HttpUrl) -> Result<HttpUrl, ConfigError> {
+    let scheme = if http.is_tls() { "wss" } else { "ws" };
+    let ws = format!("{scheme}://{}{}", http.authority(), http.path());
+    HttpUrl::parse_ws(&ws).map_err(|e| ConfigError::new("upstream.url", e))
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use http::HeaderName;
 use ipnet::IpNet;
 use serde::Deserialize;
 
@@ -76,7 +77,8 @@ pub struct LimitsConfig {
     pub ip: RateConfig,
     /// The header carrying the API key; `Authorization: Bearer <key>` is
     /// read too.
-    pub key_header: String,
+    #[serde(deserialize_with = "header_name")]
+    pub key_header: HeaderName,
     /// `refuse` (401) or `anonymous` (limited by IP).
     pub unknown_key: UnknownKey,
     /// Tiers by name: `[limits.tiers.partner]`.
@@ -102,24 +104,19 @@ impl LimitsConfig {
         nets("limits.exempt", &self.exempt)
     }
 
-    /// Checks the `limits.*` keys.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        require_positive(&[("limits.max_clients", self.max_clients as u64)])?;
+    /// Checks the `limits.*` keys; `limits.exempt` parsed.
+    pub fn validate(&self) -> Result<Vec<IpNet>, ConfigError> {
+        require_positive(&[("limits.max_clients", &self.max_clients)])?;
         if self.ipv6_prefix > 128 {
             return Err(ConfigError::new(
                 "limits.ipv6_prefix",
                 format!("{} is not a prefix length (0..=128)", self.ipv6_prefix),
             ));
         }
-        self.exempt()?;
-        if http_header_name(&self.key_header).is_none() {
-            return Err(ConfigError::new(
-                "limits.key_header",
-                format!("`{}` is not an HTTP header name", self.key_header),
-            ));
-        }
+        let exempt = self.exempt()?;
         self.check_keys("limits.keys", &self.keys)?;
-        self.file_keys().map(|_| ())
+        self.file_keys()?;
+        Ok(exempt)
     }
 
     /// Every key: the config's and the file's (read now). A key in both
@@ -185,6 +182,16 @@ fn http_header_name(name: &str) -> Option<&str> {
     (!name.is_empty() && name.bytes().all(tchar)).then_some(name)
 }
 
+/// `limits.key_header`: a lowercase HTTP header name, read once.
+fn header_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<HeaderName, D::Error> {
+    let name = String::deserialize(d)?;
+    http_header_name(&name)
+        .and_then(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+        .ok_or_else(|| {
+            serde::de::Error::custom(format!("`{name}` is not a lowercase HTTP header name"))
+        })
+}
+
 impl std::fmt::Debug for LimitsConfig {
     /// The keys are secrets: only their number is shown.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -209,7 +216,7 @@ impl Default for LimitsConfig {
             ipv6_prefix: DEFAULT_IPV6_PREFIX,
             exempt: Vec::new(),
             ip: RateConfig::default(),
-            key_header: DEFAULT_KEY_HEADER.to_string(),
+            key_header: HeaderName::from_static(DEFAULT_KEY_HEADER),
             unknown_key: DEFAULT_UNKNOWN_KEY,
             tiers: BTreeMap::new(),
             keys: BTreeMap::new(),
@@ -273,8 +280,11 @@ mod tests {
         assert_eq!(refused("max_clients = 0"), "limits.max_clients");
         assert_eq!(refused("ipv6_prefix = 129"), "limits.ipv6_prefix");
         assert_eq!(refused("exempt = [\"10.0.0.0/33\"]"), "limits.exempt");
-        assert_eq!(refused("key_header = \"X-Api-Key\""), "limits.key_header");
-        assert_eq!(refused("key_header = \"\""), "limits.key_header");
+        for bad in ["X-Api-Key", "", "a key"] {
+            let text = format!("[limits]\nkey_header = \"{bad}\"");
+            let e = crate::Config::from_toml(&text).unwrap_err();
+            assert_eq!(e.key, "limits.key_header", "{bad}: {e}");
+        }
         assert_eq!(refused("[keys]\n\"k\" = \"gold\""), "limits.keys");
         assert_eq!(
             refused("[tiers.t]\n[keys]\n\"a key\" = \"t\""),

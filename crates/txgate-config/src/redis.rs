@@ -6,6 +6,8 @@
 //! instance. No call ever waits on Redis. While Redis is unreachable each
 //! instance enforces `local_share` of every limit on its own.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use crate::error::ConfigError;
@@ -31,11 +33,16 @@ pub struct RedisConfig {
     /// Prefix of the keys txgate writes (several fleets on one Redis).
     pub key_prefix: String,
     /// Milliseconds between two reports of usage.
-    pub sync_interval_ms: u64,
+    #[serde(
+        rename = "sync_interval_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub sync_interval: Duration,
     /// Milliseconds a connect or a sync may take before Redis counts as
     /// down; the ban channel's connect, subscribe and each publish keep to
     /// it too.
-    pub timeout_ms: u64,
+    #[serde(rename = "timeout_ms", deserialize_with = "crate::duration::millis")]
+    pub timeout: Duration,
     /// Share of each limit an instance enforces alone while Redis is down
     /// (0 < share ≤ 1).
     pub local_share: f64,
@@ -47,8 +54,8 @@ impl std::fmt::Debug for RedisConfig {
         f.debug_struct("RedisConfig")
             .field("url", &self.redacted_url())
             .field("key_prefix", &self.key_prefix)
-            .field("sync_interval_ms", &self.sync_interval_ms)
-            .field("timeout_ms", &self.timeout_ms)
+            .field("sync_interval_ms", &self.sync_interval)
+            .field("timeout_ms", &self.timeout)
             .field("local_share", &self.local_share)
             .finish()
     }
@@ -59,8 +66,8 @@ impl Default for RedisConfig {
         RedisConfig {
             url: String::new(),
             key_prefix: DEFAULT_KEY_PREFIX.into(),
-            sync_interval_ms: DEFAULT_SYNC_INTERVAL_MS,
-            timeout_ms: DEFAULT_TIMEOUT_MS,
+            sync_interval: Duration::from_millis(DEFAULT_SYNC_INTERVAL_MS),
+            timeout: Duration::from_millis(DEFAULT_TIMEOUT_MS),
             local_share: DEFAULT_LOCAL_SHARE,
         }
     }
@@ -103,16 +110,16 @@ impl RedisConfig {
                 "must be 1 to 64 printable characters without spaces",
             ));
         }
-        if !(1..=1000).contains(&self.sync_interval_ms) {
+        if !(Duration::from_millis(1)..=Duration::from_secs(1)).contains(&self.sync_interval) {
             return Err(ConfigError::new(
                 "redis.sync_interval_ms",
-                format!("{} is not within 1..=1000", self.sync_interval_ms),
+                format!("{} is not within 1..=1000", self.sync_interval.as_millis()),
             ));
         }
-        if !(10..=10_000).contains(&self.timeout_ms) {
+        if !(Duration::from_millis(10)..=Duration::from_secs(10)).contains(&self.timeout) {
             return Err(ConfigError::new(
                 "redis.timeout_ms",
-                format!("{} is not within 10..=10000", self.timeout_ms),
+                format!("{} is not within 10..=10000", self.timeout.as_millis()),
             ));
         }
         if !(self.local_share > 0.0 && self.local_share <= 1.0) {
@@ -149,8 +156,14 @@ mod tests {
         );
         assert_eq!(bad(&|c| c.url = "rediss://h:6379".into()), "redis.url");
         assert_eq!(bad(&|c| c.key_prefix = "a b".into()), "redis.key_prefix");
-        assert_eq!(bad(&|c| c.sync_interval_ms = 0), "redis.sync_interval_ms");
-        assert_eq!(bad(&|c| c.timeout_ms = 5), "redis.timeout_ms");
+        assert_eq!(
+            bad(&|c| c.sync_interval = Duration::ZERO),
+            "redis.sync_interval_ms"
+        );
+        assert_eq!(
+            bad(&|c| c.timeout = Duration::from_millis(5)),
+            "redis.timeout_ms"
+        );
         assert_eq!(bad(&|c| c.local_share = 0.0), "redis.local_share");
         assert_eq!(bad(&|c| c.local_share = 1.5), "redis.local_share");
         assert_eq!(bad(&|c| c.local_share = f64::NAN), "redis.local_share");

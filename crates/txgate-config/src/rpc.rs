@@ -43,8 +43,8 @@ impl RpcConfig {
     /// a method pattern (or alone).
     pub fn validate(&self) -> Result<(), ConfigError> {
         require_positive(&[
-            ("rpc.max_body_bytes", self.max_body_bytes as u64),
-            ("rpc.max_batch_size", self.max_batch_size as u64),
+            ("rpc.max_body_bytes", &self.max_body_bytes),
+            ("rpc.max_batch_size", &self.max_batch_size),
         ])?;
         for (i, m) in self.methods.iter().enumerate() {
             let stem = m.strip_suffix('*').unwrap_or(m);

@@ -5,6 +5,8 @@ pub mod backpressure;
 pub mod cooldown;
 pub mod pacing;
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use self::backpressure::BackpressureConfig;
@@ -63,31 +65,56 @@ pub struct ScreenConfig {
     /// Accepted chain ids; empty accepts every chain id.
     pub chain_ids: Vec<u64>,
     /// How long a denied fingerprint stays denied.
-    pub denied_ttl_secs: u64,
+    #[serde(rename = "denied_ttl_secs", deserialize_with = "crate::duration::secs")]
+    pub denied_ttl: Duration,
     /// How long a fingerprint stays suspect (shaped) after its ban.
-    pub suspect_window_secs: u64,
+    #[serde(
+        rename = "suspect_window_secs",
+        deserialize_with = "crate::duration::secs"
+    )]
+    pub suspect_window: Duration,
     /// Denied and suspect fingerprints held at most.
     pub max_denied: usize,
     /// How long a failed tx hash is refused before any ECDSA.
-    pub recent_failure_ttl_secs: u64,
+    #[serde(
+        rename = "recent_failure_ttl_secs",
+        deserialize_with = "crate::duration::secs"
+    )]
+    pub recent_failure_ttl: Duration,
     /// Failed tx hashes held at most.
     pub max_recent_failures: usize,
     /// How long a recovered sender stays cached by tx hash.
-    pub sender_cache_ttl_secs: u64,
+    #[serde(
+        rename = "sender_cache_ttl_secs",
+        deserialize_with = "crate::duration::secs"
+    )]
+    pub sender_cache_ttl: Duration,
     /// Senders cached at most.
     pub max_cached_senders: usize,
     /// How long a forward is remembered to charge a later invalidation.
-    pub pending_timeout_secs: u64,
+    #[serde(
+        rename = "pending_timeout_secs",
+        deserialize_with = "crate::duration::secs"
+    )]
+    pub pending_timeout: Duration,
     /// Pending forwards remembered at most.
     pub max_pending: usize,
     /// How long a forwarded tx hash is remembered with its fingerprint and
     /// sender, for the sources that name only the hash (the Credible Layer
     /// result stream).
-    pub forwarded_ttl_secs: u64,
+    #[serde(
+        rename = "forwarded_ttl_secs",
+        deserialize_with = "crate::duration::secs"
+    )]
+    pub forwarded_ttl: Duration,
     /// Forwarded tx hashes held at most.
     pub max_forwarded: usize,
     /// How long one forward of a suspect fingerprint holds its slot.
-    pub shaping_hold_ms: u64,
+    #[serde(
+        rename = "shaping_hold_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub shaping_hold: Duration,
     /// Screened calls of one JSON-RPC batch screened concurrently at most;
     /// the others of the batch wait for a slot.
     pub batch_concurrency: usize,
@@ -101,7 +128,11 @@ pub struct ScreenConfig {
     /// and read from at start; empty: no snapshot.
     pub snapshot_path: String,
     /// Seconds between snapshots.
-    pub snapshot_interval_secs: u64,
+    #[serde(
+        rename = "snapshot_interval_secs",
+        deserialize_with = "crate::duration::secs"
+    )]
+    pub snapshot_interval: Duration,
 }
 
 impl ScreenConfig {
@@ -109,24 +140,18 @@ impl ScreenConfig {
     /// `screen.cooldown.*` and `screen.pacing.*` included.
     pub fn validate(&self) -> Result<(), ConfigError> {
         require_positive(&[
-            ("screen.denied_ttl_secs", self.denied_ttl_secs),
-            ("screen.max_denied", self.max_denied as u64),
-            (
-                "screen.recent_failure_ttl_secs",
-                self.recent_failure_ttl_secs,
-            ),
-            (
-                "screen.max_recent_failures",
-                self.max_recent_failures as u64,
-            ),
-            ("screen.sender_cache_ttl_secs", self.sender_cache_ttl_secs),
-            ("screen.max_cached_senders", self.max_cached_senders as u64),
-            ("screen.pending_timeout_secs", self.pending_timeout_secs),
-            ("screen.max_pending", self.max_pending as u64),
-            ("screen.forwarded_ttl_secs", self.forwarded_ttl_secs),
-            ("screen.max_forwarded", self.max_forwarded as u64),
-            ("screen.batch_concurrency", self.batch_concurrency as u64),
-            ("screen.snapshot_interval_secs", self.snapshot_interval_secs),
+            ("screen.denied_ttl_secs", &self.denied_ttl),
+            ("screen.max_denied", &self.max_denied),
+            ("screen.recent_failure_ttl_secs", &self.recent_failure_ttl),
+            ("screen.max_recent_failures", &self.max_recent_failures),
+            ("screen.sender_cache_ttl_secs", &self.sender_cache_ttl),
+            ("screen.max_cached_senders", &self.max_cached_senders),
+            ("screen.pending_timeout_secs", &self.pending_timeout),
+            ("screen.max_pending", &self.max_pending),
+            ("screen.forwarded_ttl_secs", &self.forwarded_ttl),
+            ("screen.max_forwarded", &self.max_forwarded),
+            ("screen.batch_concurrency", &self.batch_concurrency),
+            ("screen.snapshot_interval_secs", &self.snapshot_interval),
         ])?;
         self.backpressure.validate()?;
         self.cooldown.validate()?;
@@ -170,24 +195,24 @@ impl Default for ScreenConfig {
             enabled: DEFAULT_SCREEN_ENABLED,
             monitor_only: DEFAULT_MONITOR_ONLY,
             chain_ids: Vec::new(),
-            denied_ttl_secs: DEFAULT_DENIED_TTL_SECS,
-            suspect_window_secs: DEFAULT_SUSPECT_WINDOW_SECS,
+            denied_ttl: Duration::from_secs(DEFAULT_DENIED_TTL_SECS),
+            suspect_window: Duration::from_secs(DEFAULT_SUSPECT_WINDOW_SECS),
             max_denied: DEFAULT_MAX_DENIED,
-            recent_failure_ttl_secs: DEFAULT_RECENT_FAILURE_TTL_SECS,
+            recent_failure_ttl: Duration::from_secs(DEFAULT_RECENT_FAILURE_TTL_SECS),
             max_recent_failures: DEFAULT_MAX_RECENT_FAILURES,
-            sender_cache_ttl_secs: DEFAULT_SENDER_CACHE_TTL_SECS,
+            sender_cache_ttl: Duration::from_secs(DEFAULT_SENDER_CACHE_TTL_SECS),
             max_cached_senders: DEFAULT_MAX_CACHED_SENDERS,
-            pending_timeout_secs: DEFAULT_PENDING_TIMEOUT_SECS,
+            pending_timeout: Duration::from_secs(DEFAULT_PENDING_TIMEOUT_SECS),
             max_pending: DEFAULT_MAX_PENDING,
-            forwarded_ttl_secs: DEFAULT_FORWARDED_TTL_SECS,
+            forwarded_ttl: Duration::from_secs(DEFAULT_FORWARDED_TTL_SECS),
             max_forwarded: DEFAULT_MAX_FORWARDED,
-            shaping_hold_ms: DEFAULT_SHAPING_HOLD_MS,
+            shaping_hold: Duration::from_millis(DEFAULT_SHAPING_HOLD_MS),
             batch_concurrency: DEFAULT_BATCH_CONCURRENCY,
             backpressure: BackpressureConfig::default(),
             cooldown: CooldownConfig::default(),
             pacing: PacingConfig::default(),
             snapshot_path: DEFAULT_SNAPSHOT_PATH.to_string(),
-            snapshot_interval_secs: DEFAULT_SNAPSHOT_INTERVAL_SECS,
+            snapshot_interval: Duration::from_secs(DEFAULT_SNAPSHOT_INTERVAL_SECS),
         }
     }
 }
@@ -206,28 +231,31 @@ mod tests {
     #[test]
     fn each_rule_names_its_key() {
         let cases: [(Change, &str); 16] = [
-            (|c| c.denied_ttl_secs = 0, "screen.denied_ttl_secs"),
+            (|c| c.denied_ttl = Duration::ZERO, "screen.denied_ttl_secs"),
             (|c| c.max_denied = 0, "screen.max_denied"),
             (
-                |c| c.recent_failure_ttl_secs = 0,
+                |c| c.recent_failure_ttl = Duration::ZERO,
                 "screen.recent_failure_ttl_secs",
             ),
             (|c| c.max_recent_failures = 0, "screen.max_recent_failures"),
             (
-                |c| c.sender_cache_ttl_secs = 0,
+                |c| c.sender_cache_ttl = Duration::ZERO,
                 "screen.sender_cache_ttl_secs",
             ),
             (|c| c.max_cached_senders = 0, "screen.max_cached_senders"),
             (
-                |c| c.pending_timeout_secs = 0,
+                |c| c.pending_timeout = Duration::ZERO,
                 "screen.pending_timeout_secs",
             ),
             (|c| c.max_pending = 0, "screen.max_pending"),
-            (|c| c.forwarded_ttl_secs = 0, "screen.forwarded_ttl_secs"),
+            (
+                |c| c.forwarded_ttl = Duration::ZERO,
+                "screen.forwarded_ttl_secs",
+            ),
             (|c| c.max_forwarded = 0, "screen.max_forwarded"),
             (|c| c.batch_concurrency = 0, "screen.batch_concurrency"),
             (
-                |c| c.snapshot_interval_secs = 0,
+                |c| c.snapshot_interval = Duration::ZERO,
                 "screen.snapshot_interval_secs",
             ),
             // The subsections are checked too.
@@ -237,7 +265,7 @@ mod tests {
                 "screen.cooldown.max_assertions",
             ),
             (
-                |c| c.cooldown.assertion_idle_secs = 0,
+                |c| c.cooldown.assertion_idle = Duration::ZERO,
                 "screen.cooldown.assertion_idle_secs",
             ),
             (|c| c.pacing.max_held = 0, "screen.pacing.max_held"),

@@ -3,6 +3,8 @@
 use std::net::SocketAddr;
 
 use ipnet::IpNet;
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use crate::error::{ConfigError, require_positive};
@@ -72,15 +74,27 @@ pub struct ServerConfig {
     /// Open connections at most; further clients wait in the accept queue.
     pub max_connections: usize,
     /// Time a client has to send its request headers (HTTP/1.1).
-    pub header_read_timeout_ms: u64,
+    #[serde(
+        rename = "header_read_timeout_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub header_read_timeout: Duration,
     /// Time a client has to send its request body.
-    pub body_read_timeout_ms: u64,
+    #[serde(
+        rename = "body_read_timeout_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub body_read_timeout: Duration,
     /// A connection that starts no request for this long (between once
     /// and twice it) is closed gracefully: calls under way finish, no new
     /// one starts. HTTP/1.1 waits at most `header_read_timeout_ms` for its
     /// next request anyway; this bounds HTTP/2, whose clients answer the
     /// keep-alive pings while idle.
-    pub idle_timeout_ms: u64,
+    #[serde(
+        rename = "idle_timeout_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub idle_timeout: Duration,
     /// Serve h2c (HTTP/2 with prior knowledge) beside HTTP/1.1.
     pub http2: bool,
     /// Networks (CIDR or bare addresses) of the load balancers and proxies
@@ -116,13 +130,13 @@ impl ServerConfig {
         nets("server.trusted_proxies", &self.trusted_proxies)
     }
 
-    /// Checks the `server.*` keys.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks the `server.*` keys; `server.trusted_proxies` parsed.
+    pub fn validate(&self) -> Result<Vec<IpNet>, ConfigError> {
         require_positive(&[
-            ("server.max_connections", self.max_connections as u64),
-            ("server.header_read_timeout_ms", self.header_read_timeout_ms),
-            ("server.body_read_timeout_ms", self.body_read_timeout_ms),
-            ("server.idle_timeout_ms", self.idle_timeout_ms),
+            ("server.max_connections", &self.max_connections),
+            ("server.header_read_timeout_ms", &self.header_read_timeout),
+            ("server.body_read_timeout_ms", &self.body_read_timeout),
+            ("server.idle_timeout_ms", &self.idle_timeout),
         ])?;
         self.tls.validate()?;
         let trusted = self.trusted_proxies()?;
@@ -134,7 +148,7 @@ impl ServerConfig {
                  load balancers' networks",
             ));
         }
-        Ok(())
+        Ok(trusted)
     }
 }
 
@@ -144,9 +158,9 @@ impl Default for ServerConfig {
             listen: crate::parse_addr(DEFAULT_LISTEN),
             workers: DEFAULT_WORKERS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
-            header_read_timeout_ms: DEFAULT_HEADER_READ_TIMEOUT_MS,
-            body_read_timeout_ms: DEFAULT_BODY_READ_TIMEOUT_MS,
-            idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
+            header_read_timeout: Duration::from_millis(DEFAULT_HEADER_READ_TIMEOUT_MS),
+            body_read_timeout: Duration::from_millis(DEFAULT_BODY_READ_TIMEOUT_MS),
+            idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
             http2: DEFAULT_HTTP2,
             trusted_proxies: DEFAULT_TRUSTED_PROXIES.map(String::from).to_vec(),
             proxy_protocol: DEFAULT_PROXY_PROTOCOL,
@@ -175,14 +189,17 @@ mod tests {
     fn each_rule_names_its_key() {
         assert_eq!(refused(|c| c.max_connections = 0), "server.max_connections");
         assert_eq!(
-            refused(|c| c.header_read_timeout_ms = 0),
+            refused(|c| c.header_read_timeout = Duration::ZERO),
             "server.header_read_timeout_ms"
         );
         assert_eq!(
-            refused(|c| c.body_read_timeout_ms = 0),
+            refused(|c| c.body_read_timeout = Duration::ZERO),
             "server.body_read_timeout_ms"
         );
-        assert_eq!(refused(|c| c.idle_timeout_ms = 0), "server.idle_timeout_ms");
+        assert_eq!(
+            refused(|c| c.idle_timeout = Duration::ZERO),
+            "server.idle_timeout_ms"
+        );
         assert_eq!(
             refused(|c| c.trusted_proxies = vec!["10.0.0.0/33".into()]),
             "server.trusted_proxies"

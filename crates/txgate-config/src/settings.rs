@@ -1,67 +1,129 @@
 //! The configuration checked once, with every value that needs parsing
 //! parsed: what the daemon starts from. [`Settings::new`] is the one
-//! validation ([`Config::validate`], then each section's parsers); after
-//! it nothing parses a setting again or falls back to a default, because
-//! every parsed value is here.
+//! validation: each section's `validate` checks its keys and returns what
+//! it parsed, then the rules between sections; after it nothing parses a
+//! setting again or falls back to a default, because every parsed value is
+//! here.
 
 use std::net::SocketAddr;
 use std::ops::Deref;
 
-use crate::{Config, ConfigError, HttpUrl, IpNet, Source};
+use crate::{Addresses, AegesAccess, Config, ConfigError, HttpUrl, IpNet, Source};
 
 /// A config that passed validation, and what its strings mean.
 #[derive(Debug, Clone)]
 pub struct Settings {
     config: Config,
-    /// `upstream.url`.
-    pub upstream_url: HttpUrl,
-    /// The node's WebSocket endpoint, set or derived from `upstream.url`
-    /// ([`Config::websocket_upstream`]).
-    pub websocket_url: HttpUrl,
-    /// `sidecar.url` and `[[sidecar.sources]]`, checked.
-    pub sources: Vec<Source>,
-    /// `server.trusted_proxies`.
-    pub trusted_proxies: Vec<IpNet>,
-    /// `limits.exempt`.
-    pub exempt: Vec<IpNet>,
-    /// The admin listener's bearer token (`admin.token_file`), if set.
-    pub admin_token: Option<String>,
-    /// The Aeges listener's address (`aeges.listen`; `None`: off).
-    pub aeges_listen: Option<SocketAddr>,
-    /// `aeges.report_allow`.
-    pub aeges_report_allow: Vec<IpNet>,
-    /// `aeges.verify_allow`.
-    pub aeges_verify_allow: Vec<IpNet>,
-    /// `conditional.callers`, as addresses.
-    pub conditional_callers: Vec<[u8; 20]>,
-    /// `conditional.targets`, as addresses.
-    pub conditional_targets: Vec<[u8; 20]>,
+    upstream_url: HttpUrl,
+    websocket_url: HttpUrl,
+    sources: Vec<Source>,
+    trusted_proxies: Vec<IpNet>,
+    exempt: Vec<IpNet>,
+    admin_token: Option<String>,
+    aeges: AegesAccess,
+    conditional: Addresses,
 }
 
 impl Settings {
-    /// Validates `config` and parses every value that needs it; an error
-    /// names the key at fault.
+    /// Validates `config`, parsing each value once; an error names the key
+    /// at fault.
     pub fn new(config: Config) -> Result<Settings, ConfigError> {
-        config.validate()?;
+        let trusted_proxies = config.server.validate()?;
+        config.admission.validate()?;
+        let exempt = config.limits.validate()?;
+        config.rpc.validate()?;
+        let upstream_url = config.upstream.validate()?;
+        let admin_token = config.admin.validate()?;
+        config.shutdown.validate()?;
+        config.log.validate()?;
+        config.screen.validate()?;
+        let sources = config.sidecar.validate()?;
+        let aeges = config.aeges.validate()?;
+        config.redis.validate()?;
+        let conditional = config.conditional.validate()?;
+        let websocket_url = match config.websocket.validate()? {
+            Some(url) => url,
+            None => crate::derived_websocket(&upstream_url)?,
+        };
+        config.check_relations(aeges.listen)?;
         Ok(Settings {
-            upstream_url: config.upstream.endpoint()?,
-            websocket_url: config.websocket_upstream()?,
-            sources: config.sidecar.sources()?,
-            trusted_proxies: config.server.trusted_proxies()?,
-            exempt: config.limits.exempt()?,
-            admin_token: config.admin.token()?,
-            aeges_listen: config.aeges.listen_addr()?,
-            aeges_report_allow: config.aeges.allow()?,
-            aeges_verify_allow: config.aeges.verify_allow()?,
-            conditional_callers: config.conditional.caller_addresses()?,
-            conditional_targets: config.conditional.target_addresses()?,
             config,
+            upstream_url,
+            websocket_url,
+            sources,
+            trusted_proxies,
+            exempt,
+            admin_token,
+            aeges,
+            conditional,
         })
     }
 
     /// The file's values, as validated.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// `upstream.url`.
+    pub fn upstream_url(&self) -> &HttpUrl {
+        &self.upstream_url
+    }
+
+    /// The node's WebSocket endpoint, set or derived from `upstream.url`
+    /// ([`Config::websocket_upstream`]).
+    pub fn websocket_url(&self) -> &HttpUrl {
+        &self.websocket_url
+    }
+
+    /// `sidecar.url` and `[[sidecar.sources]]`, checked.
+    pub fn sources(&self) -> &[Source] {
+        &self.sources
+    }
+
+    /// Whether calls are tracked hot: a source is asked ShouldForward,
+    /// about hot calls only.
+    pub fn tracks_hot_calls(&self) -> bool {
+        self.config.sidecar.tracks_hot_calls(&self.sources)
+    }
+
+    /// `server.trusted_proxies`.
+    pub fn trusted_proxies(&self) -> &[IpNet] {
+        &self.trusted_proxies
+    }
+
+    /// `limits.exempt`.
+    pub fn exempt(&self) -> &[IpNet] {
+        &self.exempt
+    }
+
+    /// The admin listener's bearer token (`admin.token_file`), if set.
+    pub fn admin_token(&self) -> Option<&str> {
+        self.admin_token.as_deref()
+    }
+
+    /// The Aeges listener's address (`aeges.listen`; `None`: off).
+    pub fn aeges_listen(&self) -> Option<SocketAddr> {
+        self.aeges.listen
+    }
+
+    /// `aeges.report_allow`.
+    pub fn aeges_report_allow(&self) -> &[IpNet] {
+        &self.aeges.report_allow
+    }
+
+    /// `aeges.verify_allow`.
+    pub fn aeges_verify_allow(&self) -> &[IpNet] {
+        &self.aeges.verify_allow
+    }
+
+    /// `conditional.callers`, as addresses.
+    pub fn conditional_callers(&self) -> &[[u8; 20]] {
+        &self.conditional.callers
+    }
+
+    /// `conditional.targets`, as addresses.
+    pub fn conditional_targets(&self) -> &[[u8; 20]] {
+        &self.conditional.targets
     }
 }
 
@@ -80,11 +142,12 @@ mod tests {
     #[test]
     fn the_defaults_settle_and_parse() {
         let s = Settings::new(Config::default()).unwrap();
-        assert_eq!(s.upstream_url, s.upstream.endpoint().unwrap());
-        assert_eq!(s.websocket_url, s.config().websocket_upstream().unwrap());
-        assert_eq!(s.sources, s.sidecar.sources().unwrap());
-        assert_eq!(s.aeges_listen, None);
-        assert!(s.admin_token.is_none());
+        assert_eq!(*s.upstream_url(), s.upstream.endpoint().unwrap());
+        assert_eq!(*s.websocket_url(), s.config().websocket_upstream().unwrap());
+        assert_eq!(s.sources(), s.sidecar.sources().unwrap());
+        assert_eq!(s.aeges_listen(), None);
+        assert!(s.admin_token().is_none());
+        assert!(!s.tracks_hot_calls());
     }
 
     #[test]
@@ -93,5 +156,18 @@ mod tests {
         c.conditional.targets = vec!["0x12".into()];
         let e = Settings::new(c).unwrap_err();
         assert!(e.to_string().contains("conditional.targets[0]"), "{e}");
+    }
+
+    #[test]
+    fn the_websocket_endpoint_is_set_or_derived() {
+        let mut c = Config::default();
+        c.upstream.url = "https://node.internal:8545/rpc".into();
+        let s = Settings::new(c.clone()).unwrap();
+        let ws = s.websocket_url();
+        assert!(ws.is_tls());
+        assert_eq!((ws.authority(), ws.path()), ("node.internal:8545", "/rpc"));
+        c.websocket.upstream_url = "ws://other:8546".into();
+        let s = Settings::new(c).unwrap();
+        assert_eq!(s.websocket_url().authority(), "other:8546");
     }
 }

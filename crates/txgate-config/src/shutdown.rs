@@ -1,5 +1,7 @@
 //! `[shutdown]`: graceful shutdown.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use crate::error::ConfigError;
@@ -16,25 +18,33 @@ pub const MAX_DRAIN_DELAY_MS: u64 = 300_000;
 #[serde(deny_unknown_fields, default)]
 pub struct ShutdownConfig {
     /// Time in-flight calls get to finish after SIGTERM or SIGINT.
-    pub grace_period_ms: u64,
+    #[serde(
+        rename = "grace_period_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub grace_period: Duration,
     /// After SIGTERM or SIGINT, time txgate keeps accepting and serving
     /// while `/readyz` answers 503, so that a load balancer's health check
     /// takes it out of rotation before it stops accepting (set it above the
     /// balancer's detection time: interval × fall). 0: stop accepting at
     /// once.
-    pub drain_delay_ms: u64,
+    #[serde(
+        rename = "drain_delay_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub drain_delay: Duration,
 }
 
 impl ShutdownConfig {
     /// Checks the `shutdown.*` keys: every value is usable (a grace period
     /// of 0 exits at once).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.drain_delay_ms > MAX_DRAIN_DELAY_MS {
+        if self.drain_delay > Duration::from_millis(MAX_DRAIN_DELAY_MS) {
             return Err(ConfigError::new(
                 "shutdown.drain_delay_ms",
                 format!(
                     "{} is above {MAX_DRAIN_DELAY_MS} (5 minutes): a stop would wait that long",
-                    self.drain_delay_ms
+                    self.drain_delay.as_millis()
                 ),
             ));
         }
@@ -45,8 +55,8 @@ impl ShutdownConfig {
 impl Default for ShutdownConfig {
     fn default() -> Self {
         ShutdownConfig {
-            grace_period_ms: DEFAULT_GRACE_PERIOD_MS,
-            drain_delay_ms: DEFAULT_DRAIN_DELAY_MS,
+            grace_period: Duration::from_millis(DEFAULT_GRACE_PERIOD_MS),
+            drain_delay: Duration::from_millis(DEFAULT_DRAIN_DELAY_MS),
         }
     }
 }
@@ -59,12 +69,12 @@ mod tests {
     fn any_grace_period_is_valid() {
         ShutdownConfig::default().validate().unwrap();
         let c = ShutdownConfig {
-            grace_period_ms: 0,
-            drain_delay_ms: MAX_DRAIN_DELAY_MS,
+            grace_period: Duration::from_millis(0),
+            drain_delay: Duration::from_millis(MAX_DRAIN_DELAY_MS),
         };
         c.validate().unwrap();
         let c = ShutdownConfig {
-            drain_delay_ms: MAX_DRAIN_DELAY_MS + 1,
+            drain_delay: Duration::from_millis(MAX_DRAIN_DELAY_MS + 1),
             ..c
         };
         assert_eq!(c.validate().unwrap_err().key, "shutdown.drain_delay_ms");

@@ -20,6 +20,8 @@
 
 use std::fmt;
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use crate::error::{ConfigError, require_at_least, require_positive};
@@ -179,11 +181,23 @@ pub struct SidecarConfig {
     /// deduplicates what they report by tx hash.
     pub sources: Vec<SourceConfig>,
     /// Connect timeout (every source).
-    pub connect_timeout_ms: u64,
+    #[serde(
+        rename = "connect_timeout_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub connect_timeout: Duration,
     /// First reconnect delay; doubled per failure, with jitter.
-    pub reconnect_initial_ms: u64,
+    #[serde(
+        rename = "reconnect_initial_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub reconnect_initial: Duration,
     /// Longest reconnect delay.
-    pub reconnect_max_ms: u64,
+    #[serde(
+        rename = "reconnect_max_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub reconnect_max: Duration,
     /// Largest message accepted on a stream. A larger one is refused from
     /// its length prefix, before it is read, and breaks the stream
     /// (`txgate_sidecar_stream_ends_total{reason="too_large"}`).
@@ -203,13 +217,22 @@ pub struct SidecarConfig {
     pub should_forward_scope: ShouldForwardScope,
     /// How long a call (target, selector) stays hot after an invalidation
     /// named it.
-    pub hot_window_ms: u64,
+    #[serde(rename = "hot_window_ms", deserialize_with = "crate::duration::millis")]
+    pub hot_window: Duration,
     /// Hot calls held at most (a full table drops the oldest first).
     pub max_hot_calls: usize,
     /// Deadline of that question; late or failed answers forward.
-    pub should_forward_timeout_ms: u64,
+    #[serde(
+        rename = "should_forward_timeout_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub should_forward_timeout: Duration,
     /// How long a "forward" verdict is kept.
-    pub verdict_ttl_ms: u64,
+    #[serde(
+        rename = "verdict_ttl_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub verdict_ttl: Duration,
     /// ShouldForward "forward" verdicts cached at most.
     pub max_verdicts: usize,
     /// ShouldForward questions in flight at most, across the process;
@@ -293,43 +316,40 @@ impl SidecarConfig {
         Ok(sources)
     }
 
-    /// Whether calls are tracked hot or cold: a source is asked
-    /// ShouldForward, about hot calls only.
-    pub fn tracks_hot_calls(&self) -> bool {
+    /// Whether calls are tracked hot or cold: one of `sources` (these
+    /// keys, checked) is asked ShouldForward, about hot calls only.
+    pub fn tracks_hot_calls(&self, sources: &[Source]) -> bool {
         self.should_forward_scope == ShouldForwardScope::Hot
-            && self
-                .sources()
-                .is_ok_and(|sources| sources.iter().any(|s| s.should_forward))
+            && sources.iter().any(|s| s.should_forward)
     }
 
     /// Checks the `sidecar.*` keys, `sidecar.sources` included (see
     /// [`SidecarConfig::sources`]).
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        self.sources()?;
+    /// Returns the sources.
+    pub fn validate(&self) -> Result<Vec<Source>, ConfigError> {
+        let sources = self.sources()?;
         require_positive(&[
-            ("sidecar.connect_timeout_ms", self.connect_timeout_ms),
-            ("sidecar.reconnect_initial_ms", self.reconnect_initial_ms),
-            ("sidecar.max_message_bytes", self.max_message_bytes as u64),
-            ("sidecar.channel_capacity", self.channel_capacity as u64),
-            ("sidecar.batch_max", self.batch_max as u64),
+            ("sidecar.connect_timeout_ms", &self.connect_timeout),
+            ("sidecar.reconnect_initial_ms", &self.reconnect_initial),
+            ("sidecar.max_message_bytes", &self.max_message_bytes),
+            ("sidecar.channel_capacity", &self.channel_capacity),
+            ("sidecar.batch_max", &self.batch_max),
             (
                 "sidecar.should_forward_timeout_ms",
-                self.should_forward_timeout_ms,
+                &self.should_forward_timeout,
             ),
-            ("sidecar.max_verdicts", self.max_verdicts as u64),
-            ("sidecar.hot_window_ms", self.hot_window_ms),
-            ("sidecar.max_hot_calls", self.max_hot_calls as u64),
-            (
-                "sidecar.max_probes_in_flight",
-                self.max_probes_in_flight as u64,
-            ),
+            ("sidecar.max_verdicts", &self.max_verdicts),
+            ("sidecar.hot_window_ms", &self.hot_window),
+            ("sidecar.max_hot_calls", &self.max_hot_calls),
+            ("sidecar.max_probes_in_flight", &self.max_probes_in_flight),
         ])?;
         require_at_least(
             "sidecar.reconnect_max_ms",
-            self.reconnect_max_ms,
+            self.reconnect_max,
             "sidecar.reconnect_initial_ms",
-            self.reconnect_initial_ms,
-        )
+            self.reconnect_initial,
+        )?;
+        Ok(sources)
     }
 }
 
@@ -361,18 +381,18 @@ impl Default for SidecarConfig {
         SidecarConfig {
             url: DEFAULT_SIDECAR_URL.to_string(),
             sources: Vec::new(),
-            connect_timeout_ms: DEFAULT_SIDECAR_CONNECT_TIMEOUT_MS,
-            reconnect_initial_ms: DEFAULT_SIDECAR_RECONNECT_INITIAL_MS,
-            reconnect_max_ms: DEFAULT_SIDECAR_RECONNECT_MAX_MS,
+            connect_timeout: Duration::from_millis(DEFAULT_SIDECAR_CONNECT_TIMEOUT_MS),
+            reconnect_initial: Duration::from_millis(DEFAULT_SIDECAR_RECONNECT_INITIAL_MS),
+            reconnect_max: Duration::from_millis(DEFAULT_SIDECAR_RECONNECT_MAX_MS),
             max_message_bytes: DEFAULT_SIDECAR_MAX_MESSAGE_BYTES,
             channel_capacity: DEFAULT_SIDECAR_CHANNEL_CAPACITY,
             batch_max: DEFAULT_SIDECAR_BATCH_MAX,
             should_forward: DEFAULT_SHOULD_FORWARD,
             should_forward_scope: DEFAULT_SHOULD_FORWARD_SCOPE,
-            hot_window_ms: DEFAULT_HOT_WINDOW_MS,
+            hot_window: Duration::from_millis(DEFAULT_HOT_WINDOW_MS),
             max_hot_calls: DEFAULT_MAX_HOT_CALLS,
-            should_forward_timeout_ms: DEFAULT_SHOULD_FORWARD_TIMEOUT_MS,
-            verdict_ttl_ms: DEFAULT_VERDICT_TTL_MS,
+            should_forward_timeout: Duration::from_millis(DEFAULT_SHOULD_FORWARD_TIMEOUT_MS),
+            verdict_ttl: Duration::from_millis(DEFAULT_VERDICT_TTL_MS),
             max_verdicts: DEFAULT_MAX_VERDICTS,
             max_probes_in_flight: DEFAULT_MAX_PROBES_IN_FLIGHT,
         }

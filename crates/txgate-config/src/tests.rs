@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use super::*;
 
 #[test]
@@ -94,7 +96,7 @@ fn new_settings_are_read() {
     )
     .unwrap();
     assert_eq!(c.screen.batch_concurrency, 4);
-    assert_eq!(c.screen.cooldown.assertion_idle_secs, 60);
+    assert_eq!(c.screen.cooldown.assertion_idle, Duration::from_secs(60));
     assert_eq!(c.sidecar.max_verdicts, 10);
 }
 
@@ -105,17 +107,17 @@ fn should_forward_asks_about_hot_calls_unless_told_otherwise() {
     )
     .unwrap();
     assert_eq!(c.sidecar.should_forward_scope, ShouldForwardScope::Hot);
-    assert_eq!(c.sidecar.hot_window_ms, 60_000);
-    assert!(c.sidecar.tracks_hot_calls());
+    assert_eq!(c.sidecar.hot_window, Duration::from_secs(60));
+    assert!(Settings::new(c.clone()).unwrap().tracks_hot_calls());
     let all = Config::from_toml(
         "[sidecar]\nurl = \"http://h:1\"\nshould_forward = true\n\
          should_forward_scope = \"all\"\n",
     )
     .unwrap();
-    assert!(!all.sidecar.tracks_hot_calls());
+    assert!(!Settings::new(all.clone()).unwrap().tracks_hot_calls());
     // Nobody asked: nothing to track.
     let none = Config::from_toml("[sidecar]\nurl = \"http://h:1\"\n").unwrap();
-    assert!(!none.sidecar.tracks_hot_calls());
+    assert!(!Settings::new(none.clone()).unwrap().tracks_hot_calls());
 }
 
 #[test]
@@ -132,7 +134,7 @@ fn sources_and_aeges_are_read() {
     )
     .unwrap();
     c.validate().unwrap();
-    assert_eq!(c.screen.forwarded_ttl_secs, 30);
+    assert_eq!(c.screen.forwarded_ttl, Duration::from_secs(30));
     assert_eq!(c.screen.max_forwarded, 1000);
     let sources = c.sidecar.sources().unwrap();
     assert_eq!(sources.len(), 2);
@@ -169,7 +171,7 @@ fn validation_names_the_key() {
     c.admin.listen = c.server.listen;
     assert_eq!(c.validate().unwrap_err().key, "admin.listen");
     let mut c = Config::default();
-    c.screen.denied_ttl_secs = 0;
+    c.screen.denied_ttl = Duration::ZERO;
     assert_eq!(c.validate().unwrap_err().key, "screen.denied_ttl_secs");
     let mut c = Config::default();
     c.screen.backpressure.refill_per_sec = f64::NAN;
@@ -178,7 +180,7 @@ fn validation_names_the_key() {
         "screen.backpressure.refill_per_sec"
     );
     let mut c = Config::default();
-    c.screen.backpressure.backoff_max_ms = 1;
+    c.screen.backpressure.backoff_max = Duration::from_millis(1);
     assert_eq!(
         c.validate().unwrap_err().key,
         "screen.backpressure.backoff_max_ms"
@@ -203,7 +205,7 @@ fn validation_names_the_key() {
         "sidecar.sources[0].should_forward"
     );
     let mut c = Config::default();
-    c.screen.forwarded_ttl_secs = 0;
+    c.screen.forwarded_ttl = Duration::ZERO;
     assert_eq!(c.validate().unwrap_err().key, "screen.forwarded_ttl_secs");
     let mut c = Config::default();
     c.screen.max_forwarded = 0;
@@ -297,7 +299,7 @@ fn websocket_section_is_read_and_checked() {
     c.validate().unwrap();
     assert!(!c.websocket.enabled);
     assert_eq!(c.websocket.max_subscriptions, 5);
-    assert_eq!(c.websocket.ping_interval_ms, 0);
+    assert_eq!(c.websocket.ping_interval, None);
     assert_eq!(
         c.websocket.max_frames_per_sec,
         DEFAULT_WEBSOCKET_MAX_FRAMES_PER_SEC

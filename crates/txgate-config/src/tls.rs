@@ -7,6 +7,8 @@
 //! checked here, so that `check-config` refuses a typo before anything
 //! listens.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use crate::error::{ConfigError, require_positive};
@@ -44,10 +46,18 @@ pub struct ServerTlsConfig {
     /// Issue session tickets (TLS 1.3) and keep session ids (TLS 1.2).
     pub session_tickets: bool,
     /// Time a client has to finish its handshake, from its first byte.
-    pub handshake_timeout_ms: u64,
+    #[serde(
+        rename = "handshake_timeout_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub handshake_timeout: Duration,
     /// Interval at which the two files are read again; a change is loaded
     /// without dropping a connection. 0: on SIGHUP only.
-    pub reload_interval_ms: u64,
+    #[serde(
+        rename = "reload_interval_ms",
+        deserialize_with = "crate::duration::millis_or_off"
+    )]
+    pub reload_interval: Option<Duration>,
 }
 
 impl Default for ServerTlsConfig {
@@ -58,8 +68,8 @@ impl Default for ServerTlsConfig {
             min_version: DEFAULT_TLS_MIN_VERSION.to_string(),
             groups: DEFAULT_TLS_GROUPS.map(String::from).to_vec(),
             session_tickets: DEFAULT_TLS_SESSION_TICKETS,
-            handshake_timeout_ms: DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS,
-            reload_interval_ms: DEFAULT_TLS_RELOAD_INTERVAL_MS,
+            handshake_timeout: Duration::from_millis(DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS),
+            reload_interval: crate::duration::ms_or_off(DEFAULT_TLS_RELOAD_INTERVAL_MS),
         }
     }
 }
@@ -100,7 +110,7 @@ impl ServerTlsConfig {
             ));
         }
         check_groups("server.tls.groups", &self.groups)?;
-        require_positive(&[("server.tls.handshake_timeout_ms", self.handshake_timeout_ms)])
+        require_positive(&[("server.tls.handshake_timeout_ms", &self.handshake_timeout)])
     }
 }
 
@@ -197,7 +207,7 @@ mod tests {
             "server.tls.groups"
         );
         assert_eq!(
-            refused(|c| c.handshake_timeout_ms = 0),
+            refused(|c| c.handshake_timeout = Duration::ZERO),
             "server.tls.handshake_timeout_ms"
         );
         let mut u = UpstreamTlsConfig {

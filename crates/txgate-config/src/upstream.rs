@@ -1,5 +1,7 @@
 //! `[upstream]`: the node txgate forwards to.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use crate::admission::AdmissionConfig;
@@ -37,21 +39,41 @@ pub struct UpstreamConfig {
     pub url: String,
     /// Connect timeout: TCP, and the TLS handshake for `https://` (the
     /// WebSocket handshake gets as long again).
-    pub connect_timeout_ms: u64,
+    #[serde(
+        rename = "connect_timeout_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub connect_timeout: Duration,
     /// Whole-call timeout: request sent, response headers and body read.
-    pub call_timeout_ms: u64,
+    #[serde(
+        rename = "call_timeout_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub call_timeout: Duration,
     /// The same for a call (or a batch) that holds an
     /// `eth_sendRawTransactionSync`, which the node answers once the
     /// transaction is in a block or its own timeout passes.
-    pub sync_call_timeout_ms: u64,
+    #[serde(
+        rename = "sync_call_timeout_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub sync_call_timeout: Duration,
     /// Upstream response body cap.
     pub max_response_bytes: usize,
     /// Idle keep-alive connections kept; 0 means `admission.max_in_flight`.
     pub pool_max_idle: usize,
     /// Idle time before a pooled connection is closed.
-    pub pool_idle_timeout_ms: u64,
+    #[serde(
+        rename = "pool_idle_timeout_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub pool_idle_timeout: Duration,
     /// Interval of the health probe (`eth_chainId`) behind `/readyz`.
-    pub health_interval_ms: u64,
+    #[serde(
+        rename = "health_interval_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub health_interval: Duration,
     /// What an `https://` node is trusted by (`[upstream.tls]`).
     pub tls: UpstreamTlsConfig,
 }
@@ -60,13 +82,13 @@ impl Default for UpstreamConfig {
     fn default() -> Self {
         UpstreamConfig {
             url: DEFAULT_UPSTREAM.to_string(),
-            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
-            call_timeout_ms: DEFAULT_CALL_TIMEOUT_MS,
-            sync_call_timeout_ms: DEFAULT_SYNC_CALL_TIMEOUT_MS,
+            connect_timeout: Duration::from_millis(DEFAULT_CONNECT_TIMEOUT_MS),
+            call_timeout: Duration::from_millis(DEFAULT_CALL_TIMEOUT_MS),
+            sync_call_timeout: Duration::from_millis(DEFAULT_SYNC_CALL_TIMEOUT_MS),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             pool_max_idle: DEFAULT_POOL_MAX_IDLE,
-            pool_idle_timeout_ms: DEFAULT_POOL_IDLE_TIMEOUT_MS,
-            health_interval_ms: DEFAULT_HEALTH_INTERVAL_MS,
+            pool_idle_timeout: Duration::from_millis(DEFAULT_POOL_IDLE_TIMEOUT_MS),
+            health_interval: Duration::from_millis(DEFAULT_HEALTH_INTERVAL_MS),
             tls: UpstreamTlsConfig::default(),
         }
     }
@@ -91,20 +113,19 @@ impl UpstreamConfig {
     /// Checks the `upstream.*` keys on their own (`upstream.pool_max_idle`
     /// is checked against `admission.max_in_flight` by
     /// [`Config::validate`](crate::Config::validate)).
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        self.endpoint()?;
+    /// Returns `upstream.url` parsed.
+    pub fn validate(&self) -> Result<HttpUrl, ConfigError> {
+        let url = self.endpoint()?;
         self.tls.validate()?;
         require_positive(&[
-            ("upstream.connect_timeout_ms", self.connect_timeout_ms),
-            ("upstream.call_timeout_ms", self.call_timeout_ms),
-            ("upstream.sync_call_timeout_ms", self.sync_call_timeout_ms),
-            (
-                "upstream.max_response_bytes",
-                self.max_response_bytes as u64,
-            ),
-            ("upstream.pool_idle_timeout_ms", self.pool_idle_timeout_ms),
-            ("upstream.health_interval_ms", self.health_interval_ms),
-        ])
+            ("upstream.connect_timeout_ms", &self.connect_timeout),
+            ("upstream.call_timeout_ms", &self.call_timeout),
+            ("upstream.sync_call_timeout_ms", &self.sync_call_timeout),
+            ("upstream.max_response_bytes", &self.max_response_bytes),
+            ("upstream.pool_idle_timeout_ms", &self.pool_idle_timeout),
+            ("upstream.health_interval_ms", &self.health_interval),
+        ])?;
+        Ok(url)
     }
 }
 
@@ -128,18 +149,27 @@ mod tests {
     #[test]
     fn each_rule_names_its_key() {
         let cases: [(Change, &str); 7] = [
-            (|c| c.connect_timeout_ms = 0, "upstream.connect_timeout_ms"),
-            (|c| c.call_timeout_ms = 0, "upstream.call_timeout_ms"),
             (
-                |c| c.sync_call_timeout_ms = 0,
+                |c| c.connect_timeout = Duration::ZERO,
+                "upstream.connect_timeout_ms",
+            ),
+            (
+                |c| c.call_timeout = Duration::ZERO,
+                "upstream.call_timeout_ms",
+            ),
+            (
+                |c| c.sync_call_timeout = Duration::ZERO,
                 "upstream.sync_call_timeout_ms",
             ),
             (|c| c.max_response_bytes = 0, "upstream.max_response_bytes"),
             (
-                |c| c.pool_idle_timeout_ms = 0,
+                |c| c.pool_idle_timeout = Duration::ZERO,
                 "upstream.pool_idle_timeout_ms",
             ),
-            (|c| c.health_interval_ms = 0, "upstream.health_interval_ms"),
+            (
+                |c| c.health_interval = Duration::ZERO,
+                "upstream.health_interval_ms",
+            ),
             (|c| c.url = "ftp://x".into(), "upstream.url"),
         ];
         for (change, key) in cases {

@@ -8,6 +8,8 @@
 //!
 //! [`Config::websocket_upstream`]: crate::Config::websocket_upstream
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use crate::error::{ConfigError, require_positive};
@@ -81,10 +83,18 @@ pub struct WebSocketConfig {
     pub max_send_queue_bytes: usize,
     /// Milliseconds with no message either way before the socket is closed
     /// with 1000 "idle".
-    pub idle_timeout_ms: u64,
+    #[serde(
+        rename = "idle_timeout_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub idle_timeout: Duration,
     /// Milliseconds between txgate's pings to the client; a pong not back
     /// within another interval closes the socket. 0: no pings.
-    pub ping_interval_ms: u64,
+    #[serde(
+        rename = "ping_interval_ms",
+        deserialize_with = "crate::duration::millis_or_off"
+    )]
+    pub ping_interval: Option<Duration>,
     /// Whether the plain calls of every client socket on a worker thread
     /// (those whose answers are small: `eth_call`, `eth_chainId`,
     /// `eth_sendRawTransaction`..., alone or in batches of at most 4) share
@@ -107,8 +117,8 @@ impl Default for WebSocketConfig {
             max_subscriptions: DEFAULT_WEBSOCKET_MAX_SUBSCRIPTIONS,
             max_in_flight_per_connection: DEFAULT_WEBSOCKET_MAX_IN_FLIGHT_PER_CONNECTION,
             max_send_queue_bytes: DEFAULT_WEBSOCKET_MAX_SEND_QUEUE_BYTES,
-            idle_timeout_ms: DEFAULT_WEBSOCKET_IDLE_TIMEOUT_MS,
-            ping_interval_ms: DEFAULT_WEBSOCKET_PING_INTERVAL_MS,
+            idle_timeout: Duration::from_millis(DEFAULT_WEBSOCKET_IDLE_TIMEOUT_MS),
+            ping_interval: crate::duration::ms_or_off(DEFAULT_WEBSOCKET_PING_INTERVAL_MS),
             shared_upstream: DEFAULT_WEBSOCKET_SHARED_UPSTREAM,
         }
     }
@@ -130,30 +140,26 @@ impl WebSocketConfig {
     /// Checks the `websocket.*` keys on their own: the URL when set, every
     /// number above 0 (but `ping_interval_ms`, 0: no pings), and a frame
     /// no larger than a message. Checked whether or not `enabled`.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        self.upstream_endpoint()?;
+    /// Returns `websocket.upstream_url` parsed (`None`: derived from
+    /// `upstream.url`).
+    pub fn validate(&self) -> Result<Option<HttpUrl>, ConfigError> {
+        let url = self.upstream_endpoint()?;
         require_positive(&[
-            ("websocket.max_message_bytes", self.max_message_bytes as u64),
-            ("websocket.max_frame_bytes", self.max_frame_bytes as u64),
-            (
-                "websocket.max_frames_per_sec",
-                u64::from(self.max_frames_per_sec),
-            ),
-            ("websocket.frame_burst", u64::from(self.frame_burst)),
+            ("websocket.max_message_bytes", &self.max_message_bytes),
+            ("websocket.max_frame_bytes", &self.max_frame_bytes),
+            ("websocket.max_frames_per_sec", &self.max_frames_per_sec),
+            ("websocket.frame_burst", &self.frame_burst),
             (
                 "websocket.max_subscriptions_per_connection",
-                self.max_subscriptions_per_connection as u64,
+                &self.max_subscriptions_per_connection,
             ),
-            ("websocket.max_subscriptions", self.max_subscriptions as u64),
+            ("websocket.max_subscriptions", &self.max_subscriptions),
             (
                 "websocket.max_in_flight_per_connection",
-                self.max_in_flight_per_connection as u64,
+                &self.max_in_flight_per_connection,
             ),
-            (
-                "websocket.max_send_queue_bytes",
-                self.max_send_queue_bytes as u64,
-            ),
-            ("websocket.idle_timeout_ms", self.idle_timeout_ms),
+            ("websocket.max_send_queue_bytes", &self.max_send_queue_bytes),
+            ("websocket.idle_timeout_ms", &self.idle_timeout),
         ])?;
         if self.max_frame_bytes > self.max_message_bytes {
             return Err(ConfigError::new(
@@ -164,7 +170,7 @@ impl WebSocketConfig {
                 ),
             ));
         }
-        Ok(())
+        Ok(url)
     }
 }
 
@@ -212,7 +218,10 @@ mod tests {
                 |c| c.max_send_queue_bytes = 0,
                 "websocket.max_send_queue_bytes",
             ),
-            (|c| c.idle_timeout_ms = 0, "websocket.idle_timeout_ms"),
+            (
+                |c| c.idle_timeout = Duration::ZERO,
+                "websocket.idle_timeout_ms",
+            ),
             (
                 |c| c.max_frame_bytes = c.max_message_bytes + 1,
                 "websocket.max_frame_bytes",
@@ -240,7 +249,7 @@ mod tests {
     fn what_is_allowed() {
         // No pings; a frame as large as a message; off, still checked.
         let c = WebSocketConfig {
-            ping_interval_ms: 0,
+            ping_interval: crate::duration::ms_or_off(0),
             max_frame_bytes: DEFAULT_WEBSOCKET_MAX_MESSAGE_BYTES,
             enabled: false,
             ..WebSocketConfig::default()
@@ -248,7 +257,7 @@ mod tests {
         c.validate().unwrap();
         let c = WebSocketConfig {
             enabled: false,
-            idle_timeout_ms: 0,
+            idle_timeout: Duration::from_millis(0),
             ..WebSocketConfig::default()
         };
         assert_eq!(c.validate().unwrap_err().key, "websocket.idle_timeout_ms");

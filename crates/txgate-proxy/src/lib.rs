@@ -61,9 +61,8 @@ pub mod upstream;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use txgate_config::{Config, Settings, Source};
+use txgate_config::{ScreenConfig, Settings, Source};
 use txgate_screen::Screen;
 
 pub use screening::state::Invalidations;
@@ -106,9 +105,9 @@ pub fn check_tls(settings: &Settings) -> Result<(), String> {
 /// The client config of a TLS node, built once to refuse bad files at
 /// start (each pool builds its own).
 fn check_upstream_tls(settings: &Settings) -> Result<(), String> {
-    let mut urls = vec![&settings.upstream_url];
+    let mut urls = vec![settings.upstream_url()];
     if settings.websocket.enabled {
-        urls.push(&settings.websocket_url);
+        urls.push(settings.websocket_url());
     }
     let mut built = false;
     for url in urls.into_iter().filter(|url| url.is_tls()) {
@@ -174,11 +173,11 @@ impl Proxy {
     /// the edge), and restores the ban snapshot.
     pub fn new(settings: Settings) -> Result<Proxy, BuildError> {
         let config = &settings;
-        let admin_token = settings.admin_token.clone();
+        let admin_token = settings.admin_token().map(str::to_string);
         let metrics = Arc::new(Metrics::new());
         let readiness = Arc::new(Readiness::new(metrics.clone()));
         let probe_upstream = Upstream::new(
-            &settings.upstream_url,
+            settings.upstream_url(),
             &config.upstream,
             &config.admission,
             metrics.clone(),
@@ -192,7 +191,11 @@ impl Proxy {
             .max_in_flight
             .set(config.admission.max_in_flight as i64);
         let screen = config.screen.enabled.then(|| {
-            let settings = screening::state::screen_settings(&config.screen, &config.sidecar);
+            let settings = screening::state::screen_settings(
+                &config.screen,
+                &config.sidecar,
+                config.tracks_hot_calls(),
+            );
             metrics
                 .screen
                 .set_capacity(&settings, config.sidecar.max_verdicts);
@@ -201,15 +204,15 @@ impl Proxy {
                 tokio::time::Instant::now().into_std(),
             ))
         });
-        match (&screen, snapshot_path(config)) {
+        match (&screen, snapshot_path(&config.screen)) {
             (Some(screen), Some(path)) => {
                 ops::snapshot::load(&path, screen, &metrics, &readiness);
             }
             _ => readiness.set_snapshot(SnapshotState::Disabled),
         }
         // Sources are learned from only while screening.
-        let sources = settings.sources.clone();
-        let learning = !sources.is_empty() || settings.aeges_listen.is_some();
+        let sources = settings.sources().to_vec();
+        let learning = !sources.is_empty() || settings.aeges_listen().is_some();
         let sources = match &screen {
             Some(_) => sources,
             None => {
@@ -231,7 +234,7 @@ impl Proxy {
         let fleet = config.redis.enabled().then(Arc::<FleetLink>::default);
         let client_limits = ClientLimits::new(
             &config.limits,
-            settings.exempt.clone(),
+            settings.exempt().to_vec(),
             &config.redis,
             fleet.clone(),
             metrics.clone(),
@@ -257,8 +260,8 @@ impl Proxy {
         };
         let conditions = Arc::new(rpc::conditional::Conditions::new(
             &config.conditional,
-            &settings.conditional_targets,
-            &settings.conditional_callers,
+            settings.conditional_targets(),
+            settings.conditional_callers(),
             rates,
             &metrics,
         ));
@@ -377,7 +380,7 @@ impl Proxy {
     /// accepting; cut short (and the failure returned) if a part fails
     /// meanwhile.
     async fn lame_duck(&self, failures: &mut FatalReceiver) -> Option<Fatal> {
-        let delay = Duration::from_millis(self.config.shutdown.drain_delay_ms);
+        let delay = self.config.shutdown.drain_delay;
         if delay.is_zero() {
             return None;
         }
@@ -409,8 +412,9 @@ impl Proxy {
         // sessions.
         let stop = tokio_util::sync::CancellationToken::new();
         let websockets = rpc::websocket::WebSockets::new(
-            config,
-            &config.websocket_url,
+            &config.websocket,
+            &config.upstream,
+            config.websocket_url(),
             admission.clone(),
             stop.clone(),
             self.metrics.clone(),
@@ -423,15 +427,15 @@ impl Proxy {
                     .server
                     .max_connections
                     .div_ceil(config.server.effective_workers()),
-                header_read_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
-                idle_timeout: Duration::from_millis(config.server.idle_timeout_ms),
+                header_read_timeout: config.server.header_read_timeout,
+                idle_timeout: config.server.idle_timeout,
                 http2: config.server.http2,
-                grace_period: Duration::from_millis(config.shutdown.grace_period_ms),
+                grace_period: config.shutdown.grace_period,
                 tls: self.tls.clone(),
             },
             edge: Arc::new(Edge::new(
                 &config.server,
-                config.trusted_proxies.clone(),
+                config.trusted_proxies().to_vec(),
                 self.metrics.clone(),
             )),
             stop,
@@ -453,7 +457,11 @@ impl Proxy {
                     &self.metrics.screen,
                 )),
                 conditions: self.conditions.clone(),
-                sync: Arc::new(rpc::sync::SyncCalls::new(config, &self.metrics)),
+                sync: Arc::new(rpc::sync::SyncCalls::new(
+                    config.admission.effective_max_sync_in_flight(),
+                    config.upstream.sync_call_timeout,
+                    &self.metrics,
+                )),
                 websockets,
                 pacer: self.pacer.clone(),
             },
@@ -486,7 +494,7 @@ async fn wait_for_stop(
     }
 }
 
-fn snapshot_path(config: &Config) -> Option<PathBuf> {
-    let path = &config.screen.snapshot_path;
-    (config.screen.enabled && !path.is_empty()).then(|| PathBuf::from(path))
+fn snapshot_path(screen: &ScreenConfig) -> Option<PathBuf> {
+    let path = &screen.snapshot_path;
+    (screen.enabled && !path.is_empty()).then(|| PathBuf::from(path))
 }

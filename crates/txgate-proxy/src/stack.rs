@@ -12,7 +12,6 @@
 
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tower::ServiceBuilder;
 use txgate_config::{Settings, Source};
@@ -22,7 +21,7 @@ use crate::limits::admission::{Admission, AdmissionLayer};
 use crate::limits::clients::{ClientLimit, ClientLimitLayer};
 use crate::limits::pacing::Paced;
 use crate::metrics::Metrics;
-use crate::rpc::{PerProcess, RpcService};
+use crate::rpc::{PerProcess, RpcService, RpcSettings};
 use crate::screening::{ProbeClient, VerdictCache};
 use crate::server::workers::MakeService;
 use crate::sidecar;
@@ -55,7 +54,7 @@ impl MakeService for Stack {
     fn make(&self) -> io::Result<Service> {
         let config = &self.config;
         let upstream = Upstream::new(
-            &config.upstream_url,
+            config.upstream_url(),
             &config.upstream,
             &config.admission,
             self.metrics.clone(),
@@ -67,15 +66,15 @@ impl MakeService for Stack {
             Some((verdicts, source)) => {
                 let channel = sidecar::channel(
                     &format!("http://{}", source.url.authority()),
-                    Duration::from_millis(config.sidecar.connect_timeout_ms),
+                    config.sidecar.connect_timeout,
                 )
                 .map_err(io::Error::other)?;
                 ProbeClient::new(
                     source.protocol,
                     channel,
                     config.sidecar.should_forward_scope,
-                    Duration::from_millis(config.sidecar.should_forward_timeout_ms),
-                    config.sidecar.verdict_ttl_ms,
+                    config.sidecar.should_forward_timeout,
+                    config.sidecar.verdict_ttl,
                     verdicts.clone(),
                     self.metrics.clone(),
                 )
@@ -98,7 +97,12 @@ impl MakeService for Stack {
             // JSON-RPC: body cap, content type, framing, method policy, the
             // screening stack for raw transactions, forwarding.
             .service(RpcService::new(
-                config,
+                RpcSettings {
+                    rpc: &config.rpc,
+                    screen: &config.screen,
+                    body_read_timeout: config.server.body_read_timeout,
+                    retry_after_secs: config.admission.retry_after_secs,
+                },
                 upstream,
                 self.metrics.clone(),
                 self.screen.clone(),

@@ -39,7 +39,7 @@ impl Proxy {
             ops::admin::serve(admin, self.admin.clone(), stop)
         });
         let upstream = self.probe_upstream.clone();
-        let interval = Duration::from_millis(config.upstream.health_interval_ms);
+        let interval = config.upstream.health_interval;
         background.spawn("health-probe", Role::Optional, quick, |stop| {
             ops::health::probe_task(upstream, readiness.clone(), interval, stop)
         });
@@ -64,8 +64,8 @@ impl Proxy {
             screening::state::upkeep(screen.clone(), verdicts, metrics.clone(), stop)
         });
         self.start_learning(screen, &mut background)?;
-        if let Some(path) = snapshot_path(config) {
-            let interval = Duration::from_secs(config.screen.snapshot_interval_secs);
+        if let Some(path) = snapshot_path(&config.screen) {
+            let interval = config.screen.snapshot_interval;
             background.spawn(
                 "ban-snapshot",
                 Role::Optional,
@@ -129,7 +129,7 @@ impl Proxy {
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .map_err(|e| fatal(format!("cannot bind {addr}: {e}")))?;
         let reports = aeges::Reports::new(
-            config.aeges_report_allow.clone(),
+            config.aeges_report_allow().to_vec(),
             Some(config.aeges.report_token.clone()),
             config.aeges.max_report_bytes,
             queue,
@@ -139,7 +139,7 @@ impl Proxy {
         .with_share(share);
         let verifier = aeges::Verifier::new(
             aeges::VerifySettings {
-                allow: config.aeges_verify_allow.clone(),
+                allow: config.aeges_verify_allow().to_vec(),
                 max_bytes: config.aeges.max_verify_bytes,
                 max_in_flight: config.aeges.max_in_flight,
                 monitor_only: config.screen.monitor_only,
@@ -166,7 +166,7 @@ impl Proxy {
         background: &mut Background,
     ) -> Result<(), Fatal> {
         let (config, metrics, readiness) = (&self.config, &self.metrics, &self.readiness);
-        let aeges = config.aeges_listen;
+        let aeges = config.aeges_listen();
         // With Redis, an instance also learns the bans the others share.
         let fleet = config.redis.enabled();
         if self.sources.is_empty() && aeges.is_none() && !fleet {
@@ -192,9 +192,9 @@ impl Proxy {
             let settings = sidecar::stream::StreamSettings {
                 protocol: source.protocol,
                 url,
-                connect_timeout: Duration::from_millis(config.sidecar.connect_timeout_ms),
-                reconnect_initial: Duration::from_millis(config.sidecar.reconnect_initial_ms),
-                reconnect_max: Duration::from_millis(config.sidecar.reconnect_max_ms),
+                connect_timeout: config.sidecar.connect_timeout,
+                reconnect_initial: config.sidecar.reconnect_initial,
+                reconnect_max: config.sidecar.reconnect_max,
                 max_message_bytes: config.sidecar.max_message_bytes,
             };
             let sink = sink.clone();

@@ -47,5 +47,5 @@ pub use engine::{
 };
 pub use fingerprint::Fingerprint;
 pub use recover::{SignatureError, recover_sender};
-pub use ttl::Millis;
+pub use ttl::{Millis, millis};
 pub use tx::{DecodeError, Tx, check_chain_id, decode, decode_hex, decode_with_hash, tx_hash};

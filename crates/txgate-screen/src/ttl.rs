@@ -18,6 +18,12 @@ use crate::shard::Sharded;
 /// Milliseconds since the screening state's epoch.
 pub type Millis = u64;
 
+/// A time (from the settings) on the engine's clock; saturates past
+/// `u64::MAX` ms.
+pub fn millis(d: std::time::Duration) -> Millis {
+    Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
+}
+
 /// Number of shards: enough that a worker per core and the invalidation
 /// worker rarely meet on one lock, and that sweeping one shard holds its
 /// lock briefly even at a million entries.

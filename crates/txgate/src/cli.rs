@@ -141,7 +141,10 @@ impl Cli {
         set(&mut c.log.format, self.log_format);
         set(&mut c.log.level, self.log_level.clone());
         set(&mut c.admission.max_in_flight, self.max_in_flight);
-        set(&mut c.shutdown.grace_period_ms, self.grace_period_ms);
+        set(
+            &mut c.shutdown.grace_period,
+            self.grace_period_ms.map(std::time::Duration::from_millis),
+        );
         set(
             &mut c.screen.monitor_only,
             self.monitor_only.then_some(true),

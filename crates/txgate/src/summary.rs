@@ -24,7 +24,7 @@ pub(crate) fn print(settings: &Settings) {
         "  max_in_flight {} ({} for eth_sendRawTransactionSync, upstream wait {} ms)",
         settings.admission.max_in_flight,
         settings.admission.effective_max_sync_in_flight(),
-        settings.upstream.sync_call_timeout_ms
+        settings.upstream.sync_call_timeout.as_millis()
     );
     println!(
         "  policy        {:?} {:?}",
@@ -60,12 +60,12 @@ pub(crate) fn sidecar_sources(settings: &Settings) -> Vec<String> {
     let scope = match sidecar.should_forward_scope {
         ShouldForwardScope::Hot => format!(
             " should_forward (new fingerprints on calls an invalidation named within {} ms)",
-            sidecar.hot_window_ms
+            sidecar.hot_window.as_millis()
         ),
         ShouldForwardScope::All => " should_forward (every new fingerprint)".to_string(),
     };
     settings
-        .sources
+        .sources()
         .iter()
         .map(|source| {
             format!(
@@ -82,7 +82,7 @@ pub(crate) fn sidecar_sources(settings: &Settings) -> Vec<String> {
 /// protocol source and the forwarding header.
 pub(crate) fn client_identity(settings: &Settings) -> String {
     let server = &settings.server;
-    let trusted = &settings.trusted_proxies;
+    let trusted = &settings.trusted_proxies();
     if trusted.is_empty() {
         return "the TCP peer (no trusted proxies)".to_string();
     }
@@ -140,7 +140,7 @@ fn redis_link(config: &Config) -> String {
     format!(
         "{} shares the per-client limits and conditional rates, sync every {} ms; {}% of each limit per instance while down",
         redis.redacted_url(),
-        redis.sync_interval_ms,
+        redis.sync_interval.as_millis(),
         (redis.local_share * 100.0).round()
     )
 }
@@ -151,9 +151,9 @@ fn tls_line(config: &Config) -> String {
     if !tls.enabled() {
         return "off (cleartext HTTP and WebSocket)".to_string();
     }
-    let reread = match tls.reload_interval_ms {
-        0 => "reread on SIGHUP only".to_string(),
-        ms => format!("reread every {ms} ms and on SIGHUP"),
+    let reread = match tls.reload_interval {
+        None => "reread on SIGHUP only".to_string(),
+        Some(every) => format!("reread every {} ms and on SIGHUP", every.as_millis()),
     };
     format!(
         "on, certificate {} ({reread}), TLS {}, groups {} (the client's choice among them), tickets {}",
@@ -171,7 +171,7 @@ fn tls_line(config: &Config) -> String {
 /// The node, and for https:// what it is trusted by.
 fn upstream_line(settings: &Settings) -> String {
     let up = &settings.upstream;
-    match settings.upstream_url.is_tls() {
+    match settings.upstream_url().is_tls() {
         true => format!(
             "{} (TLS, CA {}{})",
             up.url,
@@ -196,7 +196,7 @@ fn websocket_link(settings: &Settings) -> String {
     if !ws.enabled {
         return "off".to_string();
     }
-    let url = &settings.websocket_url;
+    let url = &settings.websocket_url();
     let upstream = format!(
         "{}://{}{}",
         if url.is_tls() { "wss" } else { "ws" },
@@ -213,7 +213,7 @@ fn websocket_link(settings: &Settings) -> String {
 /// token) and the allowed networks; "off" without one.
 pub(crate) fn aeges_listener(settings: &Settings) -> String {
     let aeges = &settings.aeges;
-    let Some(listen) = settings.aeges_listen else {
+    let Some(listen) = settings.aeges_listen() else {
         return "off".to_string();
     };
     let nets = |nets: &[txgate_config::IpNet]| {
@@ -229,7 +229,7 @@ pub(crate) fn aeges_listener(settings: &Settings) -> String {
         } else {
             "set"
         },
-        nets(&settings.aeges_report_allow),
-        nets(&settings.aeges_verify_allow),
+        nets(settings.aeges_report_allow()),
+        nets(settings.aeges_verify_allow()),
     )
 }

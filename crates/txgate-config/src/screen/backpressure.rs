@@ -1,6 +1,8 @@
 //! `[screen.backpressure]`: a token bucket per sender, charged only by
 //! invalidations.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use crate::error::{ConfigError, require_at_least, require_positive};
@@ -26,9 +28,17 @@ pub struct BackpressureConfig {
     /// Tokens returned per second.
     pub refill_per_sec: f64,
     /// First backoff.
-    pub backoff_initial_ms: u64,
+    #[serde(
+        rename = "backoff_initial_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub backoff_initial: Duration,
     /// Longest backoff (each further dry run doubles the last).
-    pub backoff_max_ms: u64,
+    #[serde(
+        rename = "backoff_max_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub backoff_max: Duration,
     /// Senders tracked at most.
     pub max_senders: usize,
 }
@@ -37,12 +47,12 @@ impl BackpressureConfig {
     /// Checks the `screen.backpressure.*` keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
         require_positive(&[
-            ("screen.backpressure.tokens", u64::from(self.tokens)),
+            ("screen.backpressure.tokens", &self.tokens),
             (
                 "screen.backpressure.backoff_initial_ms",
-                self.backoff_initial_ms,
+                &self.backoff_initial,
             ),
-            ("screen.backpressure.max_senders", self.max_senders as u64),
+            ("screen.backpressure.max_senders", &self.max_senders),
         ])?;
         let refill = self.refill_per_sec;
         if !(refill.is_finite() && refill > 0.0) {
@@ -53,9 +63,9 @@ impl BackpressureConfig {
         }
         require_at_least(
             "screen.backpressure.backoff_max_ms",
-            self.backoff_max_ms,
+            self.backoff_max,
             "screen.backpressure.backoff_initial_ms",
-            self.backoff_initial_ms,
+            self.backoff_initial,
         )
     }
 }
@@ -65,8 +75,8 @@ impl Default for BackpressureConfig {
         BackpressureConfig {
             tokens: DEFAULT_BACKPRESSURE_TOKENS,
             refill_per_sec: DEFAULT_BACKPRESSURE_REFILL_PER_SEC,
-            backoff_initial_ms: DEFAULT_BACKOFF_INITIAL_MS,
-            backoff_max_ms: DEFAULT_BACKOFF_MAX_MS,
+            backoff_initial: Duration::from_millis(DEFAULT_BACKOFF_INITIAL_MS),
+            backoff_max: Duration::from_millis(DEFAULT_BACKOFF_MAX_MS),
             max_senders: DEFAULT_MAX_TRACKED_SENDERS,
         }
     }
@@ -88,7 +98,7 @@ mod tests {
         let cases: [(Change, &str); 8] = [
             (|c| c.tokens = 0, "screen.backpressure.tokens"),
             (
-                |c| c.backoff_initial_ms = 0,
+                |c| c.backoff_initial = Duration::ZERO,
                 "screen.backpressure.backoff_initial_ms",
             ),
             (|c| c.max_senders = 0, "screen.backpressure.max_senders"),
@@ -109,7 +119,7 @@ mod tests {
                 "screen.backpressure.refill_per_sec",
             ),
             (
-                |c| c.backoff_max_ms = 1,
+                |c| c.backoff_max = Duration::from_millis(1),
                 "screen.backpressure.backoff_max_ms",
             ),
         ];

@@ -1,5 +1,7 @@
 //! `[screen.cooldown]`: assertion cooldowns.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use crate::error::{ConfigError, require_positive};
@@ -24,15 +26,24 @@ pub struct CooldownConfig {
     /// TTL) that start a cooldown; 0 turns cooldowns off.
     pub distinct_fingerprints: usize,
     /// Cooldown length.
-    pub duration_secs: u64,
+    #[serde(rename = "duration_secs", deserialize_with = "crate::duration::secs")]
+    pub duration: Duration,
     /// During a cooldown, one matching call passes per this interval.
-    pub trickle_interval_ms: u64,
+    #[serde(
+        rename = "trickle_interval_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub trickle_interval: Duration,
     /// Assertions tracked at most.
     pub max_assertions: usize,
     /// An assertion with no invalidation for this long, and no cooldown
     /// running, is evicted from the assertion table, so that new assertions
     /// keep getting cooldown tracking.
-    pub assertion_idle_secs: u64,
+    #[serde(
+        rename = "assertion_idle_secs",
+        deserialize_with = "crate::duration::secs"
+    )]
+    pub assertion_idle: Duration,
 }
 
 impl CooldownConfig {
@@ -41,13 +52,10 @@ impl CooldownConfig {
         require_positive(&[
             (
                 "screen.cooldown.trickle_interval_ms",
-                self.trickle_interval_ms,
+                &self.trickle_interval,
             ),
-            ("screen.cooldown.max_assertions", self.max_assertions as u64),
-            (
-                "screen.cooldown.assertion_idle_secs",
-                self.assertion_idle_secs,
-            ),
+            ("screen.cooldown.max_assertions", &self.max_assertions),
+            ("screen.cooldown.assertion_idle_secs", &self.assertion_idle),
         ])
     }
 }
@@ -56,10 +64,10 @@ impl Default for CooldownConfig {
     fn default() -> Self {
         CooldownConfig {
             distinct_fingerprints: DEFAULT_COOLDOWN_DISTINCT_FINGERPRINTS,
-            duration_secs: DEFAULT_COOLDOWN_SECS,
-            trickle_interval_ms: DEFAULT_TRICKLE_INTERVAL_MS,
+            duration: Duration::from_secs(DEFAULT_COOLDOWN_SECS),
+            trickle_interval: Duration::from_millis(DEFAULT_TRICKLE_INTERVAL_MS),
             max_assertions: DEFAULT_MAX_ASSERTIONS,
-            assertion_idle_secs: DEFAULT_ASSERTION_IDLE_SECS,
+            assertion_idle: Duration::from_secs(DEFAULT_ASSERTION_IDLE_SECS),
         }
     }
 }
@@ -86,12 +94,12 @@ mod tests {
     fn each_rule_names_its_key() {
         let cases: [(Change, &str); 3] = [
             (
-                |c| c.trickle_interval_ms = 0,
+                |c| c.trickle_interval = Duration::ZERO,
                 "screen.cooldown.trickle_interval_ms",
             ),
             (|c| c.max_assertions = 0, "screen.cooldown.max_assertions"),
             (
-                |c| c.assertion_idle_secs = 0,
+                |c| c.assertion_idle = Duration::ZERO,
                 "screen.cooldown.assertion_idle_secs",
             ),
         ];

@@ -1,6 +1,8 @@
 //! `[screen.pacing]`: holding the refusals of a client that keeps sending
 //! refused submissions.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use crate::error::{ConfigError, require_positive};
@@ -33,9 +35,14 @@ pub struct PacingConfig {
     pub after: u32,
     /// The first held refusal's wait; each further one in the streak
     /// doubles it.
-    pub initial_hold_ms: u64,
+    #[serde(
+        rename = "initial_hold_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub initial_hold: Duration,
     /// The longest wait.
-    pub max_hold_ms: u64,
+    #[serde(rename = "max_hold_ms", deserialize_with = "crate::duration::millis")]
+    pub max_hold: Duration,
     /// Refusals held at once at most; beyond it, refusals are answered at
     /// once (and counted).
     pub max_held: usize,
@@ -43,34 +50,36 @@ pub struct PacingConfig {
     /// by `limits.ipv6_prefix`).
     pub max_clients: usize,
     /// A streak with no refusal for this long is forgotten.
-    pub window_secs: u64,
+    #[serde(rename = "window_secs", deserialize_with = "crate::duration::secs")]
+    pub window: Duration,
 }
 
 impl PacingConfig {
     /// Checks the `screen.pacing.*` keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
         require_positive(&[
-            ("screen.pacing.initial_hold_ms", self.initial_hold_ms),
-            ("screen.pacing.max_hold_ms", self.max_hold_ms),
-            ("screen.pacing.max_held", self.max_held as u64),
-            ("screen.pacing.max_clients", self.max_clients as u64),
-            ("screen.pacing.window_secs", self.window_secs),
+            ("screen.pacing.initial_hold_ms", &self.initial_hold),
+            ("screen.pacing.max_hold_ms", &self.max_hold),
+            ("screen.pacing.max_held", &self.max_held),
+            ("screen.pacing.max_clients", &self.max_clients),
+            ("screen.pacing.window_secs", &self.window),
         ])?;
-        if self.max_hold_ms < self.initial_hold_ms {
+        if self.max_hold < self.initial_hold {
             return Err(ConfigError::new(
                 "screen.pacing.max_hold_ms",
                 format!(
                     "{} is below screen.pacing.initial_hold_ms ({})",
-                    self.max_hold_ms, self.initial_hold_ms
+                    self.max_hold.as_millis(),
+                    self.initial_hold.as_millis()
                 ),
             ));
         }
         // A held answer is a call in flight to the drain: the bound keeps
         // a hold well inside the shutdown grace period's default (30 s).
-        if self.max_hold_ms > MAX_HOLD_MS_BOUND {
+        if self.max_hold > Duration::from_millis(MAX_HOLD_MS_BOUND) {
             return Err(ConfigError::new(
                 "screen.pacing.max_hold_ms",
-                format!("{} is over {MAX_HOLD_MS_BOUND}", self.max_hold_ms),
+                format!("{} is over {MAX_HOLD_MS_BOUND}", self.max_hold.as_millis()),
             ));
         }
         Ok(())
@@ -82,11 +91,11 @@ impl Default for PacingConfig {
         PacingConfig {
             enabled: DEFAULT_PACING_ENABLED,
             after: DEFAULT_PACING_AFTER,
-            initial_hold_ms: DEFAULT_PACING_INITIAL_HOLD_MS,
-            max_hold_ms: DEFAULT_PACING_MAX_HOLD_MS,
+            initial_hold: Duration::from_millis(DEFAULT_PACING_INITIAL_HOLD_MS),
+            max_hold: Duration::from_millis(DEFAULT_PACING_MAX_HOLD_MS),
             max_held: DEFAULT_PACING_MAX_HELD,
             max_clients: DEFAULT_PACING_MAX_CLIENTS,
-            window_secs: DEFAULT_PACING_WINDOW_SECS,
+            window: Duration::from_secs(DEFAULT_PACING_WINDOW_SECS),
         }
     }
 }
@@ -112,19 +121,25 @@ mod tests {
     #[test]
     fn each_rule_names_its_key() {
         let cases: [(Change, &str); 7] = [
-            (|c| c.initial_hold_ms = 0, "screen.pacing.initial_hold_ms"),
-            (|c| c.max_hold_ms = 0, "screen.pacing.max_hold_ms"),
+            (
+                |c| c.initial_hold = Duration::ZERO,
+                "screen.pacing.initial_hold_ms",
+            ),
+            (|c| c.max_hold = Duration::ZERO, "screen.pacing.max_hold_ms"),
             (|c| c.max_held = 0, "screen.pacing.max_held"),
             (|c| c.max_clients = 0, "screen.pacing.max_clients"),
-            (|c| c.window_secs = 0, "screen.pacing.window_secs"),
+            (|c| c.window = Duration::ZERO, "screen.pacing.window_secs"),
             (
                 |c| {
-                    c.initial_hold_ms = 10;
-                    c.max_hold_ms = 5;
+                    c.initial_hold = Duration::from_millis(10);
+                    c.max_hold = Duration::from_millis(5);
                 },
                 "screen.pacing.max_hold_ms",
             ),
-            (|c| c.max_hold_ms = 10_001, "screen.pacing.max_hold_ms"),
+            (
+                |c| c.max_hold = Duration::from_millis(10_001),
+                "screen.pacing.max_hold_ms",
+            ),
         ];
         for (change, key) in cases {
             let mut c = PacingConfig::default();

@@ -91,26 +91,32 @@ fn each_rule_names_its_key() {
             },
             "sidecar.sources[0]",
         ),
-        (|c| c.connect_timeout_ms = 0, "sidecar.connect_timeout_ms"),
         (
-            |c| c.reconnect_initial_ms = 0,
+            |c| c.connect_timeout = Duration::ZERO,
+            "sidecar.connect_timeout_ms",
+        ),
+        (
+            |c| c.reconnect_initial = Duration::ZERO,
             "sidecar.reconnect_initial_ms",
         ),
         (|c| c.max_message_bytes = 0, "sidecar.max_message_bytes"),
         (|c| c.channel_capacity = 0, "sidecar.channel_capacity"),
         (|c| c.batch_max = 0, "sidecar.batch_max"),
         (
-            |c| c.should_forward_timeout_ms = 0,
+            |c| c.should_forward_timeout = Duration::ZERO,
             "sidecar.should_forward_timeout_ms",
         ),
         (|c| c.max_verdicts = 0, "sidecar.max_verdicts"),
-        (|c| c.hot_window_ms = 0, "sidecar.hot_window_ms"),
+        (|c| c.hot_window = Duration::ZERO, "sidecar.hot_window_ms"),
         (|c| c.max_hot_calls = 0, "sidecar.max_hot_calls"),
         (
             |c| c.max_probes_in_flight = 0,
             "sidecar.max_probes_in_flight",
         ),
-        (|c| c.reconnect_max_ms = 1, "sidecar.reconnect_max_ms"),
+        (
+            |c| c.reconnect_max = Duration::from_millis(1),
+            "sidecar.reconnect_max_ms",
+        ),
     ];
     for (change, key) in cases {
         let mut c = SidecarConfig::default();

@@ -31,7 +31,7 @@ impl Link {
     /// (validated at start).
     pub fn new(config: &RedisConfig) -> RedisResult<Link> {
         let client = redis::Client::open(config.url.as_str())?;
-        let timeout = Duration::from_millis(config.timeout_ms);
+        let timeout = config.timeout;
         let connection = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
@@ -93,7 +93,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let config = RedisConfig {
             url: format!("redis://{}", listener.local_addr().unwrap()),
-            timeout_ms: 100,
+            timeout: Duration::from_millis(100),
             ..RedisConfig::default()
         };
         (listener, Link::new(&config).unwrap())

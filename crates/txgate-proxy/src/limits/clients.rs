@@ -219,8 +219,7 @@ impl ClientLimits {
             fleet,
             exempt: TrustedProxies::new(exempt),
             ipv6_prefix: config.ipv6_prefix,
-            key_header: HeaderName::from_bytes(config.key_header.as_bytes())
-                .unwrap_or(HeaderName::from_static("x-api-key")),
+            key_header: config.key_header.clone(),
             unknown_key: config.unknown_key,
             epoch: Instant::now(),
             metrics,

@@ -89,12 +89,8 @@ impl Pacer {
     ) -> Option<Arc<Pacer>> {
         config.enabled.then(|| {
             Arc::new(Pacer {
-                pacing: Pacing::new(
-                    config.after,
-                    Duration::from_millis(config.initial_hold_ms),
-                    Duration::from_millis(config.max_hold_ms),
-                ),
-                streaks: Streaks::new(config.max_clients, Duration::from_secs(config.window_secs)),
+                pacing: Pacing::new(config.after, config.initial_hold, config.max_hold),
+                streaks: Streaks::new(config.max_clients, config.window),
                 ipv6_prefix,
                 max_held: config.max_held,
                 held: AtomicUsize::new(0),
@@ -381,11 +377,11 @@ mod tests {
             &PacingConfig {
                 enabled: true,
                 after,
-                initial_hold_ms: 1,
-                max_hold_ms: 8,
+                initial_hold: Duration::from_millis(1),
+                max_hold: Duration::from_millis(8),
                 max_held,
                 max_clients,
-                window_secs: 60,
+                window: Duration::from_secs(60),
             },
             64,
             Arc::new(crate::metrics::Metrics::new()),

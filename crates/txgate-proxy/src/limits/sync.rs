@@ -221,7 +221,7 @@ pub async fn run(
     };
     let script = Script::new(SYNC);
     let prefix = config.key_prefix.clone();
-    let mut tick = tokio::time::interval(Duration::from_millis(config.sync_interval_ms));
+    let mut tick = tokio::time::interval(config.sync_interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let (mut conn, mut retry_at, mut backoff) = (None, Instant::now(), Backoff::default());
     let mut last_ok = Instant::now();

@@ -27,7 +27,7 @@ use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use tower::Service;
-use txgate_config::Config;
+use txgate_config::{RpcConfig, ScreenConfig};
 use txgate_jsonrpc::{Call, Entry, Frame, Id};
 use txgate_screen::{Reason, Screen};
 
@@ -102,6 +102,20 @@ struct Shared {
     pacer: Option<Arc<Pacer>>,
 }
 
+/// What the JSON-RPC stage keeps to: its own section, and the few values
+/// of others it applies.
+#[derive(Debug, Clone, Copy)]
+pub struct RpcSettings<'a> {
+    /// `[rpc]`: the body and batch caps, the method policy.
+    pub rpc: &'a RpcConfig,
+    /// `screen.monitor_only` and `screen.batch_concurrency`.
+    pub screen: &'a ScreenConfig,
+    /// `server.body_read_timeout_ms`.
+    pub body_read_timeout: Duration,
+    /// `admission.retry_after_secs`, sent with a refusal for load.
+    pub retry_after_secs: u64,
+}
+
 /// The innermost service of the client-facing stack.
 #[derive(Debug, Clone)]
 pub struct RpcService {
@@ -109,12 +123,12 @@ pub struct RpcService {
 }
 
 impl RpcService {
-    /// Builds the service from the validated config; `screen` is the
+    /// Builds the service from its settings; `screen` is the
     /// screening state shared by every worker (`None`: screening off),
     /// `probe` the sidecar's ShouldForward client (`None`: not asked) and
     /// `process` what every worker shares.
     pub fn new(
-        config: &Config,
+        settings: RpcSettings<'_>,
         upstream: Upstream,
         metrics: Arc<Metrics>,
         screen: Option<Arc<Screen>>,
@@ -128,24 +142,30 @@ impl RpcService {
             websockets,
             pacer,
         } = process;
+        let RpcSettings {
+            rpc,
+            screen: screen_config,
+            body_read_timeout,
+            retry_after_secs,
+        } = settings;
         let screening = screen.map(|screen| Screening {
             stack: screening::stack(probe),
             screen,
-            monitor_only: config.screen.monitor_only,
-            batch_concurrency: config.screen.batch_concurrency.max(1),
+            monitor_only: screen_config.monitor_only,
+            batch_concurrency: screen_config.batch_concurrency.max(1),
             refusals,
         });
         RpcService {
             shared: Arc::new(Shared {
                 upstream,
-                policy: MethodPolicy::new(config.rpc.policy, &config.rpc.methods),
+                policy: MethodPolicy::new(rpc.policy, &rpc.methods),
                 metrics,
-                max_body_bytes: config.rpc.max_body_bytes,
-                max_batch_size: config.rpc.max_batch_size,
-                body_read_timeout: Duration::from_millis(config.server.body_read_timeout_ms),
-                retry_after: HeaderValue::from(config.admission.retry_after_secs),
+                max_body_bytes: rpc.max_body_bytes,
+                max_batch_size: rpc.max_batch_size,
+                body_read_timeout,
+                retry_after: HeaderValue::from(retry_after_secs),
                 conditions,
-                monitor_only: config.screen.monitor_only,
+                monitor_only: screen_config.monitor_only,
                 screening,
                 sync,
                 websockets,

@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use prometheus::{IntCounter, IntGauge};
-use txgate_config::Config;
 
 use crate::metrics::Metrics;
 use crate::rpc::rescue::Refusal;
@@ -45,16 +44,16 @@ impl Drop for SyncSlot {
 }
 
 impl SyncCalls {
-    /// From the validated config.
-    pub fn new(config: &Config, metrics: &Metrics) -> SyncCalls {
+    /// At most `max` sync calls in flight (`admission.max_sync_in_flight`,
+    /// resolved), each given `timeout` (`upstream.sync_call_timeout_ms`).
+    pub fn new(max: usize, timeout: Duration, metrics: &Metrics) -> SyncCalls {
         let m = &metrics.upstream;
-        let max = config.admission.effective_max_sync_in_flight();
         m.sync_max_in_flight
             .set(i64::try_from(max).unwrap_or(i64::MAX));
         SyncCalls {
             max,
             in_flight: AtomicUsize::new(0),
-            timeout: Duration::from_millis(config.upstream.sync_call_timeout_ms),
+            timeout,
             gauge: m.sync_in_flight.clone(),
             refused: m.sync_refused.clone(),
         }
@@ -98,10 +97,8 @@ mod tests {
 
     #[test]
     fn only_sync_calls_take_slots_and_the_cap_holds() {
-        let mut config = Config::default();
-        config.admission.max_sync_in_flight = 2;
         let metrics = Metrics::new();
-        let sync = Arc::new(SyncCalls::new(&config, &metrics));
+        let sync = Arc::new(SyncCalls::new(2, Duration::from_secs(65), &metrics));
         assert!(sync.enter("eth_sendRawTransaction").unwrap().is_none());
         let a = sync.enter(METHOD).unwrap().unwrap();
         let b = sync.enter(METHOD).unwrap().unwrap();

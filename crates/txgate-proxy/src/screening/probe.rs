@@ -108,7 +108,7 @@ impl ProbeClient {
         channel: Channel,
         scope: ShouldForwardScope,
         timeout: Duration,
-        verdict_ttl: Millis,
+        verdict_ttl: Duration,
         verdicts: Arc<VerdictCache>,
         metrics: Arc<Metrics>,
     ) -> Option<ProbeClient> {
@@ -121,7 +121,7 @@ impl ProbeClient {
             client,
             scope,
             timeout,
-            verdict_ttl,
+            verdict_ttl: txgate_screen::millis(verdict_ttl),
             verdicts,
             metrics,
         })

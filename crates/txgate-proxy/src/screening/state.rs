@@ -8,46 +8,50 @@ use tokio_util::sync::CancellationToken;
 use txgate_config::{ScreenConfig, SidecarConfig};
 use txgate_screen::assertion::CooldownSettings;
 use txgate_screen::backpressure::BackpressureSettings;
-use txgate_screen::{Applied, Invalidation, Screen, ScreenSettings};
+use txgate_screen::{Applied, Invalidation, Screen, ScreenSettings, millis as ms};
 
 use crate::metrics::Metrics;
 use crate::screening::VerdictCache;
 
 /// Screening settings from the config's `[screen]` section, and from
-/// `[sidecar]` whether (and how long) calls are tracked hot.
-pub fn screen_settings(config: &ScreenConfig, sidecar: &SidecarConfig) -> ScreenSettings {
-    let secs = |s: u64| s.saturating_mul(1000);
+/// `[sidecar]` how long calls are tracked hot (when `tracks_hot`: a
+/// source is asked ShouldForward about hot calls).
+pub fn screen_settings(
+    config: &ScreenConfig,
+    sidecar: &SidecarConfig,
+    tracks_hot: bool,
+) -> ScreenSettings {
     ScreenSettings {
         chain_ids: config.chain_ids.clone(),
-        denied_ttl: secs(config.denied_ttl_secs),
-        suspect_window: secs(config.suspect_window_secs),
+        denied_ttl: ms(config.denied_ttl),
+        suspect_window: ms(config.suspect_window),
         max_denied: config.max_denied,
-        recent_failure_ttl: secs(config.recent_failure_ttl_secs),
+        recent_failure_ttl: ms(config.recent_failure_ttl),
         max_recent_failures: config.max_recent_failures,
-        sender_cache_ttl: secs(config.sender_cache_ttl_secs),
+        sender_cache_ttl: ms(config.sender_cache_ttl),
         max_cached_senders: config.max_cached_senders,
-        pending_timeout: secs(config.pending_timeout_secs),
+        pending_timeout: ms(config.pending_timeout),
         max_pending: config.max_pending,
-        forwarded_ttl: secs(config.forwarded_ttl_secs),
+        forwarded_ttl: ms(config.forwarded_ttl),
         max_forwarded: config.max_forwarded,
-        shaping_hold: config.shaping_hold_ms,
+        shaping_hold: ms(config.shaping_hold),
         backpressure: BackpressureSettings {
             capacity: f64::from(config.backpressure.tokens),
             refill_per_sec: config.backpressure.refill_per_sec,
-            backoff_initial: config.backpressure.backoff_initial_ms,
-            backoff_max: config.backpressure.backoff_max_ms,
+            backoff_initial: ms(config.backpressure.backoff_initial),
+            backoff_max: ms(config.backpressure.backoff_max),
             max_senders: config.backpressure.max_senders,
         },
         cooldown: CooldownSettings {
             distinct_fingerprints: config.cooldown.distinct_fingerprints,
-            window: secs(config.denied_ttl_secs),
-            duration: secs(config.cooldown.duration_secs),
-            trickle_interval: config.cooldown.trickle_interval_ms,
+            window: ms(config.denied_ttl),
+            duration: ms(config.cooldown.duration),
+            trickle_interval: ms(config.cooldown.trickle_interval),
             max_assertions: config.cooldown.max_assertions,
-            idle: secs(config.cooldown.assertion_idle_secs),
+            idle: ms(config.cooldown.assertion_idle),
         },
-        hot_window: if sidecar.tracks_hot_calls() {
-            sidecar.hot_window_ms
+        hot_window: if tracks_hot {
+            ms(sidecar.hot_window)
         } else {
             0
         },

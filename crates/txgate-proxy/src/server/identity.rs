@@ -63,7 +63,7 @@ impl Edge {
             trusted,
             proxy_protocol: server.proxy_protocol,
             header,
-            header_timeout: Duration::from_millis(server.header_read_timeout_ms),
+            header_timeout: server.header_read_timeout,
             metrics,
         }
     }

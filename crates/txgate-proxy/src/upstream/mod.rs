@@ -103,12 +103,7 @@ impl Upstream {
             true => Some(tls::client_config(&up.tls, &[b"http/1.1"])?),
             false => None,
         };
-        let connector = Connector::new(
-            endpoint,
-            client_tls,
-            Duration::from_millis(up.connect_timeout_ms),
-            metrics.clone(),
-        )?;
+        let connector = Connector::new(endpoint, client_tls, up.connect_timeout, metrics.clone())?;
         let (authority, path) = (endpoint.authority(), endpoint.path());
         let head = format!(
             "POST {path} HTTP/1.1\r\nhost: {authority}\r\ncontent-type: application/json\r\ncontent-length: "
@@ -119,10 +114,10 @@ impl Upstream {
             inner: Arc::new(Inner {
                 connector,
                 head,
-                call_timeout: Duration::from_millis(up.call_timeout_ms),
+                call_timeout: up.call_timeout,
                 max_response_bytes: up.max_response_bytes,
                 pool_max_idle,
-                pool_idle_timeout: Duration::from_millis(up.pool_idle_timeout_ms),
+                pool_idle_timeout: up.pool_idle_timeout,
                 idle: Mutex::new(Vec::new()),
                 timers: Timers::new(pool_max_idle),
                 metrics,

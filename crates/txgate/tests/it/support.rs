@@ -685,7 +685,7 @@ impl InProcess {
         config.server.listen = "127.0.0.1:0".parse().unwrap();
         config.admin.listen = "127.0.0.1:0".parse().unwrap();
         config.server.workers = 2;
-        config.shutdown.grace_period_ms = 1000;
+        config.shutdown.grace_period = std::time::Duration::from_secs(1);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready_tx, ready_rx) = mpsc::channel();
         let thread = std::thread::spawn(move || {

@@ -36,7 +36,7 @@ use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_util::sync::CancellationToken;
-use txgate_config::{Config, HttpUrl};
+use txgate_config::{HttpUrl, UpstreamConfig, WebSocketConfig as WebSocketSection};
 use txgate_limits::gcra::Rate;
 
 use super::Shared;
@@ -105,19 +105,19 @@ impl WebSockets {
     /// From the validated config and the node's WebSocket endpoint (set or
     /// derived, parsed); `None` when `websocket.enabled` is off.
     pub fn new(
-        config: &Config,
+        ws: &WebSocketSection,
+        upstream: &UpstreamConfig,
         url: &HttpUrl,
         admission: AdmissionLayer,
         stop: CancellationToken,
         metrics: Arc<Metrics>,
     ) -> Result<Option<WebSockets>, String> {
-        let ws = &config.websocket;
         if !ws.enabled {
             return Ok(None);
         }
-        let connect_timeout = Duration::from_millis(config.upstream.connect_timeout_ms);
+        let connect_timeout = upstream.connect_timeout;
         let client_tls = match url.is_tls() {
-            true => Some(upstream_tls::client_config(&config.upstream.tls, &[])?),
+            true => Some(upstream_tls::client_config(&upstream.tls, &[])?),
             false => None,
         };
         let connector = Connector::new(url, client_tls, connect_timeout, metrics)?;
@@ -128,7 +128,7 @@ impl WebSockets {
             // send: a client that reads is never dropped for one answer.
             .max_write_buffer_size(
                 ws.max_send_queue_bytes
-                    .saturating_add(config.upstream.max_response_bytes),
+                    .saturating_add(upstream.max_response_bytes),
             )
             .max_message_size(Some(ws.max_message_bytes))
             .max_frame_size(Some(ws.max_frame_bytes));
@@ -138,15 +138,12 @@ impl WebSockets {
             // A node that stops reading: the session closes with 1011
             // instead of buffering the client's calls without end.
             .max_write_buffer_size(ws.max_send_queue_bytes.saturating_add(ws.max_message_bytes))
-            .max_message_size(Some(config.upstream.max_response_bytes))
-            .max_frame_size(Some(config.upstream.max_response_bytes));
+            .max_message_size(Some(upstream.max_response_bytes))
+            .max_frame_size(Some(upstream.max_response_bytes));
         // A lane's queue towards the node: what its sessions may have
         // queued while the node has not taken the last batch.
         let lane_queue_bytes = ws.max_send_queue_bytes.saturating_mul(4);
-        let lane_message_cap = config
-            .upstream
-            .max_response_bytes
-            .max(lane::MIN_MESSAGE_CAP);
+        let lane_message_cap = upstream.max_response_bytes.max(lane::MIN_MESSAGE_CAP);
         let lane_codec = upstream_codec
             .read_buffer_size(64 * 1024)
             // Frames buffered until the batch is written in one go.
@@ -174,20 +171,19 @@ impl WebSockets {
                 ),
                 connector,
                 connect_timeout,
-                call_timeout: Duration::from_millis(config.upstream.call_timeout_ms),
+                call_timeout: upstream.call_timeout,
                 client_codec,
                 upstream_codec,
                 lane_codec,
                 lane_queue_bytes,
-                max_response_bytes: config.upstream.max_response_bytes,
+                max_response_bytes: upstream.max_response_bytes,
                 shared_upstream: ws.shared_upstream,
                 frame_rate: Rate::new(ws.max_frames_per_sec, ws.frame_burst),
                 max_subscriptions_per_connection: ws.max_subscriptions_per_connection,
                 max_subscriptions: ws.max_subscriptions,
                 max_in_flight: ws.max_in_flight_per_connection.max(1),
-                idle_timeout: Duration::from_millis(ws.idle_timeout_ms),
-                ping_interval: (ws.ping_interval_ms > 0)
-                    .then(|| Duration::from_millis(ws.ping_interval_ms)),
+                idle_timeout: ws.idle_timeout,
+                ping_interval: ws.ping_interval,
             }),
             subscriptions: AtomicUsize::new(0),
             admission,

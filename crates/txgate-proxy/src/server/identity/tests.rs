@@ -18,7 +18,7 @@ fn edge(trusted: &[&str], mode: ProxyProtocol, header: ForwardedHeader) -> (Edge
         trusted_proxies: trusted.iter().map(|s| s.to_string()).collect(),
         proxy_protocol: mode,
         forwarded_header: header,
-        header_read_timeout_ms: 300,
+        header_read_timeout: Duration::from_millis(300),
         ..ServerConfig::default()
     };
     server.validate().unwrap();

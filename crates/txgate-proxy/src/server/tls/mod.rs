@@ -86,9 +86,8 @@ impl Tls {
         Ok(Some(Tls {
             acceptor: TlsAcceptor::from(server),
             certs,
-            handshake_timeout: Duration::from_millis(config.handshake_timeout_ms),
-            reload_interval: (config.reload_interval_ms > 0)
-                .then(|| Duration::from_millis(config.reload_interval_ms)),
+            handshake_timeout: config.handshake_timeout,
+            reload_interval: config.reload_interval,
             metrics,
         }))
     }
