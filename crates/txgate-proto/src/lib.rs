@@ -8,7 +8,9 @@
 //! - the Credible Layer sidecar's failure reports, JSON `[tx_hash, TxEnv]`
 //!   ([`report`]);
 //! - `aeges.v1`, the question the sequencer's pool plugin asks about each
-//!   transaction entering the pool ([`aeges`]).
+//!   transaction entering the pool ([`aeges`]);
+//! - proxyd's transaction-validation hook, JSON `{"txs": {hash: tx}}`
+//!   answered `{"unauthorized": {hash: bool}}` ([`proxyd`]).
 
 use alloy_primitives::{Address, B256};
 use txgate_screen::{AssertionKey, Fingerprint, Invalidation};
@@ -20,6 +22,9 @@ pub mod v1 {
 }
 
 pub mod aeges;
+/// proxyd's transaction-validation hook: the request, checked by hash,
+/// and the answer.
+pub mod proxyd;
 pub mod report;
 pub mod results;
 pub mod rpcproxy;
