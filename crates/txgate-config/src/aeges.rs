@@ -49,6 +49,26 @@ pub const DEFAULT_AEGES_MAX_IN_FLIGHT: usize = 1024;
 /// in flight can hold (256 MiB).
 pub const DEFAULT_AEGES_MAX_VERIFY_BYTES: usize = 262_144;
 
+/// Default: proxyd's validation hook (`POST /proxyd/validate`) answered
+/// for loopback only.
+pub const DEFAULT_AEGES_PROXYD_ALLOW: [&str; 2] = ["127.0.0.0/8", "::1/128"];
+/// Default: no hook token.
+pub const DEFAULT_AEGES_PROXYD_TOKEN: &str = "";
+/// Default: hook body cap in bytes. proxyd sends one call's transactions
+/// as JSON: a 100-transaction bundle within proxyd's own 256 KiB request
+/// cap doubles as hex plus the fields' names; 1 MiB holds it. An answer
+/// over the cap is an error, which proxyd lets through when it fails open:
+/// the cap must stay above what proxyd accepts.
+pub const DEFAULT_AEGES_MAX_PROXYD_BYTES: usize = 1_048_576;
+/// Default: transactions a second judged for one hook source (and its
+/// burst); beyond, the request is answered an error (proxyd's fail-open
+/// choice then applies). Well above a rollup's submission rate: it bounds
+/// a misbehaving internal peer probing the ban list or filling the
+/// forwarded map, not proxyd's traffic.
+pub const DEFAULT_AEGES_PROXYD_TXS_PER_SEC: u32 = 20_000;
+/// Default burst of [`DEFAULT_AEGES_PROXYD_TXS_PER_SEC`].
+pub const DEFAULT_AEGES_PROXYD_BURST: u32 = 20_000;
+
 /// Longest report token, in bytes.
 const MAX_TOKEN_BYTES: usize = 256;
 
@@ -76,6 +96,21 @@ pub struct AegesConfig {
     /// gRPC message cap of a pool question, in bytes
     /// (`INVALID_ARGUMENT` beyond).
     pub max_verify_bytes: usize,
+    /// Source addresses allowed to ask proxyd's validation hook (`POST
+    /// /proxyd/validate`), as CIDRs like `report_allow`. Empty: the route
+    /// is off.
+    pub proxyd_allow: Vec<String>,
+    /// Token a hook request must carry (proxyd sends Basic auth from its
+    /// endpoint URL's user-info); empty: none asked. Same form as
+    /// `report_token`.
+    pub proxyd_token: String,
+    /// Hook body cap in bytes.
+    pub max_proxyd_bytes: usize,
+    /// Transactions a second judged for one hook source.
+    pub proxyd_txs_per_sec: u32,
+    /// Burst of `proxyd_txs_per_sec`, in transactions (at least one
+    /// request's worth: 100).
+    pub proxyd_burst: u32,
 }
 
 /// The Aeges listener's address and who may use it, parsed.
@@ -87,6 +122,8 @@ pub struct AegesAccess {
     pub report_allow: Vec<IpNet>,
     /// `aeges.verify_allow`.
     pub verify_allow: Vec<IpNet>,
+    /// `aeges.proxyd_allow`.
+    pub proxyd_allow: Vec<IpNet>,
 }
 
 impl AegesConfig {
@@ -139,44 +176,57 @@ impl AegesConfig {
                 ),
             ));
         }
-        self.validate_token()?;
+        validate_token("aeges.report_token", &self.report_token)?;
+        validate_token("aeges.proxyd_token", &self.proxyd_token)?;
         let access = AegesAccess {
             listen,
             report_allow: self.allow()?,
             verify_allow: self.verify_allow()?,
+            proxyd_allow: nets("aeges.proxyd_allow", &self.proxyd_allow)?,
         };
         require_positive(&[
             ("aeges.max_report_bytes", &self.max_report_bytes),
             ("aeges.max_in_flight", &self.max_in_flight),
             ("aeges.max_verify_bytes", &self.max_verify_bytes),
+            ("aeges.max_proxyd_bytes", &self.max_proxyd_bytes),
+            ("aeges.proxyd_txs_per_sec", &self.proxyd_txs_per_sec),
         ])?;
-        Ok(access)
-    }
-
-    /// The token is compared with what a URL carries: visible ASCII only,
-    /// and bounded. The messages never quote it.
-    fn validate_token(&self) -> Result<(), ConfigError> {
-        let token = &self.report_token;
-        if token.len() > MAX_TOKEN_BYTES {
+        if self.proxyd_burst < 100 {
             return Err(ConfigError::new(
-                "aeges.report_token",
-                format!("is {} bytes long; at most {MAX_TOKEN_BYTES}", token.len()),
-            ));
-        }
-        // Unreserved URL characters only: the sidecar's URL carries the
-        // token, and anything else would be percent-encoded on the way.
-        let unreserved = |b: u8| b.is_ascii_alphanumeric() || b"-._~".contains(&b);
-        if let Some(at) = token.bytes().position(|b| !unreserved(b)) {
-            return Err(ConfigError::new(
-                "aeges.report_token",
+                "aeges.proxyd_burst",
                 format!(
-                    "byte {at} is not allowed: the token may hold only letters, digits \
-                     and `-._~` (it travels in a URL)"
+                    "{} is below 100: a request of proxyd's largest (a 100-transaction \
+                     bundle) could never be judged",
+                    self.proxyd_burst
                 ),
             ));
         }
-        Ok(())
+        Ok(access)
     }
+}
+
+/// A token (the setting `key`) is compared with what a URL carries:
+/// visible ASCII only, and bounded. The messages never quote it.
+fn validate_token(key: &str, token: &str) -> Result<(), ConfigError> {
+    if token.len() > MAX_TOKEN_BYTES {
+        return Err(ConfigError::new(
+            key,
+            format!("is {} bytes long; at most {MAX_TOKEN_BYTES}", token.len()),
+        ));
+    }
+    // Unreserved URL characters only: the sidecar's URL carries the
+    // token, and anything else would be percent-encoded on the way.
+    let unreserved = |b: u8| b.is_ascii_alphanumeric() || b"-._~".contains(&b);
+    if let Some(at) = token.bytes().position(|b| !unreserved(b)) {
+        return Err(ConfigError::new(
+            key,
+            format!(
+                "byte {at} is not allowed: the token may hold only letters, digits \
+                 and `-._~` (it travels in a URL)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl fmt::Debug for AegesConfig {
@@ -196,6 +246,18 @@ impl fmt::Debug for AegesConfig {
             .field("verify_allow", &self.verify_allow)
             .field("max_in_flight", &self.max_in_flight)
             .field("max_verify_bytes", &self.max_verify_bytes)
+            .field("proxyd_allow", &self.proxyd_allow)
+            .field(
+                "proxyd_token",
+                &if self.proxyd_token.is_empty() {
+                    "none"
+                } else {
+                    "set"
+                },
+            )
+            .field("max_proxyd_bytes", &self.max_proxyd_bytes)
+            .field("proxyd_txs_per_sec", &self.proxyd_txs_per_sec)
+            .field("proxyd_burst", &self.proxyd_burst)
             .finish()
     }
 }
@@ -210,6 +272,11 @@ impl Default for AegesConfig {
             verify_allow: DEFAULT_AEGES_VERIFY_ALLOW.map(String::from).to_vec(),
             max_in_flight: DEFAULT_AEGES_MAX_IN_FLIGHT,
             max_verify_bytes: DEFAULT_AEGES_MAX_VERIFY_BYTES,
+            proxyd_allow: DEFAULT_AEGES_PROXYD_ALLOW.map(String::from).to_vec(),
+            proxyd_token: DEFAULT_AEGES_PROXYD_TOKEN.to_string(),
+            max_proxyd_bytes: DEFAULT_AEGES_MAX_PROXYD_BYTES,
+            proxyd_txs_per_sec: DEFAULT_AEGES_PROXYD_TXS_PER_SEC,
+            proxyd_burst: DEFAULT_AEGES_PROXYD_BURST,
         }
     }
 }
@@ -439,5 +506,32 @@ mod tests {
         assert_eq!(c.verify_allow, ["10.1.0.0/16"]);
         assert_eq!((c.max_in_flight, c.max_verify_bytes), (8, 4096));
         assert!(toml::from_str::<AegesConfig>("token = \"t\"\n").is_err());
+    }
+
+    #[test]
+    fn the_proxyd_hook_keys_are_checked() {
+        let cases: [(Change, &str); 5] = [
+            (
+                |c| c.proxyd_allow = vec!["10.0.0.0/33".into()],
+                "aeges.proxyd_allow",
+            ),
+            (|c| c.proxyd_token = "a b".into(), "aeges.proxyd_token"),
+            (|c| c.max_proxyd_bytes = 0, "aeges.max_proxyd_bytes"),
+            (|c| c.proxyd_txs_per_sec = 0, "aeges.proxyd_txs_per_sec"),
+            (|c| c.proxyd_burst = 99, "aeges.proxyd_burst"),
+        ];
+        for (change, key) in cases {
+            let mut c = AegesConfig::default();
+            change(&mut c);
+            assert_eq!(c.validate().unwrap_err().key, key);
+        }
+        let c = AegesConfig {
+            proxyd_allow: vec!["10.1.2.3".into()],
+            ..AegesConfig::default()
+        };
+        let access = c.validate().unwrap();
+        assert!(access.proxyd_allow[0].contains(&ip("10.1.2.3")));
+        assert!(!access.proxyd_allow[0].contains(&ip("10.1.2.4")));
+        assert!(!format!("{c:?}").contains("a b"));
     }
 }

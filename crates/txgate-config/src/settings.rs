@@ -116,6 +116,11 @@ impl Settings {
         &self.aeges.verify_allow
     }
 
+    /// `aeges.proxyd_allow`.
+    pub fn aeges_proxyd_allow(&self) -> &[IpNet] {
+        &self.aeges.proxyd_allow
+    }
+
     /// `conditional.callers`, as addresses.
     pub fn conditional_callers(&self) -> &[[u8; 20]] {
         &self.conditional.callers

@@ -147,10 +147,28 @@ impl Proxy {
             screen.clone(),
             metrics.clone(),
         );
-        let served = Arc::new(aeges::Aeges { reports, verifier });
+        let proxyd = aeges::ProxydHook::new(
+            aeges::HookSettings {
+                allow: config.aeges_proxyd_allow().to_vec(),
+                token: Some(config.aeges.proxyd_token.clone()),
+                max_bytes: config.aeges.max_proxyd_bytes,
+                txs_per_sec: config.aeges.proxyd_txs_per_sec,
+                burst: config.aeges.proxyd_burst,
+                max_in_flight: config.aeges.max_in_flight,
+                monitor_only: config.screen.monitor_only,
+            },
+            screen.clone(),
+            metrics.clone(),
+        );
+        let served = Arc::new(aeges::Aeges {
+            reports,
+            verifier,
+            proxyd,
+        });
         tracing::info!(
             aeges = %addr,
-            "aeges listener: POST /report, gRPC aeges.v1.AegesService/VerifyTransaction"
+            "aeges listener: POST /report, gRPC aeges.v1.AegesService/VerifyTransaction, \
+             POST /proxyd/validate"
         );
         background.spawn("aeges", Role::Essential, Duration::from_secs(3), |stop| {
             aeges::serve_on_own_thread(listener, served, stop)

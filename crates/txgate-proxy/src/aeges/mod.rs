@@ -3,19 +3,32 @@
 //! failure reports (its `aeges_url` points here), and where the
 //! sequencer's pool plugin asks about each transaction entering its pool
 //! (gRPC over HTTP/2 cleartext on the same port: HTTP/1.1 and HTTP/2 are
-//! told apart by the connection preface, gRPC by its content type).
+//! told apart by the connection preface, gRPC by its content type), and
+//! where proxyd asks about each submission it takes (its validation hook,
+//! HTTP/1.1 JSON).
 //!
 //! **Whoever can post a report can ban traffic.** The listener is meant
-//! for an internal address. A peer in neither `aeges.report_allow` nor
-//! `aeges.verify_allow` is answered 403 and closed at accept; then every
-//! request is checked, cheapest first, before its body is read.
+//! for an internal address. A peer in none of `aeges.report_allow`,
+//! `aeges.verify_allow` and `aeges.proxyd_allow` is answered 403 (with a
+//! JSON `errorCode`, which is what proxyd reads) and closed at accept;
+//! then every request is checked, cheapest first, before its body is read.
 //!
 //! - [`report`] answers `POST /report`;
 //! - [`verify`] answers `aeges.v1.AegesService/VerifyTransaction`;
-//! - [`grpc`] frames unary gRPC calls over hyper's HTTP/2.
+//! - [`proxyd`] answers `POST /proxyd/validate`;
+//! - [`grpc`] frames unary gRPC calls over hyper's HTTP/2;
+//! - [`token`] finds the token a request carries.
+//!
+//! proxyd keeps up to 10 connections per host, idle for up to 30 s: a peer
+//! admitted for the hook alone takes a connection slot of its own
+//! ([`MAX_PROXYD_CONNECTIONS`]), never one the sidecar needs, and may stay
+//! idle longer than proxyd does ([`PROXYD_IDLE`]), so proxyd closes first
+//! and never sends into a connection txgate is closing.
 
 pub mod grpc;
+pub mod proxyd;
 pub mod report;
+mod token;
 pub mod verify;
 
 use std::convert::Infallible;
@@ -28,6 +41,7 @@ use http_body_util::Either;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+pub use proxyd::{HookSettings, ProxydHook};
 pub use report::Reports;
 pub use verify::{Verifier, VerifySettings};
 
@@ -44,6 +58,17 @@ pub const MAX_CONNECTIONS: usize = 64;
 /// hold open.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 1024;
 
+/// Connections open at once at most from peers admitted for proxyd's hook
+/// alone (a few proxyd hosts, 10 each at most).
+pub const MAX_PROXYD_CONNECTIONS: usize = 128;
+
+/// How long an HTTP/1.1 connection may wait for a request's head, idle
+/// between requests included; a sidecar posts a report at a time.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// The same for a peer admitted for proxyd's hook: above proxyd's own 30 s
+/// idle time, so the closing side is proxyd's.
+pub const PROXYD_IDLE: Duration = Duration::from_secs(35);
+
 /// What the listener serves.
 #[derive(Debug)]
 pub struct Aeges {
@@ -51,12 +76,19 @@ pub struct Aeges {
     pub reports: Reports,
     /// `VerifyTransaction`.
     pub verifier: Verifier,
+    /// `POST /proxyd/validate`.
+    pub proxyd: ProxydHook,
 }
 
 impl Aeges {
     /// Whether `peer` may connect at all: it may report or ask.
     pub fn admits(&self, peer: IpAddr) -> bool {
-        self.reports.allows(peer) || self.verifier.allows(peer)
+        self.reports.allows(peer) || self.verifier.allows(peer) || self.proxyd.allows(peer)
+    }
+
+    /// Whether `peer` is admitted for proxyd's hook alone.
+    fn hook_only(&self, peer: IpAddr) -> bool {
+        self.proxyd.allows(peer) && !self.reports.allows(peer) && !self.verifier.allows(peer)
     }
 
     fn metrics(&self) -> &Metrics {
@@ -127,6 +159,7 @@ pub async fn serve_on_own_thread(
 /// returns once they have (or after [`DRAIN`]).
 pub async fn serve(listener: TcpListener, aeges: Arc<Aeges>, stop: CancellationToken) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let hook_slots = Arc::new(tokio::sync::Semaphore::new(MAX_PROXYD_CONNECTIONS));
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => None,
@@ -136,8 +169,11 @@ pub async fn serve(listener: TcpListener, aeges: Arc<Aeges>, stop: CancellationT
             // Closed first: a client reconnecting is refused at once (the
             // pool plugin then fails open at once, not at its deadline).
             drop(listener);
-            let all = MAX_CONNECTIONS as u32;
-            let _ = tokio::time::timeout(DRAIN, slots.acquire_many(all)).await;
+            let drained = async {
+                let _ = slots.acquire_many(MAX_CONNECTIONS as u32).await;
+                let _ = hook_slots.acquire_many(MAX_PROXYD_CONNECTIONS as u32).await;
+            };
+            let _ = tokio::time::timeout(DRAIN, drained).await;
             return;
         };
         let (stream, peer): (_, SocketAddr) = match accepted {
@@ -161,7 +197,9 @@ pub async fn serve(listener: TcpListener, aeges: Arc<Aeges>, stop: CancellationT
             tokio::spawn(refuse(stream));
             continue;
         }
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
+        let hook_only = aeges.hook_only(peer.ip());
+        let pool = if hook_only { &hook_slots } else { &slots };
+        let Ok(permit) = pool.clone().try_acquire_owned() else {
             aeges.metrics().aeges.connections_refused.inc();
             drop(stream);
             continue;
@@ -192,6 +230,8 @@ pub async fn serve(listener: TcpListener, aeges: Arc<Aeges>, stop: CancellationT
                         aeges.metrics().aeges.not_found.inc();
                         grpc::http_status(http::StatusCode::HTTP_VERSION_NOT_SUPPORTED)
                             .map(Either::Right)
+                    } else if req.uri().path() == proxyd::PATH {
+                        aeges.proxyd.handle(peer.ip(), req).await.map(Either::Left)
                     } else {
                         aeges.reports.handle(peer.ip(), req).await.map(Either::Left)
                     })
@@ -203,7 +243,7 @@ pub async fn serve(listener: TcpListener, aeges: Arc<Aeges>, stop: CancellationT
             builder
                 .http1()
                 .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(5));
+                .header_read_timeout(if hook_only { PROXYD_IDLE } else { HEAD_TIMEOUT });
             builder
                 .http2()
                 .timer(hyper_util::rt::TokioTimer::new())
@@ -257,12 +297,22 @@ async fn preface_arrives(stream: &tokio::net::TcpStream) -> bool {
         .unwrap_or(false)
 }
 
-/// A canned 403 for a peer outside the allow-list, then close.
+/// A canned 403 for a peer outside the allow-lists, then close. Its body
+/// is the hook's error form, which is what proxyd reads (it ignores the
+/// status); the sidecar and the pool plugin read only the status.
 async fn refuse(mut stream: tokio::net::TcpStream) {
     use tokio::io::AsyncWriteExt;
-    const FORBIDDEN: &[u8] = b"HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\n\
-        content-length: 19\r\nconnection: close\r\n\r\nsource not allowed\n";
-    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(FORBIDDEN)).await;
+    const BODY: &str = r#"{"unauthorized":{},"errorCode":"source_not_allowed","errorMessage":"source not allowed"}"#;
+    let forbidden = format!(
+        "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let _ = tokio::time::timeout(
+        Duration::from_secs(1),
+        stream.write_all(forbidden.as_bytes()),
+    )
+    .await;
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.shutdown()).await;
 }
 

@@ -22,9 +22,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
 use bytes::Bytes;
-use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use tokio::sync::mpsc;
@@ -114,7 +113,7 @@ impl Reports {
             return answer(StatusCode::FORBIDDEN, "source not allowed");
         }
         if let Some(token) = &self.token
-            && !authorized(&req, token)
+            && !super::token::authorized(&req, token)
         {
             m.refused_token.inc();
             return answer(StatusCode::UNAUTHORIZED, "missing or wrong token");
@@ -179,41 +178,6 @@ impl Reports {
         m.accepted.inc();
         answer(StatusCode::OK, "ok")
     }
-}
-
-/// Whether the request carries `token`: the first `token=` of the query,
-/// Basic (user or password), or Bearer.
-fn authorized<B>(req: &Request<B>, token: &str) -> bool {
-    let from_query = req.uri().query().is_some_and(|q| {
-        q.split('&')
-            .find_map(|pair| pair.strip_prefix("token="))
-            .is_some_and(|v| crate::ops::secret::equal(v.as_bytes(), token.as_bytes()))
-    });
-    if from_query {
-        return true;
-    }
-    let Some(header) = req
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-    else {
-        return false;
-    };
-    if let Some(bearer) = header.strip_prefix("Bearer ") {
-        return crate::ops::secret::equal(bearer.trim().as_bytes(), token.as_bytes());
-    }
-    if let Some(basic) = header.strip_prefix("Basic ") {
-        let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(basic.trim()) else {
-            return false;
-        };
-        let (user, password) = match decoded.iter().position(|&b| b == b':') {
-            Some(i) => (&decoded[..i], &decoded[i + 1..]),
-            None => (&decoded[..], &[][..]),
-        };
-        return crate::ops::secret::equal(user, token.as_bytes())
-            | crate::ops::secret::equal(password, token.as_bytes());
-    }
-    false
 }
 
 fn answer(status: StatusCode, line: &str) -> Response<Body> {

@@ -17,6 +17,7 @@ use crate::metrics::Metrics;
 pub(super) struct Options {
     pub report_allow: &'static str,
     pub verify_allow: &'static str,
+    pub proxyd_allow: &'static str,
     pub max_in_flight: usize,
     pub max_verify_bytes: usize,
     pub monitor_only: bool,
@@ -27,6 +28,7 @@ impl Default for Options {
         Options {
             report_allow: "127.0.0.0/8",
             verify_allow: "127.0.0.0/8",
+            proxyd_allow: "",
             max_in_flight: 64,
             max_verify_bytes: 4096,
             monitor_only: false,
@@ -73,6 +75,19 @@ impl Fixture {
                 VerifySettings {
                     allow: nets(o.verify_allow),
                     max_bytes: o.max_verify_bytes,
+                    max_in_flight: o.max_in_flight,
+                    monitor_only: o.monitor_only,
+                },
+                screen.clone(),
+                metrics.clone(),
+            ),
+            proxyd: ProxydHook::new(
+                HookSettings {
+                    allow: nets(o.proxyd_allow),
+                    token: None,
+                    max_bytes: 4096,
+                    txs_per_sec: 1000,
+                    burst: 100,
                     max_in_flight: o.max_in_flight,
                     monitor_only: o.monitor_only,
                 },
@@ -205,6 +220,11 @@ async fn outsiders_are_closed_at_accept_and_take_no_slot() {
             "{:?}",
             String::from_utf8_lossy(&answer)
         );
+        // proxyd reads only the body: an errorCode, never "all allowed".
+        let text = String::from_utf8_lossy(&answer);
+        let (_, body) = text.split_once("\r\n\r\n").unwrap();
+        let json: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(json["errorCode"], "source_not_allowed");
         outsiders.push(conn);
     }
     // The sidecar still gets in, and so does the pool's address (which

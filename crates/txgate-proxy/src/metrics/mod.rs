@@ -32,6 +32,7 @@ pub mod http;
 pub mod limits;
 pub mod pacing;
 pub mod process;
+pub mod proxyd;
 mod registrar;
 pub mod screen;
 pub mod sidecar;
@@ -51,6 +52,7 @@ pub use http::{HttpMetrics, KNOWN_METHODS, Outcome};
 pub use limits::LimitMetrics;
 pub use pacing::PacingMetrics;
 pub use process::ProcessMetrics;
+pub use proxyd::{HookError, ProxydMetrics};
 pub use screen::{ClearedAs, ScreenMetrics};
 pub use sidecar::SidecarMetrics;
 pub use snapshot::SnapshotMetrics;
@@ -86,6 +88,8 @@ pub struct Metrics {
     pub aeges: AegesMetrics,
     /// The Aeges listener: the pool's questions.
     pub verify: VerifyMetrics,
+    /// The Aeges listener: proxyd's validation hook.
+    pub proxyd: ProxydMetrics,
     /// The admin listener's ban endpoints.
     pub admin: AdminMetrics,
     /// Conditional transactions.
@@ -117,6 +121,7 @@ impl Metrics {
             ProcessMetrics::new(&r),
         );
         let (aeges, verify) = (AegesMetrics::new(&r), VerifyMetrics::new(&r));
+        let proxyd = ProxydMetrics::new(&r);
         let (client, limits) = (ClientMetrics::new(&r), LimitMetrics::new(&r));
         let pacing = PacingMetrics::new(&r);
         let (admin, conditional) = (AdminMetrics::new(&r), ConditionalMetrics::new(&r));
@@ -132,6 +137,7 @@ impl Metrics {
             pacing,
             aeges,
             verify,
+            proxyd,
             http,
             upstream,
             screen,

@@ -25,6 +25,7 @@ mod observability;
 mod pacing;
 mod passthrough;
 mod pool;
+mod proxyd_hook;
 mod screening;
 mod shutdown_under_load;
 mod sidecar_loop;

@@ -1,6 +1,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use alloy_primitives::{Address, B256, U256};
+use base64::Engine;
+use http::header::AUTHORIZATION;
 use http_body_util::Full;
 use txgate_screen::{Fingerprint, ScreenSettings};
 

@@ -1,0 +1,190 @@
+#![allow(clippy::unwrap_used)]
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
+use alloy_eips::eip2718::Encodable2718;
+use alloy_primitives::{Bytes as TxBytes, Signature, TxKind, U256};
+use http_body_util::BodyExt;
+use secp256k1::{Message, SECP256K1, SecretKey};
+use serde_json::Value;
+use txgate_screen::{Invalidation, Screen, ScreenSettings, decode, decode_hex, recover_sender};
+
+use super::*;
+use crate::screening::tests::raw;
+
+const PEER: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+fn hook(monitor_only: bool, burst: u32) -> (ProxydHook, Arc<Screen>, Arc<Metrics>) {
+    let screen = Arc::new(Screen::new(ScreenSettings::default(), Instant::now()));
+    let metrics = Arc::new(Metrics::new());
+    let hook = ProxydHook::new(
+        HookSettings {
+            allow: vec!["127.0.0.0/8".parse().unwrap()],
+            token: None,
+            max_bytes: 1 << 20,
+            txs_per_sec: 1000,
+            burst,
+            max_in_flight: 8,
+            monitor_only,
+        },
+        screen.clone(),
+        metrics.clone(),
+    );
+    (hook, screen, metrics)
+}
+
+/// A signed contract creation.
+fn creation(seed: u8) -> String {
+    let tx = TxEip1559 {
+        chain_id: 31337,
+        nonce: 0,
+        gas_limit: 100_000,
+        max_fee_per_gas: 10,
+        max_priority_fee_per_gas: 1,
+        to: TxKind::Create,
+        value: U256::ZERO,
+        access_list: Default::default(),
+        input: TxBytes::from_static(&[0x60, 0x00]),
+    };
+    let key = SecretKey::from_byte_array([seed; 32]).unwrap();
+    let sig = SECP256K1.sign_ecdsa_recoverable(Message::from_digest(tx.signature_hash().0), &key);
+    let (id, compact) = sig.serialize_compact();
+    let signature = Signature::new(
+        U256::from_be_slice(&compact[..32]),
+        U256::from_be_slice(&compact[32..]),
+        i32::from(id) == 1,
+    );
+    let envelope: TxEnvelope = tx.into_signed(signature).into();
+    format!(
+        "0x{}",
+        alloy_primitives::hex::encode(envelope.encoded_2718())
+    )
+}
+
+fn body(raws: &[&str]) -> Vec<u8> {
+    let bytes: Vec<Vec<u8>> = raws
+        .iter()
+        .map(|r| decode_hex(r).unwrap().to_vec())
+        .collect();
+    let slices: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+    proxyd::encode::request(&slices).unwrap()
+}
+
+fn ban(screen: &Screen, raw: &str) {
+    let tx = decode(&decode_hex(raw).unwrap()).unwrap();
+    let sender = recover_sender(&tx).unwrap();
+    let bad = Invalidation::of(&tx, Some(sender), None).unwrap();
+    screen.apply(&[bad], screen.millis(Instant::now()));
+}
+
+async fn answer(hook: &ProxydHook, raws: &[&str]) -> (StatusCode, Value) {
+    let response = hook.answer(PEER, &body(raws), Instant::now());
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap())
+}
+
+/// A creation has no fingerprint: judged by hash and sender only,
+/// answered `false`, counted, not remembered.
+#[tokio::test]
+async fn a_creation_is_answered_false_and_counted() {
+    let (hook, _, metrics) = hook(false, 100);
+    let create = creation(3);
+    let (status, a) = answer(&hook, &[&create]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(a["errorCode"], "");
+    assert_eq!(a["unauthorized"].as_object().unwrap().len(), 1);
+    assert!(
+        a["unauthorized"]
+            .as_object()
+            .unwrap()
+            .values()
+            .all(|v| v == false)
+    );
+    assert_eq!(metrics.proxyd.creations.get(), 1);
+    assert_eq!(metrics.proxyd.remembered.get(), 0);
+    assert_eq!(metrics.proxyd.allowed.get(), 1);
+}
+
+/// Monitor-only: `false` for a banned calldata, counted as what it would
+/// have refused; the request is then forwarded whole, so it is
+/// remembered. Enforcing: `true`, and nothing remembered.
+#[tokio::test]
+async fn monitor_only_answers_false_and_counts_what_it_would_refuse() {
+    for monitor_only in [true, false] {
+        let (hook, screen, metrics) = hook(monitor_only, 100);
+        ban(&screen, &raw(1, 0, &[0xde, 0xad, 0xbe, 0xef, 7]));
+        let copy = raw(2, 0, &[0xde, 0xad, 0xbe, 0xef, 7]);
+        let fine = raw(3, 0, &[0xaa, 0xbb, 0xcc, 0xdd, 1]);
+        let (_, a) = answer(&hook, &[&copy, &fine]).await;
+        let verdicts = a["unauthorized"].as_object().unwrap();
+        let trues = verdicts.values().filter(|v| **v == true).count();
+        assert_eq!(trues, usize::from(!monitor_only), "{a}");
+        let p = &metrics.proxyd;
+        let reason = txgate_screen::Reason::DeniedFingerprint;
+        assert_eq!(p.refusals(reason), 1);
+        if monitor_only {
+            assert_eq!(p.would_refuse.get(), 1);
+            assert_eq!(p.txs_would_refuse.get(), 1);
+            assert_eq!(p.remembered.get(), 2);
+        } else {
+            assert_eq!(p.refused.get(), 1);
+            assert_eq!(p.txs_refused.get(), 1);
+            assert_eq!(p.remembered.get(), 0);
+        }
+    }
+}
+
+/// A source over its rate (in transactions) gets an error, never a
+/// verdict; another source keeps its own.
+#[tokio::test]
+async fn a_source_over_its_rate_gets_an_error() {
+    let (hook, _, metrics) = hook(false, 100);
+    let txs: Vec<String> = (0..100).map(|n| raw(9, n, &[1, 2, 3, 4])).collect();
+    let txs: Vec<&str> = txs.iter().map(String::as_str).collect();
+    let at = Instant::now();
+    let full = body(&txs);
+    assert_eq!(hook.answer(PEER, &full, at).status(), StatusCode::OK);
+    let over = hook.answer(PEER, &full, at);
+    assert_eq!(over.status(), StatusCode::TOO_MANY_REQUESTS);
+    let bytes = over.into_body().collect().await.unwrap().to_bytes();
+    let a: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(a["errorCode"], "rate_limited");
+    assert_eq!(metrics.proxyd.errors(HookError::RateLimited), 1);
+    let other: IpAddr = "127.0.0.9".parse().unwrap();
+    assert_eq!(hook.answer(other, &full, at).status(), StatusCode::OK);
+}
+
+/// Every error answer is the JSON proxyd reads, with no `true` in it.
+#[test]
+fn error_answers_are_json_with_a_code() {
+    let (hook, _, metrics) = hook(false, 100);
+    for error in HookError::ALL {
+        let response = hook.error(error);
+        assert!(response.status().as_u16() >= 400, "{error:?}");
+        let body = futures_executor(response);
+        let a: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(a["errorCode"], error.code());
+        assert!(!a["errorMessage"].as_str().unwrap().is_empty());
+        assert_eq!(a["unauthorized"], serde_json::json!({}));
+        assert_eq!(metrics.proxyd.errors(error), 1);
+    }
+}
+
+fn futures_executor(response: Response<Body>) -> Vec<u8> {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(async {
+            response
+                .into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes()
+                .to_vec()
+        })
+}
