@@ -262,7 +262,7 @@ fn recovery_us(raws: &[Vec<u8>]) -> f64 {
     median(&passes)
 }
 
-fn summary(name: &str, rounds: &[Round], txs: usize, recovery: f64) {
+fn summary(name: &str, rounds: &[Round], recovery: f64) {
     let m = |f: fn(&Round) -> f64| median(&rounds.iter().map(f).collect::<Vec<_>>());
     let per_tx: Vec<String> = rounds
         .iter()
@@ -283,7 +283,6 @@ fn summary(name: &str, rounds: &[Round], txs: usize, recovery: f64) {
         m(|r| r.refused_share) * 100.0,
         rounds.iter().map(|r| r.errors).sum::<usize>(),
     );
-    let _ = txs;
 }
 
 fn main() {
@@ -335,7 +334,7 @@ async fn run(a: Args) {
     // the state: repeating a request costs what the first did).
     let singles_n = (a.rate * a.seconds) as usize;
     let bundles_n = (a.bundle_rate * a.seconds) as usize;
-    let pool: Vec<Vec<u8>> = (0..(singles_n.max(bundles_n * 100).min(200_000)) as u64)
+    let pool: Vec<Vec<u8>> = (0..(singles_n.max(bundles_n * 100).clamp(1_000, 200_000)) as u64)
         .map(signed)
         .collect();
     let encode = |txs: &[Vec<u8>]| {
@@ -380,7 +379,7 @@ async fn run(a: Args) {
     }
     let recovery = median(&recoveries);
     println!("  baseline: one libsecp256k1 recovery {recovery:.2} µs (same run, this process)");
-    summary("1 tx", &one, 1, recovery);
-    summary("100 tx", &hundred, 100, recovery);
+    summary("1 tx", &one, recovery);
+    summary("100 tx", &hundred, recovery);
     drop(txgate);
 }

@@ -55,16 +55,18 @@ pub const DEFAULT_AEGES_PROXYD_ALLOW: [&str; 2] = ["127.0.0.0/8", "::1/128"];
 /// Default: no hook token.
 pub const DEFAULT_AEGES_PROXYD_TOKEN: &str = "";
 /// Default: hook body cap in bytes. proxyd sends one call's transactions
-/// as JSON: a 100-transaction bundle within proxyd's own 256 KiB request
-/// cap doubles as hex plus the fields' names; 1 MiB holds it. An answer
-/// over the cap is an error, which proxyd lets through when it fails open:
-/// the cap must stay above what proxyd accepts.
-pub const DEFAULT_AEGES_MAX_PROXYD_BYTES: usize = 1_048_576;
-/// Default: transactions a second judged for one hook source (and its
-/// burst); beyond, the request is answered an error (proxyd's fail-open
-/// choice then applies). Well above a rollup's submission rate: it bounds
-/// a misbehaving internal peer probing the ban list or filling the
-/// forwarded map, not proxyd's traffic.
+/// as JSON, at most about 4.6 times their raw size (hex doubles every
+/// byte; field names and the sender are added; the worst case is a list of
+/// small authorizations): proxyd's own 256 KiB request cap gives at most
+/// about 1.2 MiB, which 2 MiB holds. An answer over the cap is an error,
+/// which proxyd lets through when it fails open: the cap must stay above
+/// what proxyd accepts (raise it with proxyd's `max_body_size_bytes`).
+pub const DEFAULT_AEGES_MAX_PROXYD_BYTES: usize = 2_097_152;
+/// Default: transactions a second remembered for one hook source (and its
+/// burst); beyond, the source's requests still get their verdicts (an
+/// error would let proxyd through while it fails open) but nothing of them
+/// is remembered. Well above a rollup's submission rate: it bounds what a
+/// source can put into the forwarded map, not proxyd's traffic.
 pub const DEFAULT_AEGES_PROXYD_TXS_PER_SEC: u32 = 20_000;
 /// Default burst of [`DEFAULT_AEGES_PROXYD_TXS_PER_SEC`].
 pub const DEFAULT_AEGES_PROXYD_BURST: u32 = 20_000;
@@ -106,7 +108,8 @@ pub struct AegesConfig {
     pub proxyd_token: String,
     /// Hook body cap in bytes.
     pub max_proxyd_bytes: usize,
-    /// Transactions a second judged for one hook source.
+    /// Transactions a second remembered for one hook source (over it the
+    /// verdicts are still given, nothing is remembered).
     pub proxyd_txs_per_sec: u32,
     /// Burst of `proxyd_txs_per_sec`, in transactions (at least one
     /// request's worth: 100).

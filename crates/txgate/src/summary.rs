@@ -222,13 +222,19 @@ pub(crate) fn aeges_listener(settings: &Settings) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let token = |token: &str| if token.is_empty() { "none" } else { "set" };
+    let proxyd = match settings.aeges_proxyd_allow() {
+        [] => "off".to_string(),
+        allow => format!(
+            "POST /proxyd/validate token {} allow [{}], {} tx/s per source",
+            token(&aeges.proxyd_token),
+            nets(allow),
+            aeges.proxyd_txs_per_sec
+        ),
+    };
     format!(
-        "{listen} reports: token {} allow [{}]; pool questions: allow [{}]",
-        if aeges.report_token.is_empty() {
-            "none"
-        } else {
-            "set"
-        },
+        "{listen} reports: token {} allow [{}]; pool questions: allow [{}]; proxyd's hook: {proxyd}",
+        token(&aeges.report_token),
         nets(settings.aeges_report_allow()),
         nets(settings.aeges_verify_allow()),
     )

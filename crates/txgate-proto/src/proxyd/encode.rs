@@ -6,7 +6,7 @@
 //! geth writes a nil pointer (the other type's fee fields, `to` of a
 //! creation), keys absent where geth omits them (`chainId` of an
 //! unprotected legacy transaction, `accessList` and `yParity` of a legacy
-//! one, an empty `authorizationList`, `maxFeePerBlobGas` and
+//! one, an empty `authorizationList` or `blobVersionedHashes`, `maxFeePerBlobGas` and
 //! `blobVersionedHashes` outside type 3), quantities as minimal `0x` hex,
 //! addresses and hashes lowercase, plus `from` checksummed (EIP-55) and
 //! `hash`. A blob transaction in its network form also carries `blobs`,
@@ -94,8 +94,10 @@ pub fn tx_json(raw: &[u8]) -> Result<Value, String> {
             f.insert("input", data(&tx.input));
             fees(&mut f, tx.max_fee_per_gas, tx.max_priority_fee_per_gas);
             f.insert("maxFeePerBlobGas", quantity(tx.max_fee_per_blob_gas));
-            let hashes = tx.blob_versioned_hashes.iter().map(data);
-            f.insert("blobVersionedHashes", Value::Array(hashes.collect()));
+            if !tx.blob_versioned_hashes.is_empty() {
+                let hashes = tx.blob_versioned_hashes.iter().map(data);
+                f.insert("blobVersionedHashes", Value::Array(hashes.collect()));
+            }
             if let Some(sidecar) = sidecar {
                 blobs(&mut f, sidecar);
             }

@@ -112,7 +112,11 @@ pub(super) fn encode(
     }
     if ty == 3 {
         number(w, &f.max_fee_per_blob_gas, cap)?;
-        let hashes = f.blob_versioned_hashes.as_ref().ok_or(Invalid::Malformed)?;
+        // geth omits an empty list (`omitempty`): absent is empty. A
+        // blob transaction without blobs is invalid in a pool, but proxyd
+        // recovers its sender and asks; refusing it as malformed would be
+        // an error answer, which proxyd lets through (a bundle with it).
+        let hashes = f.blob_versioned_hashes.as_deref().unwrap_or(&[]);
         let mark = w.begin_list();
         for hash in hashes {
             w.bytes(&rlp::fixed::<32>(hash)?);

@@ -188,7 +188,22 @@ fn blob_and_set_code_must_call() {
         })
     };
     assert_invalid(&set(&blob, "to", Some(Value::Null)), Invalid::Malformed);
-    assert_invalid(&set(&blob, "blobVersionedHashes", None), Invalid::Malformed);
+    // Absent is the empty list, as geth omits it: one hash dropped is
+    // another transaction.
+    assert_invalid(
+        &set(&blob, "blobVersionedHashes", None),
+        Invalid::HashMismatch,
+    );
+    // A blob transaction with no hashes (geth writes no field) is judged.
+    let empty = envelope(
+        3,
+        Params {
+            blob_hashes: Vec::new(),
+            ..Params::default()
+        },
+        &signer,
+    );
+    round_trip(&empty, &signer);
     assert_invalid(&set(&blob, "maxFeePerBlobGas", None), Invalid::Malformed);
     // Type 3 numbers are 256-bit in geth.
     let wide = format!("0x1{}", "0".repeat(64));

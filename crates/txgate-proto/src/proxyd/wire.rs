@@ -82,11 +82,17 @@ pub(super) struct Fields<'a> {
     pub(super) from: Option<Text<'a>>,
 }
 
-/// `{"address", "storageKeys"}`; both required.
+/// `{"address", "storageKeys"}`; both required. A key missing fails the
+/// parse at that entry (`deserialize_with` makes an `Option` field
+/// required; `null` still reads as absent, refused when hashed): no list
+/// of empty entries is collected, so a list holds at most about 8 times
+/// its bytes in memory (a 24-byte reference per 3-byte `"",` element).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", bound(deserialize = "'de: 'a"))]
 pub(super) struct AccessTuple<'a> {
+    #[serde(deserialize_with = "Option::deserialize")]
     pub(super) address: Option<Text<'a>>,
+    #[serde(deserialize_with = "Option::deserialize")]
     pub(super) storage_keys: Option<Vec<Text<'a>>>,
 }
 
@@ -94,11 +100,17 @@ pub(super) struct AccessTuple<'a> {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", bound(deserialize = "'de: 'a"))]
 pub(super) struct Authorization<'a> {
+    #[serde(deserialize_with = "Option::deserialize")]
     pub(super) chain_id: Option<Text<'a>>,
+    #[serde(deserialize_with = "Option::deserialize")]
     pub(super) address: Option<Text<'a>>,
+    #[serde(deserialize_with = "Option::deserialize")]
     pub(super) nonce: Option<Text<'a>>,
+    #[serde(deserialize_with = "Option::deserialize")]
     pub(super) y_parity: Option<Text<'a>>,
+    #[serde(deserialize_with = "Option::deserialize")]
     pub(super) r: Option<Text<'a>>,
+    #[serde(deserialize_with = "Option::deserialize")]
     pub(super) s: Option<Text<'a>>,
 }
 

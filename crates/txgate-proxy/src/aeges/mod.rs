@@ -20,10 +20,11 @@
 //! - [`token`] finds the token a request carries.
 //!
 //! proxyd keeps up to 10 connections per host, idle for up to 30 s: a peer
-//! admitted for the hook alone takes a connection slot of its own
-//! ([`MAX_PROXYD_CONNECTIONS`]), never one the sidecar needs, and may stay
-//! idle longer than proxyd does ([`PROXYD_IDLE`]), so proxyd closes first
-//! and never sends into a connection txgate is closing.
+//! in `aeges.proxyd_allow` takes a connection slot among its own
+//! ([`MAX_PROXYD_CONNECTIONS`]) first, never one the sidecar needs unless
+//! it may also report or ask, and may stay idle longer than proxyd does
+//! ([`PROXYD_IDLE`]), so proxyd closes first and never sends into a
+//! connection txgate is closing.
 
 pub mod grpc;
 pub mod proxyd;
@@ -86,9 +87,9 @@ impl Aeges {
         self.reports.allows(peer) || self.verifier.allows(peer) || self.proxyd.allows(peer)
     }
 
-    /// Whether `peer` is admitted for proxyd's hook alone.
-    fn hook_only(&self, peer: IpAddr) -> bool {
-        self.proxyd.allows(peer) && !self.reports.allows(peer) && !self.verifier.allows(peer)
+    /// Whether `peer` may report or ask the pool's question.
+    fn sidecar_or_pool(&self, peer: IpAddr) -> bool {
+        self.reports.allows(peer) || self.verifier.allows(peer)
     }
 
     fn metrics(&self) -> &Metrics {
@@ -197,9 +198,19 @@ pub async fn serve(listener: TcpListener, aeges: Arc<Aeges>, stop: CancellationT
             tokio::spawn(refuse(stream));
             continue;
         }
-        let hook_only = aeges.hook_only(peer.ip());
-        let pool = if hook_only { &hook_slots } else { &slots };
-        let Ok(permit) = pool.clone().try_acquire_owned() else {
+        // proxyd's peers take the hook's slots first; the sidecar's and the
+        // pool's only if they may also use those.
+        let hook_peer = aeges.proxyd.allows(peer.ip());
+        let permit = match hook_peer {
+            true => hook_slots.clone().try_acquire_owned().or_else(|e| {
+                match aeges.sidecar_or_pool(peer.ip()) {
+                    true => slots.clone().try_acquire_owned(),
+                    false => Err(e),
+                }
+            }),
+            false => slots.clone().try_acquire_owned(),
+        };
+        let Ok(permit) = permit else {
             aeges.metrics().aeges.connections_refused.inc();
             drop(stream);
             continue;
@@ -243,7 +254,7 @@ pub async fn serve(listener: TcpListener, aeges: Arc<Aeges>, stop: CancellationT
             builder
                 .http1()
                 .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(if hook_only { PROXYD_IDLE } else { HEAD_TIMEOUT });
+                .header_read_timeout(if hook_peer { PROXYD_IDLE } else { HEAD_TIMEOUT });
             builder
                 .http2()
                 .timer(hyper_util::rt::TokioTimer::new())

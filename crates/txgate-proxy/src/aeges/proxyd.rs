@@ -14,15 +14,21 @@
 //! `aeges.max_proxyd_bytes`. Then the body is parsed and every hash
 //! recomputed from the transaction's fields (keccak only, no ECDSA: a hash
 //! that does not match is malformed, so the answer is about the
-//! transaction proxyd will forward), the source charged its transactions
-//! (`aeges.proxyd_txs_per_sec`), and each transaction judged by the same
-//! read-only judgement as the pool's question ([`Screen::judge`], with
-//! proxyd's `from` as the sender). When every one is answered `false`
+//! transaction proxyd will forward), and each transaction judged by the
+//! same read-only judgement as the pool's question ([`Screen::judge`],
+//! with proxyd's `from` as the sender). When every one is answered `false`
 //! proxyd forwards them all: each is then remembered like a forwarded one,
 //! so a failure result naming only its hash bans its fingerprint. When one
 //! is refused proxyd forwards none, and nothing is remembered. In
 //! monitor-only mode every answer is `false` and what would have been
 //! refused is counted.
+//!
+//! The source is charged its transactions (`aeges.proxyd_txs_per_sec`);
+//! over it, the verdicts are still given but nothing is remembered. The
+//! rate bounds what a source can put into the forwarded map, never the
+//! verdicts: an error answer would let proxyd through when it fails open,
+//! so a public sender filling proxyd's share of the rate would turn
+//! screening off for everyone behind that proxyd.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -177,10 +183,11 @@ impl ProxydHook {
             Ok(request) => request,
             Err(invalid) => return self.error(invalid_error(invalid)),
         };
-        if !self.charge(peer, request.txs.len(), at) {
-            return self.error(HookError::RateLimited);
-        }
         let m = &self.metrics.proxyd;
+        let within_rate = self.charge(peer, request.txs.len(), at);
+        if !within_rate {
+            m.over_rate.inc();
+        }
         let now = self.screen.millis(at);
         let mut verdicts = Vec::with_capacity(request.txs.len());
         let mut refused = false;
@@ -221,8 +228,9 @@ impl ProxydHook {
                 m.allowed.inc();
             }
             // proxyd forwards every one: a failure naming a hash must
-            // find it.
-            for (_, _, pool, verdict) in &verdicts {
+            // find it (within the source's rate).
+            let remembered = if within_rate { &verdicts[..] } else { &[] };
+            for (_, _, pool, verdict) in remembered {
                 let fingerprint = verdict.fingerprint().or_else(|| {
                     pool.to.map(|to| {
                         Fingerprint::from_parts(to, pool.payload, pool.value, pool.gas_limit)
@@ -252,6 +260,10 @@ impl ProxydHook {
         let cost = u32::try_from(txs).unwrap_or(u32::MAX);
         let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
         let peer = super::canonical(peer);
+        if sources.len() >= MAX_SOURCES && !sources.contains_key(&peer) {
+            // A source whose debt is paid is the same as one never seen.
+            sources.retain(|_, tat| *tat > now);
+        }
         let key = if sources.len() < MAX_SOURCES || sources.contains_key(&peer) {
             peer
         } else {
@@ -262,14 +274,22 @@ impl ProxydHook {
     }
 
     /// An `errorCode` answer, counted. A source or token refusal closes the
-    /// connection: a refused peer holds no slot.
+    /// connection (a refused peer holds no slot), and so does an answer
+    /// given before the body was read whole: the connection cannot carry
+    /// another request, and saying so keeps proxyd from reusing it.
     fn error(&self, error: HookError) -> Response<Body> {
         self.metrics.proxyd.failed(error);
         let mut out = Vec::with_capacity(96);
         proxyd::write_error(&mut out, error.code(), message(error));
         let close = matches!(
             error,
-            HookError::SourceNotAllowed | HookError::Unauthorized | HookError::NotFound
+            HookError::SourceNotAllowed
+                | HookError::Unauthorized
+                | HookError::NotFound
+                | HookError::Busy
+                | HookError::TooLarge
+                | HookError::Timeout
+                | HookError::Body
         );
         json(status(error), out, close)
     }
@@ -311,7 +331,6 @@ fn message(error: HookError) -> &'static str {
         HookError::NotFound => "not found: POST /proxyd/validate",
         HookError::SourceNotAllowed => "source not allowed",
         HookError::Unauthorized => "missing or wrong token",
-        HookError::RateLimited => "over aeges.proxyd_txs_per_sec for this source",
         HookError::Busy => "too many requests in flight",
         HookError::TooLarge => "body over aeges.max_proxyd_bytes",
         HookError::Timeout => "request body too slow",
@@ -330,7 +349,6 @@ fn status(error: HookError) -> StatusCode {
         HookError::NotFound => StatusCode::NOT_FOUND,
         HookError::SourceNotAllowed => StatusCode::FORBIDDEN,
         HookError::Unauthorized => StatusCode::UNAUTHORIZED,
-        HookError::RateLimited => StatusCode::TOO_MANY_REQUESTS,
         HookError::Busy => StatusCode::SERVICE_UNAVAILABLE,
         HookError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         HookError::Timeout => StatusCode::REQUEST_TIMEOUT,

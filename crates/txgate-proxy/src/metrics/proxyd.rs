@@ -19,8 +19,6 @@ pub enum HookError {
     SourceNotAllowed,
     /// No token, or the wrong one.
     Unauthorized,
-    /// Over `aeges.proxyd_txs_per_sec` for this source.
-    RateLimited,
     /// Over `aeges.max_in_flight` requests at once.
     Busy,
     /// Over `aeges.max_proxyd_bytes`.
@@ -41,11 +39,10 @@ pub enum HookError {
 
 impl HookError {
     /// Every error, in label order.
-    pub const ALL: [HookError; 12] = [
+    pub const ALL: [HookError; 11] = [
         HookError::NotFound,
         HookError::SourceNotAllowed,
         HookError::Unauthorized,
-        HookError::RateLimited,
         HookError::Busy,
         HookError::TooLarge,
         HookError::Timeout,
@@ -62,7 +59,6 @@ impl HookError {
             HookError::NotFound => "not_found",
             HookError::SourceNotAllowed => "source_not_allowed",
             HookError::Unauthorized => "unauthorized",
-            HookError::RateLimited => "rate_limited",
             HookError::Busy => "busy",
             HookError::TooLarge => "too_large",
             HookError::Timeout => "timeout",
@@ -100,6 +96,9 @@ pub struct ProxydMetrics {
     /// `txgate_proxyd_hook_remembered_total`: transactions remembered as
     /// forwarded (every one of their request answered `false`).
     pub remembered: IntCounter,
+    /// `txgate_proxyd_hook_over_rate_total`: requests of a source over
+    /// `aeges.proxyd_txs_per_sec`, judged but not remembered.
+    pub over_rate: IntCounter,
     refusals: Vec<IntCounter>,
     errors: Vec<IntCounter>,
     /// Request time, head to answer.
@@ -159,6 +158,11 @@ impl ProxydMetrics {
                 "proxyd_hook_remembered_total",
                 "Transactions of all-allowed hook requests remembered as forwarded (a \
                  failure naming their hash bans their fingerprint)",
+            ),
+            over_rate: r.counter(
+                "proxyd_hook_over_rate_total",
+                "proxyd hook requests of a source over aeges.proxyd_txs_per_sec: judged, \
+                 their transactions not remembered",
             ),
             refusals: DENY_REASONS
                 .iter()

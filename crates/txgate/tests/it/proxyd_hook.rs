@@ -27,13 +27,36 @@ struct GoClient {
     port: u16,
 }
 
+/// proxyd's host: in `aeges.proxyd_allow` alone (the sidecar reports
+/// from 127.0.0.1).
+const PROXYD_HOST: &str = "127.0.0.2";
+
 impl GoClient {
+    /// A connection from proxyd's host.
     async fn connect(port: u16) -> GoClient {
-        let stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        GoClient::connect_from(PROXYD_HOST, port).await
+    }
+
+    async fn connect_from(from: &str, port: u16) -> GoClient {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+        let stream = socket
+            .connect(format!("127.0.0.1:{port}").parse().unwrap())
+            .await
+            .unwrap();
         GoClient {
             stream: BufReader::new(stream),
             port,
         }
+    }
+
+    /// Whether the server closed the connection (no more bytes come).
+    async fn closed(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(
+            tokio::time::timeout(Duration::from_secs(5), self.stream.read(&mut byte)).await,
+            Ok(Ok(0)) | Ok(Err(_))
+        )
     }
 
     /// Posts `body` with Go's headers (Basic auth from `user:token` when
@@ -142,7 +165,8 @@ async fn after_a_failure_report_the_hook_refuses_the_calldata() {
         &["--report-url", &report_url],
         &format!(
             "[aeges]\nlisten = \"127.0.0.1:{aeges}\"\nproxyd_token = \"{TOKEN}\"\n\
-             proxyd_allow = [\"127.0.0.1/32\"]\n"
+             report_allow = [\"127.0.0.1/32\"]\nverify_allow = [\"127.0.0.1/32\"]\n\
+             proxyd_allow = [\"{PROXYD_HOST}/32\"]\n"
         ),
     )
     .await;
@@ -245,15 +269,18 @@ async fn after_a_failure_report_the_hook_refuses_the_calldata() {
         assert_eq!(error_code(&answer), *code, "status {status}: {answer}");
         assert!(status >= 400, "{status}");
     }
-    // Every step above used one connection, as proxyd keeps it.
+    // Every step above used one connection, as proxyd keeps it: it still
+    // answers.
+    let (_, answer) = hook.post(&payload(&[&fine]), Some(TOKEN)).await;
+    assert!(!refused(&answer, &fine));
 
-    // Over the body cap (1 MiB): refused on its declared size, before a
+    // Over the body cap (2 MiB): refused on its declared size, before a
     // byte of it is read.
     let mut big = GoClient::connect(aeges).await;
     let basic = base64::engine::general_purpose::STANDARD.encode(format!("proxyd:{TOKEN}"));
     let head = format!(
         "POST /proxyd/validate HTTP/1.1\r\nHost: 127.0.0.1:{aeges}\r\n\
-         Content-Length: 1048577\r\nAuthorization: Basic {basic}\r\n\
+         Content-Length: 2097153\r\nAuthorization: Basic {basic}\r\n\
          Content-Type: application/json\r\n\r\n"
     );
     big.stream
@@ -272,26 +299,31 @@ async fn after_a_failure_report_the_hook_refuses_the_calldata() {
             (status, error_code(&answer).as_str()),
             (401, "unauthorized")
         );
+        assert!(other.closed().await, "a refused peer keeps no connection");
     }
-    // A source outside aeges.proxyd_allow (admitted to the listener for
-    // the sidecar's reports): an errorCode too.
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
-    let stream = socket
-        .connect(format!("127.0.0.1:{aeges}").parse().unwrap())
-        .await
-        .unwrap();
-    let mut outsider = GoClient {
-        stream: BufReader::new(stream),
-        port: aeges,
-    };
-    let (status, answer) = outsider.post(&payload(&[&fine]), Some(TOKEN)).await;
+    // The sidecar's host, admitted to the listener for its reports but not
+    // in aeges.proxyd_allow: the hook's errorCode.
+    let mut sidecar_host = GoClient::connect_from("127.0.0.1", aeges).await;
+    let (status, answer) = sidecar_host.post(&payload(&[&fine]), Some(TOKEN)).await;
+    assert_eq!(
+        (status, error_code(&answer).as_str()),
+        (403, "source_not_allowed")
+    );
+    // A host in no list: answered at accept, before it sends a byte, in
+    // the same JSON form, and closed.
+    let mut outsider = GoClient::connect_from("127.0.0.3", aeges).await;
+    let (status, answer) = outsider.read_answer().await;
     assert_eq!(
         (status, error_code(&answer).as_str()),
         (403, "source_not_allowed")
     );
 
     let m = w.txgate.metrics().await;
+    assert_eq!(
+        metric(&m, "txgate_aeges_reports_total{result=\"refused_source\"}"),
+        1.0,
+        "the host in no list"
+    );
     assert!(metric(&m, "txgate_proxyd_hook_requests_total{result=\"refused\"}") >= 3.0);
     assert!(metric(&m, "txgate_proxyd_hook_requests_total{result=\"allowed\"}") >= 4.0);
     assert!(

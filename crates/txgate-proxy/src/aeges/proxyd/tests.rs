@@ -138,24 +138,60 @@ async fn monitor_only_answers_false_and_counts_what_it_would_refuse() {
     }
 }
 
-/// A source over its rate (in transactions) gets an error, never a
-/// verdict; another source keeps its own.
+/// A source over its rate (in transactions) still gets verdicts (an error
+/// would let proxyd through), a banned one included, but nothing of it is
+/// remembered; another source keeps its own rate.
 #[tokio::test]
-async fn a_source_over_its_rate_gets_an_error() {
-    let (hook, _, metrics) = hook(false, 100);
+async fn over_its_rate_a_source_gets_verdicts_but_fills_nothing() {
+    let (hook, screen, metrics) = hook(false, 100);
     let txs: Vec<String> = (0..100).map(|n| raw(9, n, &[1, 2, 3, 4])).collect();
     let txs: Vec<&str> = txs.iter().map(String::as_str).collect();
     let at = Instant::now();
     let full = body(&txs);
     assert_eq!(hook.answer(PEER, &full, at).status(), StatusCode::OK);
+    assert_eq!(metrics.proxyd.remembered.get(), 100);
     let over = hook.answer(PEER, &full, at);
-    assert_eq!(over.status(), StatusCode::TOO_MANY_REQUESTS);
-    let bytes = over.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(over.status(), StatusCode::OK);
+    assert_eq!(metrics.proxyd.over_rate.get(), 1);
+    assert_eq!(
+        metrics.proxyd.remembered.get(),
+        100,
+        "nothing more remembered"
+    );
+    // A banned transaction over the rate is still refused.
+    let bad = raw(4, 0, &[0xde, 0xad, 0xbe, 0xef, 9]);
+    ban(&screen, &raw(5, 0, &[0xde, 0xad, 0xbe, 0xef, 9]));
+    let response = hook.answer(PEER, &body(&[&bad]), at);
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
     let a: Value = serde_json::from_slice(&bytes).unwrap();
-    assert_eq!(a["errorCode"], "rate_limited");
-    assert_eq!(metrics.proxyd.errors(HookError::RateLimited), 1);
+    let verdicts = a["unauthorized"].as_object().unwrap();
+    assert_eq!(verdicts.values().next(), Some(&Value::Bool(true)), "{a}");
     let other: IpAddr = "127.0.0.9".parse().unwrap();
     assert_eq!(hook.answer(other, &full, at).status(), StatusCode::OK);
+    assert_eq!(
+        metrics.proxyd.over_rate.get(),
+        2,
+        "the banned one's request was over too"
+    );
+}
+
+/// Past the table's size, sources whose debt is paid make room: a new
+/// source gets a rate of its own, not the shared one.
+#[test]
+fn paid_up_sources_make_room_for_new_ones() {
+    let (hook, _, _) = hook(false, 100);
+    let at = Instant::now();
+    for i in 0..MAX_SOURCES {
+        let peer = IpAddr::V6(std::net::Ipv6Addr::from(i as u128 + 1));
+        assert!(hook.charge(peer, 1, at));
+    }
+    // Later, all paid up: a newcomer takes a slot of its own and may
+    // spend a whole burst.
+    let later = at + std::time::Duration::from_secs(1);
+    let newcomer: IpAddr = "10.9.9.9".parse().unwrap();
+    assert!(hook.charge(newcomer, 100, later));
+    assert!(hook.sources.lock().unwrap().contains_key(&newcomer));
 }
 
 /// Every error answer is the JSON proxyd reads, with no `true` in it.
