@@ -26,7 +26,6 @@ mod cli;
 mod signals;
 mod summary;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -62,7 +61,7 @@ fn init_logging(config: &Config) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     let settings = match cli.load() {
         Ok(settings) => settings,
         Err(e) => {
@@ -70,7 +69,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let command = cli.command;
+    let command = cli.command.take();
     if let Some(Command::Bans(bans)) = command {
         return bans.run(&settings);
     }
@@ -94,12 +93,12 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_FAILED);
         }
     };
-    let code = runtime.block_on(run(settings, cli.config.clone()));
+    let code = runtime.block_on(run(settings, cli));
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     code
 }
 
-async fn run(settings: Settings, config_path: Option<PathBuf>) -> ExitCode {
+async fn run(settings: Settings, cli: Cli) -> ExitCode {
     let config = &settings;
     let workers = config.server.effective_workers();
     let (listen, admin) = (config.server.listen, config.admin.listen);
@@ -142,7 +141,7 @@ async fn run(settings: Settings, config_path: Option<PathBuf>) -> ExitCode {
         proxy.key_reloader(),
         proxy.tls(),
         signals::Switches {
-            config: config_path,
+            cli,
             file_enabled: std::sync::atomic::AtomicBool::new(proxy.conditions().enabled()),
             conditions: proxy.conditions(),
         },

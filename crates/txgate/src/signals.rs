@@ -2,10 +2,6 @@
 //! SIGHUP reloads the API keys, the TLS certificate and the config file's
 //! switches without a restart.
 
-use std::path::PathBuf;
-
-use txgate_config::{Config, Settings};
-
 /// The SIGHUP stream, its handler installed now.
 pub(crate) fn hangups() -> Option<tokio::signal::unix::Signal> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -23,20 +19,24 @@ pub(crate) fn hangups() -> Option<tokio::signal::unix::Signal> {
 /// since it was last read: a SIGHUP sent for another reason (API keys)
 /// does not undo a switch made on the admin listener.
 pub(crate) struct Switches {
-    pub(crate) config: Option<PathBuf>,
+    /// The command line the process started with: its file, read again,
+    /// and its environment and flags over it, as at the start.
+    pub(crate) cli: crate::cli::Cli,
     pub(crate) conditions: std::sync::Arc<txgate_proxy::rpc::conditional::Conditions>,
     /// The file's `conditional.enabled` when last read.
     pub(crate) file_enabled: std::sync::atomic::AtomicBool,
 }
 
 impl Switches {
-    /// Reads the config file again and applies its switches; a file that
-    /// does not load or validate changes nothing.
+    /// Reads the config file again (with the environment and flags over
+    /// it, as at the start: a setting given only there still counts) and
+    /// applies its switches; a file that does not load or validate changes
+    /// nothing.
     fn reload(&self) {
-        let Some(path) = &self.config else {
+        let Some(path) = &self.cli.config else {
             return;
         };
-        let loaded = Config::from_file(path).and_then(Settings::new);
+        let loaded = self.cli.load();
         match loaded {
             Ok(config) => {
                 let on = config.conditional.enabled;

@@ -405,3 +405,32 @@ async fn the_switch_flips_on_sighup_without_dropping_a_connection() {
         2.0
     );
 }
+
+/// Defect found in review: SIGHUP read the file alone, without the flags
+/// and environment the process started with, so a file valid only with
+/// them (here: listeners the flags move apart) was refused on every
+/// SIGHUP and the switch never flipped. It is read as at the start now.
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_reads_the_file_with_the_flags_it_started_with() {
+    let node = RecordingUpstream::start().await;
+    // Alone, this file is refused: both listeners on one port. The test
+    // harness's --listen and --admin-listen flags move them apart.
+    let clash = "[server]\nlisten = \"127.0.0.1:9\"\n[admin]\nlisten = \"127.0.0.1:9\"\n";
+    let config = TempFile::new(&format!("{clash}[conditional]\nenabled = true\n"));
+    let txgate = Txgate::start(&node.url, &["--config", config.arg()]);
+    std::fs::write(
+        &config.path,
+        format!("{clash}[conditional]\nenabled = false\n"),
+    )
+    .unwrap();
+    txgate.proc.signal(libc::SIGHUP);
+    let flipped = eventually(Duration::from_secs(5), || async {
+        metric(&txgate.metrics().await, "txgate_conditional_enabled") == 0.0
+    })
+    .await;
+    assert!(
+        flipped,
+        "the switch never flipped: {:?}",
+        txgate.drain_logs()
+    );
+}
