@@ -226,7 +226,7 @@ fn at_scale(c: &mut Criterion) {
                 i = (i + 1) % candidates.len();
                 let c = &mut candidates[i];
                 let passed = screen.stage_fingerprint(c);
-                (passed, screen.admit(c))
+                (passed, screen.commit(c))
             })
         });
         let mut next = 1u64 << 50;

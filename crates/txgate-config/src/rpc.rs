@@ -8,6 +8,8 @@ use crate::error::{ConfigError, require_positive};
 pub const DEFAULT_MAX_BODY_BYTES: usize = 5 * 1024 * 1024;
 /// Default cap on calls in one batch.
 pub const DEFAULT_MAX_BATCH_SIZE: usize = 100;
+/// Default cap on transactions in one `eth_sendBundle` (proxyd's own).
+pub const DEFAULT_MAX_BUNDLE_TXS: usize = 100;
 /// Default method policy mode.
 pub const DEFAULT_METHOD_POLICY: PolicyMode = PolicyMode::Deny;
 /// Default denied methods (`*` matches any suffix).
@@ -32,6 +34,9 @@ pub struct RpcConfig {
     pub max_body_bytes: usize,
     /// Calls per batch at most.
     pub max_batch_size: usize,
+    /// Transactions in one `eth_sendBundle` at most, when screening is on
+    /// (-32602 above it).
+    pub max_bundle_txs: usize,
     /// `allow` or `deny`.
     pub policy: PolicyMode,
     /// Method names; a trailing `*` matches any suffix.
@@ -45,6 +50,7 @@ impl RpcConfig {
         require_positive(&[
             ("rpc.max_body_bytes", &self.max_body_bytes),
             ("rpc.max_batch_size", &self.max_batch_size),
+            ("rpc.max_bundle_txs", &self.max_bundle_txs),
         ])?;
         for (i, m) in self.methods.iter().enumerate() {
             let stem = m.strip_suffix('*').unwrap_or(m);
@@ -64,6 +70,7 @@ impl Default for RpcConfig {
         RpcConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_batch_size: DEFAULT_MAX_BATCH_SIZE,
+            max_bundle_txs: DEFAULT_MAX_BUNDLE_TXS,
             policy: DEFAULT_METHOD_POLICY,
             methods: DEFAULT_DENIED_METHODS
                 .iter()
@@ -92,6 +99,7 @@ mod tests {
     fn each_rule_names_its_key() {
         assert_eq!(refused(|c| c.max_body_bytes = 0), "rpc.max_body_bytes");
         assert_eq!(refused(|c| c.max_batch_size = 0), "rpc.max_batch_size");
+        assert_eq!(refused(|c| c.max_bundle_txs = 0), "rpc.max_bundle_txs");
         assert_eq!(
             refused(|c| c.methods = vec!["eth_*call".into()]),
             "rpc.methods[0]"

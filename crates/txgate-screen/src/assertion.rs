@@ -521,6 +521,43 @@ impl Assertions {
         }
     }
 
+    /// The open trickle slots of every call of `calls` taken at once, or
+    /// none: under one lock, each call is checked as [`Assertions::check`]
+    /// would, and only if none is refused are the slots taken. A call
+    /// listed twice needs two slots, so its second listing is refused (one
+    /// call per trickle interval). `Err` names the first refused listing
+    /// (its position in `calls`), the assertion in cooldown and the time
+    /// until the call's next slot.
+    pub fn take_trickles(
+        &self,
+        calls: &[CallKey],
+        now: Millis,
+    ) -> Result<(), (usize, AssertionRef, Millis)> {
+        if calls.is_empty() || self.active.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
+        let mut cooled = self.cooled();
+        for (i, call) in calls.iter().enumerate() {
+            let Some(c) = cooled.get(call).filter(|c| c.until > now) else {
+                continue;
+            };
+            let retry_after = if calls[..i].contains(call) {
+                self.settings.trickle_interval
+            } else if c.next_trickle > now {
+                c.next_trickle - now
+            } else {
+                continue;
+            };
+            return Err((i, c.assertion, retry_after));
+        }
+        for call in calls {
+            if let Some(c) = cooled.get_mut(call).filter(|c| c.until > now) {
+                c.next_trickle = now + self.settings.trickle_interval;
+            }
+        }
+        Ok(())
+    }
+
     /// Ends finished cooldowns and evicts idle assertions; returns how
     /// many assertions left the table.
     pub fn sweep(&self, now: Millis) -> usize {

@@ -16,9 +16,12 @@
 //!    shaping of suspect fingerprints (no sender needed, so before any
 //!    ECDSA);
 //! 5. sender: cache by tx hash, else libsecp256k1 recovery;
-//! 6. sender backpressure, then a call on a cooldown's open trickle slot
-//!    takes it (the fingerprint stage only peeked); then the pending
-//!    attribution ([`Screen::admit`]).
+//! 6. sender backpressure;
+//! 7. the commit ([`Screen::commit`]): a call on a cooldown's open trickle
+//!    slot takes it (the fingerprint stage only peeked), then the pending
+//!    attribution. A unit of calls (a bundle) runs the stages over every
+//!    call first and commits them all or none (`Screen::commit_unit`, in
+//!    `unit`).
 //!
 //! The values handed in and out are in `types`, the tunables in
 //! `settings`; `inspect` and `pool` answer operators and the sequencer's
@@ -44,11 +47,14 @@ mod inspect;
 mod pool;
 mod settings;
 mod types;
+mod unit;
 
 pub use inspect::{BanView, CooldownView, FailureView, SenderView};
 pub use pool::{PoolTx, PoolVerdict};
 pub use settings::ScreenSettings;
-pub use types::{Admitted, Applied, Candidate, Invalidation, Reason, Rejection, Sizes};
+pub use types::{
+    Admitted, Applied, Candidate, Invalidation, Reason, Rejection, Sizes, UnitRejection,
+};
 
 /// The latest forward of a fingerprint (for shaping, and for sources that
 /// name only the fingerprint); its sender is in the forwarded map.
@@ -181,8 +187,8 @@ impl Screen {
         Ok(())
     }
 
-    /// Stage 6, the last: sender backpressure; then, for a call that
-    /// found its cooldown's trickle slot open, the slot is taken.
+    /// Stage 6, the last: sender backpressure. (A cooldown's trickle slot
+    /// is taken by [`Screen::commit`], once every check passed.)
     #[inline]
     pub fn stage_backpressure(&self, c: &Candidate) -> Result<(), Rejection> {
         if let Some(sender) = &c.sender
@@ -190,7 +196,7 @@ impl Screen {
         {
             return Err(Rejection::SenderBackoff { retry_after });
         }
-        self.take_trickle(c)
+        Ok(())
     }
 
     /// Stage 4: fingerprint checks: denied, cooldown, shaping.
@@ -215,8 +221,8 @@ impl Screen {
             }
         }
         let call: CallKey = (fp.target, fp.selector);
-        // Peeked: the slot is taken at the end of the last stage
-        // (`take_trickle`, from `stage_backpressure`).
+        // Peeked: the slot is taken by the commit, once every other check
+        // passed (`take_trickle`).
         match self.assertions.peek(&call, now) {
             CooldownCheck::Clear => {}
             CooldownCheck::Trickle(_) => {
@@ -239,6 +245,18 @@ impl Screen {
         }
         c.suspect = suspect;
         Ok(())
+    }
+
+    /// The commit of a call every stage let through: it takes its
+    /// cooldown's trickle slot if it found one open (refused if another
+    /// call took it meanwhile: one call per trickle interval), then its
+    /// forward is remembered for attribution (`admit`). The only
+    /// step of the request path that changes what later calls are told
+    /// (the sender cache aside, which only saves work); a unit's is
+    /// `Screen::commit_unit`.
+    pub fn commit(&self, c: &Candidate) -> Result<Admitted, Rejection> {
+        self.take_trickle(c)?;
+        Ok(self.admit(c))
     }
 
     /// A call that found its cooldown's trickle slot open takes it, once
@@ -276,10 +294,10 @@ impl Screen {
         }
     }
 
-    /// Last step: remember the forward for attribution (by fingerprint,
-    /// for shaping and fingerprint-only sources; by tx hash, for
-    /// hash-only sources).
-    pub fn admit(&self, c: &Candidate) -> Admitted {
+    /// Last step of a commit: remember the forward for attribution (by
+    /// fingerprint, for shaping and fingerprint-only sources; by tx hash,
+    /// for hash-only sources).
+    fn admit(&self, c: &Candidate) -> Admitted {
         let sender = c.sender.unwrap_or(Address::ZERO);
         if let Some(fp) = &c.fingerprint {
             self.pending.insert(

@@ -43,7 +43,7 @@ pub mod tx;
 pub use assertion::AssertionKey;
 pub use engine::{
     Admitted, Applied, BanView, Candidate, CooldownView, FailureView, Invalidation, PoolTx,
-    PoolVerdict, Reason, Rejection, Screen, ScreenSettings, SenderView, Sizes,
+    PoolVerdict, Reason, Rejection, Screen, ScreenSettings, SenderView, Sizes, UnitRejection,
 };
 pub use fingerprint::Fingerprint;
 pub use recover::{SignatureError, recover_sender};

@@ -13,7 +13,8 @@
 //! - [`websocket`]: client WebSockets: sockets, messages, subscriptions,
 //!   closes.
 //! - [`upstream`]: upstream failures, round trip, health.
-//! - [`screen`]: screening decisions, caches, invalidations.
+//! - [`screen`]: screening decisions, caches, invalidations; [`bundle`]:
+//!   what became of each `eth_sendBundle`.
 //! - [`sidecar`]: the invalidation stream and the ShouldForward probe.
 //! - [`snapshot`]: ban snapshot writes and loads.
 //! - [`process`]: background tasks and fatal failures.
@@ -26,6 +27,7 @@
 
 pub mod admin;
 pub mod aeges;
+pub mod bundle;
 pub mod client;
 pub mod conditional;
 pub mod http;
@@ -46,6 +48,7 @@ use prometheus::{Encoder, Registry, TextEncoder};
 
 pub use admin::AdminMetrics;
 pub use aeges::AegesMetrics;
+pub use bundle::{BundleMetrics, BundleResult};
 pub use client::ClientMetrics;
 pub use conditional::ConditionalMetrics;
 pub use http::{HttpMetrics, KNOWN_METHODS, Outcome};

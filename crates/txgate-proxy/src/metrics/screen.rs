@@ -1,9 +1,10 @@
 //! Screening metrics: decisions by reason, screening time, the sender
-//! cache, cache sizes, what invalidations did.
+//! cache, cache sizes, what invalidations did, bundles.
 
 use prometheus::{Histogram, IntCounter, IntGauge, IntGaugeVec};
 use txgate_screen::{Applied, Reason, Sizes};
 
+use super::BundleMetrics;
 use super::registrar::Registrar;
 
 /// How a screened call was let through.
@@ -172,6 +173,8 @@ pub struct ScreenMetrics {
     pub invalidations: InvalidationCounters,
     /// Assertions evicted from the table (idle).
     pub assertions_evicted: IntCounter,
+    /// What became of each `eth_sendBundle`.
+    pub bundles: BundleMetrics,
 }
 
 impl std::fmt::Debug for ScreenMetrics {
@@ -270,6 +273,7 @@ impl ScreenMetrics {
                 "screen_assertions_evicted_total",
                 "Assertions evicted from the table after going idle",
             ),
+            bundles: BundleMetrics::new(r),
         }
     }
 

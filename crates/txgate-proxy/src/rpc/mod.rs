@@ -7,6 +7,7 @@
 //! answers map back to the caller's ids, in the caller's order, whatever the
 //! caller used as ids (duplicates included).
 
+pub mod bundle;
 pub mod conditional;
 mod plan;
 pub mod policy;
@@ -46,6 +47,8 @@ use crate::upstream::{Upstream, is_json_content_type};
 struct Screening {
     screen: Arc<Screen>,
     stack: Stack,
+    /// The ShouldForward client inside `stack`, for a bundle's questions.
+    probe: Option<Arc<screening::ProbeClient>>,
     monitor_only: bool,
     /// Screened calls of one batch screened at once at most.
     batch_concurrency: usize,
@@ -88,6 +91,8 @@ struct Shared {
     metrics: Arc<Metrics>,
     max_body_bytes: usize,
     max_batch_size: usize,
+    /// Transactions in one `eth_sendBundle` at most.
+    max_bundle_txs: usize,
     body_read_timeout: Duration,
     retry_after: HeaderValue,
     /// The checks on conditional transactions, screening on or off; one
@@ -106,7 +111,7 @@ struct Shared {
 /// of others it applies.
 #[derive(Debug, Clone, Copy)]
 pub struct RpcSettings<'a> {
-    /// `[rpc]`: the body and batch caps, the method policy.
+    /// `[rpc]`: the body, batch and bundle caps, the method policy.
     pub rpc: &'a RpcConfig,
     /// `screen.monitor_only` and `screen.batch_concurrency`.
     pub screen: &'a ScreenConfig,
@@ -149,7 +154,8 @@ impl RpcService {
             retry_after_secs,
         } = settings;
         let screening = screen.map(|screen| Screening {
-            stack: screening::stack(probe),
+            stack: screening::stack(probe.clone()),
+            probe,
             screen,
             monitor_only: screen_config.monitor_only,
             batch_concurrency: screen_config.batch_concurrency.max(1),
@@ -162,6 +168,7 @@ impl RpcService {
                 metrics,
                 max_body_bytes: rpc.max_body_bytes,
                 max_batch_size: rpc.max_batch_size,
+                max_bundle_txs: rpc.max_bundle_txs,
                 body_read_timeout,
                 retry_after: HeaderValue::from(retry_after_secs),
                 conditions,
@@ -230,12 +237,16 @@ impl Shared {
         (outcome, response)
     }
 
+    /// Whether calls of `method` are screened here: a raw transaction or a
+    /// bundle, while screening is on.
+    fn screens(&self, method: &str) -> bool {
+        self.screening.is_some() && (screening::is_screened(method) || method == bundle::METHOD)
+    }
+
     /// Whether the node taking a call of `method` would end a streak of
     /// refusals: a screened submission, while some client has a streak.
     fn tracks_acceptance(&self, method: &str) -> bool {
-        self.pacer.as_ref().is_some_and(|p| p.has_streaks())
-            && self.screening.is_some()
-            && screening::is_screened(method)
+        self.pacer.as_ref().is_some_and(|p| p.has_streaks()) && self.screens(method)
     }
 
     fn refuse(&self, refusal: Refusal, id: Option<Id<'_>>) -> (Outcome, Response<Body>) {
@@ -309,9 +320,12 @@ impl Shared {
     }
 
     /// The checks of a call before it is forwarded: a conditional
-    /// transaction's condition (always), then screening; `Some` when it is
-    /// refused.
+    /// transaction's condition (always), then screening (a bundle's as one
+    /// unit); `Some` when it is refused.
     async fn check_call(&self, call: &Call<'_>, from: &From<'_>) -> Option<Refusal> {
+        if call.method == bundle::METHOD {
+            return self.screen_bundle(call, from.client).await;
+        }
         if call.method == conditional::METHOD
             && let Err(refusal) = self.conditions.check(
                 call.params,
@@ -346,6 +360,7 @@ impl Shared {
                     reason: Reason::InvalidTransaction,
                     rejection: None,
                     param: None,
+                    bundle_index: None,
                     client,
                     monitor_only,
                 },
@@ -386,6 +401,7 @@ impl Shared {
                         reason,
                         rejection: Some(&rejection),
                         param: Some(&param),
+                        bundle_index: None,
                         client,
                         monitor_only,
                     },
@@ -418,7 +434,8 @@ impl Shared {
             Err(refusal) => return self.refuse(refusal, call.id),
         };
         if let Some(refusal) = self.check_call(call, from).await {
-            let pace = matches!(refusal, Refusal::Screened(_)).then_some(Pace::Refused(1));
+            let pace = matches!(refusal, Refusal::Screened(_) | Refusal::Bundle(_))
+                .then_some(Pace::Refused(1));
             let answer = if call.is_notification() {
                 (refusal.class().outcome, no_content())
             } else {

@@ -21,7 +21,7 @@ use futures_util::stream::{self, StreamExt};
 use txgate_jsonrpc::encode::{self, UpstreamBatch, UpstreamResponse};
 use txgate_jsonrpc::{Call, Entry, Frame, FrameError, Id, code};
 
-use super::{From, Shared, conditional};
+use super::{From, Shared, bundle, conditional};
 use crate::metrics::Outcome;
 use crate::request::Refuse;
 use crate::rpc::rescue::{Refusal, refused_submissions};
@@ -35,21 +35,23 @@ type Screened<'a> = Pin<Box<dyn Future<Output = (usize, Option<Refusal>)> + Send
 /// refusal of it is answered under.
 pub(super) fn frame_cost<'a>(frame: &Frame<'a>) -> (usize, usize, Option<Id<'a>>) {
     match frame {
-        Frame::Single(Entry::Call(call)) => (
-            1,
-            usize::from(screening::is_screened(&call.method)),
-            call.id,
-        ),
+        Frame::Single(Entry::Call(call)) => (1, usize::from(is_submission(call)), call.id),
         Frame::Single(Entry::Invalid(_)) => (1, 0, None),
         Frame::Batch(entries) => (
             entries.len(),
             entries
                 .iter()
-                .filter(|e| matches!(e, Entry::Call(c) if screening::is_screened(&c.method)))
+                .filter(|e| matches!(e, Entry::Call(c) if is_submission(c)))
                 .count(),
             None,
         ),
     }
+}
+
+/// Whether `call` is charged as a submission: a raw transaction, or a
+/// bundle (one, whatever it holds).
+fn is_submission(call: &Call<'_>) -> bool {
+    screening::is_screened(&call.method) || call.method == bundle::METHOD
 }
 
 /// The refusal of a body (or message) that is not a usable frame.
@@ -338,8 +340,8 @@ impl Shared {
                     {
                         Some(refusal)
                     } else {
-                        let checked = call.method == conditional::METHOD
-                            || (self.screening.is_some() && screening::is_screened(&call.method));
+                        let checked =
+                            call.method == conditional::METHOD || self.screens(&call.method);
                         if checked {
                             screened.push(Box::pin(
                                 self.check_call(call, from)

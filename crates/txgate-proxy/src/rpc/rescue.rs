@@ -7,12 +7,13 @@
 use http::StatusCode;
 use serde_json::value::RawValue;
 use txgate_jsonrpc::code;
-use txgate_screen::Rejection;
+use txgate_screen::{Rejection, UnitRejection};
 
 use crate::limits::admission::Overloaded;
 use crate::limits::clients::ClientRefusal;
 use crate::metrics::Outcome;
 use crate::request::{Class, Refuse};
+use crate::rpc::bundle::Malformed;
 use crate::rpc::conditional::ConditionRefusal;
 
 /// Why a request is refused as a whole.
@@ -58,6 +59,11 @@ pub enum Refusal {
     InvalidParams(&'static str),
     /// Refused by screening.
     Screened(Rejection),
+    /// An `eth_sendBundle` refused by screening: one of its transactions,
+    /// told what it would be told alone.
+    Bundle(Box<UnitRejection>),
+    /// An `eth_sendBundle` whose params are not one bundle (-32602).
+    MalformedBundle(Malformed),
     /// A conditional transaction refused before screening.
     Conditional(crate::rpc::conditional::ConditionRefusal),
     /// `eth_subscribe` over a WebSocket subscription cap.
@@ -148,20 +154,11 @@ impl Refuse for Refusal {
                 Outcome::UpstreamTimeout,
             ),
             // Like a node refusing a transaction: HTTP 200, error in the body.
-            Refusal::InvalidParams(_)
-            | Refusal::Screened(Rejection::Invalid(_) | Rejection::Signature(_)) => {
+            Refusal::InvalidParams(_) | Refusal::MalformedBundle(_) => {
                 Class::new(StatusCode::OK, code::INVALID_PARAMS, Outcome::InvalidParams)
             }
-            Refusal::Screened(Rejection::SenderBackoff { .. }) => Class::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                code::LIMIT_EXCEEDED,
-                Outcome::Screened,
-            ),
-            Refusal::Screened(_) => Class::new(
-                StatusCode::OK,
-                code::TRANSACTION_REJECTED,
-                Outcome::Screened,
-            ),
+            Refusal::Screened(rejection) => screened_class(rejection),
+            Refusal::Bundle(refused) => screened_class(&refused.rejection),
             Refusal::TooManySubscriptions { .. } => {
                 Class::new(StatusCode::OK, code::LIMIT_EXCEEDED, Outcome::RateLimited)
             }
@@ -249,39 +246,23 @@ impl Refuse for Refusal {
                 ConditionRefusal::CallerDenied => "caller not allowed".into(),
                 ConditionRefusal::RateLimited { .. } => "rate limited".into(),
             },
-            Refusal::Screened(rejection) => match rejection {
-                Rejection::Invalid(e) => format!("invalid params: {e}"),
-                Rejection::Signature(e) => format!("invalid params: {e}"),
-                Rejection::RecentFailure { .. } => {
-                    "transaction rejected: this transaction invalidated an assertion recently"
-                        .into()
-                }
-                Rejection::SenderBackoff { .. } => {
-                    "limit exceeded: sender backed off after repeated invalidations, retry later"
-                        .into()
-                }
-                Rejection::Denied { .. } => {
-                    "transaction rejected: a transaction with this fingerprint invalidated an \
-                     assertion"
-                        .into()
-                }
-                Rejection::Cooldown { .. } => {
-                    "transaction rejected: calls like this one are in cooldown after repeated \
-                     invalidations, retry later"
-                        .into()
-                }
-                Rejection::Shaped { .. } => {
-                    "transaction rejected: a transaction with this suspect fingerprint is \
-                     pending, retry later"
-                        .into()
-                }
-            },
+            Refusal::Screened(rejection) => screened_message(rejection),
+            Refusal::Bundle(refused) => format!(
+                "{} (bundle_index {})",
+                screened_message(&refused.rejection),
+                refused.index
+            ),
+            Refusal::MalformedBundle(malformed) => malformed.message(),
         }
     }
 
     fn retry_after_secs(&self) -> Option<u64> {
         match self {
             Refusal::Client(refusal) => refusal.retry_after_secs(),
+            Refusal::Bundle(refused) => match refused.rejection {
+                Rejection::SenderBackoff { retry_after } => Some(retry_after.div_ceil(1000).max(1)),
+                _ => None,
+            },
             Refusal::Screened(Rejection::SenderBackoff { retry_after })
             | Refusal::Conditional(ConditionRefusal::RateLimited {
                 retry_after_ms: retry_after,
@@ -318,120 +299,138 @@ impl Refuse for Refusal {
             }
             return serde_json::value::to_raw_value(&data).ok();
         }
-        let Refusal::Screened(rejection) = self else {
-            return None;
+        let data = match self {
+            Refusal::Screened(rejection) => screened_data(rejection),
+            Refusal::Bundle(refused) => {
+                let mut data = screened_data(&refused.rejection);
+                data.insert("bundle_index".into(), refused.index.into());
+                if let Some(tx_hash) = &refused.tx_hash {
+                    data.insert("tx_hash".into(), format!("{tx_hash}").into());
+                }
+                data
+            }
+            Refusal::MalformedBundle(malformed) => {
+                let mut data = serde_json::Map::new();
+                data.insert("reason".into(), "malformed_bundle".into());
+                data.insert("problem".into(), malformed.as_str().into());
+                if let Malformed::TooMany { max } = malformed {
+                    data.insert("max_bundle_txs".into(), (*max).into());
+                }
+                data
+            }
+            _ => return None,
         };
-        let mut data = serde_json::Map::new();
-        data.insert("reason".into(), rejection.reason().as_str().into());
-        let hex = |b: &alloy_primitives::B256| serde_json::Value::String(format!("{b}"));
-        match rejection {
-            Rejection::Invalid(_) | Rejection::Signature(_) => {}
-            Rejection::RecentFailure { tx_hash, assertion } => {
-                data.insert("tx_hash".into(), hex(tx_hash));
-                data.insert(
-                    "assertion_ids".into(),
-                    assertion.iter().map(hex).collect::<Vec<_>>().into(),
-                );
-            }
-            Rejection::SenderBackoff { retry_after } => {
-                data.insert("retry_after_ms".into(), (*retry_after).into());
-            }
-            Rejection::Denied {
-                fingerprint,
-                assertions,
-            } => {
-                data.insert("fingerprint".into(), hex(fingerprint));
-                data.insert(
-                    "assertion_ids".into(),
-                    assertions.iter().map(hex).collect::<Vec<_>>().into(),
-                );
-            }
-            Rejection::Cooldown {
-                fingerprint,
-                assertion,
-                retry_after,
-            } => {
-                data.insert("fingerprint".into(), hex(fingerprint));
-                data.insert(
-                    "assertion_ids".into(),
-                    assertion.iter().map(hex).collect::<Vec<_>>().into(),
-                );
-                data.insert("retry_after_ms".into(), (*retry_after).into());
-            }
-            Rejection::Shaped {
-                fingerprint,
-                retry_after,
-            } => {
-                data.insert("fingerprint".into(), hex(fingerprint));
-                data.insert("retry_after_ms".into(), (*retry_after).into());
-            }
-        }
         serde_json::value::to_raw_value(&data).ok()
     }
+}
+
+/// A screening refusal's class, alone or in a bundle.
+fn screened_class(rejection: &Rejection) -> Class {
+    match rejection {
+        Rejection::Invalid(_) | Rejection::Signature(_) => {
+            Class::new(StatusCode::OK, code::INVALID_PARAMS, Outcome::InvalidParams)
+        }
+        Rejection::SenderBackoff { .. } => Class::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            code::LIMIT_EXCEEDED,
+            Outcome::Screened,
+        ),
+        _ => Class::new(
+            StatusCode::OK,
+            code::TRANSACTION_REJECTED,
+            Outcome::Screened,
+        ),
+    }
+}
+
+/// A screening refusal's message, alone or in a bundle.
+fn screened_message(rejection: &Rejection) -> String {
+    match rejection {
+        Rejection::Invalid(e) => format!("invalid params: {e}"),
+        Rejection::Signature(e) => format!("invalid params: {e}"),
+        Rejection::RecentFailure { .. } => {
+            "transaction rejected: this transaction invalidated an assertion recently".into()
+        }
+        Rejection::SenderBackoff { .. } => {
+            "limit exceeded: sender backed off after repeated invalidations, retry later".into()
+        }
+        Rejection::Denied { .. } => {
+            "transaction rejected: a transaction with this fingerprint invalidated an \
+         assertion"
+                .into()
+        }
+        Rejection::Cooldown { .. } => {
+            "transaction rejected: calls like this one are in cooldown after repeated \
+         invalidations, retry later"
+                .into()
+        }
+        Rejection::Shaped { .. } => {
+            "transaction rejected: a transaction with this suspect fingerprint is \
+         pending, retry later"
+                .into()
+        }
+    }
+}
+
+/// A screening refusal's `data`: the reason, the fingerprint, the
+/// assertion ids and a retry hint.
+fn screened_data(rejection: &Rejection) -> serde_json::Map<String, serde_json::Value> {
+    let mut data = serde_json::Map::new();
+    data.insert("reason".into(), rejection.reason().as_str().into());
+    let hex = |b: &alloy_primitives::B256| serde_json::Value::String(format!("{b}"));
+    match rejection {
+        Rejection::Invalid(_) | Rejection::Signature(_) => {}
+        Rejection::RecentFailure { tx_hash, assertion } => {
+            data.insert("tx_hash".into(), hex(tx_hash));
+            data.insert(
+                "assertion_ids".into(),
+                assertion.iter().map(hex).collect::<Vec<_>>().into(),
+            );
+        }
+        Rejection::SenderBackoff { retry_after } => {
+            data.insert("retry_after_ms".into(), (*retry_after).into());
+        }
+        Rejection::Denied {
+            fingerprint,
+            assertions,
+        } => {
+            data.insert("fingerprint".into(), hex(fingerprint));
+            data.insert(
+                "assertion_ids".into(),
+                assertions.iter().map(hex).collect::<Vec<_>>().into(),
+            );
+        }
+        Rejection::Cooldown {
+            fingerprint,
+            assertion,
+            retry_after,
+        } => {
+            data.insert("fingerprint".into(), hex(fingerprint));
+            data.insert(
+                "assertion_ids".into(),
+                assertion.iter().map(hex).collect::<Vec<_>>().into(),
+            );
+            data.insert("retry_after_ms".into(), (*retry_after).into());
+        }
+        Rejection::Shaped {
+            fingerprint,
+            retry_after,
+        } => {
+            data.insert("fingerprint".into(), hex(fingerprint));
+            data.insert("retry_after_ms".into(), (*retry_after).into());
+        }
+    }
+    data
 }
 
 /// The screening refusals among a batch's (or a message's) verdicts.
 pub(crate) fn refused_submissions(verdicts: &[Option<Refusal>]) -> u32 {
     let refused = verdicts
         .iter()
-        .filter(|v| matches!(v, Some(Refusal::Screened(_))))
+        .filter(|v| matches!(v, Some(Refusal::Screened(_) | Refusal::Bundle(_))))
         .count();
     u32::try_from(refused).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
-
-    #[test]
-    fn overloaded_carries_retry_after_and_limit_code() {
-        let r = Refusal::Overloaded.respond(None, &HeaderValue::from_static("3"));
-        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(r.headers()[RETRY_AFTER], "3");
-        assert_eq!(Refusal::Overloaded.class().code, code::LIMIT_EXCEEDED);
-    }
-
-    #[test]
-    fn screening_refusals_carry_reason_fingerprint_and_assertions() {
-        let fp = alloy_primitives::B256::repeat_byte(0xf0);
-        let id = alloy_primitives::B256::repeat_byte(0xa5);
-        let refusal = Refusal::Screened(Rejection::Denied {
-            fingerprint: fp,
-            assertions: vec![id],
-        });
-        assert_eq!(refusal.class().code, code::TRANSACTION_REJECTED);
-        let mut out = Vec::new();
-        refusal.write(&mut out, None);
-        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v["error"]["data"]["reason"], "denied_fingerprint");
-        assert_eq!(v["error"]["data"]["fingerprint"], format!("{fp}"));
-        assert_eq!(v["error"]["data"]["assertion_ids"][0], format!("{id}"));
-
-        let backoff = Refusal::Screened(Rejection::SenderBackoff { retry_after: 2500 });
-        let r = backoff.respond(None, &HeaderValue::from_static("1"));
-        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(r.headers()[RETRY_AFTER], "3");
-        assert_eq!(backoff.class().code, code::LIMIT_EXCEEDED);
-    }
-
-    #[test]
-    fn only_429_carries_retry_after() {
-        let r = Refusal::Parse.respond(None, &HeaderValue::from_static("3"));
-        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-        assert!(r.headers().get(RETRY_AFTER).is_none());
-        assert_eq!(r.headers()[CONTENT_TYPE], "application/json");
-    }
-
-    #[test]
-    fn only_screening_refusals_count_as_refused_submissions() {
-        use txgate_screen::{DecodeError, Rejection};
-        let verdicts = [
-            None,
-            Some(Refusal::Screened(Rejection::Invalid(DecodeError::BadHex))),
-            Some(Refusal::MethodDenied),
-            Some(Refusal::Screened(Rejection::Invalid(DecodeError::Empty))),
-        ];
-        assert_eq!(refused_submissions(&verdicts), 2, "screening's only");
-    }
-}
+mod tests;

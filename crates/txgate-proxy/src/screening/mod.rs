@@ -26,11 +26,16 @@
 //!
 //! Every stage but the probe is synchronous, so each of their futures is
 //! ready at once; the probe, when enabled, is the one that awaits.
+//!
+//! A bundle's raw transactions are screened as one unit ([`screen_unit`]):
+//! the same stages, in the same order, for each, and one commit of all of
+//! them or none.
 
 mod check;
 mod probe;
 pub mod refusal_log;
 pub mod state;
+mod unit;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -47,6 +52,7 @@ use txgate_screen::{Admitted, Candidate, Millis, Rejection, Screen};
 pub use check::{Check, CheckLayer, ResponseFuture};
 pub use probe::{Probe, ProbeClient, ProbeFuture, VerdictCache};
 pub use refusal_log::{RefusalLog, Refused};
+pub use unit::screen_unit;
 
 /// The methods that are screened.
 pub const SCREENED_METHODS: [&str; 3] = [

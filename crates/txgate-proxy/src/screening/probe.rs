@@ -1,5 +1,7 @@
 //! [`Probe`]: the optional ShouldForward question to the sidecar, for a
-//! fingerprint with no local verdict, under a hard deadline.
+//! fingerprint with no local verdict, under a hard deadline; then the
+//! commit of the call. A bundle's calls are asked the same questions
+//! ([`ProbeClient::question`]) before the bundle is committed.
 //!
 //! Asked only for calls every cheaper stage let through, that have a
 //! fingerprint, are not suspect (those are shaped already), are on a hot
@@ -24,7 +26,9 @@ use txgate_proto::rpcproxy_v1::rpc_proxy_heuristics_client::RpcProxyHeuristicsCl
 use txgate_proto::v1::rpc_proxy_heuristics_client::RpcProxyHeuristicsClient as TxgateClient;
 use txgate_proto::{assertion_key, fingerprint_message, rpcproxy, rpcproxy_v1, v1};
 use txgate_screen::ttl::TtlMap;
-use txgate_screen::{AssertionKey, Fingerprint, Invalidation, Millis, Rejection};
+use txgate_screen::{
+    AssertionKey, Candidate, Fingerprint, Invalidation, Millis, Rejection, Screen,
+};
 
 use super::{Cleared, Submission};
 use crate::metrics::Metrics;
@@ -209,8 +213,83 @@ impl ProbeClient {
     }
 }
 
-/// The innermost service: asks the sidecar when it should, then records
-/// the forward for attribution ([`admit`]).
+/// A ShouldForward question under way: `Err` when the sidecar denied the
+/// call (its fingerprint is banned by then).
+pub(crate) type Asked<'a> = Pin<Box<dyn Future<Output = Result<(), Rejection>> + Send + 'a>>;
+
+impl ProbeClient {
+    /// The question about `c`, a call every stage let through, when one is
+    /// to be asked (`None`: forward without asking). Asked only for a call
+    /// with a fingerprint, not suspect (shaped already), on a hot call
+    /// (unless the scope is `all`), with no cached "forward" verdict, and
+    /// while the process is under its cap of questions in flight. A
+    /// "forward" answer is cached; a "deny" bans the fingerprint in
+    /// `screen`, like an invalidation.
+    pub(crate) fn question<'a>(
+        self: &Arc<Self>,
+        screen: &'a Screen,
+        c: &Candidate,
+    ) -> Option<Asked<'a>> {
+        let fp = c.fingerprint.filter(|_| !c.suspect)?;
+        // A cold call is never asked about: honest users of contracts no
+        // invalidation named lately pay nothing.
+        if self.scope == ShouldForwardScope::Hot && !screen.is_hot(&(fp.target, fp.selector), c.now)
+        {
+            self.metrics.sidecar.probe.cold.inc();
+            return None;
+        }
+        if self.verdicts.knows(&fp.hash, c.now) {
+            return None;
+        }
+        // Process-wide cap: beyond it, forward without asking (as on a
+        // timeout), so no client can make txgate flood the sidecar.
+        let Ok(permit) = self.verdicts.in_flight.clone().try_acquire_owned() else {
+            self.metrics.sidecar.probe.saturated.inc();
+            return None;
+        };
+        let (tx_hash, sender, now) = (c.hash, c.sender, c.now);
+        let asked = self.clone().ask(Question {
+            fingerprint: fp,
+            tx_hash,
+            sender,
+            raw_tx: c.raw.clone(),
+        });
+        let client = self.clone();
+        Some(Box::pin(async move {
+            let verdict = asked.await;
+            drop(permit);
+            match verdict {
+                Verdict::Forward(ttl) => client.verdicts.forward(fp.hash, now + ttl),
+                Verdict::Deny(keys) => {
+                    let invalidation = |assertion| Invalidation {
+                        fingerprint: fp.hash,
+                        target: fp.target,
+                        selector: fp.selector,
+                        assertion,
+                        tx_hash: Some(tx_hash),
+                        sender,
+                    };
+                    let batch: Vec<Invalidation> = if keys.is_empty() {
+                        vec![invalidation(None)]
+                    } else {
+                        keys.iter().map(|k| invalidation(Some(*k))).collect()
+                    };
+                    let applied = screen.apply(&batch, now);
+                    client.metrics.screen.applied(&applied);
+                    return Err(Rejection::Denied {
+                        fingerprint: fp.hash,
+                        assertions: keys.iter().map(|k| k.id).collect(),
+                    });
+                }
+                Verdict::Unknown => {}
+            }
+            Ok(())
+        }))
+    }
+}
+
+/// The innermost service: asks the sidecar when it should
+/// ([`ProbeClient::question`]), then commits the call ([`commit`]).
 #[derive(Debug, Clone, Default)]
 pub struct Probe {
     pub(super) client: Option<Arc<ProbeClient>>,
@@ -241,15 +320,16 @@ impl Future for ProbeFuture<'_> {
     }
 }
 
-/// Records the forward for attribution and says how it passed; the end
-/// of the probe step.
-fn admit(s: &mut Submission<'_>) -> Cleared {
-    let cleared = Cleared {
-        admitted: s.screen.admit(&s.candidate),
+/// Commits the call (a cooldown's trickle slot taken, the forward
+/// recorded for attribution) and says how it passed; the end of the probe
+/// step.
+fn commit(s: &mut Submission<'_>) -> Result<Cleared, Rejection> {
+    let committed = s.screen.commit(&s.candidate).map(|admitted| Cleared {
+        admitted,
         sender_cached: s.candidate.sender_cached,
-    };
+    });
     s.laps.lap();
-    cleared
+    committed
 }
 
 impl<'a> Service<Submission<'a>> for Probe {
@@ -262,70 +342,21 @@ impl<'a> Service<Submission<'a>> for Probe {
     }
 
     fn call(&mut self, mut s: Submission<'a>) -> Self::Future {
-        let ready = |s: &mut Submission<'a>| ProbeFuture::Ready {
-            result: std::future::ready(Ok(admit(s))),
+        let asked = self
+            .client
+            .as_ref()
+            .and_then(|client| client.question(s.screen, &s.candidate));
+        let Some(asked) = asked else {
+            return ProbeFuture::Ready {
+                result: std::future::ready(commit(&mut s)),
+            };
         };
-        let Some(client) = self.client.clone() else {
-            return ready(&mut s);
-        };
-        let c = &s.candidate;
-        let Some(fp) = c.fingerprint.filter(|_| !c.suspect) else {
-            return ready(&mut s);
-        };
-        // A cold call is never asked about: honest users of contracts no
-        // invalidation named lately pay nothing.
-        if client.scope == ShouldForwardScope::Hot
-            && !s.screen.is_hot(&(fp.target, fp.selector), c.now)
-        {
-            client.metrics.sidecar.probe.cold.inc();
-            return ready(&mut s);
-        }
-        if client.verdicts.knows(&fp.hash, c.now) {
-            return ready(&mut s);
-        }
-        // Process-wide cap: beyond it, forward without asking (as on a
-        // timeout), so no client can make txgate flood the sidecar.
-        let Ok(permit) = client.verdicts.in_flight.clone().try_acquire_owned() else {
-            client.metrics.sidecar.probe.saturated.inc();
-            return ready(&mut s);
-        };
-        let (tx_hash, sender, now) = (c.hash, c.sender, c.now);
-        let asked = client.clone().ask(Question {
-            fingerprint: fp,
-            tx_hash,
-            sender,
-            raw_tx: c.raw.clone(),
-        });
         let future: Boxed<'a> = Box::pin(async move {
-            let verdict = asked.await;
-            drop(permit);
-            match verdict {
-                Verdict::Forward(ttl) => client.verdicts.forward(fp.hash, now + ttl),
-                Verdict::Deny(keys) => {
-                    let invalidation = |assertion| Invalidation {
-                        fingerprint: fp.hash,
-                        target: fp.target,
-                        selector: fp.selector,
-                        assertion,
-                        tx_hash: Some(tx_hash),
-                        sender,
-                    };
-                    let batch: Vec<Invalidation> = if keys.is_empty() {
-                        vec![invalidation(None)]
-                    } else {
-                        keys.iter().map(|k| invalidation(Some(*k))).collect()
-                    };
-                    let applied = s.screen.apply(&batch, now);
-                    client.metrics.screen.applied(&applied);
-                    s.laps.lap();
-                    return Err(Rejection::Denied {
-                        fingerprint: fp.hash,
-                        assertions: keys.iter().map(|k| k.id).collect(),
-                    });
-                }
-                Verdict::Unknown => {}
+            if let Err(denied) = asked.await {
+                s.laps.lap();
+                return Err(denied);
             }
-            Ok(admit(&mut s))
+            commit(&mut s)
         });
         ProbeFuture::Probing { future }
     }

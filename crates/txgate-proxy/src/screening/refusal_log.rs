@@ -15,6 +15,7 @@
 //! | `sender` | the recovered sender (absent: undecodable or bad signature) |
 //! | `client` | the client's address (behind a trusted balancer, the one it named) |
 //! | `assertions` | the assertion ids the refusal names, comma-separated |
+//! | `bundle_index` | an `eth_sendBundle`'s: the refused transaction's position in `txs` (the other fields are that transaction's) |
 //! | `monitor_only` | true: the call was forwarded (monitor-only mode) |
 //! | `suppressed` | lines of this reason left out since the previous one |
 //!
@@ -76,6 +77,7 @@ impl RefusalLog {
             sender = details.sender.map(tracing::field::display),
             client = refusal.client.map(tracing::field::display),
             assertions = details.assertions.as_deref(),
+            bundle_index = refusal.bundle_index,
             monitor_only = refusal.monitor_only,
             suppressed,
             "{}",
@@ -91,8 +93,11 @@ pub struct Refused<'a> {
     pub reason: Reason,
     /// The stage's rejection (`None`: no raw param to screen).
     pub rejection: Option<&'a Rejection>,
-    /// The raw transaction param.
+    /// The raw transaction param (a bundle's: the refused transaction).
     pub param: Option<&'a str>,
+    /// A bundle's: the refused transaction's position in it (`None`: a
+    /// lone call, or a malformed bundle).
+    pub bundle_index: Option<usize>,
     /// The client.
     pub client: Option<IpAddr>,
     /// Forwarded anyway (monitor-only mode).
@@ -193,6 +198,7 @@ mod tests {
             reason,
             rejection: None,
             param: None,
+            bundle_index: None,
             client: None,
             monitor_only: false,
         };

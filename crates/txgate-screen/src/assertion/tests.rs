@@ -272,3 +272,39 @@ fn assertion_table_evicts_idle_assertions() {
     assert!(a.is_live(back));
     assert!(!a.is_live(old));
 }
+
+/// The slots of a unit are taken all together or not at all: a closed
+/// slot, or a call listed twice, leaves every other slot open.
+#[test]
+fn trickle_slots_of_a_unit_are_taken_all_or_none() {
+    let a = Assertions::new(settings());
+    let r = current(&a, ID, 1, 0);
+    start_cooldown(&a, r, 0);
+    let other: CallKey = (Address::repeat_byte(2), [1; 4]);
+    let r2 = current(&a, B256::repeat_byte(0xbb), 1, 0);
+    for t in 0..3 {
+        a.note_failure(r2, other, 10 + t);
+    }
+    let free: CallKey = (Address::repeat_byte(3), [2; 4]);
+    // Both cooldowns' slots open at 2_002 and 2_012.
+    let at = 2_100;
+    assert_eq!(
+        a.take_trickles(&[free, CALL, other, CALL], at),
+        Err((3, r, 2_000)),
+        "the second listing of a call has no slot left"
+    );
+    // Nothing was taken.
+    assert_eq!(a.peek(&CALL, at), CooldownCheck::Trickle(r));
+    assert_eq!(a.peek(&other, at), CooldownCheck::Trickle(r2));
+    // Taken together, then closed.
+    assert_eq!(a.take_trickles(&[free, CALL, other], at), Ok(()));
+    assert!(matches!(a.peek(&CALL, at), CooldownCheck::Refuse { .. }));
+    assert!(matches!(a.peek(&other, at), CooldownCheck::Refuse { .. }));
+    // One closed slot refuses the unit and leaves the open one alone.
+    assert_eq!(a.check(&CALL, 4_100), CooldownCheck::Trickle(r));
+    let refused = a.take_trickles(&[other, CALL], 4_150);
+    assert_eq!(refused, Err((1, r, 1_950)));
+    assert_eq!(a.peek(&other, 4_150), CooldownCheck::Trickle(r2));
+    // No cooldown, nothing to take.
+    assert_eq!(a.take_trickles(&[free], 4_150), Ok(()));
+}

@@ -146,11 +146,22 @@ pub struct Candidate {
     /// Whether the fingerprint was suspect (shaped).
     pub suspect: bool,
     /// Whether its call is in cooldown and the trickle slot was open when
-    /// the fingerprint was checked: the slot is taken by the last stage
-    /// (backpressure), once every other check passed (a call refused in
-    /// between, for a bad signature or a backed-off sender, leaves the
-    /// slot to the next).
+    /// the fingerprint was checked: the slot is taken by the commit, once
+    /// every other check passed (a call refused in between, for a bad
+    /// signature or a backed-off sender, leaves the slot to the next).
     pub trickle: bool,
+}
+
+/// Why a unit of calls (a bundle) is refused as a whole: the first of its
+/// calls refused, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitRejection {
+    /// The call's position in the unit.
+    pub index: usize,
+    /// Its tx hash (`None`: its param is not hex).
+    pub tx_hash: Option<B256>,
+    /// What the single call would be told.
+    pub rejection: Rejection,
 }
 
 /// What an admitted submission carries on.

@@ -6,6 +6,7 @@
 mod bad_input;
 mod balancer;
 mod bans;
+mod bundles;
 mod clean_stop;
 mod cli;
 mod conditional;

@@ -33,7 +33,7 @@ fn call(selector: [u8; 4], arg: u64) -> Vec<u8> {
     input
 }
 
-fn poke(x: u64) -> Vec<u8> {
+pub(crate) fn poke(x: u64) -> Vec<u8> {
     call([0x32, 0x14, 0x5f, 0x90], x)
 }
 
@@ -43,18 +43,18 @@ fn sweep(x: u64) -> Vec<u8> {
 
 const DEPOSIT: [u8; 4] = [0xd0, 0xe3, 0x0d, 0xb0];
 
-struct Loop {
-    anvil: Anvil,
+pub(crate) struct Loop {
+    pub(crate) anvil: Anvil,
     sidecar: Sidecar,
     sidecar_config: TempFile,
-    txgate: Txgate,
+    pub(crate) txgate: Txgate,
     _config: TempFile,
-    contract: Address,
+    pub(crate) contract: Address,
 }
 
 /// anvil, the example sidecar, txgate subscribed to it (`txgate_config`
 /// added), and the Guarded contract deployed through txgate.
-async fn setup(sidecar_extra: &str, txgate_config: &str) -> Loop {
+pub(crate) async fn setup(sidecar_extra: &str, txgate_config: &str) -> Loop {
     let anvil = Anvil::start().await;
     let sidecar_config = TempFile::new(&format!("{sidecar_extra}\n{}", sidecar_config()));
     let sidecar = Sidecar::start(&anvil.url, &sidecar_config, 0).await;

@@ -255,8 +255,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
                     index,
                     caller_id: call.id.map(|i| i.as_str().to_owned()),
                     sub,
-                    submission: shared.screening.is_some()
-                        && crate::screening::is_screened(&call.method),
+                    submission: shared.screens(&call.method),
                     lane: None,
                 },
             ));
