@@ -35,23 +35,33 @@ type Screened<'a> = Pin<Box<dyn Future<Output = (usize, Option<Refusal>)> + Send
 /// refusal of it is answered under.
 pub(super) fn frame_cost<'a>(frame: &Frame<'a>) -> (usize, usize, Option<Id<'a>>) {
     match frame {
-        Frame::Single(Entry::Call(call)) => (1, usize::from(is_submission(call)), call.id),
+        Frame::Single(Entry::Call(call)) => (1, submissions(call), call.id),
         Frame::Single(Entry::Invalid(_)) => (1, 0, None),
         Frame::Batch(entries) => (
             entries.len(),
             entries
                 .iter()
-                .filter(|e| matches!(e, Entry::Call(c) if is_submission(c)))
-                .count(),
+                .map(|e| match e {
+                    Entry::Call(c) => submissions(c),
+                    Entry::Invalid(_) => 0,
+                })
+                .sum(),
             None,
         ),
     }
 }
 
-/// Whether `call` is charged as a submission: a raw transaction, or a
-/// bundle (one, whatever it holds).
-fn is_submission(call: &Call<'_>) -> bool {
-    screening::is_screened(&call.method) || call.method == bundle::METHOD
+/// The submissions `call` is charged: one for a raw transaction, one per
+/// transaction for a bundle (each costs a screening, a sender recovery
+/// included; a bundle that does not parse is charged one and refused).
+fn submissions(call: &Call<'_>) -> usize {
+    if screening::is_screened(&call.method) {
+        1
+    } else if call.method == bundle::METHOD {
+        bundle::parse_txs(call.params, usize::MAX).map_or(1, |txs| txs.len().max(1))
+    } else {
+        0
+    }
 }
 
 /// The refusal of a body (or message) that is not a usable frame.
@@ -397,6 +407,19 @@ mod tests {
     ) -> Plan {
         let verdicts = vec![None, None, Some(Refusal::MethodDenied), None, None];
         Plan::new(entries, verdicts, Vec::new(), true, BATCH.len(), route)
+    }
+
+    /// A raw transaction costs one submission, a bundle one per
+    /// transaction it holds (one if it does not parse), anything else none.
+    #[test]
+    fn bundles_are_charged_per_transaction() {
+        let body = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_sendBundle","params":[{"txs":["0x01","0x02","0x03"]}]},{"jsonrpc":"2.0","id":2,"method":"eth_sendRawTransaction","params":["0x01"]},{"jsonrpc":"2.0","id":3,"method":"eth_sendBundle","params":[{"txs":5}]},{"jsonrpc":"2.0","id":4,"method":"eth_chainId"}]"#;
+        let frame = txgate_jsonrpc::parse(body, 100).unwrap();
+        let (calls, txs, _) = frame_cost(&frame);
+        assert_eq!((calls, txs), (4, 3 + 1 + 1));
+        let single = br#"{"jsonrpc":"2.0","id":1,"method":"eth_sendBundle","params":[{"txs":["0x01","0x02"]}]}"#;
+        let frame = txgate_jsonrpc::parse(single, 100).unwrap();
+        assert_eq!(frame_cost(&frame).1, 2);
     }
 
     fn by_position(index: usize, _: &Call<'_>) -> Result<Route, Refusal> {
