@@ -132,8 +132,11 @@ impl Invalid {
 /// repeated or not an object is malformed, and so is the same transaction
 /// under two keys (keys differing only in case).
 pub fn parse(body: &[u8], max_txs: usize) -> Result<Request<'_>, Invalid> {
+    // One UTF-8 check of the whole body, so that serde_json does not
+    // check every string again (about a third of the JSON's cost).
+    let body = std::str::from_utf8(body).map_err(|_| Invalid::Malformed)?;
     let mut state = State::new(max_txs, body.len());
-    let mut de = serde_json::Deserializer::from_slice(body);
+    let mut de = serde_json::Deserializer::from_str(body);
     let parsed = de.deserialize_map(Body(&mut state)).and_then(|()| de.end());
     if parsed.is_err() {
         return Err(state.failure.unwrap_or(Invalid::Malformed));

@@ -203,11 +203,12 @@ pub(super) fn fixed<const N: usize>(text: &str) -> Result<[u8; N], BadHex> {
 
 /// `0x` then an even number of hex digits (`"0x"` is empty), as bytes.
 pub(super) fn data(text: &str) -> Result<Vec<u8>, BadHex> {
-    let digits = text.strip_prefix("0x").ok_or(BadHex)?.as_bytes();
-    if digits.len() % 2 != 0 {
+    let digits = text.strip_prefix("0x").ok_or(BadHex)?;
+    // const-hex would strip a second `0x`.
+    if digits.starts_with("0x") {
         return Err(BadHex);
     }
-    let mut out = vec![0u8; digits.len() / 2];
-    decode_even(digits, &mut out)?;
-    Ok(out)
+    // Odd lengths and non-hex digits are refused by the decoder, which
+    // writes into the allocation without zeroing it first.
+    alloy_primitives::hex::decode(digits).map_err(|_| BadHex)
 }

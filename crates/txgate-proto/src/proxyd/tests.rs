@@ -61,6 +61,11 @@ fn rlp_writer() {
     ] {
         assert_eq!(encoded(|w| drop(w.quantity(text))), rlp, "{text}");
     }
+    for bad in ["0x0x12", "0x123", "12", "0xzz", "0x 1"] {
+        assert!(rlp::data(bad).is_err(), "{bad}");
+    }
+    assert_eq!(rlp::data("0x"), Ok(vec![]));
+    assert_eq!(rlp::data("0xABcd"), Ok(vec![0xab, 0xcd]));
     for bad in [
         "", "0x", "0x00", "0x01", "12", "0X1", "0xg", "0x1g", "0x0x1", "0x 1", "0x10x12", "0x1-",
     ] {
@@ -109,6 +114,7 @@ fn malformed_requests() {
         assert_invalid(body.as_bytes(), Malformed);
     }
     assert_invalid(&body_of("not a hash", &tx), Malformed);
+    assert_invalid(b"{\"txs\":{},\"x\":\"\xff\"}", Malformed); // not UTF-8
     // The key of another transaction, or a `hash` field that differs.
     assert_invalid(&body_of(&other, &tx), HashMismatch);
     assert_invalid(&with("hash", Some(json!(other))), HashMismatch);
