@@ -3,12 +3,13 @@
 //! submission, and the answer it reads back.
 //!
 //! Request: `{"txs": {"<hash>": <tx>, …}}`, one entry per transaction of
-//! the call (a bundle: up to [`MAX_TXS`]), where `<tx>` is go-ethereum's
-//! `MarshalJSON` of the signed transaction (re-marshalled through a Go map,
-//! so keys sorted) plus `"from"`, the sender proxyd recovered. Answer:
-//! `{"unauthorized": {"<hash>": bool, …}, "errorCode": "", "errorMessage":
-//! ""}`; any `true` refuses the whole call, a non-empty `errorCode` is a
-//! service error that proxyd lets through when it fails open.
+//! the call (a bundle: up to [`MAX_TXS`](crate::proxyd::MAX_TXS)), where
+//! `<tx>` is go-ethereum's `MarshalJSON` of the signed transaction
+//! (re-marshalled through a Go map, so keys sorted) plus `"from"`, the
+//! sender proxyd recovered. Answer: `{"unauthorized": {"<hash>": bool, …},
+//! "errorCode": "", "errorMessage": ""}`; any `true` refuses the whole call,
+//! a non-empty `errorCode` is a service error that proxyd lets through
+//! when it fails open.
 //!
 //! The parser does not take proxyd's word for the hash: each transaction
 //! is re-encoded from its fields and hashed (keccak only, no ECDSA), and
