@@ -13,7 +13,7 @@ use crate::limits::admission::Overloaded;
 use crate::limits::clients::ClientRefusal;
 use crate::metrics::Outcome;
 use crate::request::{Class, Refuse};
-use crate::rpc::bundle::Malformed;
+use crate::rpc::bundle::parse::Malformed;
 use crate::rpc::conditional::ConditionRefusal;
 
 /// Why a request is refused as a whole.

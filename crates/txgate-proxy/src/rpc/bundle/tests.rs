@@ -3,6 +3,10 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::borrow::Cow;
+
+use serde_json::value::RawValue;
+
 use super::*;
 
 fn parse(params: &str, max: usize) -> Result<Vec<String>, Malformed> {
