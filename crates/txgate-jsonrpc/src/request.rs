@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use serde::de::{self, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
@@ -144,23 +145,88 @@ impl fmt::Display for FrameError {
 
 /// A request object's members, each kept raw so that a wrong type becomes
 /// -32600 with the caller's id rather than a failed parse.
-#[derive(Deserialize)]
+///
+/// A member name is taken as written: a name that a case-insensitive
+/// reader would take for one of the four (`Params`, `METHOD`, `ſ` for `s`
+/// as Go's Unicode folding has it), a name holding escapes, or a member
+/// given twice, makes the object malformed. Go's JSON decoding matches
+/// names that way and keeps the last duplicate, so a node written in Go
+/// (geth, op-geth, a builder) could read a member txgate did not screen in
+/// a body forwarded as it came.
 struct Wire<'a> {
-    #[serde(borrow, default, deserialize_with = "present")]
     jsonrpc: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
     id: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
     method: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
     params: Option<&'a RawValue>,
 }
 
-/// Maps a present member, even `null`, to `Some`; a missing one stays `None`
-/// through `#[serde(default)]`. That is how a notification (no id) differs
-/// from a call whose id is `null`.
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&'de RawValue>::deserialize(d).map(Some)
+impl<'de> Deserialize<'de> for Wire<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Members;
+        impl<'de> Visitor<'de> for Members {
+            type Value = Wire<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a request object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Wire<'de>, A::Error> {
+                let mut wire = Wire {
+                    jsonrpc: None,
+                    id: None,
+                    method: None,
+                    params: None,
+                };
+                // A name with escapes cannot be borrowed: refused.
+                while let Some(name) = map.next_key::<&'de str>()? {
+                    let slot = match name {
+                        "jsonrpc" => &mut wire.jsonrpc,
+                        "id" => &mut wire.id,
+                        "method" => &mut wire.method,
+                        "params" => &mut wire.params,
+                        other if MEMBERS.iter().any(|m| folds_to(other, m)) => {
+                            return Err(de::Error::custom("a member name differs only in case"));
+                        }
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    if slot.is_some() {
+                        return Err(de::Error::custom("a member given twice"));
+                    }
+                    // Present, even `null`: how a notification (no id)
+                    // differs from a call whose id is `null`.
+                    *slot = Some(map.next_value::<&'de RawValue>()?);
+                }
+                Ok(wire)
+            }
+        }
+        d.deserialize_map(Members)
+    }
+}
+
+/// The request object's member names.
+const MEMBERS: [&str; 4] = ["jsonrpc", "id", "method", "params"];
+
+/// Whether Go's case-insensitive name matching takes `name` for `member`
+/// (lowercase ASCII): ASCII letters in either case, and the two non-ASCII
+/// letters Unicode simple folding maps to ASCII ones, `ſ` (s) and the
+/// Kelvin sign (k).
+fn folds_to(name: &str, member: &str) -> bool {
+    let mut theirs = name.chars();
+    for ours in member.chars() {
+        let folded = match theirs.next() {
+            Some('\u{17f}') => 's',
+            Some('\u{212a}') => 'k',
+            Some(c) if c.is_ascii() => c.to_ascii_lowercase(),
+            _ => return false,
+        };
+        if folded != ours {
+            return false;
+        }
+    }
+    theirs.next().is_none()
 }
 
 /// Deepest nesting of arrays and objects a body may have: the deepest
@@ -337,6 +403,40 @@ mod tests {
             Ok(Frame::Single(entry)) => entry,
             other => panic!("expected a single entry, got {other:?}"),
         }
+    }
+
+    /// A member a case-insensitive reader (Go's JSON) would take for one of
+    /// the four, a member with an escaped name, or one given twice: the
+    /// object is malformed (-32600), alone or in a batch, never a call
+    /// whose screened members differ from what a Go node reads. Other
+    /// names are ignored, as before.
+    #[test]
+    fn member_names_a_go_node_would_read_otherwise_are_refused() {
+        let bad = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_sendBundle","params":[{"txs":[]}],"Params":[{"txs":["0x01"]}]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","METHOD":"eth_sendRawTransaction"}"#,
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eth_chainId\",\"param\u{17f}\":[]}",
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","p\u0061rams":[]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","method":"eth_sendRawTransaction"}"#,
+            r#"{"jsonrpc":"2.0","iD":1,"method":"eth_chainId"}"#,
+        ];
+        for body in bad {
+            assert!(
+                matches!(single(body), Entry::Invalid(_)),
+                "{body} was taken"
+            );
+            let batch = format!("[{body}]");
+            match parse(batch.as_bytes(), 10) {
+                Ok(Frame::Batch(entries)) => {
+                    assert!(matches!(entries[0], Entry::Invalid(_)), "{batch}")
+                }
+                other => panic!("{batch}: {other:?}"),
+            }
+        }
+        let fine = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[],"extra":{"Params":1},"methods":2}"#;
+        assert!(matches!(single(fine), Entry::Call(_)), "{fine}");
+        assert!(folds_to("PaRaMs", "params") && folds_to("\u{17f}", "s"));
+        assert!(!folds_to("param", "params") && !folds_to("paramss", "params"));
     }
 
     /// The scan as first written, a byte at a time: the reference the
