@@ -477,7 +477,21 @@ async fn bad_input_gets_its_own_answer_or_close_code() {
             break;
         }
     }
-    assert_eq!(close_code(&mut socket).await, Some(CloseCode::Policy));
+    // The close frame can be lost: txgate closes its side right after it,
+    // while this client is still sending, and the reset that answers the
+    // late frames discards what the client had not read yet (seen on a
+    // loaded machine). Then txgate's own count says why it closed.
+    match close_code(&mut socket).await {
+        Some(code) => assert_eq!(code, CloseCode::Policy),
+        None => {
+            let counted = eventually(Duration::from_secs(5), || async {
+                let m = txgate.metrics().await;
+                metric(&m, "txgate_ws_closes_total{reason=\"frame_rate\"}") >= 1.0
+            })
+            .await;
+            assert!(counted, "the socket closed, but not for its frame rate");
+        }
+    }
 
     // Nothing leaked: every session and its subscriptions are gone.
     let settled = eventually(Duration::from_secs(5), || async {
