@@ -10,6 +10,12 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 5 * 1024 * 1024;
 pub const DEFAULT_MAX_BATCH_SIZE: usize = 100;
 /// Default cap on transactions in one `eth_sendBundle` (proxyd's own).
 pub const DEFAULT_MAX_BUNDLE_TXS: usize = 100;
+/// Default cap on transactions screened for one message (an HTTP body or
+/// a WebSocket frame): a full batch of raw transactions, or two full
+/// bundles. Each costs a sender recovery on the worker that reads the
+/// message; 200 hold it for about 10 ms, where a batch of 100 bundles of
+/// 100 would hold it for half a second.
+pub const DEFAULT_MAX_MESSAGE_TXS: usize = 200;
 /// Default method policy mode.
 pub const DEFAULT_METHOD_POLICY: PolicyMode = PolicyMode::Deny;
 /// Default denied methods (`*` matches any suffix).
@@ -37,6 +43,11 @@ pub struct RpcConfig {
     /// Transactions in one `eth_sendBundle` at most, when screening is on
     /// (-32602 above it).
     pub max_bundle_txs: usize,
+    /// Transactions screened for one message at most (raw-transaction
+    /// submissions plus every transaction of every bundle), when screening
+    /// is on: a message over it is refused whole before any is screened
+    /// (-32005, HTTP 413).
+    pub max_message_txs: usize,
     /// `allow` or `deny`.
     pub policy: PolicyMode,
     /// Method names; a trailing `*` matches any suffix.
@@ -51,6 +62,7 @@ impl RpcConfig {
             ("rpc.max_body_bytes", &self.max_body_bytes),
             ("rpc.max_batch_size", &self.max_batch_size),
             ("rpc.max_bundle_txs", &self.max_bundle_txs),
+            ("rpc.max_message_txs", &self.max_message_txs),
         ])?;
         for (i, m) in self.methods.iter().enumerate() {
             let stem = m.strip_suffix('*').unwrap_or(m);
@@ -71,6 +83,7 @@ impl Default for RpcConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_batch_size: DEFAULT_MAX_BATCH_SIZE,
             max_bundle_txs: DEFAULT_MAX_BUNDLE_TXS,
+            max_message_txs: DEFAULT_MAX_MESSAGE_TXS,
             policy: DEFAULT_METHOD_POLICY,
             methods: DEFAULT_DENIED_METHODS
                 .iter()
@@ -100,6 +113,7 @@ mod tests {
         assert_eq!(refused(|c| c.max_body_bytes = 0), "rpc.max_body_bytes");
         assert_eq!(refused(|c| c.max_batch_size = 0), "rpc.max_batch_size");
         assert_eq!(refused(|c| c.max_bundle_txs = 0), "rpc.max_bundle_txs");
+        assert_eq!(refused(|c| c.max_message_txs = 0), "rpc.max_message_txs");
         assert_eq!(
             refused(|c| c.methods = vec!["eth_*call".into()]),
             "rpc.methods[0]"

@@ -93,6 +93,8 @@ pub enum Outcome {
     InvalidRequest,
     /// Batch over the cap.
     BatchTooLarge,
+    /// Message over `rpc.max_message_txs` transactions.
+    TooManyTxs,
     /// Lone call refused by the method policy (-32601).
     MethodDenied,
     /// Upstream unreachable or broken (502).
@@ -113,7 +115,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 20] = [
+    pub const ALL: [Outcome; 21] = [
         Outcome::Forwarded,
         Outcome::Notification,
         Outcome::Overloaded,
@@ -126,6 +128,7 @@ impl Outcome {
         Outcome::ParseError,
         Outcome::InvalidRequest,
         Outcome::BatchTooLarge,
+        Outcome::TooManyTxs,
         Outcome::MethodDenied,
         Outcome::UpstreamUnavailable,
         Outcome::UpstreamTimeout,
@@ -151,6 +154,7 @@ impl Outcome {
             Outcome::ParseError => "parse_error",
             Outcome::InvalidRequest => "invalid_request",
             Outcome::BatchTooLarge => "batch_too_large",
+            Outcome::TooManyTxs => "too_many_txs",
             Outcome::MethodDenied => "method_denied",
             Outcome::UpstreamUnavailable => "upstream_unavailable",
             Outcome::UpstreamTimeout => "upstream_timeout",

@@ -93,6 +93,9 @@ struct Shared {
     max_batch_size: usize,
     /// Transactions in one `eth_sendBundle` at most.
     max_bundle_txs: usize,
+    /// Transactions screened for one message at most (`None`: screening
+    /// off, nothing to bound).
+    max_message_txs: Option<usize>,
     body_read_timeout: Duration,
     retry_after: HeaderValue,
     /// The checks on conditional transactions, screening on or off; one
@@ -169,6 +172,7 @@ impl RpcService {
                 max_body_bytes: rpc.max_body_bytes,
                 max_batch_size: rpc.max_batch_size,
                 max_bundle_txs: rpc.max_bundle_txs,
+                max_message_txs: screening.is_some().then_some(rpc.max_message_txs),
                 body_read_timeout,
                 retry_after: HeaderValue::from(retry_after_secs),
                 conditions,
@@ -301,9 +305,16 @@ impl Shared {
         // The client's rates: every call of a batch, and the submissions
         // against their own rate (the first call was charged before the
         // body was read).
-        if let (Some(charged), Ok(frame)) = (&charged, &frame) {
+        if let Ok(frame) = &frame {
             let (calls, txs, id) = frame_cost(frame);
-            if let Err(refusal) = charged.rest(calls, txs) {
+            // Bounded before any is screened or charged, like a batch
+            // over its cap.
+            if let Some(refusal) = self.too_many_txs(txs) {
+                return self.refuse(refusal, id);
+            }
+            if let Some(charged) = &charged
+                && let Err(refusal) = charged.rest(calls, txs)
+            {
                 return self.refuse(refusal.into(), id);
             }
         }
@@ -317,6 +328,15 @@ impl Shared {
             Ok(Frame::Batch(entries)) => self.batch(&entries, body.len(), &from).await,
             Err(e) => self.refuse(frame_refusal(e), None),
         }
+    }
+
+    /// The refusal of a message holding more transactions to screen than
+    /// `rpc.max_message_txs`: each costs a sender recovery on the worker
+    /// that reads the message, which serves other clients meanwhile.
+    fn too_many_txs(&self, txs: usize) -> Option<Refusal> {
+        self.max_message_txs
+            .filter(|max| txs > *max)
+            .map(|max| Refusal::TooManyTxs { txs, max })
     }
 
     /// The checks of a call before it is forwarded: a conditional

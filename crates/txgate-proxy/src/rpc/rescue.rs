@@ -46,6 +46,14 @@ pub enum Refusal {
         /// The cap.
         max: usize,
     },
+    /// More transactions to screen in one message (an HTTP body, a
+    /// WebSocket frame) than `rpc.max_message_txs`.
+    TooManyTxs {
+        /// Transactions the message holds (bundles' counted one by one).
+        txs: usize,
+        /// The cap.
+        max: usize,
+    },
     /// Method refused by the policy.
     MethodDenied,
     /// Upstream unreachable, broken, or answered with a non-JSON-RPC error.
@@ -137,6 +145,11 @@ impl Refuse for Refusal {
                 code::LIMIT_EXCEEDED,
                 Outcome::BatchTooLarge,
             ),
+            Refusal::TooManyTxs { .. } => Class::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                code::LIMIT_EXCEEDED,
+                Outcome::TooManyTxs,
+            ),
             // Like a node that lacks the method: HTTP 200, error in the body.
             Refusal::MethodDenied => Class::new(
                 StatusCode::OK,
@@ -213,6 +226,9 @@ impl Refuse for Refusal {
             Refusal::BatchTooLarge { len, max } => {
                 format!("limit exceeded: batch of {len} calls exceeds the limit of {max}")
             }
+            Refusal::TooManyTxs { txs, max } => format!(
+                "limit exceeded: {txs} transactions to screen in one message exceed the limit of {max}"
+            ),
             Refusal::MethodDenied => "the method does not exist/is not available".into(),
             Refusal::UpstreamUnavailable => "upstream unavailable".into(),
             Refusal::UpstreamTls => {
@@ -290,6 +306,11 @@ impl Refuse for Refusal {
         }
         if let Refusal::Client(refusal) = self {
             return refusal.data();
+        }
+        if let Refusal::TooManyTxs { txs, max } = self {
+            let data =
+                serde_json::json!({"reason": "too_many_txs", "txs": txs, "max_message_txs": max});
+            return serde_json::value::to_raw_value(&data).ok();
         }
         if let Refusal::Conditional(refusal) = self {
             let mut data =

@@ -531,3 +531,79 @@ async fn a_bundle_is_asked_about_like_lone_calls_and_a_deny_refuses_it() {
         1.0
     );
 }
+
+/// A message is bounded by the transactions it would have screened, not
+/// by its calls: a batch of bundles over `rpc.max_message_txs` is refused
+/// whole (-32005, HTTP 413) before any is screened or forwarded, over HTTP
+/// and over a WebSocket; one at the cap passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_its_transaction_cap_is_refused_whole_before_screening() {
+    let node = RecordingUpstream::start().await;
+    let socket_node = RecordingSocket::start().await;
+    let config = format!(
+        "[rpc]\nmax_message_txs = 5\n[websocket]\nupstream_url = \"{}\"\n",
+        socket_node.url
+    );
+    let txgate = InProcess::start(&node.url, &config);
+    // Two bundles of 3: six transactions in a batch of two calls.
+    let over = format!(
+        "[{},{}]",
+        bundle_body(1, &honest(700, 3)),
+        bundle_body(2, &honest(710, 3))
+    );
+    let (status, answer) = rpc_json(&txgate.url, &over).await;
+    assert_eq!(status, 413, "{answer}");
+    assert_eq!(answer["error"]["code"], -32005, "{answer}");
+    assert_eq!(
+        answer["error"]["data"]["reason"], "too_many_txs",
+        "{answer}"
+    );
+    assert_eq!(answer["error"]["data"]["txs"], 6, "{answer}");
+    assert_eq!(answer["error"]["data"]["max_message_txs"], 5, "{answer}");
+    assert!(bundles_received(&node).is_empty(), "{:?}", node.received());
+    // Nothing was screened: no bundle counted.
+    assert_eq!(bundles(&txgate, "forwarded").await, 0.0);
+
+    // Over a WebSocket, the same frame gets the same answer.
+    let ws_url = txgate.url.replacen("http://", "ws://", 1);
+    let (mut client, _) = tokio_tungstenite::connect_async(ws_url).await.unwrap();
+    client.send(Message::text(over)).await.unwrap();
+    let answer: Value = loop {
+        let next = tokio::time::timeout(Duration::from_secs(10), client.next())
+            .await
+            .expect("an answer within 10 s")
+            .unwrap()
+            .unwrap();
+        if let Message::Text(text) = next {
+            break serde_json::from_str(&text).unwrap();
+        }
+    };
+    assert_eq!(answer["error"]["code"], -32005, "{answer}");
+    assert_eq!(
+        answer["error"]["data"]["reason"], "too_many_txs",
+        "{answer}"
+    );
+    assert!(socket_node.bundles().is_empty());
+
+    // Five (a bundle of 3 and two raw transactions) are within the cap.
+    let mut raws = honest(720, 2).into_iter();
+    let within = format!(
+        r#"[{},{{"jsonrpc":"2.0","id":3,"method":"eth_sendRawTransaction","params":["{}"]}},{{"jsonrpc":"2.0","id":4,"method":"eth_sendRawTransaction","params":["{}"]}}]"#,
+        bundle_body(1, &honest(730, 3)),
+        raws.next().unwrap(),
+        raws.next().unwrap()
+    );
+    let (status, answer) = rpc_json(&txgate.url, &within).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer[0]["result"], "0x01", "{answer}");
+    assert_eq!(bundles_received(&node).len(), 1);
+    let text = txgate.metrics().await;
+    assert_eq!(
+        metric(
+            &text,
+            r#"txgate_http_responses_total{outcome="too_many_txs"}"#
+        ),
+        1.0,
+        "{text}"
+    );
+}

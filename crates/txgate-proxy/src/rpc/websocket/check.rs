@@ -190,6 +190,10 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
         }
     };
     let (calls, txs, id) = frame_cost(&frame);
+    if let Some(refusal) = shared.too_many_txs(txs) {
+        refuse(&mut checked, refusal, id);
+        return checked;
+    }
     if let Some(charged) = &conn.peer.charged
         && let Err(refusal) = charged.charge(calls, txs)
     {
