@@ -16,7 +16,10 @@
 //! * [`limits`]: `[limits]`, [`LimitsConfig`]: per-client rates by IP and
 //!   by API key tier;
 //! * [`rpc`]: `[rpc]`, [`RpcConfig`] and [`PolicyMode`];
-//! * [`upstream`]: `[upstream]`, [`UpstreamConfig`];
+//! * [`upstream`]: `[upstream]`, [`UpstreamConfig`], and [`nodes`]: the
+//!   group of nodes behind it (`[[upstream.nodes]]`, [`NodeConfig`], each
+//!   with a [`Role`]), checked into a [`NodeSet`] of [`NodeSpec`]s by
+//!   [`UpstreamConfig::node_set`];
 //! * [`admin`]: `[admin]`, [`AdminConfig`];
 //! * [`conditional`]: `[conditional]`, [`ConditionalConfig`];
 //! * [`shutdown`]: `[shutdown]`, [`ShutdownConfig`];
@@ -53,6 +56,7 @@ pub mod error;
 pub mod limits;
 pub mod log;
 mod net;
+pub mod nodes;
 pub mod redis;
 pub mod rpc;
 pub mod screen;
@@ -88,6 +92,12 @@ pub use limits::{
     LimitsConfig, RateConfig, TierConfig, UnknownKey,
 };
 pub use log::{DEFAULT_LOG_FORMAT, DEFAULT_LOG_LEVEL, LogConfig, LogFormat};
+pub use nodes::{
+    DEFAULT_CONDUCTOR_URL, DEFAULT_FAIL_AFTER, DEFAULT_MAX_BLOCK_LAG, DEFAULT_MAX_HEAD_AGE_MS,
+    DEFAULT_NODE_WEIGHT, DEFAULT_PROBE_TIMEOUT_MS, DEFAULT_READ_YOUR_WRITES_MS,
+    DEFAULT_RECOVER_AFTER, MAX_NODE_NAME_CHARS, MAX_NODE_WEIGHT, MAX_NODES, NodeConfig, NodeSet,
+    NodeSpec, Role, SHORT_FORM_NAME,
+};
 pub use redis::RedisConfig;
 pub use rpc::{
     DEFAULT_DENIED_METHODS, DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BODY_BYTES, DEFAULT_METHOD_POLICY,
@@ -167,7 +177,7 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// JSON-RPC limits and method policy.
     pub rpc: RpcConfig,
-    /// The node txgate forwards to.
+    /// The node (or group of nodes) txgate forwards to.
     pub upstream: UpstreamConfig,
     /// Metrics and health listener.
     pub admin: AdminConfig,
@@ -268,21 +278,30 @@ impl Config {
     }
 
     /// The node's WebSocket endpoint: `websocket.upstream_url` parsed, or,
-    /// when it is empty, `ws://` (`wss://` for `https://`) with the
-    /// authority and path of `upstream.url` (`http://node:8546/rpc` gives
-    /// `ws://node:8546/rpc`).
+    /// when it is empty, that of the primary node ([`NodeSet::primary`]):
+    /// its `ws_url` when `[[upstream.nodes]]` gives one, else `ws://`
+    /// (`wss://` for `https://`) with the authority and path of its URL
+    /// (`http://node:8546/rpc` gives `ws://node:8546/rpc`).
     /// An error names the key it comes from.
     pub fn websocket_upstream(&self) -> Result<HttpUrl, ConfigError> {
         match self.websocket.upstream_endpoint()? {
             Some(url) => Ok(url),
-            None => derived_websocket(&self.upstream.endpoint()?),
+            None => node_websocket(self.upstream.node_set()?.primary()),
         }
+    }
+}
+
+/// `node`'s WebSocket endpoint: its `ws_url`, or derived from its URL.
+pub(crate) fn node_websocket(node: &NodeSpec) -> Result<HttpUrl, ConfigError> {
+    match &node.ws_url {
+        Some(url) => Ok(url.clone()),
+        None => derived_websocket(&node.url),
     }
 }
 
 /// `ws://` (`wss://` for `https://`) with the authority and path of the
 /// node's HTTP endpoint.
-pub(crate) fn derived_websocket(http: &HttpUrl) -> Result<HttpUrl, ConfigError> {
+fn derived_websocket(http: &HttpUrl) -> Result<HttpUrl, ConfigError> {
     let scheme = if http.is_tls() { "wss" } else { "ws" };
     let ws = format!("{scheme}://{}{}", http.authority(), http.path());
     HttpUrl::parse_ws(&ws).map_err(|e| ConfigError::new("upstream.url", e))

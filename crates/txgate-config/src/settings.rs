@@ -8,13 +8,13 @@
 use std::net::SocketAddr;
 use std::ops::Deref;
 
-use crate::{Addresses, AegesAccess, Config, ConfigError, HttpUrl, IpNet, Source};
+use crate::{Addresses, AegesAccess, Config, ConfigError, HttpUrl, IpNet, NodeSet, Source};
 
 /// A config that passed validation, and what its strings mean.
 #[derive(Debug, Clone)]
 pub struct Settings {
     config: Config,
-    upstream_url: HttpUrl,
+    nodes: NodeSet,
     websocket_url: HttpUrl,
     sources: Vec<Source>,
     trusted_proxies: Vec<IpNet>,
@@ -32,7 +32,7 @@ impl Settings {
         config.admission.validate()?;
         let exempt = config.limits.validate()?;
         config.rpc.validate()?;
-        let upstream_url = config.upstream.validate()?;
+        let nodes = config.upstream.validate()?;
         let admin_token = config.admin.validate()?;
         config.shutdown.validate()?;
         config.log.validate()?;
@@ -43,12 +43,12 @@ impl Settings {
         let conditional = config.conditional.validate()?;
         let websocket_url = match config.websocket.validate()? {
             Some(url) => url,
-            None => crate::derived_websocket(&upstream_url)?,
+            None => crate::node_websocket(nodes.primary())?,
         };
         config.check_relations(aeges.listen)?;
         Ok(Settings {
             config,
-            upstream_url,
+            nodes,
             websocket_url,
             sources,
             trusted_proxies,
@@ -64,12 +64,19 @@ impl Settings {
         &self.config
     }
 
-    /// `upstream.url`.
+    /// The primary node's URL: `upstream.url`, or with `[[upstream.nodes]]`
+    /// the first sequencer's ([`NodeSet::primary`]).
     pub fn upstream_url(&self) -> &HttpUrl {
-        &self.upstream_url
+        &self.nodes.primary().url
     }
 
-    /// The node's WebSocket endpoint, set or derived from `upstream.url`
+    /// The nodes behind `[upstream]`: the short form's one, or
+    /// `[[upstream.nodes]]`.
+    pub fn nodes(&self) -> &NodeSet {
+        &self.nodes
+    }
+
+    /// The node's WebSocket endpoint, set or the primary node's
     /// ([`Config::websocket_upstream`]).
     pub fn websocket_url(&self) -> &HttpUrl {
         &self.websocket_url
@@ -148,6 +155,8 @@ mod tests {
     fn the_defaults_settle_and_parse() {
         let s = Settings::new(Config::default()).unwrap();
         assert_eq!(*s.upstream_url(), s.upstream.endpoint().unwrap());
+        assert!(s.nodes().is_short_form());
+        assert_eq!(s.nodes().nodes().len(), 1);
         assert_eq!(*s.websocket_url(), s.config().websocket_upstream().unwrap());
         assert_eq!(s.sources(), s.sidecar.sources().unwrap());
         assert_eq!(s.aeges_listen(), None);

@@ -46,6 +46,47 @@ fn shipped_sources_example_parses_when_uncommented() {
     assert_eq!(sources[1].protocol, Protocol::TransportV1);
 }
 
+/// The commented-out `[upstream.methods]` and `[[upstream.nodes]]`
+/// example works as written once uncommented, where it stands.
+#[test]
+fn shipped_nodes_example_parses_when_uncommented() {
+    let text = include_str!("../../../config/txgate.toml");
+    let mut in_example = false;
+    let uncommented: String = text
+        .lines()
+        .map(|line| {
+            let bare = line.strip_prefix("# ").unwrap_or(line);
+            if bare == "[upstream.methods]" {
+                in_example = true;
+            } else if line.starts_with('[') {
+                in_example = false;
+            }
+            if in_example { bare } else { line }
+        })
+        .fold(String::new(), |text, line| text + line + "\n");
+    let settings = Settings::new(Config::from_toml(&uncommented).unwrap()).unwrap();
+    let nodes = settings.nodes();
+    assert!(!nodes.is_short_form());
+    let roles: Vec<(&str, Role)> = nodes
+        .nodes()
+        .iter()
+        .map(|n| (n.name.as_str(), n.role))
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            ("sequencer", Role::Sequencer),
+            ("replica-a", Role::Replica),
+            ("replica-b", Role::Replica),
+            ("builder", Role::Builder),
+        ]
+    );
+    assert_eq!(nodes.nodes()[1].weight, 2);
+    assert_eq!(nodes.nodes()[2].tls.ca_path, "replica-b-ca.pem");
+    assert_eq!(nodes.role_of("eth_sendBundle"), Some(Role::Builder));
+    assert_eq!(settings.upstream_url().authority(), "10.0.0.1:8545");
+}
+
 #[test]
 fn unknown_keys_name_the_key() {
     let e = Config::from_toml("[server]\nlisten_addr = \"1.2.3.4:1\"\n").unwrap_err();

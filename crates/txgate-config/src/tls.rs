@@ -146,12 +146,18 @@ pub struct UpstreamTlsConfig {
 impl UpstreamTlsConfig {
     /// Checks the `upstream.tls.*` keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_at("upstream.tls")
+    }
+
+    /// Checks the keys of this table, found at `table` (`upstream.tls`, or
+    /// a node's `upstream.nodes[1].tls`).
+    pub(crate) fn validate_at(&self, table: &str) -> Result<(), ConfigError> {
         if self.client_cert_path.is_empty() != self.client_key_path.is_empty() {
             return Err(ConfigError::new(
                 if self.client_cert_path.is_empty() {
-                    "upstream.tls.client_cert_path"
+                    format!("{table}.client_cert_path")
                 } else {
-                    "upstream.tls.client_key_path"
+                    format!("{table}.client_key_path")
                 },
                 "a client certificate needs both its chain and its key (or neither)",
             ));

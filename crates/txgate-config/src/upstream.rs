@@ -1,11 +1,18 @@
-//! `[upstream]`: the node txgate forwards to.
+//! `[upstream]`: the node txgate forwards to, or the group of nodes
+//! (`[[upstream.nodes]]`, see [`crate::nodes`]) it is an endpoint over.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::admission::AdmissionConfig;
 use crate::error::{ConfigError, require_positive};
+use crate::nodes::{
+    DEFAULT_CONDUCTOR_URL, DEFAULT_FAIL_AFTER, DEFAULT_MAX_BLOCK_LAG, DEFAULT_MAX_HEAD_AGE_MS,
+    DEFAULT_PROBE_TIMEOUT_MS, DEFAULT_READ_YOUR_WRITES_MS, DEFAULT_RECOVER_AFTER, NodeConfig,
+    NodeSet, Role,
+};
 use crate::tls::UpstreamTlsConfig;
 use crate::url::HttpUrl;
 
@@ -27,16 +34,54 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 128 * 1024 * 1024;
 pub const DEFAULT_POOL_MAX_IDLE: usize = 0;
 /// Default idle time before a pooled upstream connection is closed.
 pub const DEFAULT_POOL_IDLE_TIMEOUT_MS: u64 = 60_000;
-/// Default interval of the upstream health probe behind `/readyz`.
+/// Default interval of the upstream health probe behind `/readyz` (with
+/// `[[upstream.nodes]]`, of each node's probe).
 pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 2_000;
 
-/// The upstream node.
+/// The upstream node, or group of nodes.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamConfig {
     /// `http://host[:port][/path]` or `https://...` of the node (see
-    /// [`HttpUrl`] for what is accepted).
+    /// [`HttpUrl`] for what is accepted): the short form of a group of one
+    /// sequencer. Left at [`DEFAULT_UPSTREAM`] when `nodes` is set.
     pub url: String,
+    /// The group of nodes (`[[upstream.nodes]]`); empty: the short form,
+    /// `url`.
+    pub nodes: Vec<NodeConfig>,
+    /// Method name (exact) to the role it is sent to
+    /// (`[upstream.methods]`), over the proxy's own choice.
+    pub methods: BTreeMap<String, Role>,
+    /// Deadline of one node probe.
+    #[serde(
+        rename = "probe_timeout_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub probe_timeout: Duration,
+    /// Probes failed in a row that take a node out.
+    pub fail_after: u32,
+    /// Good probes in a row that bring a node back.
+    pub recover_after: u32,
+    /// Blocks a node's head may trail the best head and stay in (0: it
+    /// must be at the best head).
+    pub max_block_lag: u64,
+    /// Time a node's head may stand still while another node's advances.
+    #[serde(
+        rename = "max_head_age_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub max_head_age: Duration,
+    /// How long after a client's own submission its
+    /// `eth_getTransactionCount`, `eth_getTransactionReceipt` and
+    /// `eth_call` go to the sequencer; `None` (0 in the file): off.
+    #[serde(
+        rename = "read_your_writes_ms",
+        deserialize_with = "crate::duration::millis_or_off"
+    )]
+    pub read_your_writes: Option<Duration>,
+    /// op-conductor's RPC endpoint (`http://` or `https://`): when set,
+    /// submissions follow its leader; empty: none.
+    pub conductor_url: String,
     /// Connect timeout: TCP, and the TLS handshake for `https://` (the
     /// WebSocket handshake gets as long again).
     #[serde(
@@ -82,6 +127,15 @@ impl Default for UpstreamConfig {
     fn default() -> Self {
         UpstreamConfig {
             url: DEFAULT_UPSTREAM.to_string(),
+            nodes: Vec::new(),
+            methods: BTreeMap::new(),
+            probe_timeout: Duration::from_millis(DEFAULT_PROBE_TIMEOUT_MS),
+            fail_after: DEFAULT_FAIL_AFTER,
+            recover_after: DEFAULT_RECOVER_AFTER,
+            max_block_lag: DEFAULT_MAX_BLOCK_LAG,
+            max_head_age: Duration::from_millis(DEFAULT_MAX_HEAD_AGE_MS),
+            read_your_writes: crate::duration::ms_or_off(DEFAULT_READ_YOUR_WRITES_MS),
+            conductor_url: DEFAULT_CONDUCTOR_URL.to_string(),
             connect_timeout: Duration::from_millis(DEFAULT_CONNECT_TIMEOUT_MS),
             call_timeout: Duration::from_millis(DEFAULT_CALL_TIMEOUT_MS),
             sync_call_timeout: Duration::from_millis(DEFAULT_SYNC_CALL_TIMEOUT_MS),
@@ -96,9 +150,23 @@ impl Default for UpstreamConfig {
 
 impl UpstreamConfig {
     /// `upstream.url` parsed: the one parser both `check-config` and the
-    /// upstream client use.
+    /// upstream client use. The short form's node; with
+    /// `[[upstream.nodes]]`, see [`UpstreamConfig::node_set`].
     pub fn endpoint(&self) -> Result<HttpUrl, ConfigError> {
         HttpUrl::parse_upstream(&self.url).map_err(|e| ConfigError::new("upstream.url", e))
+    }
+
+    /// The nodes, checked: the short form (`url`, one sequencer named
+    /// `upstream`) or the `[[upstream.nodes]]` entries, with
+    /// `[upstream.methods]`, `conductor_url` and the TLS tables.
+    ///
+    /// Refused, naming the key: `url` set beside `nodes`; a URL that does
+    /// not parse; a bad name or weight; a name or endpoint listed twice; no
+    /// sequencer; more than [`MAX_NODES`](crate::nodes::MAX_NODES) nodes; a
+    /// method name that is empty, has whitespace or `*`; a method sent to
+    /// a builder when no node is one.
+    pub fn node_set(&self) -> Result<NodeSet, ConfigError> {
+        crate::nodes::node_set(self)
     }
 
     /// The idle pool size to use, never below the in-flight cap.
@@ -113,10 +181,9 @@ impl UpstreamConfig {
     /// Checks the `upstream.*` keys on their own (`upstream.pool_max_idle`
     /// is checked against `admission.max_in_flight` by
     /// [`Config::validate`](crate::Config::validate)).
-    /// Returns `upstream.url` parsed.
-    pub fn validate(&self) -> Result<HttpUrl, ConfigError> {
-        let url = self.endpoint()?;
-        self.tls.validate()?;
+    /// Returns the nodes ([`UpstreamConfig::node_set`]).
+    pub fn validate(&self) -> Result<NodeSet, ConfigError> {
+        let nodes = self.node_set()?;
         require_positive(&[
             ("upstream.connect_timeout_ms", &self.connect_timeout),
             ("upstream.call_timeout_ms", &self.call_timeout),
@@ -124,8 +191,12 @@ impl UpstreamConfig {
             ("upstream.max_response_bytes", &self.max_response_bytes),
             ("upstream.pool_idle_timeout_ms", &self.pool_idle_timeout),
             ("upstream.health_interval_ms", &self.health_interval),
+            ("upstream.probe_timeout_ms", &self.probe_timeout),
+            ("upstream.fail_after", &self.fail_after),
+            ("upstream.recover_after", &self.recover_after),
+            ("upstream.max_head_age_ms", &self.max_head_age),
         ])?;
-        Ok(url)
+        Ok(nodes)
     }
 }
 

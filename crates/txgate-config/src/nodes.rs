@@ -1,0 +1,371 @@
+//! `[[upstream.nodes]]`: the group of nodes behind `[upstream]`, each with
+//! a [`Role`], and the `[upstream]` keys that say how the group is used.
+//!
+//! * a *sequencer* takes submissions (and serves reads when no replica
+//!   can);
+//! * a *replica* serves reads;
+//! * a *builder* takes bundle methods.
+//!
+//! `upstream.url` is the short form of a group of one: a sequencer named
+//! [`SHORT_FORM_NAME`] that serves everything. The two forms exclude each
+//! other. [`UpstreamConfig::node_set`](crate::UpstreamConfig::node_set)
+//! checks either into a [`NodeSet`], the one entry point for the proxy.
+//!
+//! A node's `name` labels its metrics and log lines; its URL never does,
+//! since it may carry an API key.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+
+use crate::error::ConfigError;
+use crate::tls::UpstreamTlsConfig;
+use crate::upstream::{DEFAULT_UPSTREAM, UpstreamConfig};
+use crate::url::HttpUrl;
+
+/// Default probe deadline: half the default `health_interval_ms`, so a
+/// probe ends before the next is due, and ample for a node's
+/// `eth_blockNumber`, answered in milliseconds by a node that is well.
+pub const DEFAULT_PROBE_TIMEOUT_MS: u64 = 1_000;
+/// Default probes failed in a row that take a node out: one lost probe (a
+/// pause, a dropped packet) does not; three (6 s at the default interval)
+/// do.
+pub const DEFAULT_FAIL_AFTER: u32 = 3;
+/// Default good probes in a row that bring a node back: two, so that one
+/// lucky answer from a flapping node does not.
+pub const DEFAULT_RECOVER_AFTER: u32 = 2;
+/// Default blocks a node's head may trail the best head and stay in:
+/// proxyd's consensus default (`consensus_max_block_lag`), 16 s of 2 s OP
+/// Stack blocks.
+pub const DEFAULT_MAX_BLOCK_LAG: u64 = 8;
+/// Default time a node's head may stand still while another node's
+/// advances: 15 blocks of 2 s, far above a normal pause, and it takes out
+/// a stalled node on a chain whose blocks are too slow for the lag rule to
+/// do it soon.
+pub const DEFAULT_MAX_HEAD_AGE_MS: u64 = 30_000;
+/// Default time a client's reads of its own state go to the sequencer
+/// after it submitted: a replica trails by a block or two (2 s blocks and
+/// gossip), so 5 s covers it and a client sees its own nonce and receipt.
+pub const DEFAULT_READ_YOUR_WRITES_MS: u64 = 5_000;
+/// Default: no op-conductor; submissions go to the sequencers as listed.
+pub const DEFAULT_CONDUCTOR_URL: &str = "";
+/// Default weight of a node among those of its role.
+pub const DEFAULT_NODE_WEIGHT: u32 = 1;
+/// Largest node weight.
+pub const MAX_NODE_WEIGHT: u32 = 1_000;
+/// Most `[[upstream.nodes]]` entries.
+pub const MAX_NODES: usize = 64;
+/// Longest node name, in characters.
+pub const MAX_NODE_NAME_CHARS: usize = 64;
+/// The name of the short form's one node (`upstream.url`).
+pub const SHORT_FORM_NAME: &str = "upstream";
+
+/// What a node is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Takes submissions; serves reads when no replica can.
+    Sequencer,
+    /// Serves reads.
+    Replica,
+    /// Takes bundle methods.
+    Builder,
+}
+
+impl Role {
+    /// Every role.
+    pub const ALL: [Role; 3] = [Role::Sequencer, Role::Replica, Role::Builder];
+
+    /// The name written in the config file, also fit for a metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Sequencer => "sequencer",
+            Role::Replica => "replica",
+            Role::Builder => "builder",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One `[[upstream.nodes]]` entry, as written.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Its label in metrics and logs: 1 to [`MAX_NODE_NAME_CHARS`] of
+    /// `A-Z a-z 0-9 _ . -`, unique.
+    pub name: String,
+    /// `http://` or `https://` endpoint, parsed like `upstream.url`.
+    pub url: String,
+    /// `ws://` or `wss://` endpoint; empty: none given.
+    #[serde(default)]
+    pub ws_url: String,
+    /// What it is for.
+    pub role: Role,
+    /// Its share of its role's traffic, 1 to [`MAX_NODE_WEIGHT`].
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    /// Its own `[upstream.nodes.tls]`; absent: `[upstream.tls]`.
+    #[serde(default)]
+    pub tls: Option<UpstreamTlsConfig>,
+}
+
+fn default_weight() -> u32 {
+    DEFAULT_NODE_WEIGHT
+}
+
+/// A node, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSpec {
+    /// Its label in metrics and logs (never the URL).
+    pub name: String,
+    /// Its HTTP endpoint.
+    pub url: HttpUrl,
+    /// Its WebSocket endpoint, when given.
+    pub ws_url: Option<HttpUrl>,
+    /// What it is for.
+    pub role: Role,
+    /// Its share of its role's traffic (1 to [`MAX_NODE_WEIGHT`]).
+    pub weight: u32,
+    /// What it is trusted by: its own, or `[upstream.tls]`.
+    pub tls: UpstreamTlsConfig,
+}
+
+/// The nodes behind `[upstream]`, checked: what
+/// [`UpstreamConfig::node_set`](crate::UpstreamConfig::node_set) gives.
+/// Holds at least one sequencer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSet {
+    nodes: Vec<NodeSpec>,
+    methods: BTreeMap<String, Role>,
+    conductor: Option<HttpUrl>,
+    short_form: bool,
+}
+
+impl NodeSet {
+    /// Every node, in the file's order.
+    pub fn nodes(&self) -> &[NodeSpec] {
+        &self.nodes
+    }
+
+    /// The nodes of `role`, in the file's order.
+    pub fn with_role(&self, role: Role) -> impl Iterator<Item = &NodeSpec> {
+        self.nodes.iter().filter(move |n| n.role == role)
+    }
+
+    /// Whether a node has `role`.
+    pub fn has(&self, role: Role) -> bool {
+        self.with_role(role).next().is_some()
+    }
+
+    /// The first sequencer: the short form's node, or the first
+    /// `[[upstream.nodes]]` entry with role sequencer.
+    pub fn primary(&self) -> &NodeSpec {
+        match self.with_role(Role::Sequencer).next() {
+            Some(node) => node,
+            None => unreachable!("a NodeSet is checked to hold a sequencer"),
+        }
+    }
+
+    /// The role `[upstream.methods]` sends `method` to (the name exactly as
+    /// written); `None`: not overridden.
+    pub fn role_of(&self, method: &str) -> Option<Role> {
+        self.methods.get(method).copied()
+    }
+
+    /// `[upstream.methods]`.
+    pub fn methods(&self) -> &BTreeMap<String, Role> {
+        &self.methods
+    }
+
+    /// op-conductor's RPC endpoint (`upstream.conductor_url`), if set:
+    /// submissions follow its leader.
+    pub fn conductor(&self) -> Option<&HttpUrl> {
+        self.conductor.as_ref()
+    }
+
+    /// Whether the group is the short form, `upstream.url`.
+    pub fn is_short_form(&self) -> bool {
+        self.short_form
+    }
+}
+
+/// Checks `url`, `nodes`, `methods`, `conductor_url` and the TLS tables of
+/// `up` into a [`NodeSet`].
+pub(crate) fn node_set(up: &UpstreamConfig) -> Result<NodeSet, ConfigError> {
+    let short_form = up.nodes.is_empty();
+    let nodes = if short_form {
+        vec![NodeSpec {
+            name: SHORT_FORM_NAME.to_string(),
+            url: up.endpoint()?,
+            ws_url: None,
+            role: Role::Sequencer,
+            weight: DEFAULT_NODE_WEIGHT,
+            tls: up.tls.clone(),
+        }]
+    } else {
+        group(up)?
+    };
+    up.tls.validate()?;
+    for (method, &role) in &up.methods {
+        let key = method_key(method);
+        if method.is_empty() {
+            return Err(ConfigError::new(key, "a method name cannot be empty"));
+        }
+        if method.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(ConfigError::new(
+                key,
+                format!("{method:?} has whitespace: a method name is one word"),
+            ));
+        }
+        if method.contains('*') {
+            return Err(ConfigError::new(
+                key,
+                format!("`{method}`: methods are named exactly here; `*` is no wildcard"),
+            ));
+        }
+        if role == Role::Builder && !nodes.iter().any(|n| n.role == Role::Builder) {
+            return Err(ConfigError::new(
+                key,
+                "is sent to a builder, but no [[upstream.nodes]] entry has role builder",
+            ));
+        }
+    }
+    let conductor = match up.conductor_url.as_str() {
+        "" => None,
+        url => Some(
+            HttpUrl::parse_upstream(url)
+                .map_err(|e| ConfigError::new("upstream.conductor_url", e))?,
+        ),
+    };
+    Ok(NodeSet {
+        nodes,
+        methods: up.methods.clone(),
+        conductor,
+        short_form,
+    })
+}
+
+/// The `[[upstream.nodes]]` entries, checked.
+fn group(up: &UpstreamConfig) -> Result<Vec<NodeSpec>, ConfigError> {
+    if up.url != DEFAULT_UPSTREAM {
+        return Err(ConfigError::new(
+            "upstream.url",
+            "set either upstream.url or [[upstream.nodes]]: with nodes, leave url out",
+        ));
+    }
+    if up.nodes.len() > MAX_NODES {
+        return Err(ConfigError::new(
+            "upstream.nodes",
+            format!("{} nodes; at most {MAX_NODES}", up.nodes.len()),
+        ));
+    }
+    let mut nodes: Vec<NodeSpec> = Vec::with_capacity(up.nodes.len());
+    for (n, entry) in up.nodes.iter().enumerate() {
+        let key = format!("upstream.nodes[{n}]");
+        check_name(&format!("{key}.name"), &entry.name)?;
+        let url = HttpUrl::parse_upstream(&entry.url)
+            .map_err(|e| ConfigError::new(format!("{key}.url"), e))?;
+        let ws_url = match entry.ws_url.as_str() {
+            "" => None,
+            ws => Some(
+                HttpUrl::parse_ws(ws).map_err(|e| ConfigError::new(format!("{key}.ws_url"), e))?,
+            ),
+        };
+        if !(1..=MAX_NODE_WEIGHT).contains(&entry.weight) {
+            return Err(ConfigError::new(
+                format!("{key}.weight"),
+                format!("{} is not from 1 to {MAX_NODE_WEIGHT}", entry.weight),
+            ));
+        }
+        let tls = match &entry.tls {
+            Some(tls) => {
+                tls.validate_at(&format!("{key}.tls"))?;
+                tls.clone()
+            }
+            None => up.tls.clone(),
+        };
+        if let Some(i) = nodes
+            .iter()
+            .position(|o| o.name.eq_ignore_ascii_case(&entry.name))
+        {
+            return Err(ConfigError::new(
+                format!("{key}.name"),
+                format!(
+                    "`{}` already names upstream.nodes[{i}] (names compare ignoring case)",
+                    entry.name
+                ),
+            ));
+        }
+        // The URL may hold an API key: name the other entry, not the URL.
+        if let Some(i) = nodes.iter().position(|o| same_endpoint(&o.url, &url)) {
+            return Err(ConfigError::new(
+                format!("{key}.url"),
+                format!(
+                    "the same endpoint as upstream.nodes[{i}] (`{}`): each node is listed once",
+                    nodes[i].name
+                ),
+            ));
+        }
+        nodes.push(NodeSpec {
+            name: entry.name.clone(),
+            url,
+            ws_url,
+            role: entry.role,
+            weight: entry.weight,
+            tls,
+        });
+    }
+    if !nodes.iter().any(|n| n.role == Role::Sequencer) {
+        return Err(ConfigError::new(
+            "upstream.nodes",
+            "no node has role sequencer: submissions would have nowhere to go",
+        ));
+    }
+    Ok(nodes)
+}
+
+fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
+    let fits = (1..=MAX_NODE_NAME_CHARS).contains(&name.chars().count())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if fits {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        key,
+        format!(
+            "{name:?}: a node name is 1 to {MAX_NODE_NAME_CHARS} of A-Z a-z 0-9 _ . - (it \
+             labels metrics and logs)"
+        ),
+    ))
+}
+
+/// Same host (names compare ignoring case), port and path (query
+/// included): the scheme is left out, as one port serves one of them.
+fn same_endpoint(a: &HttpUrl, b: &HttpUrl) -> bool {
+    a.port() == b.port() && a.host().eq_ignore_ascii_case(b.host()) && a.path() == b.path()
+}
+
+/// The dotted key of `method` in `[upstream.methods]`, quoted as TOML
+/// quotes it when it is not a bare key.
+fn method_key(method: &str) -> String {
+    let bare = !method.is_empty()
+        && method
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
+    if bare {
+        format!("upstream.methods.{method}")
+    } else {
+        format!("upstream.methods.{method:?}")
+    }
+}
+
+#[cfg(test)]
+mod tests;
