@@ -78,7 +78,7 @@ use crate::screening::VerdictCache;
 use crate::server::identity::Edge;
 use crate::server::workers::Workers;
 use crate::server::{Drained, ServerSettings};
-use crate::upstream::Upstream;
+use crate::upstream::group::{GroupState, Nodes};
 
 /// Why a proxy cannot be built from a config.
 #[derive(Debug, thiserror::Error)]
@@ -138,7 +138,9 @@ pub struct Proxy {
     screen: Option<Arc<Screen>>,
     verdicts: Option<Arc<VerdictCache>>,
     sources: Vec<Source>,
-    probe_upstream: Upstream,
+    /// The probe task's clients to the nodes; their shared state is every
+    /// worker's.
+    probe_nodes: Nodes,
     client_limits: Option<Arc<ClientLimits>>,
     fleet: Option<Arc<FleetLink>>,
     admin: Arc<ops::admin::Admin>,
@@ -176,11 +178,18 @@ impl Proxy {
         let admin_token = settings.admin_token().map(str::to_string);
         let metrics = Arc::new(Metrics::new());
         let readiness = Arc::new(Readiness::new(metrics.clone()));
-        let probe_upstream = Upstream::new(
-            settings.upstream_url(),
+        let group = Arc::new(GroupState::new(
+            settings.nodes(),
+            &config.upstream,
+            &config.screen.chain_ids,
+            metrics.clone(),
+        ));
+        let probe_nodes = Nodes::new(
+            settings.nodes(),
             &config.upstream,
             &config.admission,
             metrics.clone(),
+            group,
         )
         .map_err(BuildError::Upstream)?;
         check_upstream_tls(&settings).map_err(BuildError::Upstream)?;
@@ -297,7 +306,7 @@ impl Proxy {
             screen,
             verdicts,
             sources,
-            probe_upstream,
+            probe_nodes,
         })
     }
 
@@ -442,6 +451,7 @@ impl Proxy {
         };
         let probed = self.sources.iter().find(|s| s.should_forward).cloned();
         let stack = stack::Stack {
+            group: self.probe_nodes.state().clone(),
             config: config.clone(),
             metrics: self.metrics.clone(),
             client_limits: ClientLimitLayer::new(

@@ -25,11 +25,13 @@ use crate::rpc::{PerProcess, RpcService, RpcSettings};
 use crate::screening::{ProbeClient, VerdictCache};
 use crate::server::workers::MakeService;
 use crate::sidecar;
-use crate::upstream::Upstream;
+use crate::upstream::group::{GroupState, Nodes};
 
 /// What every worker's stack shares, one of each per process.
 #[derive(Debug, Clone)]
 pub(crate) struct Stack {
+    /// The node group's health, shared by every worker's clients.
+    pub(crate) group: Arc<GroupState>,
     pub(crate) config: Arc<Settings>,
     pub(crate) metrics: Arc<Metrics>,
     /// Per-client rates, before admission.
@@ -53,11 +55,12 @@ impl MakeService for Stack {
 
     fn make(&self) -> io::Result<Service> {
         let config = &self.config;
-        let upstream = Upstream::new(
-            config.upstream_url(),
+        let upstream = Nodes::new(
+            config.nodes(),
             &config.upstream,
             &config.admission,
             self.metrics.clone(),
+            self.group.clone(),
         )
         .map_err(io::Error::other)?;
         // Each worker asks the sidecar over its own connection, from its

@@ -38,10 +38,13 @@ impl Proxy {
         background.spawn("admin", Role::Essential, quick, |stop| {
             ops::admin::serve(admin, self.admin.clone(), stop)
         });
-        let upstream = self.probe_upstream.clone();
-        let interval = config.upstream.health_interval;
+        let nodes = self.probe_nodes.clone();
+        let (interval, timeout) = (
+            config.upstream.health_interval,
+            config.upstream.probe_timeout,
+        );
         background.spawn("health-probe", Role::Optional, quick, |stop| {
-            ops::health::probe_task(upstream, readiness.clone(), interval, stop)
+            ops::health::probe_task(nodes, readiness.clone(), interval, timeout, stop)
         });
         self.start_client_limits(&mut background);
         if let Some(tls) = &self.tls

@@ -99,6 +99,8 @@ pub enum Outcome {
     MethodDenied,
     /// Upstream unreachable or broken (502).
     UpstreamUnavailable,
+    /// No healthy node of the call's role (503).
+    NoHealthyUpstream,
     /// Upstream too slow (504).
     UpstreamTimeout,
     /// Lone screened call with unusable params or transaction (-32602).
@@ -115,7 +117,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 21] = [
+    pub const ALL: [Outcome; 22] = [
         Outcome::Forwarded,
         Outcome::Notification,
         Outcome::Overloaded,
@@ -131,6 +133,7 @@ impl Outcome {
         Outcome::TooManyTxs,
         Outcome::MethodDenied,
         Outcome::UpstreamUnavailable,
+        Outcome::NoHealthyUpstream,
         Outcome::UpstreamTimeout,
         Outcome::InvalidParams,
         Outcome::Screened,
@@ -157,6 +160,7 @@ impl Outcome {
             Outcome::TooManyTxs => "too_many_txs",
             Outcome::MethodDenied => "method_denied",
             Outcome::UpstreamUnavailable => "upstream_unavailable",
+            Outcome::NoHealthyUpstream => "no_healthy_upstream",
             Outcome::UpstreamTimeout => "upstream_timeout",
             Outcome::InvalidParams => "invalid_params",
             Outcome::Screened => "screened",

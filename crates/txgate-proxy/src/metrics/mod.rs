@@ -32,6 +32,7 @@ pub mod client;
 pub mod conditional;
 pub mod http;
 pub mod limits;
+pub mod nodes;
 pub mod pacing;
 pub mod process;
 pub mod proxyd;
@@ -53,6 +54,7 @@ pub use client::ClientMetrics;
 pub use conditional::ConditionalMetrics;
 pub use http::{HttpMetrics, KNOWN_METHODS, Outcome};
 pub use limits::LimitMetrics;
+pub use nodes::{Failover, NodeMetrics, NodeSeries};
 pub use pacing::PacingMetrics;
 pub use process::ProcessMetrics;
 pub use proxyd::{HookError, ProxydMetrics};
@@ -79,6 +81,8 @@ pub struct Metrics {
     pub pacing: PacingMetrics,
     /// The upstream node.
     pub upstream: UpstreamMetrics,
+    /// The node group.
+    pub nodes: NodeMetrics,
     /// Screening.
     pub screen: ScreenMetrics,
     /// The sidecar link.
@@ -127,6 +131,7 @@ impl Metrics {
         let proxyd = ProxydMetrics::new(&r);
         let (client, limits) = (ClientMetrics::new(&r), LimitMetrics::new(&r));
         let pacing = PacingMetrics::new(&r);
+        let nodes = NodeMetrics::new(&r);
         let (admin, conditional) = (AdminMetrics::new(&r), ConditionalMetrics::new(&r));
         let (websocket, tls) = (WebSocketMetrics::new(&r), TlsMetrics::new(&r));
         Metrics {
@@ -143,6 +148,7 @@ impl Metrics {
             proxyd,
             http,
             upstream,
+            nodes,
             screen,
             sidecar,
             snapshot,

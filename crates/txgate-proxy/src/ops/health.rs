@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::limits::sync::FleetLink;
 use crate::metrics::Metrics;
-use crate::upstream::Upstream;
+use crate::upstream::group::{Nodes, probe_round};
 
 /// What `/readyz` reports.
 #[derive(Debug)]
@@ -323,11 +323,13 @@ impl Readiness {
     }
 }
 
-/// The probe task: `eth_chainId` every `interval`, until `stop`.
+/// The probe task: a round of node probes every `interval` (each within
+/// `timeout`), until `stop`.
 pub async fn probe_task(
-    upstream: Upstream,
+    nodes: Nodes,
     readiness: Arc<Readiness>,
     interval: Duration,
+    timeout: Duration,
     stop: CancellationToken,
 ) {
     let mut ticker = tokio::time::interval(interval);
@@ -339,7 +341,7 @@ pub async fn probe_task(
         }
         let up = tokio::select! {
             () = stop.cancelled() => return,
-            up = upstream.probe() => up,
+            up = probe_round(&nodes, timeout) => up,
         };
         readiness.set_upstream_up(up);
     }

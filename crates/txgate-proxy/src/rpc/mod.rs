@@ -36,11 +36,13 @@ use crate::limits::clients::Charged;
 use crate::limits::pacing::{Pace, PaceMark, Pacer, answered_with_result, batch_pace};
 use crate::metrics::{ClearedAs, Metrics, Outcome, UpstreamFailure};
 use crate::request::{Body, Client, Refuse, json_response, no_content};
-use crate::rpc::plan::{Plan, Route, frame_cost, frame_refusal};
+use crate::rpc::plan::{Plan, Route, Slot, frame_cost, frame_refusal};
 use crate::rpc::policy::MethodPolicy;
 use crate::rpc::rescue::Refusal;
 use crate::screening::{self, Stack};
-use crate::upstream::{Upstream, is_json_content_type};
+use crate::upstream::group::{CallError, Nodes, is_submission};
+use crate::upstream::is_json_content_type;
+use txgate_nodes::Role;
 
 /// Screening of the raw-transaction methods, when enabled.
 #[derive(Debug)]
@@ -86,7 +88,7 @@ struct From<'a> {
 /// Settings and handles shared by every clone of [`RpcService`].
 #[derive(Debug)]
 struct Shared {
-    upstream: Upstream,
+    upstream: Nodes,
     policy: MethodPolicy,
     metrics: Arc<Metrics>,
     max_body_bytes: usize,
@@ -137,7 +139,7 @@ impl RpcService {
     /// `process` what every worker shares.
     pub fn new(
         settings: RpcSettings<'_>,
-        upstream: Upstream,
+        upstream: Nodes,
         metrics: Arc<Metrics>,
         screen: Option<Arc<Screen>>,
         probe: Option<Arc<screening::ProbeClient>>,
@@ -464,9 +466,18 @@ impl Shared {
             return self.paced(answer, from, pace);
         }
         let mut accepted = false;
+        let role = self
+            .upstream
+            .role_for(&call.method, call.params.map(|p| p.get()), from.client);
+        let submission = is_submission(&call.method);
         let answer = match self
             .upstream
-            .call_within(body, self.sync.timeout(usize::from(sync.is_some())))
+            .call(
+                role,
+                !submission,
+                body,
+                self.sync.timeout(usize::from(sync.is_some())),
+            )
             .await
         {
             Ok(reply) if reply.status.is_success() || reply.is_json_rpc() => {
@@ -476,6 +487,9 @@ impl Shared {
                 accepted = !call.is_notification()
                     && self.tracks_acceptance(&call.method)
                     && answered_with_result(&reply.body);
+                if submission && let Some(client) = from.client {
+                    self.upstream.state().wrote(client);
+                }
                 if call.is_notification() {
                     (Outcome::Notification, no_content())
                 } else {
@@ -487,9 +501,7 @@ impl Shared {
                 self.metrics.upstream.failure(UpstreamFailure::Status);
                 self.refuse(Refusal::UpstreamUnavailable, call.id)
             }
-            Err(UpstreamFailure::Timeout) => self.refuse(Refusal::UpstreamTimeout, call.id),
-            Err(UpstreamFailure::Tls) => self.refuse(Refusal::UpstreamTls, call.id),
-            Err(_) => self.refuse(Refusal::UpstreamUnavailable, call.id),
+            Err(failure) => self.refuse(upstream_refusal(failure), call.id),
         };
         self.paced(answer, from, accepted.then_some(Pace::Cleared))
     }
@@ -508,8 +520,32 @@ impl Shared {
             })
             .await;
         let refused = plan.refused;
-        let (outcome, response, accepted) = self.answer_batch(entries, plan).await;
+        let (outcome, response, accepted) = self.answer_batch(entries, plan, from).await;
         self.paced((outcome, response), from, batch_pace(refused, accepted))
+    }
+
+    /// The role of the node a batch's forwarded calls go to, and whether
+    /// one of them submits (then the batch is never sent twice). A batch
+    /// of one role goes to it whole; one that mixes roles goes whole to
+    /// the sequencer, which serves every method.
+    fn batch_role(&self, entries: &[Entry<'_>], plan: &Plan, from: &From<'_>) -> (Role, bool) {
+        let mut role = None;
+        let mut submits = false;
+        for (entry, slot) in entries.iter().zip(&plan.slots) {
+            let Entry::Call(call) = entry else { continue };
+            if matches!(slot, Slot::Done(_)) {
+                continue;
+            }
+            submits |= is_submission(&call.method);
+            let its =
+                self.upstream
+                    .role_for(&call.method, call.params.map(|p| p.get()), from.client);
+            role = match role {
+                Some(prev) if prev != its => Some(Role::Sequencer),
+                _ => Some(its),
+            };
+        }
+        (role.unwrap_or(Role::Replica), submits)
     }
 
     /// The batch's answer, given its plan, and whether the node took one
@@ -518,6 +554,7 @@ impl Shared {
         &self,
         entries: &[Entry<'_>],
         mut plan: Plan,
+        from: &From<'_>,
     ) -> (Outcome, Response<Body>, bool) {
         let mut status = StatusCode::OK;
         let mut outcome = plan.outcome;
@@ -526,7 +563,12 @@ impl Shared {
         if let Some(body) = plan.upstream.take() {
             let awaiting = plan.awaits();
             let timeout = self.sync.timeout(plan.syncs.len());
-            failure = match self.upstream.call_within(Bytes::from(body), timeout).await {
+            let (role, submits) = self.batch_role(entries, &plan, from);
+            failure = match self
+                .upstream
+                .call(role, !submits, Bytes::from(body), timeout)
+                .await
+            {
                 // Only notifications went up: nothing to read back.
                 Ok(reply) if !awaiting && reply.status.is_success() => None,
                 Ok(reply) => match plan.settle(entries, &reply.body, |call| {
@@ -534,6 +576,9 @@ impl Shared {
                 }) {
                     Some(taken) => {
                         accepted = taken;
+                        if submits && let Some(client) = from.client {
+                            self.upstream.state().wrote(client);
+                        }
                         outcome = Outcome::Forwarded;
                         None
                     }
@@ -542,9 +587,7 @@ impl Shared {
                         Some(Refusal::UpstreamUnavailable)
                     }
                 },
-                Err(UpstreamFailure::Timeout) => Some(Refusal::UpstreamTimeout),
-                Err(UpstreamFailure::Tls) => Some(Refusal::UpstreamTls),
-                Err(_) => Some(Refusal::UpstreamUnavailable),
+                Err(failure) => Some(upstream_refusal(failure)),
             };
             if let Some(refusal) = &failure {
                 let class = refusal.class();
@@ -565,5 +608,15 @@ impl Shared {
             outcome = Outcome::Notification;
         }
         (outcome, no_content(), accepted)
+    }
+}
+
+/// The refusal of a call the node group could not answer.
+fn upstream_refusal(failure: CallError) -> Refusal {
+    match failure {
+        CallError::NoHealthy => Refusal::NoHealthyUpstream,
+        CallError::Upstream(UpstreamFailure::Timeout) => Refusal::UpstreamTimeout,
+        CallError::Upstream(UpstreamFailure::Tls) => Refusal::UpstreamTls,
+        CallError::Upstream(_) => Refusal::UpstreamUnavailable,
     }
 }

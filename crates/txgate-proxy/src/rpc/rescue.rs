@@ -63,6 +63,9 @@ pub enum Refusal {
     UpstreamTls,
     /// Upstream did not answer within the call timeout.
     UpstreamTimeout,
+    /// No healthy node of the call's role in the node group (HTTP 503,
+    /// -32603), answered at once.
+    NoHealthyUpstream,
     /// A screened call without a usable raw-transaction param (-32602).
     InvalidParams(&'static str),
     /// Refused by screening.
@@ -161,6 +164,11 @@ impl Refuse for Refusal {
                 code::INTERNAL_ERROR,
                 Outcome::UpstreamUnavailable,
             ),
+            Refusal::NoHealthyUpstream => Class::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                code::INTERNAL_ERROR,
+                Outcome::NoHealthyUpstream,
+            ),
             Refusal::UpstreamTimeout => Class::new(
                 StatusCode::GATEWAY_TIMEOUT,
                 code::INTERNAL_ERROR,
@@ -235,6 +243,7 @@ impl Refuse for Refusal {
                 "upstream unavailable: the TLS handshake with the node failed".into()
             }
             Refusal::UpstreamTimeout => "upstream timed out".into(),
+            Refusal::NoHealthyUpstream => "no healthy upstream".into(),
             Refusal::InvalidParams(message) => (*message).into(),
             Refusal::TooManySubscriptions {
                 max,

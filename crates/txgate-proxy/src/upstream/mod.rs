@@ -26,6 +26,7 @@ use http::header::HeaderValue;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use txgate_config::{AdmissionConfig, HttpUrl, UpstreamConfig};
 
+pub mod group;
 pub(crate) mod h1;
 pub(crate) mod tls;
 
@@ -83,6 +84,17 @@ pub struct Upstream {
     inner: Arc<Inner>,
 }
 
+/// A failed call: why, and whether the request was written whole (the
+/// node may have taken it).
+#[derive(Debug, Clone, Copy)]
+pub struct Failed {
+    /// Why it failed.
+    pub failure: UpstreamFailure,
+    /// The request reached the node's socket whole (a timeout after that,
+    /// or a broken connection, leaves unknown whether the node acted).
+    pub written: bool,
+}
+
 /// What went wrong on one attempt, and whether a retry is safe.
 struct Attempt {
     failure: UpstreamFailure,
@@ -137,14 +149,22 @@ impl Upstream {
         body: Bytes,
         timeout: Option<Duration>,
     ) -> Result<Reply, UpstreamFailure> {
+        self.exchange(body, timeout).await.map_err(|f| f.failure)
+    }
+
+    /// [`Upstream::call_within`], saying on failure whether the request
+    /// was written whole: one that was not cannot have been taken by the
+    /// node, so it may go to another.
+    pub async fn exchange(&self, body: Bytes, timeout: Option<Duration>) -> Result<Reply, Failed> {
         let inner = &self.inner;
         let started = Instant::now();
+        let written = std::sync::atomic::AtomicBool::new(false);
         let exchange = async {
             match self.checkout() {
-                Some(stream) => match self.attempt(stream, &body, false).await {
+                Some(stream) => match self.attempt(stream, &body, false, &written).await {
                     Err(Attempt { stale: true, .. }) => {
                         let stream = self.connect().await?;
-                        self.attempt(stream, &body, true)
+                        self.attempt(stream, &body, true, &written)
                             .await
                             .map_err(|a| a.failure)
                     }
@@ -152,7 +172,7 @@ impl Upstream {
                 },
                 None => {
                     let stream = self.connect().await?;
-                    self.attempt(stream, &body, true)
+                    self.attempt(stream, &body, true, &written)
                         .await
                         .map_err(|a| a.failure)
                 }
@@ -171,7 +191,10 @@ impl Upstream {
                 .observe(started.elapsed().as_secs_f64()),
             Err(kind) => inner.metrics.upstream.failure(*kind),
         }
-        result
+        result.map_err(|failure| Failed {
+            failure,
+            written: written.load(std::sync::atomic::Ordering::Relaxed),
+        })
     }
 
     /// Most recently used idle connection that is not too old.
@@ -206,7 +229,13 @@ impl Upstream {
 
     /// One request on `stream` (`fresh`: a new connection, on its first
     /// request); returns it to the pool when reusable.
-    async fn attempt(&self, mut stream: Conn, body: &Bytes, fresh: bool) -> Result<Reply, Attempt> {
+    async fn attempt(
+        &self,
+        mut stream: Conn,
+        body: &Bytes,
+        fresh: bool,
+        written_whole: &std::sync::atomic::AtomicBool,
+    ) -> Result<Reply, Attempt> {
         let inner = &self.inner;
         let written = if stream.is_tls() {
             // One buffer, one record and one syscall: TLS writes each
@@ -234,6 +263,7 @@ impl Upstream {
                 stale: true,
             });
         }
+        written_whole.store(true, std::sync::atomic::Ordering::Relaxed);
 
         let mut reader = ResponseReader::new(inner.max_response_bytes);
         let mut buf = BytesMut::with_capacity(4096);

@@ -1,0 +1,135 @@
+//! The node group's metrics: each node's state, head and calls, labelled
+//! by the node's name (never its URL, which may carry an API key); the
+//! agreed head; failovers and calls with nowhere to go.
+
+use prometheus::{HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
+
+use super::http::LATENCY_BUCKETS;
+use super::registrar::Registrar;
+
+/// Why a call went to another node than the first chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failover {
+    /// The request was never written whole (connect or write failed).
+    NotWritten,
+    /// A read failed after it was written and was asked again elsewhere.
+    ReadRetry,
+}
+
+impl Failover {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Failover::NotWritten => "not_written",
+            Failover::ReadRetry => "read_retry",
+        }
+    }
+}
+
+/// The node group.
+pub struct NodeMetrics {
+    up: IntGaugeVec,
+    head: IntGaugeVec,
+    lag: IntGaugeVec,
+    calls: IntCounterVec,
+    duration: HistogramVec,
+    failovers: IntCounterVec,
+    no_healthy: IntCounterVec,
+    /// The group's agreed head (0 before one is known).
+    pub agreed_head: IntGauge,
+    /// Probes that failed, all nodes.
+    pub probe_failures: IntCounter,
+}
+
+impl std::fmt::Debug for NodeMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeMetrics").finish_non_exhaustive()
+    }
+}
+
+/// One node's series, taken once when the group is built.
+#[derive(Debug, Clone)]
+pub struct NodeSeries {
+    /// 1 while the node takes calls.
+    pub up: IntGauge,
+    /// Its last reported head.
+    pub head: IntGauge,
+    /// Blocks behind the group's best head.
+    pub lag: IntGauge,
+    /// Calls sent to it.
+    pub calls: IntCounter,
+    /// Its round trips.
+    pub duration: prometheus::Histogram,
+}
+
+impl NodeMetrics {
+    pub(crate) fn new(r: &Registrar<'_>) -> NodeMetrics {
+        NodeMetrics {
+            up: r.gauge_vec(
+                "upstream_node_up",
+                "1 while the node takes calls (healthy, by probe and by its answers)",
+                &["node", "role"],
+            ),
+            head: r.gauge_vec(
+                "upstream_node_head",
+                "The node's head block, from its last probe",
+                &["node"],
+            ),
+            lag: r.gauge_vec(
+                "upstream_node_lag_blocks",
+                "Blocks the node's head is behind the group's best head",
+                &["node"],
+            ),
+            calls: r.counter_vec(
+                "upstream_node_calls_total",
+                "Calls (and batches) sent to the node",
+                &["node"],
+            ),
+            duration: r.histogram_vec(
+                "upstream_node_duration_seconds",
+                "The node's round trips, request to full body",
+                LATENCY_BUCKETS,
+                &["node"],
+            ),
+            failovers: r.counter_vec(
+                "upstream_failovers_total",
+                "Calls sent to another node than the first chosen, by reason",
+                &["reason"],
+            ),
+            no_healthy: r.counter_vec(
+                "upstream_no_healthy_total",
+                "Calls answered 503 because no node of their role was healthy, by role",
+                &["role"],
+            ),
+            agreed_head: r.gauge(
+                "upstream_agreed_head",
+                "The block a quorum of healthy nodes has reached; latest reads are served at it",
+            ),
+            probe_failures: r.counter(
+                "upstream_probe_failures_total",
+                "Node health probes that failed (error, timeout, or an answer without a result)",
+            ),
+        }
+    }
+
+    /// The series of the node `name` of `role`.
+    pub fn node(&self, name: &str, role: &str) -> NodeSeries {
+        NodeSeries {
+            up: self.up.with_label_values(&[name, role]),
+            head: self.head.with_label_values(&[name]),
+            lag: self.lag.with_label_values(&[name]),
+            calls: self.calls.with_label_values(&[name]),
+            duration: self.duration.with_label_values(&[name]),
+        }
+    }
+
+    /// Counts one failover.
+    pub fn failover(&self, why: Failover) {
+        self.failovers.with_label_values(&[why.as_str()]).inc();
+    }
+
+    /// Counts one call with no healthy node of `role`.
+    pub fn no_healthy(&self, role: &str) {
+        self.no_healthy.with_label_values(&[role]).inc();
+    }
+}

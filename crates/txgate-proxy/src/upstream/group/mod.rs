@@ -1,0 +1,224 @@
+//! The node group: each worker's clients to every node, and the choice of
+//! node for each call.
+//!
+//! A call goes to a node of its role ([`txgate_nodes::route`]: reads to
+//! healthy replicas, falling back to the sequencer; submissions to the
+//! sequencer, or op-conductor's leader; bundle methods to a builder when
+//! one is configured), weighted least-outstanding among those healthy
+//! ([`txgate_nodes::choose`]), so a slow node gets less.
+//!
+//! **Failover.** A call whose request was never written whole (connect
+//! refused or timed out, the TLS handshake failed, the write failed) goes
+//! to the next healthy node of its role, always: the node cannot have
+//! taken it. A read that fails after it was written (connection reset or
+//! closed, timeout, a 5xx without JSON-RPC) is asked once more on another
+//! node, within the call's own deadline. A submission that was written is
+//! never sent again: the node may have taken it, and a second node would
+//! then see it twice (HEURISTICS.md, "Node group"). Every failure is also
+//! a passive health signal: a connect failure takes the node out at once,
+//! a run of failed calls soon after.
+//!
+//! The short form (`[upstream] url` alone) is one node used whatever its
+//! probe says, as before the group existed: a call it fails is answered
+//! 502 or 504.
+
+mod probe;
+mod state;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use txgate_config::{AdmissionConfig, NodeSet, UpstreamConfig};
+use txgate_nodes::{Passive, Role};
+
+pub use probe::probe_round;
+pub use state::{GroupState, MAX_RECENT_WRITERS};
+
+use super::{Failed, Reply, Upstream};
+use crate::metrics::{Failover, Metrics, UpstreamFailure};
+
+/// Why a call through the group got no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallError {
+    /// The node (the last one tried) failed it.
+    Upstream(UpstreamFailure),
+    /// No healthy node of its role (HTTP 503, -32603).
+    NoHealthy,
+}
+
+/// One worker's clients to the group's nodes; clones share them.
+#[derive(Debug, Clone)]
+pub struct Nodes {
+    clients: Arc<[Upstream]>,
+    state: Arc<GroupState>,
+    call_timeout: Duration,
+    metrics: Arc<Metrics>,
+}
+
+impl Nodes {
+    /// Clients to every node of `set` (each with its own pool and TLS
+    /// settings), sharing `state` with every other worker.
+    pub fn new(
+        set: &NodeSet,
+        up: &UpstreamConfig,
+        admission: &AdmissionConfig,
+        metrics: Arc<Metrics>,
+        state: Arc<GroupState>,
+    ) -> Result<Nodes, String> {
+        let clients = set
+            .nodes()
+            .iter()
+            .map(|node| {
+                let mut own = up.clone();
+                own.tls = node.tls.clone();
+                Upstream::new(&node.url, &own, admission, metrics.clone())
+                    .map_err(|e| format!("upstream node {}: {e}", node.name))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Nodes {
+            clients: clients.into(),
+            state,
+            call_timeout: up.call_timeout,
+            metrics,
+        })
+    }
+
+    /// The shared state.
+    pub fn state(&self) -> &Arc<GroupState> {
+        &self.state
+    }
+
+    /// Node `i`'s client.
+    pub(crate) fn client(&self, i: usize) -> Option<&Upstream> {
+        self.clients.get(i)
+    }
+
+    /// Where a call of `method` with `params` from `client` goes: its
+    /// role, turned to the sequencer for a read of the `pending` block or
+    /// a read of the client's own writes within the window.
+    pub fn role_for(
+        &self,
+        method: &str,
+        params: Option<&str>,
+        client: Option<std::net::IpAddr>,
+    ) -> Role {
+        let pending_subscription = method == "eth_subscribe"
+            && params.is_some_and(|p| p.contains("newPendingTransactions"));
+        let role = self.state.role_of(method, pending_subscription);
+        if role != Role::Replica || self.state.is_short_form() {
+            return role;
+        }
+        let pending = params.is_some_and(|p| p.contains("\"pending\""));
+        let recent = txgate_nodes::reads_own_writes(method)
+            && client.is_some_and(|c| self.state.wrote_lately(c));
+        if txgate_nodes::needs_sequencer(method, pending, recent) {
+            Role::Sequencer
+        } else {
+            role
+        }
+    }
+
+    /// Posts `body` to a node of `role` and reads the answer within
+    /// `timeout` (`None`: the call timeout), failing over as the module
+    /// doc says; `resend` says whether the body may be sent again after it
+    /// was written (reads: once).
+    pub async fn call(
+        &self,
+        role: Role,
+        resend: bool,
+        body: Bytes,
+        timeout: Option<Duration>,
+    ) -> Result<Reply, CallError> {
+        if self.state.is_short_form() {
+            let only = &self.clients[0];
+            return only
+                .call_within(body, timeout)
+                .await
+                .map_err(CallError::Upstream);
+        }
+        let deadline = Instant::now() + timeout.unwrap_or(self.call_timeout);
+        let metrics = &self.metrics;
+        let mut tried: Vec<usize> = Vec::with_capacity(2);
+        let mut resent = false;
+        let mut last = None;
+        loop {
+            let snapshot = self.state.snapshot();
+            let candidates = txgate_nodes::route(role, &snapshot, false)
+                .map(|i| (i, snapshot.weight(i), self.state.outstanding(i)));
+            let Some(i) = txgate_nodes::choose(candidates, &tried, self.state.tiebreak()) else {
+                return Err(match last {
+                    Some(failure) => CallError::Upstream(failure),
+                    None => {
+                        metrics.nodes.no_healthy(role.as_str());
+                        CallError::NoHealthy
+                    }
+                });
+            };
+            tried.push(i);
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(CallError::Upstream(UpstreamFailure::Timeout));
+            }
+            let started = Instant::now();
+            let answer = {
+                let _in_flight = self.state.begin(i);
+                self.clients[i].exchange(body.clone(), Some(left)).await
+            };
+            match answer {
+                Ok(reply) if reply.status.is_server_error() && !reply.is_json_rpc() => {
+                    self.state.passive(i, Passive::Failed);
+                    if resend && !resent {
+                        resent = true;
+                        metrics.nodes.failover(Failover::ReadRetry);
+                        last = Some(UpstreamFailure::Status);
+                        continue;
+                    }
+                    return Ok(reply);
+                }
+                Ok(reply) => {
+                    self.state.passive(i, Passive::Ok);
+                    if let Some(series) = self.state.series(i) {
+                        series.duration.observe(started.elapsed().as_secs_f64());
+                    }
+                    return Ok(reply);
+                }
+                Err(Failed {
+                    failure,
+                    written: false,
+                }) => {
+                    let signal = match failure {
+                        UpstreamFailure::Connect | UpstreamFailure::Tls | UpstreamFailure::Io => {
+                            Passive::ConnectFailed
+                        }
+                        _ => Passive::Failed,
+                    };
+                    self.state.passive(i, signal);
+                    metrics.nodes.failover(Failover::NotWritten);
+                    last = Some(failure);
+                }
+                Err(Failed {
+                    failure,
+                    written: true,
+                }) => {
+                    self.state.passive(i, Passive::Failed);
+                    if !(resend && !resent) || failure == UpstreamFailure::TooLarge {
+                        return Err(CallError::Upstream(failure));
+                    }
+                    resent = true;
+                    metrics.nodes.failover(Failover::ReadRetry);
+                    last = Some(failure);
+                }
+            }
+        }
+    }
+}
+
+/// Whether `method` submits something: once written to a node it is
+/// never sent to another (the node may have taken it).
+pub fn is_submission(method: &str) -> bool {
+    method.starts_with("eth_send") || method.starts_with("mev_send") || method == "eth_cancelBundle"
+}
+
+#[cfg(test)]
+mod tests;
