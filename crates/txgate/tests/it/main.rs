@@ -22,6 +22,7 @@ mod faults_upstream;
 mod fleet;
 mod fleet_redis;
 mod hostile_http;
+mod node_group;
 mod observability;
 mod pacing;
 mod passthrough;

@@ -172,7 +172,11 @@ pub struct Anvil {
 
 impl Anvil {
     pub async fn start() -> Anvil {
-        let port = free_port();
+        Anvil::start_on(free_port()).await
+    }
+
+    /// An anvil on `port` (a node restarted where it was).
+    pub async fn start_on(port: u16) -> Anvil {
         let child = Command::new(foundry_tool("anvil"))
             .args([
                 "--host",

@@ -147,12 +147,13 @@ impl Nodes {
             let candidates = txgate_nodes::route(role, &snapshot, false)
                 .map(|i| (i, snapshot.weight(i), self.state.outstanding(i)));
             let Some(i) = txgate_nodes::choose(candidates, &tried, self.state.tiebreak()) else {
+                // Every node of the role is out, or failed before the
+                // request was written (a failure after it is answered
+                // where it happens).
+                metrics.nodes.no_healthy(role.as_str());
                 return Err(match last {
-                    Some(failure) => CallError::Upstream(failure),
-                    None => {
-                        metrics.nodes.no_healthy(role.as_str());
-                        CallError::NoHealthy
-                    }
+                    Some(failure) if resent => CallError::Upstream(failure),
+                    _ => CallError::NoHealthy,
                 });
             };
             tried.push(i);
@@ -202,7 +203,7 @@ impl Nodes {
                     written: true,
                 }) => {
                     self.state.passive(i, Passive::Failed);
-                    if !(resend && !resent) || failure == UpstreamFailure::TooLarge {
+                    if !resend || resent || failure == UpstreamFailure::TooLarge {
                         return Err(CallError::Upstream(failure));
                     }
                     resent = true;
