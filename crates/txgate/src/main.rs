@@ -102,7 +102,7 @@ async fn run(settings: Settings, cli: Cli) -> ExitCode {
     let config = &settings;
     let workers = config.server.effective_workers();
     let (listen, admin) = (config.server.listen, config.admin.listen);
-    let upstream_url = config.upstream.url.clone();
+    let upstream_url = summary::node_names(config).unwrap_or_else(|| config.upstream.url.clone());
     let screening = summary::screening_mode(config);
     let sidecar = match summary::sidecar_sources(config) {
         sources if sources.is_empty() => "none".to_string(),

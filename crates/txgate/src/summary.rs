@@ -168,8 +168,25 @@ fn tls_line(config: &Config) -> String {
     )
 }
 
+/// A node group's nodes by name and role (never their URLs, which may
+/// carry API keys); `None` for the one-node short form.
+pub(crate) fn node_names(settings: &Settings) -> Option<String> {
+    let nodes = settings.nodes();
+    (!nodes.is_short_form()).then(|| {
+        nodes
+            .nodes()
+            .iter()
+            .map(|n| format!("{} ({})", n.name, n.role.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    })
+}
+
 /// The node, and for https:// what it is trusted by.
 fn upstream_line(settings: &Settings) -> String {
+    if let Some(names) = node_names(settings) {
+        return format!("group: {names}");
+    }
     let up = &settings.upstream;
     match settings.upstream_url().is_tls() {
         true => format!(
