@@ -103,8 +103,16 @@ pub fn check_tls(settings: &Settings) -> Result<(), String> {
 }
 
 /// The client config of a TLS node, built once to refuse bad files at
-/// start (each pool builds its own).
+/// start (each pool builds its own); and what the node group cannot do
+/// yet, refused rather than silently ignored.
 fn check_upstream_tls(settings: &Settings) -> Result<(), String> {
+    if settings.nodes().conductor().is_some() {
+        return Err(
+            "`upstream.conductor_url`: following op-conductor's leader is not \
+                    supported yet; list only the active sequencer"
+                .into(),
+        );
+    }
     let mut urls = vec![settings.upstream_url()];
     if settings.websocket.enabled {
         urls.push(settings.websocket_url());

@@ -237,9 +237,9 @@ impl Upstream {
         written_whole: &std::sync::atomic::AtomicBool,
     ) -> Result<Reply, Attempt> {
         let inner = &self.inner;
-        // A stale pooled connection's retry starts again: nothing of an
-        // answer came back, so the node did not take the first.
-        written_whole.store(false, std::sync::atomic::Ordering::Relaxed);
+        // Once a request was written whole it stays written, even when a
+        // stale pooled connection is retried on a fresh one: the node may
+        // have taken the first before closing.
         let written = if stream.is_tls() {
             // One buffer, one record and one syscall: TLS writes each
             // piece it is handed as its own record.

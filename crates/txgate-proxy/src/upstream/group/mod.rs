@@ -109,6 +109,12 @@ impl Nodes {
         if role != Role::Replica || self.state.is_short_form() {
             return role;
         }
+        if is_submission(method) {
+            // Whatever the method map says, a submission is the
+            // sequencer's: a replica would take it into a pool no block
+            // is built from.
+            return Role::Sequencer;
+        }
         let pending = params.is_some_and(|p| p.contains("\"pending\""));
         let recent = txgate_nodes::reads_own_writes(method)
             && client.is_some_and(|c| self.state.wrote_lately(c));
@@ -142,11 +148,19 @@ impl Nodes {
         let mut tried: Vec<usize> = Vec::with_capacity(2);
         let mut resent = false;
         let mut last = None;
+        let mut role = role;
         loop {
             let snapshot = self.state.snapshot();
             let candidates = txgate_nodes::route(role, &snapshot, false)
                 .map(|i| (i, snapshot.weight(i), self.state.outstanding(i)));
-            let Some(i) = txgate_nodes::choose(candidates, &tried, self.state.tiebreak()) else {
+            let chosen = txgate_nodes::choose(candidates, &tried, self.state.tiebreak());
+            if chosen.is_none() && role == Role::Replica {
+                // Every healthy replica was tried: a read falls back to
+                // the sequencer, as when none is healthy.
+                role = Role::Sequencer;
+                continue;
+            }
+            let Some(i) = chosen else {
                 // Every node of the role is out, or failed before the
                 // request was written (a failure after it is answered
                 // where it happens).
@@ -188,13 +202,12 @@ impl Nodes {
                     failure,
                     written: false,
                 }) => {
-                    let signal = match failure {
-                        UpstreamFailure::Connect | UpstreamFailure::Tls | UpstreamFailure::Io => {
-                            Passive::ConnectFailed
-                        }
-                        _ => Passive::Failed,
-                    };
-                    self.state.passive(i, signal);
+                    if matches!(
+                        failure,
+                        UpstreamFailure::Connect | UpstreamFailure::Tls | UpstreamFailure::Io
+                    ) {
+                        self.state.passive(i, Passive::ConnectFailed);
+                    }
                     metrics.nodes.failover(Failover::NotWritten);
                     last = Some(failure);
                 }
@@ -202,7 +215,12 @@ impl Nodes {
                     failure,
                     written: true,
                 }) => {
-                    self.state.passive(i, Passive::Failed);
+                    // A broken connection counts against the node; a slow
+                    // or oversized answer may be the call's own doing (a
+                    // huge eth_getLogs), so it does not.
+                    if failure == UpstreamFailure::Io {
+                        self.state.passive(i, Passive::Failed);
+                    }
                     if !resend || resent || failure == UpstreamFailure::TooLarge {
                         return Err(CallError::Upstream(failure));
                     }

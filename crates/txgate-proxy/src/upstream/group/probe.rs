@@ -26,10 +26,14 @@ const PROBE: &[u8] = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params
 pub async fn probe_round(nodes: &Nodes, timeout: Duration) -> bool {
     let state = nodes.state();
     if state.is_short_form() {
-        return match nodes.client(0) {
+        let up = match nodes.client(0) {
             Some(only) => only.probe().await,
             None => false,
         };
+        if let Some(series) = state.series(0) {
+            series.up.set(i64::from(up));
+        }
+        return up;
     }
     let results = join_all((0..state.len()).map(|i| probe(nodes, i, timeout))).await;
     let metrics = state.metrics();

@@ -91,6 +91,7 @@ impl GroupState {
             tiebreak: AtomicU64::new(0),
             writes: up
                 .read_your_writes
+                .filter(|_| !nodes.is_short_form())
                 .map(|window| Mutex::new(RecentWrites::new(millis(window), MAX_RECENT_WRITERS))),
             series,
             epoch: Instant::now(),
@@ -289,8 +290,10 @@ impl GroupState {
             .nodes
             .agreed_head
             .set(snapshot.agreed_head().map_or(0, |h| h as i64));
-        drop(group);
+        // Stored while the group is still locked, so two publishers cannot
+        // store their snapshots out of order.
         *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = snapshot;
+        drop(group);
     }
 }
 
