@@ -47,6 +47,24 @@ pub fn error(id: Option<Id<'_>>, code: i64, message: &str, data: Option<&RawValu
     Bytes::from(out)
 }
 
+/// Writes `call` as a lone request under the caller's own id (a
+/// notification stays one).
+pub fn write_call(out: &mut Vec<u8>, call: &Call<'_>) {
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",");
+    if let Some(id) = &call.id {
+        out.extend_from_slice(b"\"id\":");
+        out.extend_from_slice(id.as_str().as_bytes());
+        out.push(b',');
+    }
+    out.extend_from_slice(b"\"method\":");
+    write_str(out, &call.method);
+    if let Some(params) = call.params {
+        out.extend_from_slice(b",\"params\":");
+        out.extend_from_slice(params.get().as_bytes());
+    }
+    out.push(b'}');
+}
+
 /// Writes `call` for an upstream batch, with `upstream_id` in place of the
 /// caller's id (notifications stay notifications).
 pub fn write_upstream_call(out: &mut Vec<u8>, call: &Call<'_>, upstream_id: usize) {

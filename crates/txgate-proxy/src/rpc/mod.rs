@@ -9,6 +9,7 @@
 
 pub mod bundle;
 pub mod conditional;
+mod latest;
 mod plan;
 pub mod policy;
 pub mod rescue;
@@ -466,6 +467,38 @@ impl Shared {
             return self.paced(answer, from, pace);
         }
         let mut accepted = false;
+        // A group serves `latest` at its agreed head: eth_blockNumber from
+        // txgate, block-tagged reads pinned to it.
+        let head = self.upstream.agreed_head();
+        if let Some(head) = head
+            && latest::answers_locally(&call.method)
+        {
+            return match call.id {
+                Some(id) => (
+                    Outcome::Forwarded,
+                    json_response(
+                        StatusCode::OK,
+                        Bytes::from(latest::block_number_answer(id.as_str(), head)),
+                    ),
+                ),
+                None => (Outcome::Notification, no_content()),
+            };
+        }
+        let pinned = head.and_then(|head| latest::pin(&call.method, call.params, head));
+        let at_head = pinned.is_some();
+        let body = match &pinned {
+            Some(params) => {
+                let mut out = Vec::with_capacity(body.len() + 16);
+                let call = Call {
+                    id: call.id,
+                    method: call.method.clone(),
+                    params: Some(params),
+                };
+                txgate_jsonrpc::encode::write_call(&mut out, &call);
+                Bytes::from(out)
+            }
+            None => body,
+        };
         let role = self
             .upstream
             .role_for(&call.method, call.params.map(|p| p.get()), from.client);
@@ -475,6 +508,7 @@ impl Shared {
             .call(
                 role,
                 !submission,
+                at_head,
                 body,
                 self.sync.timeout(usize::from(sync.is_some())),
             )
@@ -515,9 +549,14 @@ impl Shared {
         from: &From<'_>,
     ) -> (Outcome, Response<Body>) {
         let plan = self
-            .plan(entries, from, true, body_len, |index, _| {
-                Ok(Route::Forward(index))
-            })
+            .plan(
+                entries,
+                from,
+                true,
+                body_len,
+                self.upstream.agreed_head(),
+                |index, _| Ok(Route::Forward(index)),
+            )
             .await;
         let refused = plan.refused;
         let (outcome, response, accepted) = self.answer_batch(entries, plan, from).await;
@@ -566,7 +605,7 @@ impl Shared {
             let (role, submits) = self.batch_role(entries, &plan, from);
             failure = match self
                 .upstream
-                .call(role, !submits, Bytes::from(body), timeout)
+                .call(role, !submits, plan.at_head, Bytes::from(body), timeout)
                 .await
             {
                 // Only notifications went up: nothing to read back.

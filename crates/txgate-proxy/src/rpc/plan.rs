@@ -21,7 +21,7 @@ use futures_util::stream::{self, StreamExt};
 use txgate_jsonrpc::encode::{self, UpstreamBatch, UpstreamResponse};
 use txgate_jsonrpc::{Call, Entry, Frame, FrameError, Id, code};
 
-use super::{From, Shared, bundle, conditional};
+use super::{From, Shared, bundle, conditional, latest};
 use crate::metrics::Outcome;
 use crate::request::Refuse;
 use crate::rpc::rescue::{Refusal, refused_submissions};
@@ -144,6 +144,9 @@ pub(super) struct Plan {
     /// The sync slots of the calls that pass, held until they are
     /// answered.
     pub(super) syncs: Vec<SyncSlot>,
+    /// Some forwarded read was pinned to the group's agreed head: the
+    /// message goes only to a node at or above it.
+    pub(super) at_head: bool,
 }
 
 impl Plan {
@@ -159,9 +162,11 @@ impl Plan {
         syncs: Vec<(usize, SyncSlot)>,
         batch: bool,
         size: usize,
+        pin: Option<u64>,
         mut route: impl FnMut(usize, &Call<'_>) -> Result<Route, Refusal>,
     ) -> Plan {
         let refused = refused_submissions(&verdicts);
+        let mut at_head = false;
         let mut slots = Vec::with_capacity(entries.len());
         let mut upstream = Vec::with_capacity(size + 16 * entries.len());
         if batch {
@@ -185,11 +190,35 @@ impl Plan {
                         }
                     }
                     Ok(Route::Skip) => Slot::Silent,
+                    // The group's agreed head answers eth_blockNumber.
+                    Ok(Route::Forward(_))
+                        if pin.is_some() && latest::answers_locally(&call.method) =>
+                    {
+                        match (call.id, pin) {
+                            (Some(id), Some(head)) => {
+                                Slot::Done(latest::block_number_answer(id.as_str(), head))
+                            }
+                            _ => Slot::Silent,
+                        }
+                    }
                     Ok(Route::Forward(upstream_id)) => {
                         if forwarded > 0 {
                             upstream.push(b',');
                         }
-                        encode::write_upstream_call(&mut upstream, call, upstream_id);
+                        let pinned =
+                            pin.and_then(|head| latest::pin(&call.method, call.params, head));
+                        match &pinned {
+                            Some(params) => {
+                                at_head = true;
+                                let call = Call {
+                                    id: call.id,
+                                    method: call.method.clone(),
+                                    params: Some(params),
+                                };
+                                encode::write_upstream_call(&mut upstream, &call, upstream_id);
+                            }
+                            None => encode::write_upstream_call(&mut upstream, call, upstream_id),
+                        }
                         forwarded += 1;
                         if call.is_notification() {
                             Slot::Silent
@@ -211,6 +240,7 @@ impl Plan {
             outcome: first_refusal.unwrap_or(Outcome::Forwarded),
             refused,
             syncs: syncs.into_iter().map(|(_, slot)| slot).collect(),
+            at_head,
         }
     }
 
@@ -318,10 +348,11 @@ impl Shared {
         from: &From<'_>,
         batch: bool,
         size: usize,
+        pin: Option<u64>,
         route: impl FnMut(usize, &Call<'_>) -> Result<Route, Refusal>,
     ) -> Plan {
         let (verdicts, syncs) = self.verdicts(entries, from).await;
-        Plan::new(entries, verdicts, syncs, batch, size, route)
+        Plan::new(entries, verdicts, syncs, batch, size, pin, route)
     }
 
     /// Policy and screening of every call of a message, in the caller's
@@ -406,7 +437,15 @@ mod tests {
         route: impl FnMut(usize, &Call<'_>) -> Result<Route, Refusal>,
     ) -> Plan {
         let verdicts = vec![None, None, Some(Refusal::MethodDenied), None, None];
-        Plan::new(entries, verdicts, Vec::new(), true, BATCH.len(), route)
+        Plan::new(
+            entries,
+            verdicts,
+            Vec::new(),
+            true,
+            BATCH.len(),
+            None,
+            route,
+        )
     }
 
     /// A raw transaction costs one submission, a bundle one per
@@ -435,6 +474,31 @@ mod tests {
             Slot::Done(out) => json(out),
             other => panic!("not answered: {other:?}"),
         }
+    }
+
+    /// Over a node group, eth_blockNumber is answered at the agreed head
+    /// and a `latest` read is pinned to it; other reads go as sent.
+    #[test]
+    fn a_group_serves_latest_at_its_agreed_head() {
+        let body = br#"[{"jsonrpc":"2.0","id":"n","method":"eth_blockNumber"},{"jsonrpc":"2.0","id":2,"method":"eth_getBalance","params":["0xab","latest"]},{"jsonrpc":"2.0","id":3,"method":"eth_getBalance","params":["0xab","0x1"]}]"#;
+        let entries = entries(body);
+        let plan = Plan::new(
+            &entries,
+            vec![None, None, None],
+            Vec::new(),
+            true,
+            body.len(),
+            Some(0x10),
+            |i, _| Ok(Route::Forward(i)),
+        );
+        assert_eq!(done(&plan.slots[0])["result"], "0x10");
+        assert_eq!(done(&plan.slots[0])["id"], "n");
+        assert!(plan.at_head);
+        assert_eq!(
+            String::from_utf8(plan.upstream.unwrap()).unwrap(),
+            r#"[{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0xab","0x10"]},{"jsonrpc":"2.0","id":2,"method":"eth_getBalance","params":["0xab","0x1"]}]"#
+        );
+        assert_eq!(plan.forwarded, 2);
     }
 
     #[test]
@@ -470,6 +534,7 @@ mod tests {
             Vec::new(),
             false,
             body.len(),
+            None,
             |_, _| Ok(Route::Forward(42)),
         );
         assert_eq!(

@@ -11,7 +11,10 @@
 //!   and once restarted it takes reads again;
 //! - the sequencer killed: submissions are answered at once with 503
 //!   -32603 "no healthy upstream" and `/readyz` says not ready; restarted,
-//!   submissions flow.
+//!   submissions flow;
+//! - while the nodes' heads differ, a client polling `eth_blockNumber` and
+//!   reading `latest` never sees the chain go backwards, and a `latest`
+//!   read never lands on a node below the agreed head.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -172,11 +175,20 @@ async fn reads_spread_over_replicas_and_submissions_reach_only_the_sequencer() {
         assert!(by_hash(replica, &hash).await.is_null(), "a replica got it");
     }
     // Within the read-your-writes window, the client's receipt comes from
-    // the sequencer (a replica has never heard of it).
+    // the sequencer: a replica has never heard of the transaction, so any
+    // receipt at all is the sequencer's (asked again for a moment while
+    // anvil mines it on a loaded machine).
     let body = json!({"jsonrpc": "2.0", "id": 2, "method": "eth_getTransactionReceipt",
         "params": [hash]});
-    let (_, receipt) = rpc_json(&g.txgate.url, &body.to_string()).await;
-    assert!(receipt["result"].is_object(), "{receipt}");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let (_, receipt) = rpc_json(&g.txgate.url, &body.to_string()).await;
+        if receipt["result"].is_object() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no receipt: {receipt}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,4 +280,89 @@ async fn the_sequencer_killed_answers_submissions_at_once_and_readiness_follows(
     assert!(answer["result"].is_string(), "{answer}");
     let (status, _, _) = get(&format!("{}/readyz", g.txgate.admin_url)).await;
     assert_eq!(status, 200);
+}
+
+async fn mine(node: &Anvil, blocks: u64) {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "anvil_mine",
+        "params": [format!("0x{blocks:x}")]});
+    let (status, answer) = rpc_json(&node.url, &body.to_string()).await;
+    assert_eq!(status, 200, "{answer}");
+}
+
+impl Group {
+    async fn agreed_head(&self) -> f64 {
+        let (_, _, body) = get(&format!("{}/metrics", self.txgate.admin_url)).await;
+        metric(
+            std::str::from_utf8(&body).unwrap(),
+            "txgate_upstream_agreed_head",
+        )
+    }
+
+    async fn wait_agreed(&self, head: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.agreed_head().await != head as f64 {
+            assert!(
+                Instant::now() < deadline,
+                "agreed head never reached {head}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn block_number(&self) -> u64 {
+        let body = r#"{"jsonrpc":"2.0","id":"b","method":"eth_blockNumber","params":[]}"#;
+        let (status, answer) = rpc_json(&self.txgate.url, body).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["id"], "b");
+        u64::from_str_radix(
+            answer["result"].as_str().unwrap().trim_start_matches("0x"),
+            16,
+        )
+        .unwrap()
+    }
+
+    async fn latest_block(&self) -> u64 {
+        let body =
+            r#"{"jsonrpc":"2.0","id":3,"method":"eth_getBlockByNumber","params":["latest",false]}"#;
+        let (status, answer) = rpc_json(&self.txgate.url, body).await;
+        assert_eq!(status, 200, "{answer}");
+        let number = answer["result"]["number"].as_str().expect("a block");
+        u64::from_str_radix(number.trim_start_matches("0x"), 16).unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latest_never_goes_backwards_while_the_nodes_heads_differ() {
+    let g = group().await;
+    // Heads 10 (sequencer), 12 and 6 (replicas): a majority has 10.
+    mine(&g.sequencer, 10).await;
+    mine(&g.replicas[0], 12).await;
+    mine(&g.replicas[1], 6).await;
+    g.wait_agreed(10).await;
+    // A latest read goes only to a node at or above the agreed head: the
+    // replica at 6 never answers one, and the block is the agreed one.
+    for _ in 0..20 {
+        assert_eq!(g.marker("latest").await.unwrap(), 1);
+    }
+    assert_eq!(g.latest_block().await, 10);
+
+    let mut seen = Vec::new();
+    for round in 0..45 {
+        if round == 15 {
+            mine(&g.replicas[1], 10).await; // 16: the majority has 12
+        }
+        if round == 30 {
+            mine(&g.sequencer, 8).await; // 18: the majority has 16
+        }
+        seen.push(g.block_number().await);
+        seen.push(g.latest_block().await);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    assert!(
+        seen.windows(2).all(|w| w[0] <= w[1]),
+        "went backwards: {seen:?}"
+    );
+    assert_eq!(seen.first(), Some(&10), "{seen:?}");
+    g.wait_agreed(16).await;
+    assert_eq!(g.block_number().await, 16);
 }

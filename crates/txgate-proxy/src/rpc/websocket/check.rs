@@ -229,42 +229,49 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
     let mut pending = Vec::new();
     let mut private = false;
     let plan = shared
-        .plan(&entries, &from, checked.batch, text.len(), |index, call| {
-            let sub = match call.method.as_ref() {
-                "eth_subscribe" => Sub::Subscribe,
-                "eth_unsubscribe" => Sub::Unsubscribe(first_string_param(call.params)),
-                _ => Sub::None,
-            };
-            if let Sub::Subscribe = sub {
-                // A subscription without an id could never be told its id:
-                // not opened (and no answer owed).
-                if call.is_notification() {
-                    return Ok(Route::Skip);
+        .plan(
+            &entries,
+            &from,
+            checked.batch,
+            text.len(),
+            None,
+            |index, call| {
+                let sub = match call.method.as_ref() {
+                    "eth_subscribe" => Sub::Subscribe,
+                    "eth_unsubscribe" => Sub::Unsubscribe(first_string_param(call.params)),
+                    _ => Sub::None,
+                };
+                if let Sub::Subscribe = sub {
+                    // A subscription without an id could never be told its id:
+                    // not opened (and no answer owed).
+                    if call.is_notification() {
+                        return Ok(Route::Skip);
+                    }
+                    conn.reserve_subscription().inspect_err(|_| {
+                        shared.metrics.websocket.subscriptions_refused.inc();
+                    })?;
                 }
-                conn.reserve_subscription().inspect_err(|_| {
-                    shared.metrics.websocket.subscriptions_refused.inc();
-                })?;
-            }
-            private |= !super::lane::carries(&call.method);
-            if call.is_notification() {
-                // Forwarded as a notification: the node owes no answer, so
-                // nothing waits for one.
-                return Ok(Route::Forward(0));
-            }
-            let upstream_id = conn.upstream_id();
-            pending.push((
-                upstream_id as u64,
-                Pending {
-                    message,
-                    index,
-                    caller_id: call.id.map(|i| i.as_str().to_owned()),
-                    sub,
-                    submission: shared.screens(&call.method),
-                    lane: None,
-                },
-            ));
-            Ok(Route::Forward(upstream_id))
-        })
+                private |= !super::lane::carries(&call.method);
+                if call.is_notification() {
+                    // Forwarded as a notification: the node owes no answer, so
+                    // nothing waits for one.
+                    return Ok(Route::Forward(0));
+                }
+                let upstream_id = conn.upstream_id();
+                pending.push((
+                    upstream_id as u64,
+                    Pending {
+                        message,
+                        index,
+                        caller_id: call.id.map(|i| i.as_str().to_owned()),
+                        sub,
+                        submission: shared.screens(&call.method),
+                        lane: None,
+                    },
+                ));
+                Ok(Route::Forward(upstream_id))
+            },
+        )
         .await;
     checked.timeout = shared.sync.timeout(plan.syncs.len());
     checked.held._syncs = plan.syncs;

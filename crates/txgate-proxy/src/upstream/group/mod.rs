@@ -89,6 +89,15 @@ impl Nodes {
         &self.state
     }
 
+    /// The block `latest` reads are served at (`None`: the short form, or
+    /// no quorum of healthy nodes yet).
+    pub fn agreed_head(&self) -> Option<u64> {
+        if self.state.is_short_form() {
+            return None;
+        }
+        self.state.agreed_head()
+    }
+
     /// Node `i`'s client.
     pub(crate) fn client(&self, i: usize) -> Option<&Upstream> {
         self.clients.get(i)
@@ -133,6 +142,7 @@ impl Nodes {
         &self,
         role: Role,
         resend: bool,
+        at_head: bool,
         body: Bytes,
         timeout: Option<Duration>,
     ) -> Result<Reply, CallError> {
@@ -151,7 +161,7 @@ impl Nodes {
         let mut role = role;
         loop {
             let snapshot = self.state.snapshot();
-            let candidates = txgate_nodes::route(role, &snapshot, false)
+            let candidates = txgate_nodes::route(role, &snapshot, at_head)
                 .map(|i| (i, snapshot.weight(i), self.state.outstanding(i)));
             let chosen = txgate_nodes::choose(candidates, &tried, self.state.tiebreak());
             if chosen.is_none() && role == Role::Replica {
