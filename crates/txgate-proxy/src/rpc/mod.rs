@@ -13,6 +13,7 @@ mod latest;
 mod plan;
 pub mod policy;
 pub mod rescue;
+mod split;
 pub mod sync;
 pub mod websocket;
 
@@ -37,7 +38,7 @@ use crate::limits::clients::Charged;
 use crate::limits::pacing::{Pace, PaceMark, Pacer, answered_with_result, batch_pace};
 use crate::metrics::{ClearedAs, Metrics, Outcome, UpstreamFailure};
 use crate::request::{Body, Client, Refuse, json_response, no_content};
-use crate::rpc::plan::{Plan, Route, Slot, frame_cost, frame_refusal};
+use crate::rpc::plan::{Plan, Route, frame_cost, frame_refusal};
 use crate::rpc::policy::MethodPolicy;
 use crate::rpc::rescue::Refusal;
 use crate::screening::{self, Stack};
@@ -563,30 +564,6 @@ impl Shared {
         self.paced((outcome, response), from, batch_pace(refused, accepted))
     }
 
-    /// The role of the node a batch's forwarded calls go to, and whether
-    /// one of them submits (then the batch is never sent twice). A batch
-    /// of one role goes to it whole; one that mixes roles goes whole to
-    /// the sequencer, which serves every method.
-    fn batch_role(&self, entries: &[Entry<'_>], plan: &Plan, from: &From<'_>) -> (Role, bool) {
-        let mut role = None;
-        let mut submits = false;
-        for (entry, slot) in entries.iter().zip(&plan.slots) {
-            let Entry::Call(call) = entry else { continue };
-            if matches!(slot, Slot::Done(_)) {
-                continue;
-            }
-            submits |= is_submission(&call.method);
-            let its =
-                self.upstream
-                    .role_for(&call.method, call.params.map(|p| p.get()), from.client);
-            role = match role {
-                Some(prev) if prev != its => Some(Role::Sequencer),
-                _ => Some(its),
-            };
-        }
-        (role.unwrap_or(Role::Replica), submits)
-    }
-
     /// The batch's answer, given its plan, and whether the node took one
     /// of its screened submissions.
     async fn answer_batch(
@@ -602,7 +579,34 @@ impl Shared {
         if let Some(body) = plan.upstream.take() {
             let awaiting = plan.awaits();
             let timeout = self.sync.timeout(plan.syncs.len());
-            let (role, submits) = self.batch_role(entries, &plan, from);
+            let parts = self.parts(entries, &plan, from);
+            if parts.len() > 1 && !self.upstream.state().is_short_form() {
+                // Roles mixed: one batch per role, at once.
+                let settled = self.answer_parts(entries, &mut plan, parts, timeout).await;
+                if settled.wrote
+                    && let Some(client) = from.client
+                {
+                    self.upstream.state().wrote(client);
+                }
+                accepted = settled.accepted;
+                if settled.answered {
+                    outcome = Outcome::Forwarded;
+                } else if let Some(refusal) = &settled.failure {
+                    let class = refusal.class();
+                    status = class.status;
+                    outcome = class.outcome;
+                }
+                plan.close(entries, None);
+                failure = if settled.answered {
+                    None
+                } else {
+                    settled.failure
+                };
+                return self.batch_response(plan, status, outcome, failure, accepted);
+            }
+            let (role, submits) = parts
+                .first()
+                .map_or((Role::Replica, false), |p| (p.role, p.submits));
             failure = match self
                 .upstream
                 .call(role, !submits, plan.at_head, Bytes::from(body), timeout)
@@ -635,7 +639,18 @@ impl Shared {
             }
             plan.close(entries, failure.as_ref());
         }
+        self.batch_response(plan, status, outcome, failure, accepted)
+    }
 
+    /// The batch's response from its settled plan.
+    fn batch_response(
+        &self,
+        plan: Plan,
+        status: StatusCode,
+        mut outcome: Outcome,
+        failure: Option<Refusal>,
+        accepted: bool,
+    ) -> (Outcome, Response<Body>, bool) {
         if let Some(body) = plan::answer(plan.slots, true) {
             return (outcome, json_response(status, body), accepted);
         }

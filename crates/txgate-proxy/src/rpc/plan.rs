@@ -147,6 +147,9 @@ pub(super) struct Plan {
     /// Some forwarded read was pinned to the group's agreed head: the
     /// message goes only to a node at or above it.
     pub(super) at_head: bool,
+    /// The entries forwarded, in order (their upstream ids are the
+    /// route's).
+    pub(super) forwarded_at: Vec<usize>,
 }
 
 impl Plan {
@@ -167,6 +170,7 @@ impl Plan {
     ) -> Plan {
         let refused = refused_submissions(&verdicts);
         let mut at_head = false;
+        let mut forwarded_at = Vec::new();
         let mut slots = Vec::with_capacity(entries.len());
         let mut upstream = Vec::with_capacity(size + 16 * entries.len());
         if batch {
@@ -220,6 +224,7 @@ impl Plan {
                             None => encode::write_upstream_call(&mut upstream, call, upstream_id),
                         }
                         forwarded += 1;
+                        forwarded_at.push(index);
                         if call.is_notification() {
                             Slot::Silent
                         } else {
@@ -241,6 +246,7 @@ impl Plan {
             refused,
             syncs: syncs.into_iter().map(|(_, slot)| slot).collect(),
             at_head,
+            forwarded_at,
         }
     }
 
@@ -260,11 +266,24 @@ impl Plan {
         body: &[u8],
         taken: impl Fn(&Call<'_>) -> bool,
     ) -> Option<bool> {
+        self.settle_part(entries, body, taken, None)
+    }
+
+    /// [`Plan::settle`] for the calls at `part` only (`None`: all), the
+    /// part of a batch sent to one node.
+    pub(super) fn settle_part(
+        &mut self,
+        entries: &[Entry<'_>],
+        body: &[u8],
+        taken: impl Fn(&Call<'_>) -> bool,
+        part: Option<&[usize]>,
+    ) -> Option<bool> {
+        let in_part = |index: usize| part.is_none_or(|part| part.contains(&index));
         let mut accepted = false;
         match encode::parse_upstream_batch(body)? {
             UpstreamBatch::Responses(responses) => {
                 for response in &responses {
-                    let Some(index) = response.index() else {
+                    let Some(index) = response.index().filter(|i| in_part(*i)) else {
                         continue;
                     };
                     if let (Some(slot), Some(Entry::Call(call))) =
@@ -278,8 +297,10 @@ impl Plan {
             // The node refused the message as a whole: every forwarded
             // call gets its error, under its own id.
             UpstreamBatch::Whole(response) if response.error().is_some() => {
-                for (slot, entry) in self.slots.iter_mut().zip(entries) {
-                    if let Entry::Call(call) = entry {
+                for (index, (slot, entry)) in self.slots.iter_mut().zip(entries).enumerate() {
+                    if let Entry::Call(call) = entry
+                        && in_part(index)
+                    {
                         slot.answer(&response, call.id.map(|i| i.as_str()));
                     }
                 }
@@ -292,10 +313,23 @@ impl Plan {
     /// Answers every call still awaiting the node: with `failure`, else
     /// (the node left it out of its answer) with an internal error.
     pub(super) fn close(&mut self, entries: &[Entry<'_>], failure: Option<&Refusal>) {
-        for (slot, entry) in self.slots.iter_mut().zip(entries) {
+        self.close_part(entries, failure, None);
+    }
+
+    /// [`Plan::close`] for the calls at `part` only (`None`: all).
+    pub(super) fn close_part(
+        &mut self,
+        entries: &[Entry<'_>],
+        failure: Option<&Refusal>,
+        part: Option<&[usize]>,
+    ) {
+        for (index, (slot, entry)) in self.slots.iter_mut().zip(entries).enumerate() {
             let (Slot::Awaiting, Entry::Call(call)) = (&slot, entry) else {
                 continue;
             };
+            if part.is_some_and(|part| !part.contains(&index)) {
+                continue;
+            }
             let id = call.id.map(|i| i.as_str());
             match failure {
                 Some(refusal) => slot.fail(refusal, id),

@@ -189,6 +189,42 @@ async fn reads_spread_over_replicas_and_submissions_reach_only_the_sequencer() {
         assert!(Instant::now() < deadline, "no receipt: {receipt}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+
+    // A batch mixing reads and a submission is split by role: the reads
+    // are the replicas', the submission the sequencer's, the answers in
+    // the caller's order under its ids.
+    let raw = sender.sign(1, Address::repeat_byte(0x11), &[], 1, 1_000_000_000);
+    let read = |id: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "eth_getBalance",
+            "params": [format!("{MARKER}"), "0x0"]})
+    };
+    let batch = json!([
+        read("a"),
+        {"jsonrpc": "2.0", "id": "tx", "method": "eth_sendRawTransaction", "params": [raw]},
+        read("b"),
+        read("c"),
+    ]);
+    let (status, answers) = rpc_json(&g.txgate.url, &batch.to_string()).await;
+    assert_eq!(status, 200, "{answers}");
+    let ids: Vec<&str> = answers
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["a", "tx", "b", "c"], "{answers}");
+    for i in [0, 2, 3] {
+        let marker = answers[i]["result"].as_str().unwrap();
+        assert!(
+            marker == "0x1" || marker == "0x2",
+            "a read went to the sequencer: {answers}"
+        );
+    }
+    let hash = answers[1]["result"].as_str().expect("a hash").to_string();
+    assert!(by_hash(&g.sequencer, &hash).await.is_object());
+    for replica in &g.replicas {
+        assert!(by_hash(replica, &hash).await.is_null(), "a replica got it");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,8 +296,22 @@ async fn the_sequencer_killed_answers_submissions_at_once_and_readiness_follows(
         answer["error"]["message"], "no healthy upstream",
         "{answer}"
     );
-    // Reads still have the replicas.
+    // Reads still have the replicas, alone and beside a submission in a
+    // batch: only the submission's part fails.
     assert!(g.marker("latest").await.is_ok());
+    let batch = json!([
+        {"jsonrpc": "2.0", "id": 1, "method": "eth_getBalance",
+            "params": [format!("{MARKER}"), "0x0"]},
+        {"jsonrpc": "2.0", "id": 2, "method": "eth_sendRawTransaction", "params": [raw]},
+    ]);
+    let (status, answers) = rpc_json(&g.txgate.url, &batch.to_string()).await;
+    assert_eq!(status, 200, "{answers}");
+    assert!(answers[0]["result"].is_string(), "{answers}");
+    assert_eq!(answers[1]["error"]["code"], -32603, "{answers}");
+    assert_eq!(
+        answers[1]["error"]["message"], "no healthy upstream",
+        "{answers}"
+    );
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let (status, _, _) = get(&format!("{}/readyz", g.txgate.admin_url)).await;
