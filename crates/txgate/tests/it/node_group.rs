@@ -14,7 +14,12 @@
 //!   submissions flow;
 //! - while the nodes' heads differ, a client polling `eth_blockNumber` and
 //!   reading `latest` never sees the chain go backwards, and a `latest`
-//!   read never lands on a node below the agreed head.
+//!   read never lands on a node below the agreed head;
+//! - a replica frozen (SIGSTOP) under read load is out within a few
+//!   probes, and no read started after that fails; a replica whose head
+//!   stands still while the others' advance is out after
+//!   `max_head_age_ms`; one lagging by more than `max_block_lag` is out,
+//!   and back once it catches up.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -48,6 +53,11 @@ async fn mark(node: &Anvil, wei: u64) {
 
 /// The three nodes, marked, and txgate over them, ready (every node in).
 async fn group() -> Group {
+    group_with("call_timeout_ms = 5000").await
+}
+
+/// [`group`] with more `[upstream]` keys.
+async fn group_with(upstream: &str) -> Group {
     let sequencer = Anvil::start().await;
     let replicas = [Anvil::start().await, Anvil::start().await];
     mark(&replicas[0], 1).await;
@@ -58,7 +68,7 @@ async fn group() -> Group {
 health_interval_ms = 200
 probe_timeout_ms = 500
 recover_after = 1
-call_timeout_ms = 5000
+{}
 
 [[upstream.nodes]]
 name = "seq"
@@ -75,7 +85,7 @@ name = "r2"
 url = "{}"
 role = "replica"
 "#,
-        sequencer.url, replicas[0].url, replicas[1].url
+        upstream, sequencer.url, replicas[0].url, replicas[1].url
     ));
     let txgate = Txgate::spawn(&[
         "--config",
@@ -415,4 +425,89 @@ async fn latest_never_goes_backwards_while_the_nodes_heads_differ() {
     assert_eq!(seen.first(), Some(&10), "{seen:?}");
     g.wait_agreed(16).await;
     assert_eq!(g.block_number().await, 16);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_replica_is_out_within_a_few_probes_and_then_costs_no_read() {
+    let g = group_with("call_timeout_ms = 1500\nfail_after = 2").await;
+    let stop_at = Instant::now() + Duration::from_secs(4);
+    let url = g.txgate.url.clone();
+    let readers: Vec<_> = (0..10)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let mut reads = Vec::new();
+                let body = json!({"jsonrpc": "2.0", "id": 7, "method": "eth_getBalance",
+                    "params": [format!("{MARKER}"), "0x0"]})
+                .to_string();
+                while Instant::now() < stop_at {
+                    let started = Instant::now();
+                    let ok = match rpc(&url, &body).await {
+                        Ok((status, _, bytes)) if status == 200 => {
+                            serde_json::from_slice::<Value>(&bytes).unwrap()["result"].is_string()
+                        }
+                        _ => false,
+                    };
+                    reads.push((started, ok));
+                }
+                reads
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let frozen_at = Instant::now();
+    g.replicas[0].proc.signal(libc::SIGSTOP);
+    g.wait_in("r1", false).await;
+    let out_at = Instant::now();
+    // Two probes of 200 ms that time out at 500 ms, or five calls: well
+    // inside two seconds.
+    assert!(
+        out_at - frozen_at < Duration::from_secs(2),
+        "out after {:?}",
+        out_at - frozen_at
+    );
+    let mut after = 0;
+    for reader in readers {
+        for (started, ok) in reader.await.unwrap() {
+            if started > out_at {
+                after += 1;
+                assert!(ok, "a read started after the replica was out failed");
+            }
+        }
+    }
+    assert!(after > 50, "only {after} reads after the replica went out");
+    g.replicas[0].proc.signal(libc::SIGCONT);
+    g.wait_in("r1", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_head_stands_still_or_lags_is_out_and_back_when_it_catches_up() {
+    let g = group_with("max_head_age_ms = 1500\nmax_block_lag = 8").await;
+    // The others advance, the first replica's head stands still.
+    for _ in 0..4 {
+        mine(&g.sequencer, 1).await;
+        mine(&g.replicas[1], 1).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    g.wait_in("r1", false).await;
+    // It moves again, to the others' head: back.
+    mine(&g.replicas[0], 4).await;
+    g.wait_in("r1", true).await;
+
+    // Lagging by more than max_block_lag: out, though its head moves.
+    mine(&g.sequencer, 12).await;
+    mine(&g.replicas[1], 12).await;
+    mine(&g.replicas[0], 1).await;
+    g.wait_in("r1", false).await;
+    let mut seen = BTreeMap::new();
+    for _ in 0..20 {
+        *seen.entry(g.marker("0x0").await.unwrap()).or_insert(0) += 1;
+    }
+    assert_eq!(
+        seen.get(&1),
+        None,
+        "the lagging replica took reads: {seen:?}"
+    );
+    mine(&g.replicas[0], 11).await;
+    g.wait_in("r1", true).await;
 }
