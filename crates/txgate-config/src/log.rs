@@ -12,6 +12,12 @@ pub const DEFAULT_LOG_LEVEL: &str = "info";
 pub const DEFAULT_REFUSALS_PER_SEC: u32 = 10;
 /// Default refusal lines at once, per reason, before the rate applies.
 pub const DEFAULT_REFUSALS_BURST: u32 = 20;
+/// Default lines a second about forwarded submissions (target
+/// `txgate::submission`): operators asked proxyd for one line per
+/// submission; a rate keeps a flood from filling the disk.
+pub const DEFAULT_SUBMISSIONS_PER_SEC: u32 = 10;
+/// Default submission lines at once before the rate applies.
+pub const DEFAULT_SUBMISSIONS_BURST: u32 = 20;
 /// Most refusal lines a second per reason that may be asked for.
 pub const MAX_REFUSALS_PER_SEC: u32 = 1000;
 
@@ -52,6 +58,13 @@ pub struct LogConfig {
     pub refusals_per_sec: u32,
     /// Refusal lines at once, per reason.
     pub refusals_burst: u32,
+    /// Lines (target `txgate::submission`) a second about forwarded
+    /// submissions: tx hash, node, duration, the node's answer or error;
+    /// the others are counted in `txgate_submission_log_suppressed_total`.
+    /// 0: none.
+    pub submissions_per_sec: u32,
+    /// Submission lines at once.
+    pub submissions_burst: u32,
 }
 
 impl LogConfig {
@@ -81,6 +94,21 @@ impl LogConfig {
                 "must be at least 1 while log.refusals_per_sec is set",
             ));
         }
+        if self.submissions_per_sec > MAX_REFUSALS_PER_SEC {
+            return Err(ConfigError::new(
+                "log.submissions_per_sec",
+                format!(
+                    "{} is more than {MAX_REFUSALS_PER_SEC} lines a second",
+                    self.submissions_per_sec
+                ),
+            ));
+        }
+        if self.submissions_per_sec > 0 && self.submissions_burst == 0 {
+            return Err(ConfigError::new(
+                "log.submissions_burst",
+                "must be at least 1 while log.submissions_per_sec is set",
+            ));
+        }
         Ok(())
     }
 }
@@ -92,6 +120,8 @@ impl Default for LogConfig {
             level: DEFAULT_LOG_LEVEL.to_string(),
             refusals_per_sec: DEFAULT_REFUSALS_PER_SEC,
             refusals_burst: DEFAULT_REFUSALS_BURST,
+            submissions_per_sec: DEFAULT_SUBMISSIONS_PER_SEC,
+            submissions_burst: DEFAULT_SUBMISSIONS_BURST,
         }
     }
 }

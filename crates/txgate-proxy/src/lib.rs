@@ -474,6 +474,10 @@ impl Proxy {
                     &self.config.log,
                     &self.metrics.screen,
                 )),
+                submissions: Arc::new(rpc::submission_log::SubmissionLog::new(
+                    &self.config.log,
+                    self.metrics.nodes.submission_log_suppressed.clone(),
+                )),
                 conditions: self.conditions.clone(),
                 sync: Arc::new(rpc::sync::SyncCalls::new(
                     config.admission.effective_max_sync_in_flight(),

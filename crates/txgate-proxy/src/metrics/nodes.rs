@@ -2,9 +2,11 @@
 //! by the node's name (never its URL, which may carry an API key); the
 //! agreed head; failovers and calls with nowhere to go.
 
-use prometheus::{HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
+use std::collections::HashMap;
 
-use super::http::LATENCY_BUCKETS;
+use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
+
+use super::http::{KNOWN_METHODS, LATENCY_BUCKETS};
 use super::registrar::Registrar;
 
 /// Why a call went to another node than the first chosen.
@@ -39,6 +41,11 @@ pub struct NodeMetrics {
     pub agreed_head: IntGauge,
     /// Probes that failed, all nodes.
     pub probe_failures: IntCounter,
+    /// Submission log lines left out over `log.submissions_per_sec`.
+    pub submission_log_suppressed: IntCounter,
+    by_method: HashMap<&'static str, Histogram>,
+    other_method: Histogram,
+    batch: Histogram,
 }
 
 impl std::fmt::Debug for NodeMetrics {
@@ -64,7 +71,24 @@ pub struct NodeSeries {
 
 impl NodeMetrics {
     pub(crate) fn new(r: &Registrar<'_>) -> NodeMetrics {
+        let by_method = r.histogram_vec(
+            "upstream_method_duration_seconds",
+            "Upstream round trips of lone calls by method (unlisted: other; batches: batch), \
+             failovers included",
+            LATENCY_BUCKETS,
+            &["method"],
+        );
         NodeMetrics {
+            by_method: KNOWN_METHODS
+                .iter()
+                .map(|m| (*m, by_method.with_label_values(&[*m])))
+                .collect(),
+            other_method: by_method.with_label_values(&["other"]),
+            batch: by_method.with_label_values(&["batch"]),
+            submission_log_suppressed: r.counter(
+                "submission_log_suppressed_total",
+                "Forwarded-submission log lines left out over log.submissions_per_sec",
+            ),
             up: r.gauge_vec(
                 "upstream_node_up",
                 "1 while the node takes calls (healthy, by probe and by its answers)",
@@ -121,6 +145,16 @@ impl NodeMetrics {
             calls: self.calls.with_label_values(&[name]),
             duration: self.duration.with_label_values(&[name]),
         }
+    }
+
+    /// The round-trip histogram of a lone call of `method`.
+    pub fn method(&self, method: &str) -> &Histogram {
+        self.by_method.get(method).unwrap_or(&self.other_method)
+    }
+
+    /// The round-trip histogram of batches.
+    pub fn batch(&self) -> &Histogram {
+        &self.batch
     }
 
     /// Counts one failover.

@@ -14,6 +14,7 @@ mod plan;
 pub mod policy;
 pub mod rescue;
 mod split;
+pub mod submission_log;
 pub mod sync;
 pub mod websocket;
 
@@ -67,6 +68,8 @@ struct Screening {
 pub struct PerProcess {
     /// The refusal log.
     pub refusals: Arc<screening::RefusalLog>,
+    /// The forwarded-submission log.
+    pub submissions: Arc<submission_log::SubmissionLog>,
     /// The checks on conditional transactions.
     pub conditions: Arc<conditional::Conditions>,
     /// The cap and timeout of sync calls.
@@ -91,6 +94,8 @@ struct From<'a> {
 #[derive(Debug)]
 struct Shared {
     upstream: Nodes,
+    /// One line per forwarded submission, rate-limited.
+    submissions: Arc<submission_log::SubmissionLog>,
     policy: MethodPolicy,
     metrics: Arc<Metrics>,
     max_body_bytes: usize,
@@ -149,6 +154,7 @@ impl RpcService {
     ) -> Self {
         let PerProcess {
             refusals,
+            submissions,
             conditions,
             sync,
             websockets,
@@ -171,6 +177,7 @@ impl RpcService {
         RpcService {
             shared: Arc::new(Shared {
                 upstream,
+                submissions,
                 policy: MethodPolicy::new(rpc.policy, &rpc.methods),
                 metrics,
                 max_body_bytes: rpc.max_body_bytes,
@@ -504,7 +511,8 @@ impl Shared {
             .upstream
             .role_for(&call.method, call.params.map(|p| p.get()), from.client);
         let submission = is_submission(&call.method);
-        let answer = match self
+        let started = Instant::now();
+        let result = self
             .upstream
             .call(
                 role,
@@ -513,8 +521,33 @@ impl Shared {
                 body,
                 self.sync.timeout(usize::from(sync.is_some())),
             )
-            .await
-        {
+            .await;
+        let took = started.elapsed();
+        if result.is_ok() {
+            self.metrics
+                .nodes
+                .method(&call.method)
+                .observe(took.as_secs_f64());
+        }
+        if submission {
+            self.submissions.forwarded(
+                Instant::now(),
+                &submission_log::Forwarded {
+                    method: &call.method,
+                    params: call.params,
+                    node: result
+                        .as_ref()
+                        .map_or("", |reply| self.upstream.state().name(reply.node)),
+                    duration: took,
+                    answer: match &result {
+                        Ok(reply) => Ok(&reply.body),
+                        Err(failure) => Err(upstream_refusal(*failure).class().outcome.as_str()),
+                    },
+                    client: from.client,
+                },
+            );
+        }
+        let answer = match result {
             Ok(reply) if reply.status.is_success() || reply.is_json_rpc() => {
                 // A submission the node took ends its client's streak of
                 // refusals (one the node refused does not); looked at only
@@ -607,11 +640,18 @@ impl Shared {
             let (role, submits) = parts
                 .first()
                 .map_or((Role::Replica, false), |p| (p.role, p.submits));
-            failure = match self
+            let started = Instant::now();
+            let result = self
                 .upstream
                 .call(role, !submits, plan.at_head, Bytes::from(body), timeout)
-                .await
-            {
+                .await;
+            if result.is_ok() {
+                self.metrics
+                    .nodes
+                    .batch()
+                    .observe(started.elapsed().as_secs_f64());
+            }
+            failure = match result {
                 // Only notifications went up: nothing to read back.
                 Ok(reply) if !awaiting && reply.status.is_success() => None,
                 Ok(reply) => match plan.settle(entries, &reply.body, |call| {

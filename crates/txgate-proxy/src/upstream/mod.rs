@@ -42,6 +42,9 @@ pub struct Reply {
     pub status: StatusCode,
     /// Its body.
     pub body: Bytes,
+    /// The node that answered (its index in the group; 0 in the short
+    /// form).
+    pub node: usize,
 }
 
 impl Reply {
@@ -303,6 +306,7 @@ impl Upstream {
                     return Ok(Reply {
                         status: response.status,
                         body: response.body,
+                        node: 0,
                     });
                 }
                 Ok(None) => {

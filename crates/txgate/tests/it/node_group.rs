@@ -184,6 +184,21 @@ async fn reads_spread_over_replicas_and_submissions_reach_only_the_sequencer() {
     for replica in &g.replicas {
         assert!(by_hash(replica, &hash).await.is_null(), "a replica got it");
     }
+    // One log line says which node took it, how long it took, what it said.
+    let logged = |line: &String| {
+        serde_json::from_str::<Value>(line).is_ok_and(|v| {
+            v["message"] == "submission forwarded"
+                && v["node"] == "seq"
+                && v["tx_hash"] == hash.as_str()
+                && v["outcome"] == "accepted"
+                && v["duration_ms"].is_u64()
+        })
+    };
+    let lines = g
+        .txgate
+        .logs_until(Duration::from_secs(5), |lines| lines.iter().any(logged))
+        .await;
+    assert!(lines.iter().any(logged), "no submission line: {lines:?}");
     // Within the read-your-writes window, the client's receipt comes from
     // the sequencer: a replica has never heard of the transaction, so any
     // receipt at all is the sequencer's (asked again for a moment while

@@ -201,7 +201,8 @@ impl Nodes {
                     }
                     return Ok(reply);
                 }
-                Ok(reply) => {
+                Ok(mut reply) => {
+                    reply.node = i;
                     self.state.passive(i, Passive::Ok);
                     if let Some(series) = self.state.series(i) {
                         series.duration.observe(started.elapsed().as_secs_f64());
