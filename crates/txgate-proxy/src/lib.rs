@@ -192,6 +192,7 @@ impl Proxy {
             &config.screen.chain_ids,
             metrics.clone(),
         ));
+        readiness.set_nodes(group.clone());
         let probe_nodes = Nodes::new(
             settings.nodes(),
             &config.upstream,

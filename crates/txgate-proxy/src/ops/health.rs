@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::limits::sync::FleetLink;
 use crate::metrics::Metrics;
-use crate::upstream::group::{Nodes, probe_round};
+use crate::upstream::group::{GroupState, Nodes, probe_round};
 
 /// What `/readyz` reports.
 #[derive(Debug)]
@@ -22,6 +22,8 @@ pub struct Readiness {
     failed: Mutex<Option<String>>,
     /// The link to the fleet's Redis, when one is configured.
     redis: std::sync::OnceLock<Arc<FleetLink>>,
+    /// The node group, for its nodes' states.
+    nodes: std::sync::OnceLock<Arc<GroupState>>,
     metrics: Arc<Metrics>,
 }
 
@@ -116,6 +118,7 @@ impl Readiness {
             snapshot: AtomicU8::new(0),
             failed: Mutex::new(None),
             redis: std::sync::OnceLock::new(),
+            nodes: std::sync::OnceLock::new(),
             metrics,
         }
     }
@@ -124,6 +127,20 @@ impl Readiness {
     /// readiness: without Redis, limits are local and txgate serves).
     pub fn set_redis(&self, link: Arc<FleetLink>) {
         let _ = self.redis.set(link);
+    }
+
+    /// Reports the node group's nodes in `/readyz`.
+    pub fn set_nodes(&self, group: Arc<GroupState>) {
+        let _ = self.nodes.set(group);
+    }
+
+    /// The node group, once set (`None` in the short form, whose one node
+    /// is `upstream`).
+    pub fn nodes(&self) -> Option<&GroupState> {
+        self.nodes
+            .get()
+            .map(|group| &**group)
+            .filter(|group| !group.is_short_form())
     }
 
     /// The fleet's Redis link, when one is configured.

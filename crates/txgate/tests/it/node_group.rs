@@ -346,6 +346,17 @@ async fn the_sequencer_killed_answers_submissions_at_once_and_readiness_follows(
         assert!(Instant::now() < deadline, "/readyz stayed ready");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // It lists every node by name, with its state, head and lag.
+    let (_, _, body) = get(&format!("{}/readyz", g.txgate.admin_url)).await;
+    let ready: Value = serde_json::from_slice(&body).unwrap();
+    let nodes = ready["nodes"].as_array().expect("nodes");
+    let names: Vec<&str> = nodes.iter().map(|n| n["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["seq", "r1", "r2"], "{ready}");
+    assert_eq!(nodes[0]["state"], "out", "{ready}");
+    assert_eq!(nodes[0]["role"], "sequencer", "{ready}");
+    assert_eq!(nodes[1]["state"], "in", "{ready}");
+    assert_eq!(nodes[1]["head"], 0, "{ready}");
+    assert_eq!(nodes[1]["lag"], 0, "{ready}");
 
     g.sequencer = Anvil::start_on(port).await;
     fund(&g.sequencer.url, &[sender.address]).await;

@@ -26,6 +26,8 @@ pub use bans::{AdminBody, Bans};
 use crate::metrics::Metrics;
 use crate::ops::health::Readiness;
 use crate::request::Body;
+use crate::upstream::group::GroupState;
+use txgate_nodes::Status;
 
 /// What the admin listener serves.
 #[derive(Debug)]
@@ -113,6 +115,21 @@ pub fn route<B>(req: &Request<B>, metrics: &Metrics, readiness: &Readiness) -> R
                     "limits": if link.up() { "fleet" } else { "local" },
                 })),
                 "failed": readiness.failed(),
+                "agreed_head": readiness.nodes().and_then(GroupState::agreed_head),
+                "nodes": readiness.nodes().map(|group| group.states().into_iter().map(|(name, s)| {
+                    let (state, reason) = match s.status {
+                        Status::In => ("in", None),
+                        Status::Out(reason) => ("out", Some(reason.as_str())),
+                    };
+                    serde_json::json!({
+                        "name": name,
+                        "role": s.role.as_str(),
+                        "state": state,
+                        "reason": reason,
+                        "head": s.head,
+                        "lag": s.lag,
+                    })
+                }).collect::<Vec<_>>()),
             });
             let body = format!("{body}\n");
             let mut response = text(status, body.into());
