@@ -11,6 +11,10 @@
 //! other. [`UpstreamConfig::node_set`](crate::UpstreamConfig::node_set)
 //! checks either into a [`NodeSet`], the one entry point for the proxy.
 //!
+//! This module knows nothing of [`UpstreamConfig`](crate::UpstreamConfig):
+//! `upstream.rs` hands it the keys it checks ([`GroupKeys`]), so the
+//! imports go one way, from `upstream` to `nodes`.
+//!
 //! A node's `name` labels its metrics and log lines; its URL never does,
 //! since it may carry an API key.
 
@@ -21,8 +25,10 @@ use serde::Deserialize;
 
 use crate::error::ConfigError;
 use crate::tls::UpstreamTlsConfig;
-use crate::upstream::{DEFAULT_UPSTREAM, UpstreamConfig};
 use crate::url::HttpUrl;
+
+/// Default upstream node (`upstream.url`): the short form's one node.
+pub const DEFAULT_UPSTREAM: &str = "http://127.0.0.1:8546";
 
 /// Default probe deadline: half the default `health_interval_ms`, so a
 /// probe ends before the next is due, and ample for a node's
@@ -195,14 +201,35 @@ impl NodeSet {
     }
 }
 
-/// Checks `url`, `nodes`, `methods`, `conductor_url` and the TLS tables of
-/// `up` into a [`NodeSet`].
-pub(crate) fn node_set(up: &UpstreamConfig) -> Result<NodeSet, ConfigError> {
+/// The `[upstream]` keys a [`NodeSet`] is checked from, borrowed from
+/// [`UpstreamConfig`](crate::UpstreamConfig).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GroupKeys<'a> {
+    /// `upstream.url`.
+    pub url: &'a str,
+    /// `[[upstream.nodes]]`.
+    pub nodes: &'a [NodeConfig],
+    /// `[upstream.methods]`.
+    pub methods: &'a BTreeMap<String, Role>,
+    /// `upstream.conductor_url`.
+    pub conductor_url: &'a str,
+    /// `[upstream.tls]`.
+    pub tls: &'a UpstreamTlsConfig,
+}
+
+/// `upstream.url` parsed, the key named when it does not.
+pub(crate) fn short_form_url(url: &str) -> Result<HttpUrl, ConfigError> {
+    HttpUrl::parse_upstream(url).map_err(|e| ConfigError::new("upstream.url", e))
+}
+
+/// Checks `url`, `nodes`, `methods`, `conductor_url` and the TLS tables
+/// into a [`NodeSet`].
+pub(crate) fn node_set(up: GroupKeys<'_>) -> Result<NodeSet, ConfigError> {
     let short_form = up.nodes.is_empty();
     let nodes = if short_form {
         vec![NodeSpec {
             name: SHORT_FORM_NAME.to_string(),
-            url: up.endpoint()?,
+            url: short_form_url(up.url)?,
             ws_url: None,
             role: Role::Sequencer,
             weight: DEFAULT_NODE_WEIGHT,
@@ -212,7 +239,7 @@ pub(crate) fn node_set(up: &UpstreamConfig) -> Result<NodeSet, ConfigError> {
         group(up)?
     };
     up.tls.validate()?;
-    for (method, &role) in &up.methods {
+    for (method, &role) in up.methods {
         let key = method_key(method);
         if method.is_empty() {
             return Err(ConfigError::new(key, "a method name cannot be empty"));
@@ -236,7 +263,7 @@ pub(crate) fn node_set(up: &UpstreamConfig) -> Result<NodeSet, ConfigError> {
             ));
         }
     }
-    let conductor = match up.conductor_url.as_str() {
+    let conductor = match up.conductor_url {
         "" => None,
         url => Some(
             HttpUrl::parse_upstream(url)
@@ -252,7 +279,7 @@ pub(crate) fn node_set(up: &UpstreamConfig) -> Result<NodeSet, ConfigError> {
 }
 
 /// The `[[upstream.nodes]]` entries, checked.
-fn group(up: &UpstreamConfig) -> Result<Vec<NodeSpec>, ConfigError> {
+fn group(up: GroupKeys<'_>) -> Result<Vec<NodeSpec>, ConfigError> {
     if up.url != DEFAULT_UPSTREAM {
         return Err(ConfigError::new(
             "upstream.url",

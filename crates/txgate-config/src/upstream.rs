@@ -10,14 +10,14 @@ use crate::admission::AdmissionConfig;
 use crate::error::{ConfigError, require_positive};
 use crate::nodes::{
     DEFAULT_CONDUCTOR_URL, DEFAULT_FAIL_AFTER, DEFAULT_MAX_BLOCK_LAG, DEFAULT_MAX_HEAD_AGE_MS,
-    DEFAULT_PROBE_TIMEOUT_MS, DEFAULT_READ_YOUR_WRITES_MS, DEFAULT_RECOVER_AFTER, NodeConfig,
-    NodeSet, Role,
+    DEFAULT_PROBE_TIMEOUT_MS, DEFAULT_READ_YOUR_WRITES_MS, DEFAULT_RECOVER_AFTER, GroupKeys,
+    NodeConfig, NodeSet, Role,
 };
 use crate::tls::UpstreamTlsConfig;
 use crate::url::HttpUrl;
 
-/// Default upstream node.
-pub const DEFAULT_UPSTREAM: &str = "http://127.0.0.1:8546";
+/// Default upstream node: the short form's, defined with the group.
+pub use crate::nodes::DEFAULT_UPSTREAM;
 /// Default upstream connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// Default upstream call timeout (headers and body).
@@ -153,7 +153,7 @@ impl UpstreamConfig {
     /// upstream client use. The short form's node; with
     /// `[[upstream.nodes]]`, see [`UpstreamConfig::node_set`].
     pub fn endpoint(&self) -> Result<HttpUrl, ConfigError> {
-        HttpUrl::parse_upstream(&self.url).map_err(|e| ConfigError::new("upstream.url", e))
+        crate::nodes::short_form_url(&self.url)
     }
 
     /// The nodes, checked: the short form (`url`, one sequencer named
@@ -166,7 +166,13 @@ impl UpstreamConfig {
     /// method name that is empty, has whitespace or `*`; a method sent to
     /// a builder when no node is one.
     pub fn node_set(&self) -> Result<NodeSet, ConfigError> {
-        crate::nodes::node_set(self)
+        crate::nodes::node_set(GroupKeys {
+            url: &self.url,
+            nodes: &self.nodes,
+            methods: &self.methods,
+            conductor_url: &self.conductor_url,
+            tls: &self.tls,
+        })
     }
 
     /// The idle pool size to use, never below the in-flight cap.

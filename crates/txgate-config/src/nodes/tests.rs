@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::{Config, Settings};
+use crate::{Config, Settings, UpstreamConfig};
 
 type Change = fn(&mut UpstreamConfig);
 
