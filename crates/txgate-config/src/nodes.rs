@@ -17,11 +17,21 @@
 //!
 //! A node's `name` labels its metrics and log lines; its URL never does,
 //! since it may carry an API key.
+//!
+//! **op-conductor.** With `upstream.conductor_url` set, submissions follow
+//! op-conductor's leader: each sequencer carries its `conductor_id`, the
+//! raft server ID op-conductor knows it by (its `--raft.server.id`), every
+//! sequencer has one and no two the same, so that the leader op-conductor
+//! names maps to one node. `conductor_url` is one URL or a list: every
+//! op-conductor instance answers for the whole cluster, so any one of them
+//! will do, and a list keeps the leader known when the host of one goes
+//! down (the proxy asks them in turn).
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::Deserialize;
+use serde::de::{SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 
 use crate::error::ConfigError;
 use crate::tls::UpstreamTlsConfig;
@@ -55,7 +65,12 @@ pub const DEFAULT_MAX_HEAD_AGE_MS: u64 = 30_000;
 /// gossip), so 5 s covers it and a client sees its own nonce and receipt.
 pub const DEFAULT_READ_YOUR_WRITES_MS: u64 = 5_000;
 /// Default: no op-conductor; submissions go to the sequencers as listed.
-pub const DEFAULT_CONDUCTOR_URL: &str = "";
+pub const DEFAULT_CONDUCTOR_URL: &[&str] = &[];
+/// Most `upstream.conductor_url` entries (op-conductor clusters hold three
+/// or five).
+pub const MAX_CONDUCTORS: usize = 16;
+/// Longest `conductor_id`, in characters.
+pub const MAX_CONDUCTOR_ID_CHARS: usize = 256;
 /// Default weight of a node among those of its role.
 pub const DEFAULT_NODE_WEIGHT: u32 = 1;
 /// Largest node weight.
@@ -119,6 +134,11 @@ pub struct NodeConfig {
     /// Its own `[upstream.nodes.tls]`; absent: `[upstream.tls]`.
     #[serde(default)]
     pub tls: Option<UpstreamTlsConfig>,
+    /// A sequencer's raft server ID in op-conductor's cluster; empty:
+    /// none. Needed by every sequencer when `upstream.conductor_url` is
+    /// set, refused otherwise.
+    #[serde(default)]
+    pub conductor_id: String,
 }
 
 fn default_weight() -> u32 {
@@ -140,6 +160,9 @@ pub struct NodeSpec {
     pub weight: u32,
     /// What it is trusted by: its own, or `[upstream.tls]`.
     pub tls: UpstreamTlsConfig,
+    /// A sequencer's raft server ID in op-conductor's cluster, when
+    /// `upstream.conductor_url` is set.
+    pub conductor_id: Option<String>,
 }
 
 /// The nodes behind `[upstream]`, checked: what
@@ -149,7 +172,7 @@ pub struct NodeSpec {
 pub struct NodeSet {
     nodes: Vec<NodeSpec>,
     methods: BTreeMap<String, Role>,
-    conductor: Option<HttpUrl>,
+    conductors: Vec<HttpUrl>,
     short_form: bool,
 }
 
@@ -189,10 +212,12 @@ impl NodeSet {
         &self.methods
     }
 
-    /// op-conductor's RPC endpoint (`upstream.conductor_url`), if set:
-    /// submissions follow its leader.
-    pub fn conductor(&self) -> Option<&HttpUrl> {
-        self.conductor.as_ref()
+    /// op-conductor's RPC endpoints (`upstream.conductor_url`), in the
+    /// file's order; empty: none. When set, submissions follow its leader,
+    /// and every sequencer has a distinct
+    /// [`conductor_id`](NodeSpec::conductor_id).
+    pub fn conductors(&self) -> &[HttpUrl] {
+        &self.conductors
     }
 
     /// Whether the group is the short form, `upstream.url`.
@@ -212,7 +237,7 @@ pub(crate) struct GroupKeys<'a> {
     /// `[upstream.methods]`.
     pub methods: &'a BTreeMap<String, Role>,
     /// `upstream.conductor_url`.
-    pub conductor_url: &'a str,
+    pub conductor_url: &'a [String],
     /// `[upstream.tls]`.
     pub tls: &'a UpstreamTlsConfig,
 }
@@ -225,6 +250,7 @@ pub(crate) fn short_form_url(url: &str) -> Result<HttpUrl, ConfigError> {
 /// Checks `url`, `nodes`, `methods`, `conductor_url` and the TLS tables
 /// into a [`NodeSet`].
 pub(crate) fn node_set(up: GroupKeys<'_>) -> Result<NodeSet, ConfigError> {
+    let conductors = conductors(up.conductor_url)?;
     let short_form = up.nodes.is_empty();
     let nodes = if short_form {
         vec![NodeSpec {
@@ -234,6 +260,7 @@ pub(crate) fn node_set(up: GroupKeys<'_>) -> Result<NodeSet, ConfigError> {
             role: Role::Sequencer,
             weight: DEFAULT_NODE_WEIGHT,
             tls: up.tls.clone(),
+            conductor_id: None,
         }]
     } else {
         group(up)?
@@ -263,17 +290,17 @@ pub(crate) fn node_set(up: GroupKeys<'_>) -> Result<NodeSet, ConfigError> {
             ));
         }
     }
-    let conductor = match up.conductor_url {
-        "" => None,
-        url => Some(
-            HttpUrl::parse_upstream(url)
-                .map_err(|e| ConfigError::new("upstream.conductor_url", e))?,
-        ),
-    };
+    if short_form && !conductors.is_empty() {
+        return Err(ConfigError::new(
+            "upstream.conductor_url",
+            "following op-conductor's leader needs [[upstream.nodes]], each sequencer with its \
+             conductor_id; upstream.url is a single node",
+        ));
+    }
     Ok(NodeSet {
         nodes,
         methods: up.methods.clone(),
-        conductor,
+        conductors,
         short_form,
     })
 }
@@ -292,6 +319,7 @@ fn group(up: GroupKeys<'_>) -> Result<Vec<NodeSpec>, ConfigError> {
             format!("{} nodes; at most {MAX_NODES}", up.nodes.len()),
         ));
     }
+    let following = !up.conductor_url.is_empty();
     let mut nodes: Vec<NodeSpec> = Vec::with_capacity(up.nodes.len());
     for (n, entry) in up.nodes.iter().enumerate() {
         let key = format!("upstream.nodes[{n}]");
@@ -339,6 +367,7 @@ fn group(up: GroupKeys<'_>) -> Result<Vec<NodeSpec>, ConfigError> {
                 ),
             ));
         }
+        let conductor_id = conductor_id(&format!("{key}.conductor_id"), entry, following, &nodes)?;
         nodes.push(NodeSpec {
             name: entry.name.clone(),
             url,
@@ -346,6 +375,7 @@ fn group(up: GroupKeys<'_>) -> Result<Vec<NodeSpec>, ConfigError> {
             role: entry.role,
             weight: entry.weight,
             tls,
+            conductor_id,
         });
     }
     if !nodes.iter().any(|n| n.role == Role::Sequencer) {
@@ -354,7 +384,130 @@ fn group(up: GroupKeys<'_>) -> Result<Vec<NodeSpec>, ConfigError> {
             "no node has role sequencer: submissions would have nowhere to go",
         ));
     }
+    let unnamed = nodes
+        .iter()
+        .position(|n| n.role == Role::Sequencer && n.conductor_id.is_none());
+    if let Some(i) = unnamed.filter(|_| following) {
+        return Err(ConfigError::new(
+            format!("upstream.nodes[{i}].conductor_id"),
+            format!(
+                "`{}` is a sequencer and upstream.conductor_url is set: give the raft server \
+                 ID op-conductor knows it by (its --raft.server.id)",
+                nodes[i].name
+            ),
+        ));
+    }
     Ok(nodes)
+}
+
+/// `entry`'s `conductor_id`, checked at `key` against the nodes before it:
+/// a sequencer's only, only while `following` op-conductor, 1 to
+/// [`MAX_CONDUCTOR_ID_CHARS`] with no control character, and its own.
+fn conductor_id(
+    key: &str,
+    entry: &NodeConfig,
+    following: bool,
+    before: &[NodeSpec],
+) -> Result<Option<String>, ConfigError> {
+    let id = entry.conductor_id.as_str();
+    if id.is_empty() {
+        return Ok(None);
+    }
+    if !following {
+        return Err(ConfigError::new(
+            key,
+            "set upstream.conductor_url to follow op-conductor's leader, or leave conductor_id out",
+        ));
+    }
+    if entry.role != Role::Sequencer {
+        return Err(ConfigError::new(
+            key,
+            format!(
+                "`{}` is a {}: only a sequencer has a conductor_id (op-conductor's leader is a \
+                 sequencer)",
+                entry.name, entry.role
+            ),
+        ));
+    }
+    if id.chars().count() > MAX_CONDUCTOR_ID_CHARS || id.chars().any(char::is_control) {
+        return Err(ConfigError::new(
+            key,
+            format!(
+                "{id:?}: a conductor_id is 1 to {MAX_CONDUCTOR_ID_CHARS} characters, none a \
+                 control character"
+            ),
+        ));
+    }
+    // Raft compares server IDs as written: so does this.
+    if let Some(i) = before
+        .iter()
+        .position(|o| o.conductor_id.as_deref() == Some(id))
+    {
+        return Err(ConfigError::new(
+            key,
+            format!(
+                "`{id}` is already the conductor_id of upstream.nodes[{i}] (`{}`): each \
+                 sequencer has its own",
+                before[i].name
+            ),
+        ));
+    }
+    Ok(Some(id.to_string()))
+}
+
+/// `upstream.conductor_url`, checked: at most [`MAX_CONDUCTORS`] URLs,
+/// each parsed like a node's and listed once.
+fn conductors(urls: &[String]) -> Result<Vec<HttpUrl>, ConfigError> {
+    if urls.len() > MAX_CONDUCTORS {
+        return Err(ConfigError::new(
+            "upstream.conductor_url",
+            format!("{} URLs; at most {MAX_CONDUCTORS}", urls.len()),
+        ));
+    }
+    let key = |n: usize| match urls.len() {
+        1 => "upstream.conductor_url".to_string(),
+        _ => format!("upstream.conductor_url[{n}]"),
+    };
+    let mut parsed: Vec<HttpUrl> = Vec::with_capacity(urls.len());
+    for (n, url) in urls.iter().enumerate() {
+        let url = HttpUrl::parse_upstream(url).map_err(|e| ConfigError::new(key(n), e))?;
+        if let Some(i) = parsed.iter().position(|o| same_endpoint(o, &url)) {
+            return Err(ConfigError::new(
+                key(n),
+                format!("the same endpoint as upstream.conductor_url[{i}]: each is listed once"),
+            ));
+        }
+        parsed.push(url);
+    }
+    Ok(parsed)
+}
+
+/// Reads `upstream.conductor_url`: one URL (`""`: none) or a list of them.
+pub(crate) fn conductor_urls<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    struct Urls;
+    impl<'de> Visitor<'de> for Urls {
+        type Value = Vec<String>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a URL, or a list of URLs")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, url: &str) -> Result<Vec<String>, E> {
+            Ok(match url {
+                "" => Vec::new(),
+                url => vec![url.to_string()],
+            })
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
+            let mut urls = Vec::new();
+            while let Some(url) = seq.next_element::<String>()? {
+                urls.push(url);
+            }
+            Ok(urls)
+        }
+    }
+    d.deserialize_any(Urls)
 }
 
 fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {

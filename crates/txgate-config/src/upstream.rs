@@ -79,9 +79,11 @@ pub struct UpstreamConfig {
         deserialize_with = "crate::duration::millis_or_off"
     )]
     pub read_your_writes: Option<Duration>,
-    /// op-conductor's RPC endpoint (`http://` or `https://`): when set,
-    /// submissions follow its leader; empty: none.
-    pub conductor_url: String,
+    /// op-conductor's RPC endpoints (`http://` or `https://`), one URL or
+    /// a list in the file (`""`: none): when set, submissions follow its
+    /// leader, each sequencer known by its `conductor_id`; empty: none.
+    #[serde(deserialize_with = "crate::nodes::conductor_urls")]
+    pub conductor_url: Vec<String>,
     /// Connect timeout: TCP, and the TLS handshake for `https://` (the
     /// WebSocket handshake gets as long again).
     #[serde(
@@ -135,7 +137,10 @@ impl Default for UpstreamConfig {
             max_block_lag: DEFAULT_MAX_BLOCK_LAG,
             max_head_age: Duration::from_millis(DEFAULT_MAX_HEAD_AGE_MS),
             read_your_writes: crate::duration::ms_or_off(DEFAULT_READ_YOUR_WRITES_MS),
-            conductor_url: DEFAULT_CONDUCTOR_URL.to_string(),
+            conductor_url: DEFAULT_CONDUCTOR_URL
+                .iter()
+                .map(|u| u.to_string())
+                .collect(),
             connect_timeout: Duration::from_millis(DEFAULT_CONNECT_TIMEOUT_MS),
             call_timeout: Duration::from_millis(DEFAULT_CALL_TIMEOUT_MS),
             sync_call_timeout: Duration::from_millis(DEFAULT_SYNC_CALL_TIMEOUT_MS),
@@ -164,7 +169,10 @@ impl UpstreamConfig {
     /// not parse; a bad name or weight; a name or endpoint listed twice; no
     /// sequencer; more than [`MAX_NODES`](crate::nodes::MAX_NODES) nodes; a
     /// method name that is empty, has whitespace or `*`; a method sent to
-    /// a builder when no node is one.
+    /// a builder when no node is one; with `conductor_url`, a sequencer
+    /// without a `conductor_id`, two with the same one, or the short form;
+    /// a `conductor_id` on a node that is no sequencer, or without
+    /// `conductor_url`.
     pub fn node_set(&self) -> Result<NodeSet, ConfigError> {
         crate::nodes::node_set(GroupKeys {
             url: &self.url,
