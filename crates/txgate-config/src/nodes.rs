@@ -11,18 +11,34 @@
 //! other. [`UpstreamConfig::node_set`](crate::UpstreamConfig::node_set)
 //! checks either into a [`NodeSet`], the one entry point for the proxy.
 //!
+//! This module knows nothing of [`UpstreamConfig`](crate::UpstreamConfig):
+//! `upstream.rs` hands it the keys it checks ([`GroupKeys`]), so the
+//! imports go one way, from `upstream` to `nodes`.
+//!
 //! A node's `name` labels its metrics and log lines; its URL never does,
 //! since it may carry an API key.
+//!
+//! **op-conductor.** With `upstream.conductor_url` set, submissions follow
+//! op-conductor's leader: each sequencer carries its `conductor_id`, the
+//! raft server ID op-conductor knows it by (its `--raft.server.id`), every
+//! sequencer has one and no two the same, so that the leader op-conductor
+//! names maps to one node. `conductor_url` is one URL or a list: every
+//! op-conductor instance answers for the whole cluster, so any one of them
+//! will do, and a list keeps the leader known when the host of one goes
+//! down (the proxy asks them in turn).
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::Deserialize;
+use serde::de::{SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 
 use crate::error::ConfigError;
 use crate::tls::UpstreamTlsConfig;
-use crate::upstream::{DEFAULT_UPSTREAM, UpstreamConfig};
 use crate::url::HttpUrl;
+
+/// Default upstream node (`upstream.url`): the short form's one node.
+pub const DEFAULT_UPSTREAM: &str = "http://127.0.0.1:8546";
 
 /// Default probe deadline: half the default `health_interval_ms`, so a
 /// probe ends before the next is due, and ample for a node's
@@ -49,7 +65,12 @@ pub const DEFAULT_MAX_HEAD_AGE_MS: u64 = 30_000;
 /// gossip), so 5 s covers it and a client sees its own nonce and receipt.
 pub const DEFAULT_READ_YOUR_WRITES_MS: u64 = 5_000;
 /// Default: no op-conductor; submissions go to the sequencers as listed.
-pub const DEFAULT_CONDUCTOR_URL: &str = "";
+pub const DEFAULT_CONDUCTOR_URL: &[&str] = &[];
+/// Most `upstream.conductor_url` entries (op-conductor clusters hold three
+/// or five).
+pub const MAX_CONDUCTORS: usize = 16;
+/// Longest `conductor_id`, in characters.
+pub const MAX_CONDUCTOR_ID_CHARS: usize = 256;
 /// Default weight of a node among those of its role.
 pub const DEFAULT_NODE_WEIGHT: u32 = 1;
 /// Largest node weight.
@@ -113,6 +134,11 @@ pub struct NodeConfig {
     /// Its own `[upstream.nodes.tls]`; absent: `[upstream.tls]`.
     #[serde(default)]
     pub tls: Option<UpstreamTlsConfig>,
+    /// A sequencer's raft server ID in op-conductor's cluster; empty:
+    /// none. Needed by every sequencer when `upstream.conductor_url` is
+    /// set, refused otherwise.
+    #[serde(default)]
+    pub conductor_id: String,
 }
 
 fn default_weight() -> u32 {
@@ -134,6 +160,9 @@ pub struct NodeSpec {
     pub weight: u32,
     /// What it is trusted by: its own, or `[upstream.tls]`.
     pub tls: UpstreamTlsConfig,
+    /// A sequencer's raft server ID in op-conductor's cluster, when
+    /// `upstream.conductor_url` is set.
+    pub conductor_id: Option<String>,
 }
 
 /// The nodes behind `[upstream]`, checked: what
@@ -143,7 +172,7 @@ pub struct NodeSpec {
 pub struct NodeSet {
     nodes: Vec<NodeSpec>,
     methods: BTreeMap<String, Role>,
-    conductor: Option<HttpUrl>,
+    conductors: Vec<HttpUrl>,
     short_form: bool,
 }
 
@@ -183,10 +212,12 @@ impl NodeSet {
         &self.methods
     }
 
-    /// op-conductor's RPC endpoint (`upstream.conductor_url`), if set:
-    /// submissions follow its leader.
-    pub fn conductor(&self) -> Option<&HttpUrl> {
-        self.conductor.as_ref()
+    /// op-conductor's RPC endpoints (`upstream.conductor_url`), in the
+    /// file's order; empty: none. When set, submissions follow its leader,
+    /// and every sequencer has a distinct
+    /// [`conductor_id`](NodeSpec::conductor_id).
+    pub fn conductors(&self) -> &[HttpUrl] {
+        &self.conductors
     }
 
     /// Whether the group is the short form, `upstream.url`.
@@ -195,24 +226,47 @@ impl NodeSet {
     }
 }
 
-/// Checks `url`, `nodes`, `methods`, `conductor_url` and the TLS tables of
-/// `up` into a [`NodeSet`].
-pub(crate) fn node_set(up: &UpstreamConfig) -> Result<NodeSet, ConfigError> {
+/// The `[upstream]` keys a [`NodeSet`] is checked from, borrowed from
+/// [`UpstreamConfig`](crate::UpstreamConfig).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GroupKeys<'a> {
+    /// `upstream.url`.
+    pub url: &'a str,
+    /// `[[upstream.nodes]]`.
+    pub nodes: &'a [NodeConfig],
+    /// `[upstream.methods]`.
+    pub methods: &'a BTreeMap<String, Role>,
+    /// `upstream.conductor_url`.
+    pub conductor_url: &'a [String],
+    /// `[upstream.tls]`.
+    pub tls: &'a UpstreamTlsConfig,
+}
+
+/// `upstream.url` parsed, the key named when it does not.
+pub(crate) fn short_form_url(url: &str) -> Result<HttpUrl, ConfigError> {
+    HttpUrl::parse_upstream(url).map_err(|e| ConfigError::new("upstream.url", e))
+}
+
+/// Checks `url`, `nodes`, `methods`, `conductor_url` and the TLS tables
+/// into a [`NodeSet`].
+pub(crate) fn node_set(up: GroupKeys<'_>) -> Result<NodeSet, ConfigError> {
+    let conductors = conductors(up.conductor_url)?;
     let short_form = up.nodes.is_empty();
     let nodes = if short_form {
         vec![NodeSpec {
             name: SHORT_FORM_NAME.to_string(),
-            url: up.endpoint()?,
+            url: short_form_url(up.url)?,
             ws_url: None,
             role: Role::Sequencer,
             weight: DEFAULT_NODE_WEIGHT,
             tls: up.tls.clone(),
+            conductor_id: None,
         }]
     } else {
         group(up)?
     };
     up.tls.validate()?;
-    for (method, &role) in &up.methods {
+    for (method, &role) in up.methods {
         let key = method_key(method);
         if method.is_empty() {
             return Err(ConfigError::new(key, "a method name cannot be empty"));
@@ -236,23 +290,23 @@ pub(crate) fn node_set(up: &UpstreamConfig) -> Result<NodeSet, ConfigError> {
             ));
         }
     }
-    let conductor = match up.conductor_url.as_str() {
-        "" => None,
-        url => Some(
-            HttpUrl::parse_upstream(url)
-                .map_err(|e| ConfigError::new("upstream.conductor_url", e))?,
-        ),
-    };
+    if short_form && !conductors.is_empty() {
+        return Err(ConfigError::new(
+            "upstream.conductor_url",
+            "following op-conductor's leader needs [[upstream.nodes]], each sequencer with its \
+             conductor_id; upstream.url is a single node",
+        ));
+    }
     Ok(NodeSet {
         nodes,
         methods: up.methods.clone(),
-        conductor,
+        conductors,
         short_form,
     })
 }
 
 /// The `[[upstream.nodes]]` entries, checked.
-fn group(up: &UpstreamConfig) -> Result<Vec<NodeSpec>, ConfigError> {
+fn group(up: GroupKeys<'_>) -> Result<Vec<NodeSpec>, ConfigError> {
     if up.url != DEFAULT_UPSTREAM {
         return Err(ConfigError::new(
             "upstream.url",
@@ -265,6 +319,7 @@ fn group(up: &UpstreamConfig) -> Result<Vec<NodeSpec>, ConfigError> {
             format!("{} nodes; at most {MAX_NODES}", up.nodes.len()),
         ));
     }
+    let following = !up.conductor_url.is_empty();
     let mut nodes: Vec<NodeSpec> = Vec::with_capacity(up.nodes.len());
     for (n, entry) in up.nodes.iter().enumerate() {
         let key = format!("upstream.nodes[{n}]");
@@ -312,6 +367,7 @@ fn group(up: &UpstreamConfig) -> Result<Vec<NodeSpec>, ConfigError> {
                 ),
             ));
         }
+        let conductor_id = conductor_id(&format!("{key}.conductor_id"), entry, following, &nodes)?;
         nodes.push(NodeSpec {
             name: entry.name.clone(),
             url,
@@ -319,6 +375,7 @@ fn group(up: &UpstreamConfig) -> Result<Vec<NodeSpec>, ConfigError> {
             role: entry.role,
             weight: entry.weight,
             tls,
+            conductor_id,
         });
     }
     if !nodes.iter().any(|n| n.role == Role::Sequencer) {
@@ -327,7 +384,130 @@ fn group(up: &UpstreamConfig) -> Result<Vec<NodeSpec>, ConfigError> {
             "no node has role sequencer: submissions would have nowhere to go",
         ));
     }
+    let unnamed = nodes
+        .iter()
+        .position(|n| n.role == Role::Sequencer && n.conductor_id.is_none());
+    if let Some(i) = unnamed.filter(|_| following) {
+        return Err(ConfigError::new(
+            format!("upstream.nodes[{i}].conductor_id"),
+            format!(
+                "`{}` is a sequencer and upstream.conductor_url is set: give the raft server \
+                 ID op-conductor knows it by (its --raft.server.id)",
+                nodes[i].name
+            ),
+        ));
+    }
     Ok(nodes)
+}
+
+/// `entry`'s `conductor_id`, checked at `key` against the nodes before it:
+/// a sequencer's only, only while `following` op-conductor, 1 to
+/// [`MAX_CONDUCTOR_ID_CHARS`] with no control character, and its own.
+fn conductor_id(
+    key: &str,
+    entry: &NodeConfig,
+    following: bool,
+    before: &[NodeSpec],
+) -> Result<Option<String>, ConfigError> {
+    let id = entry.conductor_id.as_str();
+    if id.is_empty() {
+        return Ok(None);
+    }
+    if !following {
+        return Err(ConfigError::new(
+            key,
+            "set upstream.conductor_url to follow op-conductor's leader, or leave conductor_id out",
+        ));
+    }
+    if entry.role != Role::Sequencer {
+        return Err(ConfigError::new(
+            key,
+            format!(
+                "`{}` is a {}: only a sequencer has a conductor_id (op-conductor's leader is a \
+                 sequencer)",
+                entry.name, entry.role
+            ),
+        ));
+    }
+    if id.chars().count() > MAX_CONDUCTOR_ID_CHARS || id.chars().any(char::is_control) {
+        return Err(ConfigError::new(
+            key,
+            format!(
+                "{id:?}: a conductor_id is 1 to {MAX_CONDUCTOR_ID_CHARS} characters, none a \
+                 control character"
+            ),
+        ));
+    }
+    // Raft compares server IDs as written: so does this.
+    if let Some(i) = before
+        .iter()
+        .position(|o| o.conductor_id.as_deref() == Some(id))
+    {
+        return Err(ConfigError::new(
+            key,
+            format!(
+                "`{id}` is already the conductor_id of upstream.nodes[{i}] (`{}`): each \
+                 sequencer has its own",
+                before[i].name
+            ),
+        ));
+    }
+    Ok(Some(id.to_string()))
+}
+
+/// `upstream.conductor_url`, checked: at most [`MAX_CONDUCTORS`] URLs,
+/// each parsed like a node's and listed once.
+fn conductors(urls: &[String]) -> Result<Vec<HttpUrl>, ConfigError> {
+    if urls.len() > MAX_CONDUCTORS {
+        return Err(ConfigError::new(
+            "upstream.conductor_url",
+            format!("{} URLs; at most {MAX_CONDUCTORS}", urls.len()),
+        ));
+    }
+    let key = |n: usize| match urls.len() {
+        1 => "upstream.conductor_url".to_string(),
+        _ => format!("upstream.conductor_url[{n}]"),
+    };
+    let mut parsed: Vec<HttpUrl> = Vec::with_capacity(urls.len());
+    for (n, url) in urls.iter().enumerate() {
+        let url = HttpUrl::parse_upstream(url).map_err(|e| ConfigError::new(key(n), e))?;
+        if let Some(i) = parsed.iter().position(|o| same_endpoint(o, &url)) {
+            return Err(ConfigError::new(
+                key(n),
+                format!("the same endpoint as upstream.conductor_url[{i}]: each is listed once"),
+            ));
+        }
+        parsed.push(url);
+    }
+    Ok(parsed)
+}
+
+/// Reads `upstream.conductor_url`: one URL (`""`: none) or a list of them.
+pub(crate) fn conductor_urls<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    struct Urls;
+    impl<'de> Visitor<'de> for Urls {
+        type Value = Vec<String>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a URL, or a list of URLs")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, url: &str) -> Result<Vec<String>, E> {
+            Ok(match url {
+                "" => Vec::new(),
+                url => vec![url.to_string()],
+            })
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
+            let mut urls = Vec::new();
+            while let Some(url) = seq.next_element::<String>()? {
+                urls.push(url);
+            }
+            Ok(urls)
+        }
+    }
+    d.deserialize_any(Urls)
 }
 
 fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {

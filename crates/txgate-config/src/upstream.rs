@@ -10,14 +10,14 @@ use crate::admission::AdmissionConfig;
 use crate::error::{ConfigError, require_positive};
 use crate::nodes::{
     DEFAULT_CONDUCTOR_URL, DEFAULT_FAIL_AFTER, DEFAULT_MAX_BLOCK_LAG, DEFAULT_MAX_HEAD_AGE_MS,
-    DEFAULT_PROBE_TIMEOUT_MS, DEFAULT_READ_YOUR_WRITES_MS, DEFAULT_RECOVER_AFTER, NodeConfig,
-    NodeSet, Role,
+    DEFAULT_PROBE_TIMEOUT_MS, DEFAULT_READ_YOUR_WRITES_MS, DEFAULT_RECOVER_AFTER, GroupKeys,
+    NodeConfig, NodeSet, Role,
 };
 use crate::tls::UpstreamTlsConfig;
 use crate::url::HttpUrl;
 
-/// Default upstream node.
-pub const DEFAULT_UPSTREAM: &str = "http://127.0.0.1:8546";
+/// Default upstream node: the short form's, defined with the group.
+pub use crate::nodes::DEFAULT_UPSTREAM;
 /// Default upstream connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// Default upstream call timeout (headers and body).
@@ -79,9 +79,11 @@ pub struct UpstreamConfig {
         deserialize_with = "crate::duration::millis_or_off"
     )]
     pub read_your_writes: Option<Duration>,
-    /// op-conductor's RPC endpoint (`http://` or `https://`): when set,
-    /// submissions follow its leader; empty: none.
-    pub conductor_url: String,
+    /// op-conductor's RPC endpoints (`http://` or `https://`), one URL or
+    /// a list in the file (`""`: none): when set, submissions follow its
+    /// leader, each sequencer known by its `conductor_id`; empty: none.
+    #[serde(deserialize_with = "crate::nodes::conductor_urls")]
+    pub conductor_url: Vec<String>,
     /// Connect timeout: TCP, and the TLS handshake for `https://` (the
     /// WebSocket handshake gets as long again).
     #[serde(
@@ -135,7 +137,10 @@ impl Default for UpstreamConfig {
             max_block_lag: DEFAULT_MAX_BLOCK_LAG,
             max_head_age: Duration::from_millis(DEFAULT_MAX_HEAD_AGE_MS),
             read_your_writes: crate::duration::ms_or_off(DEFAULT_READ_YOUR_WRITES_MS),
-            conductor_url: DEFAULT_CONDUCTOR_URL.to_string(),
+            conductor_url: DEFAULT_CONDUCTOR_URL
+                .iter()
+                .map(|u| u.to_string())
+                .collect(),
             connect_timeout: Duration::from_millis(DEFAULT_CONNECT_TIMEOUT_MS),
             call_timeout: Duration::from_millis(DEFAULT_CALL_TIMEOUT_MS),
             sync_call_timeout: Duration::from_millis(DEFAULT_SYNC_CALL_TIMEOUT_MS),
@@ -153,7 +158,7 @@ impl UpstreamConfig {
     /// upstream client use. The short form's node; with
     /// `[[upstream.nodes]]`, see [`UpstreamConfig::node_set`].
     pub fn endpoint(&self) -> Result<HttpUrl, ConfigError> {
-        HttpUrl::parse_upstream(&self.url).map_err(|e| ConfigError::new("upstream.url", e))
+        crate::nodes::short_form_url(&self.url)
     }
 
     /// The nodes, checked: the short form (`url`, one sequencer named
@@ -164,9 +169,18 @@ impl UpstreamConfig {
     /// not parse; a bad name or weight; a name or endpoint listed twice; no
     /// sequencer; more than [`MAX_NODES`](crate::nodes::MAX_NODES) nodes; a
     /// method name that is empty, has whitespace or `*`; a method sent to
-    /// a builder when no node is one.
+    /// a builder when no node is one; with `conductor_url`, a sequencer
+    /// without a `conductor_id`, two with the same one, or the short form;
+    /// a `conductor_id` on a node that is no sequencer, or without
+    /// `conductor_url`.
     pub fn node_set(&self) -> Result<NodeSet, ConfigError> {
-        crate::nodes::node_set(self)
+        crate::nodes::node_set(GroupKeys {
+            url: &self.url,
+            nodes: &self.nodes,
+            methods: &self.methods,
+            conductor_url: &self.conductor_url,
+            tls: &self.tls,
+        })
     }
 
     /// The idle pool size to use, never below the in-flight cap.

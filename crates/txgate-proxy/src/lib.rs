@@ -78,7 +78,7 @@ use crate::screening::VerdictCache;
 use crate::server::identity::Edge;
 use crate::server::workers::Workers;
 use crate::server::{Drained, ServerSettings};
-use crate::upstream::group::{GroupState, Nodes};
+use crate::upstream::group::{Conductor, GroupState, Nodes};
 
 /// Why a proxy cannot be built from a config.
 #[derive(Debug, thiserror::Error)]
@@ -102,21 +102,14 @@ pub fn check_tls(settings: &Settings) -> Result<(), String> {
     server::tls::Tls::new(&settings.server.tls, settings.server.http2, metrics).map(|_| ())
 }
 
-/// The client config of a TLS node, built once to refuse bad files at
-/// start (each pool builds its own); and what the node group cannot do
-/// yet, refused rather than silently ignored.
+/// The client config of a TLS node (and of an `https://` op-conductor),
+/// built once to refuse bad files at start (each pool builds its own).
 fn check_upstream_tls(settings: &Settings) -> Result<(), String> {
-    if settings.nodes().conductor().is_some() {
-        return Err(
-            "`upstream.conductor_url`: following op-conductor's leader is not \
-                    supported yet; list only the active sequencer"
-                .into(),
-        );
-    }
     let mut urls = vec![settings.upstream_url()];
     if settings.websocket.enabled {
         urls.push(settings.websocket_url());
     }
+    urls.extend(settings.nodes().conductors());
     let mut built = false;
     for url in urls.into_iter().filter(|url| url.is_tls()) {
         upstream::tls::server_name(url)?;
@@ -193,6 +186,14 @@ impl Proxy {
             metrics.clone(),
         ));
         readiness.set_nodes(group.clone());
+        let conductor = Conductor::new(
+            settings.nodes(),
+            &config.upstream,
+            &config.admission,
+            &group,
+            metrics.clone(),
+        )
+        .map_err(BuildError::Upstream)?;
         let probe_nodes = Nodes::new(
             settings.nodes(),
             &config.upstream,
@@ -200,7 +201,8 @@ impl Proxy {
             metrics.clone(),
             group,
         )
-        .map_err(BuildError::Upstream)?;
+        .map_err(BuildError::Upstream)?
+        .with_conductor(conductor);
         check_upstream_tls(&settings).map_err(BuildError::Upstream)?;
         let tls = server::tls::Tls::new(&config.server.tls, config.server.http2, metrics.clone())
             .map_err(BuildError::Tls)?;

@@ -168,17 +168,27 @@ fn tls_line(config: &Config) -> String {
     )
 }
 
-/// A node group's nodes by name and role (never their URLs, which may
-/// carry API keys); `None` for the one-node short form.
+/// A node group's nodes by name and role, a sequencer's raft ID when
+/// op-conductor's leader is followed, and how many conductors are asked
+/// (never a URL, which may carry an API key); `None` for the one-node
+/// short form.
 pub(crate) fn node_names(settings: &Settings) -> Option<String> {
     let nodes = settings.nodes();
     (!nodes.is_short_form()).then(|| {
-        nodes
+        let names = nodes
             .nodes()
             .iter()
-            .map(|n| format!("{} ({})", n.name, n.role.as_str()))
+            .map(|n| match &n.conductor_id {
+                Some(id) => format!("{} ({}, conductor_id {id})", n.name, n.role.as_str()),
+                None => format!("{} ({})", n.name, n.role.as_str()),
+            })
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", ");
+        match nodes.conductors().len() {
+            0 => names,
+            1 => format!("{names}; submissions follow op-conductor's leader"),
+            n => format!("{names}; submissions follow op-conductor's leader (asked of {n} URLs)"),
+        }
     })
 }
 

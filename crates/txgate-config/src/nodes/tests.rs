@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::{Config, Settings};
+use crate::{Config, Settings, UpstreamConfig};
 
 type Change = fn(&mut UpstreamConfig);
 
@@ -13,6 +13,7 @@ fn node(name: &str, url: &str, role: Role) -> NodeConfig {
         role,
         weight: DEFAULT_NODE_WEIGHT,
         tls: None,
+        conductor_id: String::new(),
     }
 }
 
@@ -53,12 +54,13 @@ fn the_short_form_is_one_sequencer_named_upstream() {
             role: Role::Sequencer,
             weight: 1,
             tls: c.tls.clone(),
+            conductor_id: None,
         }]
     );
     assert_eq!(set.primary().url, c.endpoint().unwrap());
     assert!(set.has(Role::Sequencer) && !set.has(Role::Replica) && !set.has(Role::Builder));
     assert_eq!(set.role_of("eth_call"), None);
-    assert_eq!(set.conductor(), None);
+    assert!(set.conductors().is_empty());
     // Reads may be sent to replicas that are not there: they fall back.
     c.methods.insert("eth_call".into(), Role::Replica);
     assert_eq!(
@@ -74,7 +76,7 @@ fn the_defaults_of_the_group_keys() {
     assert_eq!((c.fail_after, c.recover_after, c.max_block_lag), (3, 2, 8));
     assert_eq!(c.max_head_age, Duration::from_secs(30));
     assert_eq!(c.read_your_writes, Some(Duration::from_secs(5)));
-    assert_eq!(c.conductor_url, "");
+    assert!(c.conductor_url.is_empty());
     assert!(c.nodes.is_empty() && c.methods.is_empty());
 }
 
@@ -172,7 +174,7 @@ fn each_rule_names_its_key() {
             "upstream.max_head_age_ms",
         ),
         (
-            |c| c.conductor_url = "ws://conductor:8547".into(),
+            |c| c.conductor_url = vec!["ws://conductor:8547".into()],
             "upstream.conductor_url",
         ),
         (
@@ -234,12 +236,15 @@ fn what_is_allowed_at_the_edges() {
     c.nodes.retain(|n| n.role != Role::Replica);
     c.methods.insert("eth_getLogs".into(), Role::Replica);
     c.methods.insert("eth_sendBundle".into(), Role::Builder);
-    c.conductor_url = "http://conductor:8547".into();
+    c.conductor_url = vec!["http://conductor:8547".into()];
+    c.nodes[0].conductor_id = "seq-0".into();
     let set = c.validate().unwrap();
     assert!(!set.is_short_form() && !set.has(Role::Replica));
     assert_eq!(set.role_of("eth_getLogs"), Some(Role::Replica));
     assert_eq!(set.role_of("eth_sendbundle"), None, "names are exact");
-    assert_eq!(set.conductor(), Some(&url("http://conductor:8547")));
+    assert_eq!(set.conductors(), [url("http://conductor:8547")]);
+    assert_eq!(set.nodes()[0].conductor_id.as_deref(), Some("seq-0"));
+    c.conductor_url.clear();
     c.nodes = (0..MAX_NODES)
         .map(|n| node(&format!("n{n}"), &format!("http://n{n}:1"), Role::Sequencer))
         .collect();
@@ -270,6 +275,7 @@ name = "seq-0"
 url = "http://10.0.0.1:8545"
 ws_url = "ws://10.0.0.1:8546"
 role = "sequencer"
+conductor_id = "sequencer-0"
 
 [[upstream.nodes]]
 name = "replica-a"
@@ -320,11 +326,13 @@ fn a_full_group_reads_into_its_node_set() {
         role,
         weight,
         tls: tls.clone(),
+        conductor_id: None,
     };
     let expected = NodeSet {
         nodes: vec![
             NodeSpec {
                 ws_url: Some(HttpUrl::parse_ws("ws://10.0.0.1:8546").unwrap()),
+                conductor_id: Some("sequencer-0".into()),
                 ..spec(
                     "seq-0",
                     "http://10.0.0.1:8545",
@@ -360,7 +368,7 @@ fn a_full_group_reads_into_its_node_set() {
             ("eth_getLogs".into(), Role::Replica),
             ("eth_sendBundle".into(), Role::Builder),
         ]),
-        conductor: Some(url("http://conductor:8547")),
+        conductors: vec![url("http://conductor:8547")],
         short_form: false,
     };
     let settings = Settings::new(config).unwrap();
@@ -418,4 +426,160 @@ fn roles_are_named_as_written() {
         assert_eq!(role.to_string(), role.as_str());
     }
     assert!(toml::from_str::<BTreeMap<String, Role>>("m = \"Sequencer\"").is_err());
+}
+
+/// [`group`] following op-conductor: two sequencers, each with its raft
+/// server ID, and a replica.
+fn conducted() -> UpstreamConfig {
+    let mut c = group();
+    c.conductor_url = vec![
+        "http://conductor-0:8547".into(),
+        "http://conductor-1:8547".into(),
+    ];
+    c.nodes[0].conductor_id = "sequencer-0".into();
+    let mut other = node("seq-b", "http://seq-b:8545", Role::Sequencer);
+    other.conductor_id = "sequencer-1".into();
+    c.nodes.push(other);
+    c
+}
+
+#[test]
+fn a_conducted_group_maps_each_sequencer_to_its_raft_id() {
+    let set = conducted().validate().unwrap();
+    assert_eq!(
+        set.conductors(),
+        [
+            url("http://conductor-0:8547"),
+            url("http://conductor-1:8547")
+        ]
+    );
+    let ids: Vec<(&str, Option<&str>)> = set
+        .nodes()
+        .iter()
+        .map(|n| (n.name.as_str(), n.conductor_id.as_deref()))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            ("seq", Some("sequencer-0")),
+            ("rep", None),
+            ("bld", None),
+            ("seq-b", Some("sequencer-1")),
+        ]
+    );
+    // Raft compares IDs as written: these two are two IDs.
+    let mut c = conducted();
+    c.nodes[3].conductor_id = "SEQUENCER-0".into();
+    c.validate().unwrap();
+}
+
+#[test]
+fn each_conductor_rule_names_its_key() {
+    let cases: [(Change, &str, &str); 12] = [
+        (
+            |c| c.nodes[3].conductor_id.clear(),
+            "upstream.nodes[3].conductor_id",
+            "`seq-b` is a sequencer and upstream.conductor_url is set",
+        ),
+        (
+            |c| c.nodes[1].conductor_id = "sequencer-2".into(),
+            "upstream.nodes[1].conductor_id",
+            "`rep` is a replica: only a sequencer has a conductor_id",
+        ),
+        (
+            |c| c.nodes[2].conductor_id = "sequencer-2".into(),
+            "upstream.nodes[2].conductor_id",
+            "`bld` is a builder",
+        ),
+        (
+            |c| c.conductor_url.clear(),
+            "upstream.nodes[0].conductor_id",
+            "set upstream.conductor_url",
+        ),
+        (
+            |c| c.nodes[3].conductor_id = "sequencer-0".into(),
+            "upstream.nodes[3].conductor_id",
+            "already the conductor_id of upstream.nodes[0] (`seq`)",
+        ),
+        (
+            |c| c.nodes[0].conductor_id = "seq\n0".into(),
+            "upstream.nodes[0].conductor_id",
+            "control character",
+        ),
+        (
+            |c| c.nodes[0].conductor_id = "x".repeat(MAX_CONDUCTOR_ID_CHARS + 1),
+            "upstream.nodes[0].conductor_id",
+            "1 to 256 characters",
+        ),
+        (
+            |c| c.nodes.clear(),
+            "upstream.conductor_url",
+            "needs [[upstream.nodes]]",
+        ),
+        (
+            |c| c.conductor_url[1] = "ws://conductor-1:8547".into(),
+            "upstream.conductor_url[1]",
+            "ws://conductor-1:8547",
+        ),
+        (
+            |c| c.conductor_url[1] = "http://CONDUCTOR-0:8547/".into(),
+            "upstream.conductor_url[1]",
+            "the same endpoint as upstream.conductor_url[0]",
+        ),
+        (
+            |c| c.conductor_url[0] = String::new(),
+            "upstream.conductor_url[0]",
+            "",
+        ),
+        (
+            |c| {
+                c.conductor_url = (0..=MAX_CONDUCTORS)
+                    .map(|n| format!("http://conductor-{n}:8547"))
+                    .collect()
+            },
+            "upstream.conductor_url",
+            "17 URLs; at most 16",
+        ),
+    ];
+    for (change, key, says) in cases {
+        let mut c = conducted();
+        change(&mut c);
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.key, key, "{e}");
+        assert!(e.message.contains(says), "{e}");
+    }
+    // One URL is named without an index.
+    let mut c = conducted();
+    c.conductor_url = vec!["ftp://conductor".into()];
+    assert_eq!(c.validate().unwrap_err().key, "upstream.conductor_url");
+}
+
+#[test]
+fn conductor_url_is_one_url_or_a_list() {
+    let read = |value: &str| {
+        Config::from_toml(&format!("[upstream]\nconductor_url = {value}\n"))
+            .map(|c| c.upstream.conductor_url)
+    };
+    assert_eq!(read("\"\"").unwrap(), Vec::<String>::new());
+    assert_eq!(read("[]").unwrap(), Vec::<String>::new());
+    assert_eq!(read("\"http://c:8547\"").unwrap(), ["http://c:8547"]);
+    assert_eq!(
+        read("[\"http://c0:8547\", \"http://c1:8547\"]").unwrap(),
+        ["http://c0:8547", "http://c1:8547"]
+    );
+    for bad in ["8547", "[8547]", "{ url = \"http://c:8547\" }"] {
+        let e = read(bad).unwrap_err();
+        assert!(e.key.starts_with("upstream.conductor_url"), "{bad}: {e}");
+    }
+    let e = read("true").unwrap_err();
+    assert!(e.message.contains("a URL, or a list of URLs"), "{e}");
+    // The file's form, checked whole: conductor_id is read per node.
+    let config = Config::from_toml(
+        "[upstream]\nconductor_url = \"http://c:8547\"\n\n[[upstream.nodes]]\nname = \"a\"\n\
+         url = \"http://a:1\"\nrole = \"sequencer\"\nconductor_id = \"op-a\"\n",
+    )
+    .unwrap();
+    let set = config.upstream.validate().unwrap();
+    assert_eq!(set.primary().conductor_id.as_deref(), Some("op-a"));
+    assert_eq!(set.conductors(), [url("http://c:8547")]);
 }

@@ -54,7 +54,7 @@ pub use client::ClientMetrics;
 pub use conditional::ConditionalMetrics;
 pub use http::{HttpMetrics, KNOWN_METHODS, Outcome};
 pub use limits::LimitMetrics;
-pub use nodes::{Failover, NodeMetrics, NodeSeries};
+pub use nodes::{ConductorMiss, Failover, NodeMetrics, NodeSeries};
 pub use pacing::PacingMetrics;
 pub use process::ProcessMetrics;
 pub use proxyd::{HookError, ProxydMetrics};

@@ -1,6 +1,7 @@
 //! The node group's metrics: each node's state, head and calls, labelled
 //! by the node's name (never its URL, which may carry an API key); the
-//! agreed head; failovers and calls with nowhere to go.
+//! agreed head; failovers and calls with nowhere to go; op-conductor's
+//! leader and the answers it did not give.
 
 use std::collections::HashMap;
 
@@ -28,6 +29,32 @@ impl Failover {
     }
 }
 
+/// Why op-conductor named no sequencer of the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConductorMiss {
+    /// No HTTP answer (refused, timed out, broken), or not a 2xx.
+    Call,
+    /// An answer that is not a `conductor_leaderWithID` result (an error
+    /// object, not JSON).
+    Answer,
+    /// It knows no leader (an election under way).
+    NoLeader,
+    /// Its leader is no sequencer's `conductor_id`.
+    UnknownId,
+}
+
+impl ConductorMiss {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConductorMiss::Call => "call",
+            ConductorMiss::Answer => "answer",
+            ConductorMiss::NoLeader => "no_leader",
+            ConductorMiss::UnknownId => "unknown_id",
+        }
+    }
+}
+
 /// The node group.
 pub struct NodeMetrics {
     up: IntGaugeVec,
@@ -37,6 +64,8 @@ pub struct NodeMetrics {
     duration: HistogramVec,
     failovers: IntCounterVec,
     no_healthy: IntCounterVec,
+    leader: IntGaugeVec,
+    conductor_errors: IntCounterVec,
     /// The group's agreed head (0 before one is known).
     pub agreed_head: IntGauge,
     /// Probes that failed, all nodes.
@@ -129,6 +158,18 @@ impl NodeMetrics {
                 "upstream_agreed_head",
                 "The block a quorum of healthy nodes has reached; latest reads are served at it",
             ),
+            leader: r.gauge_vec(
+                "upstream_leader",
+                "1 for the sequencer op-conductor names leader (submissions go to it), 0 for \
+                 the others; only with upstream.conductor_url",
+                &["node"],
+            ),
+            conductor_errors: r.counter_vec(
+                "upstream_conductor_errors_total",
+                "Questions to op-conductor that named no sequencer of the group, by reason \
+                 (call, answer, no_leader, unknown_id); the last known leader stays",
+                &["reason"],
+            ),
             probe_failures: r.counter(
                 "upstream_probe_failures_total",
                 "Node health probes that failed (error, timeout, or an answer without a result)",
@@ -160,6 +201,18 @@ impl NodeMetrics {
     /// Counts one failover.
     pub fn failover(&self, why: Failover) {
         self.failovers.with_label_values(&[why.as_str()]).inc();
+    }
+
+    /// The sequencer `name`'s `txgate_upstream_leader` series.
+    pub fn leader(&self, name: &str) -> IntGauge {
+        self.leader.with_label_values(&[name])
+    }
+
+    /// Counts one question to op-conductor that named no sequencer.
+    pub fn conductor_error(&self, why: ConductorMiss) {
+        self.conductor_errors
+            .with_label_values(&[why.as_str()])
+            .inc();
     }
 
     /// Counts one call with no healthy node of `role`.

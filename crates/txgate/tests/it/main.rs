@@ -23,6 +23,7 @@ mod fleet;
 mod fleet_redis;
 mod hostile_http;
 mod node_group;
+mod node_group_conductor;
 mod observability;
 mod pacing;
 mod passthrough;

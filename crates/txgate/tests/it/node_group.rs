@@ -148,14 +148,14 @@ impl Group {
     }
 }
 
-async fn send(url: &str, raw: &str) -> (u16, Value) {
+pub(crate) async fn send(url: &str, raw: &str) -> (u16, Value) {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_sendRawTransaction",
         "params": [raw]});
     let (status, answer) = rpc_json(url, &body.to_string()).await;
     (status.as_u16(), answer)
 }
 
-async fn by_hash(node: &Anvil, hash: &str) -> Value {
+pub(crate) async fn by_hash(node: &Anvil, hash: &str) -> Value {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getTransactionByHash",
         "params": [hash]});
     rpc_json(&node.url, &body.to_string()).await.1["result"].clone()

@@ -21,7 +21,11 @@
 //! The short form (`[upstream] url` alone) is one node used whatever its
 //! probe says, as before the group existed: a call it fails is answered
 //! 502 or 504.
+//!
+//! With `upstream.conductor_url`, the probe task also follows
+//! op-conductor's leader ([`conductor`]).
 
+pub mod conductor;
 mod probe;
 mod state;
 
@@ -32,6 +36,7 @@ use bytes::Bytes;
 use txgate_config::{AdmissionConfig, NodeSet, UpstreamConfig};
 use txgate_nodes::{Passive, Role};
 
+pub use conductor::Conductor;
 pub use probe::probe_round;
 pub use state::{GroupState, MAX_RECENT_WRITERS};
 
@@ -54,6 +59,9 @@ pub struct Nodes {
     state: Arc<GroupState>,
     call_timeout: Duration,
     metrics: Arc<Metrics>,
+    /// op-conductor, asked each probe round: only the probe task's
+    /// clients have it.
+    conductor: Option<Arc<Conductor>>,
 }
 
 impl Nodes {
@@ -81,7 +89,22 @@ impl Nodes {
             state,
             call_timeout: up.call_timeout,
             metrics,
+            conductor: None,
         })
+    }
+
+    /// These clients, asking `conductor` each probe round as well.
+    pub fn with_conductor(self, conductor: Option<Conductor>) -> Nodes {
+        Nodes {
+            conductor: conductor.map(Arc::new),
+            ..self
+        }
+    }
+
+    /// op-conductor, when these are the probe task's clients and it is
+    /// configured.
+    pub(crate) fn conductor(&self) -> Option<&Conductor> {
+        self.conductor.as_deref()
     }
 
     /// The shared state.

@@ -5,13 +5,17 @@
 //! probe; `eth_syncing` answering anything but `false` means syncing. The
 //! group decides what the results mean ([`txgate_nodes::Group`]).
 //!
+//! With op-conductor configured, the round also asks it who leads
+//! ([`super::conductor`]), at the same time as the probes and within the
+//! same deadline, so that readiness at the round's end counts the leader.
+//!
 //! The short form keeps its one-call probe (`eth_chainId` answered with
 //! JSON-RPC), as before the group existed.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::join_all;
+use futures_util::future::{join, join_all};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use txgate_nodes::Probe;
@@ -35,7 +39,11 @@ pub async fn probe_round(nodes: &Nodes, timeout: Duration) -> bool {
         }
         return up;
     }
-    let results = join_all((0..state.len()).map(|i| probe(nodes, i, timeout))).await;
+    let probes = join_all((0..state.len()).map(|i| probe(nodes, i, timeout)));
+    let results = match nodes.conductor() {
+        Some(conductor) => join(probes, conductor.follow(state, timeout)).await.0,
+        None => probes.await,
+    };
     let metrics = state.metrics();
     for (i, result) in results.into_iter().enumerate() {
         if result == Probe::Failed {
