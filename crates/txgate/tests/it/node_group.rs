@@ -346,6 +346,20 @@ async fn the_sequencer_killed_answers_submissions_at_once_and_readiness_follows(
         assert!(Instant::now() < deadline, "/readyz stayed ready");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The log says which node went out and why, by name.
+    let out = |line: &String| {
+        serde_json::from_str::<Value>(line).is_ok_and(|v| {
+            v["message"] == "upstream node out" && v["node"] == "seq" && v["reason"].is_string()
+        })
+    };
+    let lines = g
+        .txgate
+        .logs_until(Duration::from_secs(5), |lines| lines.iter().any(out))
+        .await;
+    assert!(
+        lines.iter().any(out),
+        "no line for the node going out: {lines:?}"
+    );
     // It lists every node by name, with its state, head and lag.
     let (_, _, body) = get(&format!("{}/readyz", g.txgate.admin_url)).await;
     let ready: Value = serde_json::from_slice(&body).unwrap();

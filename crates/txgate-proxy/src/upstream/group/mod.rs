@@ -249,10 +249,11 @@ impl Nodes {
                     failure,
                     written: true,
                 }) => {
-                    // A broken connection counts against the node; a slow
-                    // or oversized answer may be the call's own doing (a
-                    // huge eth_getLogs), so it does not.
-                    if failure == UpstreamFailure::Io {
+                    // A broken connection or a timeout counts against the
+                    // node (five in a row with no good answer between take
+                    // it out); an oversized or unreadable answer may be the
+                    // call's own doing (a huge eth_getLogs), so it does not.
+                    if matches!(failure, UpstreamFailure::Io | UpstreamFailure::Timeout) {
                         self.state.passive(i, Passive::Failed);
                     }
                     if !resend || resent || failure == UpstreamFailure::TooLarge {

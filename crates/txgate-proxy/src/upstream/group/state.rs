@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use txgate_config::{NodeSet, UpstreamConfig};
-use txgate_nodes::{Group, HealthRules, Millis, Passive, Probe, RecentWrites, Role, Snapshot};
+use txgate_nodes::{
+    Group, HealthRules, Millis, Passive, Probe, RecentWrites, Role, Snapshot, Status,
+};
 
 use crate::metrics::{Metrics, NodeSeries};
 
@@ -37,6 +39,8 @@ pub struct GroupState {
     tiebreak: AtomicU64,
     writes: Option<Mutex<RecentWrites<IpAddr>>>,
     series: Vec<NodeSeries>,
+    /// Each node's state as last logged.
+    logged: Mutex<Vec<Option<Status>>>,
     epoch: Instant,
     metrics: Arc<Metrics>,
 }
@@ -94,6 +98,7 @@ impl GroupState {
                 .filter(|_| !nodes.is_short_form())
                 .map(|window| Mutex::new(RecentWrites::new(millis(window), MAX_RECENT_WRITERS))),
             series,
+            logged: Mutex::new(vec![None; specs.len()]),
             epoch: Instant::now(),
             metrics,
         }
@@ -191,6 +196,40 @@ impl GroupState {
         if update.changed {
             self.publish();
         }
+        self.log_state(i);
+    }
+
+    /// Logs node `i`'s state when it differs from the last one logged: an
+    /// operator sees each node come in, go out and why, and a node that is
+    /// down at start (out, never reported a head) once.
+    fn log_state(&self, i: usize) {
+        let Some(state) = self.lock().state(i) else {
+            return;
+        };
+        let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(last) = logged.get_mut(i) else {
+            return;
+        };
+        if *last == Some(state.status) {
+            return;
+        }
+        *last = Some(state.status);
+        match state.status {
+            Status::In => tracing::info!(
+                node = self.name(i),
+                role = state.role.as_str(),
+                head = state.head,
+                "upstream node in"
+            ),
+            Status::Out(reason) => tracing::warn!(
+                node = self.name(i),
+                role = state.role.as_str(),
+                reason = reason.as_str(),
+                head = state.head,
+                lag = state.lag,
+                "upstream node out"
+            ),
+        }
     }
 
     /// What a real call to node `i` said about it.
@@ -210,6 +249,7 @@ impl GroupState {
         let update = self.lock().passive(i, now, signal);
         if update.changed {
             self.publish();
+            self.log_state(i);
         }
     }
 
