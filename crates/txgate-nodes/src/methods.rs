@@ -9,6 +9,12 @@
 //!   transactions.
 //! - Bundles go to a builder: `eth_sendBundle`, `eth_callBundle`,
 //!   `mev_sendBundle`, `eth_cancelBundle`.
+//! - Filters live on the node that made them: `eth_newFilter`,
+//!   `eth_newBlockFilter`, `eth_newPendingTransactionFilter`,
+//!   `eth_getFilterChanges`, `eth_getFilterLogs` and `eth_uninstallFilter`
+//!   all go to the sequencer, so a filter's id means something to the node
+//!   asked about it (replicas chosen call by call would not know it; the
+//!   pending one exists only at the sequencer anyway).
 //! - Everything else is a read, for a replica.
 //!
 //! An override from the configuration wins over the default ([`role`]).
@@ -37,6 +43,12 @@ pub fn default_role(method: &str, pending_subscription: bool) -> Role {
             Role::Builder
         }
         "eth_subscribe" if pending_subscription => Role::Sequencer,
+        "eth_newFilter"
+        | "eth_newBlockFilter"
+        | "eth_newPendingTransactionFilter"
+        | "eth_getFilterChanges"
+        | "eth_getFilterLogs"
+        | "eth_uninstallFilter" => Role::Sequencer,
         _ => Role::Replica,
     }
 }
@@ -78,6 +90,12 @@ mod tests {
             "eth_sendRawTransactionConditional",
             "eth_sendRawTransactionSync",
             "eth_sendPrivateRawTransaction",
+            "eth_newFilter",
+            "eth_newBlockFilter",
+            "eth_newPendingTransactionFilter",
+            "eth_getFilterChanges",
+            "eth_getFilterLogs",
+            "eth_uninstallFilter",
         ] {
             assert_eq!(default_role(m, false), Role::Sequencer, "{m}");
         }
