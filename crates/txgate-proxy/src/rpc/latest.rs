@@ -8,13 +8,17 @@
 //! at or above it; `eth_blockNumber` is answered with it by txgate. The
 //! positions are go-ethereum's parameter lists. A block parameter left
 //! out is pinned only where the node would read it as `latest`
-//! (`eth_call`, and `eth_getLogs`' `fromBlock`/`toBlock`): elsewhere the
-//! node's own answer to a missing argument is kept. Every other tag
-//! (`pending`, `safe`, `finalized`, `earliest`, numbers, hashes) is left
-//! as sent.
+//! (`eth_call`): elsewhere the node's own answer to a missing argument is
+//! kept. Every other tag (`pending`, `safe`, `finalized`, `earliest`,
+//! numbers, hashes) is left as sent, and so is `eth_getLogs`' filter (a
+//! pinned `toBlock` below a client's own `fromBlock` would turn logs into
+//! an error, and Go reads its keys in any case); every block-reading call,
+//! pinned or not, goes only to a node at or above the agreed head. A read
+//! the client's own writes send to the sequencer is not pinned: it wants
+//! the newest state.
 
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
+use txgate_jsonrpc::Call;
 
 /// Where each block-tagged read takes its block.
 const POSITIONS: &[(&str, usize)] = &[
@@ -35,18 +39,49 @@ const POSITIONS: &[(&str, usize)] = &[
     ("eth_feeHistory", 1),
 ];
 
-/// Whether txgate answers `method` itself at the agreed head.
-pub(crate) fn answers_locally(method: &str) -> bool {
-    method == "eth_blockNumber"
+/// Whether txgate answers `call` itself at the agreed head: an
+/// `eth_blockNumber` without arguments (with some, the node's error is
+/// the answer).
+pub(crate) fn answers_locally(call: &Call<'_>) -> bool {
+    call.method == "eth_blockNumber"
+        && call.params.is_none_or(|p| {
+            p.get()
+                .bytes()
+                .all(|b| b.is_ascii_whitespace() || b == b'[' || b == b']')
+        })
+}
+
+/// Whether `method` reads blocks by number: it goes only to a node at or
+/// above the agreed head, so a block txgate said exists (by
+/// `eth_blockNumber`, or a pinned `latest`) is there whatever the tag.
+pub(crate) fn reads_blocks(method: &str) -> bool {
+    method == "eth_getLogs" || POSITIONS.iter().any(|(m, _)| *m == method)
+}
+
+/// What a message's calls are pinned to: the agreed head, for the calls
+/// `pinnable` lets be (those that go to the replicas: a read sent to the
+/// sequencer for the client's own writes or the pending block keeps its
+/// tag, so it sees the newest state).
+#[derive(Clone, Copy)]
+pub(crate) struct Pin<'f> {
+    /// The agreed head.
+    pub(crate) head: u64,
+    /// Whether a call may be pinned.
+    pub(crate) pinnable: &'f (dyn Fn(&Call<'_>) -> bool + Sync),
+}
+
+impl std::fmt::Debug for Pin<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pin")
+            .field("head", &self.head)
+            .finish_non_exhaustive()
+    }
 }
 
 /// `params` with `latest` pinned to block `head`; `None` when nothing
 /// changes (no `latest`, a method without a block, params not the shape
 /// the node reads).
 pub(crate) fn pin(method: &str, params: Option<&RawValue>, head: u64) -> Option<Box<RawValue>> {
-    if method == "eth_getLogs" {
-        return pin_filter(params?, head);
-    }
     let position = POSITIONS.iter().find(|(m, _)| *m == method)?.1;
     let list: Vec<&RawValue> = match params {
         Some(params) => serde_json::from_str(params.get()).ok()?,
@@ -68,37 +103,6 @@ pub(crate) fn pin(method: &str, params: Option<&RawValue>, head: u64) -> Option<
         _ => return None,
     };
     RawValue::from_string(format!("[{}]", pinned.join(","))).ok()
-}
-
-/// `eth_getLogs`' filter: `fromBlock` and `toBlock` that are `latest` or
-/// left out (both mean latest) are pinned, unless the filter names a
-/// `blockHash`.
-fn pin_filter(params: &RawValue, head: u64) -> Option<Box<RawValue>> {
-    let list: Vec<&RawValue> = serde_json::from_str(params.get()).ok()?;
-    let [filter] = list.as_slice() else {
-        return None;
-    };
-    let mut filter: Map<String, Value> = serde_json::from_str(filter.get()).ok()?;
-    if filter.contains_key("blockHash") {
-        return None;
-    }
-    let mut changed = false;
-    for key in ["fromBlock", "toBlock"] {
-        let latest = match filter.get(key) {
-            None | Some(Value::Null) => true,
-            Some(Value::String(tag)) => tag == "latest",
-            Some(_) => false,
-        };
-        if latest {
-            filter.insert(key.into(), Value::String(format!("0x{head:x}")));
-            changed = true;
-        }
-    }
-    if !changed {
-        return None;
-    }
-    let text = serde_json::to_string(&[Value::Object(filter)]).ok()?;
-    RawValue::from_string(text).ok()
 }
 
 /// `{"jsonrpc":"2.0","id":<id>,"result":"0x<head>"}`.
@@ -151,17 +155,14 @@ mod tests {
     }
 
     #[test]
-    fn a_log_filter_is_pinned_unless_it_names_a_block_hash() {
-        let out = pinned("eth_getLogs", r#"[{"address":"0xab","toBlock":"latest"}]"#).unwrap();
-        let v: Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(v[0]["fromBlock"], "0x1f");
-        assert_eq!(v[0]["toBlock"], "0x1f");
-        assert_eq!(v[0]["address"], "0xab");
+    fn a_log_filter_is_left_as_sent_but_reads_blocks() {
         assert_eq!(
-            pinned("eth_getLogs", r#"[{"fromBlock":"0x1","toBlock":"0x2"}]"#),
+            pinned("eth_getLogs", r#"[{"address":"0xab","toBlock":"latest"}]"#),
             None
         );
-        assert_eq!(pinned("eth_getLogs", r#"[{"blockHash":"0x00"}]"#), None);
+        assert!(reads_blocks("eth_getLogs"));
+        assert!(reads_blocks("eth_getBlockByNumber"));
+        assert!(!reads_blocks("eth_getTransactionReceipt"));
     }
 
     #[test]

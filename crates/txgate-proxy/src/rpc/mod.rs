@@ -479,7 +479,7 @@ impl Shared {
         // txgate, block-tagged reads pinned to it.
         let head = self.upstream.agreed_head();
         if let Some(head) = head
-            && latest::answers_locally(&call.method)
+            && latest::answers_locally(call)
         {
             return match call.id {
                 Some(id) => (
@@ -492,8 +492,15 @@ impl Shared {
                 None => (Outcome::Notification, no_content()),
             };
         }
-        let pinned = head.and_then(|head| latest::pin(&call.method, call.params, head));
-        let at_head = pinned.is_some();
+        let role = self
+            .upstream
+            .role_for(&call.method, call.params.map(|p| p.get()), from.client);
+        // A read the sequencer answers for the client's own writes or the
+        // pending block keeps its tag: it wants the newest state.
+        let pinned = head
+            .filter(|_| role == Role::Replica)
+            .and_then(|head| latest::pin(&call.method, call.params, head));
+        let at_head = head.is_some() && latest::reads_blocks(&call.method);
         let body = match &pinned {
             Some(params) => {
                 let mut out = Vec::with_capacity(body.len() + 16);
@@ -507,9 +514,6 @@ impl Shared {
             }
             None => body,
         };
-        let role = self
-            .upstream
-            .role_for(&call.method, call.params.map(|p| p.get()), from.client);
         let submission = is_submission(&call.method);
         let started = Instant::now();
         let result = self
@@ -540,7 +544,10 @@ impl Shared {
                         .map_or("", |reply| self.upstream.state().name(reply.node)),
                     duration: took,
                     answer: match &result {
-                        Ok(reply) => Ok(&reply.body),
+                        Ok(reply) if reply.status.is_success() || reply.is_json_rpc() => {
+                            Ok(&reply.body)
+                        }
+                        Ok(_) => Err(Outcome::UpstreamUnavailable.as_str()),
                         Err(failure) => Err(upstream_refusal(*failure).class().outcome.as_str()),
                     },
                     client: from.client,
@@ -582,15 +589,16 @@ impl Shared {
         body_len: usize,
         from: &From<'_>,
     ) -> (Outcome, Response<Body>) {
+        let submits = split::submits(entries);
+        let pinnable = |call: &Call<'_>| self.role_in_batch(call, from, submits) == Role::Replica;
+        let pin = self.upstream.agreed_head().map(|head| latest::Pin {
+            head,
+            pinnable: &pinnable,
+        });
         let plan = self
-            .plan(
-                entries,
-                from,
-                true,
-                body_len,
-                self.upstream.agreed_head(),
-                |index, _| Ok(Route::Forward(index)),
-            )
+            .plan(entries, from, true, body_len, pin, |index, _| {
+                Ok(Route::Forward(index))
+            })
             .await;
         let refused = plan.refused;
         let (outcome, response, accepted) = self.answer_batch(entries, plan, from).await;

@@ -165,7 +165,7 @@ impl Plan {
         syncs: Vec<(usize, SyncSlot)>,
         batch: bool,
         size: usize,
-        pin: Option<u64>,
+        pin: Option<latest::Pin<'_>>,
         mut route: impl FnMut(usize, &Call<'_>) -> Result<Route, Refusal>,
     ) -> Plan {
         let refused = refused_submissions(&verdicts);
@@ -195,12 +195,10 @@ impl Plan {
                     }
                     Ok(Route::Skip) => Slot::Silent,
                     // The group's agreed head answers eth_blockNumber.
-                    Ok(Route::Forward(_))
-                        if pin.is_some() && latest::answers_locally(&call.method) =>
-                    {
+                    Ok(Route::Forward(_)) if pin.is_some() && latest::answers_locally(call) => {
                         match (call.id, pin) {
-                            (Some(id), Some(head)) => {
-                                Slot::Done(latest::block_number_answer(id.as_str(), head))
+                            (Some(id), Some(pin)) => {
+                                Slot::Done(latest::block_number_answer(id.as_str(), pin.head))
                             }
                             _ => Slot::Silent,
                         }
@@ -209,8 +207,10 @@ impl Plan {
                         if forwarded > 0 {
                             upstream.push(b',');
                         }
-                        let pinned =
-                            pin.and_then(|head| latest::pin(&call.method, call.params, head));
+                        at_head |= pin.is_some() && latest::reads_blocks(&call.method);
+                        let pinned = pin
+                            .filter(|pin| (pin.pinnable)(call))
+                            .and_then(|pin| latest::pin(&call.method, call.params, pin.head));
                         match &pinned {
                             Some(params) => {
                                 at_head = true;
@@ -382,7 +382,7 @@ impl Shared {
         from: &From<'_>,
         batch: bool,
         size: usize,
-        pin: Option<u64>,
+        pin: Option<latest::Pin<'_>>,
         route: impl FnMut(usize, &Call<'_>) -> Result<Route, Refusal>,
     ) -> Plan {
         let (verdicts, syncs) = self.verdicts(entries, from).await;
@@ -522,7 +522,10 @@ mod tests {
             Vec::new(),
             true,
             body.len(),
-            Some(0x10),
+            Some(latest::Pin {
+                head: 0x10,
+                pinnable: &|_| true,
+            }),
             |i, _| Ok(Route::Forward(i)),
         );
         assert_eq!(done(&plan.slots[0])["result"], "0x10");

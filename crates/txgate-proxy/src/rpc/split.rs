@@ -49,13 +49,12 @@ impl Shared {
     /// first appears.
     pub(super) fn parts(&self, entries: &[Entry<'_>], plan: &Plan, from: &From<'_>) -> Vec<Part> {
         let mut parts: Vec<Part> = Vec::new();
+        let submits = submits(entries);
         for &index in &plan.forwarded_at {
             let Some(Entry::Call(call)) = entries.get(index) else {
                 continue;
             };
-            let role =
-                self.upstream
-                    .role_for(&call.method, call.params.map(|p| p.get()), from.client);
+            let role = self.role_in_batch(call, from, submits);
             let submits = is_submission(&call.method);
             let part = match parts.iter_mut().position(|p| p.role == role) {
                 Some(i) => &mut parts[i],
@@ -74,6 +73,21 @@ impl Shared {
             part.indices.push(index);
         }
         parts
+    }
+
+    /// The role of `call` in a batch: its own, except that a read of the
+    /// client's own writes goes to the sequencer when the batch itself
+    /// `submits` (a nonce or receipt read beside the submission it is
+    /// about).
+    pub(super) fn role_in_batch(&self, call: &Call<'_>, from: &From<'_>, submits: bool) -> Role {
+        let role = self
+            .upstream
+            .role_for(&call.method, call.params.map(|p| p.get()), from.client);
+        if submits && role == Role::Replica && txgate_nodes::reads_own_writes(&call.method) {
+            Role::Sequencer
+        } else {
+            role
+        }
     }
 
     /// Sends each part to its role at once and settles the plan with the
@@ -98,7 +112,10 @@ impl Shared {
                     if n > 0 {
                         out.push(b',');
                     }
-                    let pinned = head.and_then(|h| latest::pin(&call.method, call.params, h));
+                    part.at_head |= head.is_some() && latest::reads_blocks(&call.method);
+                    let pinned = head
+                        .filter(|_| part.role == Role::Replica)
+                        .and_then(|h| latest::pin(&call.method, call.params, h));
                     match &pinned {
                         Some(params) => {
                             part.at_head = true;
@@ -161,4 +178,11 @@ impl Shared {
         }
         settled
     }
+}
+
+/// Whether a batch holds a submission.
+pub(super) fn submits(entries: &[Entry<'_>]) -> bool {
+    entries
+        .iter()
+        .any(|e| matches!(e, Entry::Call(call) if is_submission(&call.method)))
 }

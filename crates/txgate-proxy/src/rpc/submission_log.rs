@@ -107,8 +107,11 @@ fn tx_hash(method: &str, params: Option<&RawValue>) -> Option<alloy_primitives::
     if !method.starts_with("eth_sendRawTransaction") {
         return None;
     }
-    let params: Vec<&str> = serde_json::from_str(params?.get()).ok()?;
-    let raw = txgate_screen::decode_hex(params.first()?).ok()?;
+    // The raw transaction first; the conditional's condition or the sync
+    // call's timeout may follow.
+    let params: Vec<&RawValue> = serde_json::from_str(params?.get()).ok()?;
+    let raw: &str = serde_json::from_str(params.first()?.get()).ok()?;
+    let raw = txgate_screen::decode_hex(raw).ok()?;
     Some(alloy_primitives::keccak256(raw))
 }
 
@@ -159,5 +162,11 @@ mod tests {
             Some(alloy_primitives::keccak256([1u8, 2]))
         );
         assert_eq!(tx_hash("eth_sendBundle", Some(&params)), None);
+        let conditional =
+            RawValue::from_string(r#"["0x0102",{"knownAccounts":{}}]"#.into()).unwrap();
+        assert_eq!(
+            tx_hash("eth_sendRawTransactionConditional", Some(&conditional)),
+            Some(alloy_primitives::keccak256([1u8, 2]))
+        );
     }
 }

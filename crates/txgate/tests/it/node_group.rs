@@ -215,6 +215,14 @@ async fn reads_spread_over_replicas_and_submissions_reach_only_the_sequencer() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
+    // And its nonce at `latest` is the sequencer's newest (1), not the
+    // agreed head's (0: the replicas never saw the block): a read of the
+    // client's own writes keeps its tag.
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "eth_getTransactionCount",
+        "params": [format!("{}", sender.address), "latest"]});
+    let (_, nonce) = rpc_json(&g.txgate.url, &body.to_string()).await;
+    assert_eq!(nonce["result"], "0x1", "{nonce}");
+
     // A batch mixing reads and a submission is split by role: the reads
     // are the replicas', the submission the sequencer's, the answers in
     // the caller's order under its ids.

@@ -214,7 +214,8 @@ impl Nodes {
                 self.clients[i].exchange(body.clone(), Some(left)).await
             };
             match answer {
-                Ok(reply) if reply.status.is_server_error() && !reply.is_json_rpc() => {
+                Ok(mut reply) if reply.status.is_server_error() && !reply.is_json_rpc() => {
+                    reply.node = i;
                     self.state.passive(i, Passive::Failed);
                     if resend && !resent {
                         resent = true;
@@ -253,7 +254,11 @@ impl Nodes {
                     // node (five in a row with no good answer between take
                     // it out); an oversized or unreadable answer may be the
                     // call's own doing (a huge eth_getLogs), so it does not.
-                    if matches!(failure, UpstreamFailure::Io | UpstreamFailure::Timeout) {
+                    // A call with its own longer deadline (a sync submission
+                    // waiting for its block) times out by its own doing.
+                    let counts = failure == UpstreamFailure::Io
+                        || (failure == UpstreamFailure::Timeout && timeout.is_none());
+                    if counts {
                         self.state.passive(i, Passive::Failed);
                     }
                     if !resend || resent || failure == UpstreamFailure::TooLarge {
