@@ -142,6 +142,25 @@ pub fn cpu_ms(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) * 10.0
 }
 
+/// Context switches of a process so far, voluntary and not, summed over
+/// its threads (`/proc/<pid>/task/*/status`): each is a thread put to
+/// sleep or pre-empted, and woken again.
+pub fn context_switches(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
 /// CPU time of a process and its direct children (nginx's workers), in ms.
 pub fn tree_cpu_ms(pid: u32) -> f64 {
     let children: f64 = std::fs::read_dir("/proc")

@@ -3,11 +3,12 @@
 //! 1. **CPU per call over a group against one upstream.** Two txgates
 //!    (release build), one in front of a lone anvil (the short form,
 //!    `[upstream] url`), one in front of a group of three anvils (one
-//!    sequencer, two replicas, `[[upstream.nodes]]`), both with every
-//!    other setting at its default. The same reads at `--rate` calls/s
-//!    (open loop, latency counted from when a call was due) over 20
-//!    keep-alive connections, one call in flight on each, in interleaved
-//!    rounds (the order reversed every other round), for two mixes:
+//!    sequencer, two replicas, `[[upstream.nodes]]`; `--replicas N` for
+//!    another count), both with every other setting at its default. The
+//!    same reads at `--rate` calls/s (open loop, latency counted from when
+//!    a call was due) over 20 keep-alive connections, one call in flight
+//!    on each, in interleaved rounds (the order reversed every other
+//!    round), for two mixes:
 //!    - *reads*: `eth_getBalance` at `latest` and at block 0,
 //!      `eth_chainId`, `eth_blockNumber`, in turn. Over a group txgate
 //!      answers `eth_blockNumber` itself at the agreed head and pins
@@ -17,11 +18,12 @@
 //!
 //!    Per round, txgate's CPU per call (utime+stime of its PID from /proc:
 //!    the anvils' CPU is not counted), p50 and p99, the load client's own
-//!    CPU per call. Target: the group's CPU per call ≤ 1.05× the lone
-//!    node's.
+//!    CPU per call, and txgate's context switches per call (its threads'
+//!    sleeps and wake-ups, where a profile puts most of its kernel time).
+//!    Target: the group's CPU per call ≤ 1.05× the lone node's.
 //! 2. **Failover under load.** `--failover-rate` reads/s (the *reads* mix)
 //!    through the group's txgate for `--failover-seconds`, while a replica
-//!    (the two in turn) is killed every 10 s, from 3 s on, left down 1 s
+//!    (each in turn) is killed every 10 s, from 3 s on, left down 1 s
 //!    and started again on the same port, its marker balance set again
 //!    (`anvil_setBalance`) before txgate takes it back
 //!    (`txgate_upstream_node_up{node}` back to 1). Every read that fails
@@ -38,7 +40,9 @@
 //! `benches/load/group_load.sh` (or `cargo build --release -p txgate -p
 //! txgate-benches && target/release/group_load`); flags: `--rate N`
 //! (3000), `--seconds S` (3), `--rounds R` (5), `--failover-rate N`
-//! (5000), `--failover-seconds S` (60; 0 skips the part).
+//! (5000), `--failover-seconds S` (60; 0 skips the part), `--mix reads`
+//! or `--mix forwarded` (one mix alone in the CPU rounds, to profile it),
+//! `--replicas N` (2).
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
@@ -52,7 +56,8 @@ use serde_json::{Value, json};
 use txgate_benches::CargoBench;
 use txgate_benches::open_loop::{OpenLoop, Outcome};
 use txgate_benches::procs::{
-    HttpClient, Proc, client, get_text, metric, metric_series, post, restartable_port, wait_up,
+    HttpClient, Proc, client, context_switches, get_text, metric, metric_series, post,
+    restartable_port, wait_up,
 };
 use txgate_benches::start::{Scratch, Txgate, anvil, anvil_on, arg, release};
 use txgate_benches::stats::{Sample, median};
@@ -72,6 +77,13 @@ struct Args {
     /// Reads a second under failover.
     #[arg(long, default_value_t = 5_000)]
     failover_rate: u64,
+    /// The mixes of the CPU rounds (both by default; one alone, to profile
+    /// it): `reads` or `forwarded`.
+    #[arg(long, value_enum)]
+    mix: Option<Mix>,
+    /// Replicas in the group, beside its sequencer.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=8))]
+    replicas: u64,
     /// Seconds of the failover load (0: no failover part).
     #[arg(long, default_value_t = 60)]
     failover_seconds: u64,
@@ -83,10 +95,10 @@ struct Args {
 const CONNECTIONS: usize = 20;
 /// Whose balance tells the nodes apart.
 const MARKER: Address = Address::repeat_byte(0x4d);
-/// The lone node's marker balance (wei).
-const LONE: u64 = 4;
+/// The lone node's marker balance (wei); replica `rN`'s is N.
+const LONE: u64 = 200;
 /// The sequencer's.
-const SEQUENCER: u64 = 3;
+const SEQUENCER: u64 = 100;
 /// A replica is killed this often under the failover load…
 const KILL_EVERY: Duration = Duration::from_secs(10);
 /// …the first this far into it…
@@ -97,7 +109,7 @@ const DOWN_FOR: Duration = Duration::from_secs(1);
 const BACK_WITHIN: Duration = Duration::from_secs(15);
 
 /// Which calls a load sends, in turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Mix {
     /// Balance at `latest` and at 0, the chain id, the block number.
     Reads,
@@ -171,7 +183,7 @@ fn answer(status: u16, body: &[u8], markers: &[u64]) -> Result<Option<u64>, Stri
 
 /// One node of the group.
 struct Node {
-    name: &'static str,
+    name: String,
     role: &'static str,
     marker: u64,
     port: u16,
@@ -184,23 +196,31 @@ impl Node {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// Starts it on its port and sets its marker; checks it reads back.
+    /// A node on `port`, started, its marker set.
     async fn start(
         http: &HttpClient,
-        name: &'static str,
+        name: String,
         role: &'static str,
         marker: u64,
         port: u16,
     ) -> Node {
-        let (proc, url) = anvil_on(http, port, &[]).await;
-        mark(http, &url, marker).await;
-        Node {
+        let mut node = Node {
             name,
             role,
             marker,
             port,
-            proc: Some(proc),
-        }
+            proc: None,
+        };
+        node.restart(http).await;
+        node
+    }
+
+    /// Starts its anvil on its port and sets its marker; checks it reads
+    /// back.
+    async fn restart(&mut self, http: &HttpClient) {
+        let (proc, url) = anvil_on(http, self.port, &[]).await;
+        self.proc = Some(proc);
+        mark(http, &url, self.marker).await;
     }
 }
 
@@ -239,7 +259,7 @@ async fn wait_node(
 ) -> Option<Duration> {
     let started = Instant::now();
     while started.elapsed() < limit {
-        if node_up(http, txgate, node.name, node.role).await == up {
+        if node_up(http, txgate, &node.name, node.role).await == up {
             return Some(started.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -256,12 +276,15 @@ struct Round {
     p99: f64,
     rate: f64,
     failed: usize,
+    /// txgate's context switches per call.
+    switches: f64,
 }
 
 impl Round {
-    fn of(out: &Outcome<Option<u64>>) -> Round {
+    fn of((out, switches): &(Outcome<Option<u64>>, f64)) -> Round {
         let l = out.latencies_ms();
         Round {
+            switches: *switches,
             server_us: out.server_us(),
             client_us: out.client_us(),
             p50: l.median(),
@@ -273,13 +296,13 @@ impl Round {
 }
 
 /// A load of `bodies` at `rate` through `txgate`, answers checked
-/// against `markers`.
+/// against `markers`; with txgate's context switches per call.
 async fn load(
     txgate: &Txgate,
     rate: u64,
     bodies: Vec<Bytes>,
-    markers: &'static [u64],
-) -> Outcome<Option<u64>> {
+    markers: Vec<u64>,
+) -> (Outcome<Option<u64>>, f64) {
     let load = OpenLoop {
         port: txgate.port,
         path: "/",
@@ -288,13 +311,15 @@ async fn load(
         rate,
         server_pid: txgate.pid(),
     };
+    let switches = context_switches(txgate.pid());
     let out = load
-        .run(bodies, move |status, body| answer(status, body, markers))
+        .run(bodies, move |status, body| answer(status, body, &markers))
         .await;
+    let switches = (context_switches(txgate.pid()) - switches) as f64 / out.requests() as f64;
     for (kind, n) in &out.errors {
         println!("    failed: {n} × {kind}");
     }
-    out
+    (out, switches)
 }
 
 /// Prints a setting's rounds and medians; the medians.
@@ -311,15 +336,17 @@ fn summary(name: &str, rounds: &[Round]) -> Round {
         p99: m(|r| r.p99),
         rate: m(|r| r.rate),
         failed: rounds.iter().map(|r| r.failed).sum(),
+        switches: m(|r| r.switches),
     };
     println!(
         "  {name:<16} txgate {:6.1} µs/call (rounds {})  p50 {:.3} ms  p99 {:.3} ms  \
-         client {:5.1} µs/call  {:.0} calls/s  failed {}",
+         client {:5.1} µs/call  txgate {:.2} context switches/call  {:.0} calls/s  failed {}",
         r.server_us,
         per_round.join(", "),
         r.p50,
         r.p99,
         r.client_us,
+        r.switches,
         r.rate,
         r.failed
     );
@@ -343,13 +370,18 @@ async fn run(a: Args) {
     let scratch = Scratch::new("group_load");
     let (lone_proc, lone_url) = anvil(&http, &[]).await;
     mark(&http, &lone_url, LONE).await;
-    let mut nodes = Vec::new();
-    for (name, role, marker) in [
-        ("seq", "sequencer", SEQUENCER),
-        ("r1", "replica", 1),
-        ("r2", "replica", 2),
-    ] {
-        nodes.push(Node::start(&http, name, role, marker, restartable_port()).await);
+    let mut nodes = vec![
+        Node::start(
+            &http,
+            "seq".into(),
+            "sequencer",
+            SEQUENCER,
+            restartable_port(),
+        )
+        .await,
+    ];
+    for r in 1..=a.replicas {
+        nodes.push(Node::start(&http, format!("r{r}"), "replica", r, restartable_port()).await);
     }
     let lone_config = scratch.write("lone.toml", &format!("[upstream]\nurl = \"{lone_url}\"\n"));
     let group_config = scratch.write(
@@ -377,44 +409,48 @@ async fn run(a: Args) {
             .unwrap_or_else(|| panic!("{} never came in", node.name));
     }
 
-    cpu_rounds(&a, &lone, &group).await;
+    // The answers a group's read may have: a replica's marker, or the
+    // sequencer's (where no replica is in).
+    let markers: Vec<u64> = nodes.iter().map(|n| n.marker).collect();
+    cpu_rounds(&a, &lone, &group, &markers).await;
     if a.failover_seconds > 0 {
-        failover(&a, &http, &group, &mut nodes).await;
+        failover(&a, &http, &group, &mut nodes, &markers).await;
     }
     drop((lone, group, lone_proc, nodes, scratch));
 }
 
 /// Part 1: txgate's CPU per call, lone node against the group.
-async fn cpu_rounds(a: &Args, lone: &Txgate, group: &Txgate) {
-    const GROUP: &[u64] = &[1, 2, SEQUENCER];
+async fn cpu_rounds(a: &Args, lone: &Txgate, group: &Txgate, markers: &[u64]) {
     println!(
         "CPU per call: txgate over one anvil (short form) against txgate over a group of \
-         three (1 sequencer, 2 replicas); {} calls/s over {CONNECTIONS} keep-alive \
+         1 sequencer and {} replicas; {} calls/s over {CONNECTIONS} keep-alive \
          connections, {} s rounds, {} interleaved rounds (medians; target: group ≤ 1.05× lone)",
-        a.rate, a.seconds, a.rounds
+        a.replicas, a.rate, a.seconds, a.rounds
     );
     let count = (a.rate * a.seconds) as usize;
-    let settings = [
-        ("lone", Mix::Reads),
-        ("group", Mix::Reads),
-        ("lone", Mix::Forwarded),
-        ("group", Mix::Forwarded),
-    ];
-    let target = |who: &str| -> (&Txgate, &'static [u64]) {
+    let mixes = match a.mix {
+        Some(mix) => vec![mix],
+        None => vec![Mix::Reads, Mix::Forwarded],
+    };
+    let settings: Vec<(&str, Mix)> = mixes
+        .iter()
+        .flat_map(|&mix| [("lone", mix), ("group", mix)])
+        .collect();
+    let target = |who: &str| -> (&Txgate, Vec<u64>) {
         if who == "lone" {
-            (lone, &[LONE])
+            (lone, vec![LONE])
         } else {
-            (group, GROUP)
+            (group, markers.to_vec())
         }
     };
     // Warm-up: connections, pools, caches.
-    for (who, mix) in settings {
+    for &(who, mix) in &settings {
         let (txgate, markers) = target(who);
         let _ = load(txgate, a.rate, mix.bodies(count / 3), markers).await;
     }
     let mut rounds: BTreeMap<(&str, &str), Vec<Round>> = BTreeMap::new();
     for r in 0..a.rounds {
-        let mut order = settings.to_vec();
+        let mut order = settings.clone();
         if r % 2 == 1 {
             order.reverse();
         }
@@ -432,7 +468,7 @@ async fn cpu_rounds(a: &Args, lone: &Txgate, group: &Txgate) {
         }
         println!("  round {}: {}", r + 1, line.join(" | "));
     }
-    for mix in [Mix::Reads, Mix::Forwarded] {
+    for mix in mixes {
         let l = summary(
             &format!("lone/{}", mix.name()),
             &rounds[&(mix.name(), "lone")],
@@ -462,7 +498,7 @@ async fn cpu_rounds(a: &Args, lone: &Txgate, group: &Txgate) {
 
 /// What one kill and restart of a replica came to.
 struct Cycle {
-    node: &'static str,
+    node: String,
     killed_at: f64,
     out_after: Option<Duration>,
     up_after: Duration,
@@ -470,11 +506,16 @@ struct Cycle {
 }
 
 /// Part 2: reads under failover, a replica killed every 10 s.
-async fn failover(a: &Args, http: &HttpClient, group: &Txgate, nodes: &mut [Node]) {
-    const GROUP: &[u64] = &[1, 2, SEQUENCER];
+async fn failover(
+    a: &Args,
+    http: &HttpClient,
+    group: &Txgate,
+    nodes: &mut [Node],
+    markers: &[u64],
+) {
     println!(
         "Failover: {} reads/s (reads mix) over {CONNECTIONS} keep-alive connections through \
-         the group's txgate for {} s; a replica (r1, r2 in turn) killed every {} s from {} s \
+         the group's txgate for {} s; a replica (each in turn) killed every {} s from {} s \
          on, down {} s, started again on its port with its marker (target: no failed read)",
         a.failover_rate,
         a.failover_seconds,
@@ -496,22 +537,18 @@ async fn failover(a: &Args, http: &HttpClient, group: &Txgate, nodes: &mut [Node
         let mut k = 0;
         while at + DOWN_FOR < seconds {
             tokio::time::sleep_until((started + at).into()).await;
-            let i = 1 + k % 2;
+            let i = 1 + k % a.replicas as usize;
             let killed_at = started.elapsed().as_secs_f64();
-            let (name, role, marker, port) = {
-                let n = &nodes[i];
-                (n.name, n.role, n.marker, n.port)
-            };
             // SIGKILL, reaped: the port is free again.
             drop(nodes[i].proc.take());
             let out_after = wait_node(http, group, &nodes[i], false, DOWN_FOR).await;
             tokio::time::sleep_until((started + at + DOWN_FOR).into()).await;
             let restarted = Instant::now();
-            nodes[i] = Node::start(http, name, role, marker, port).await;
+            nodes[i].restart(http).await;
             let up_after = restarted.elapsed();
             let back_after = wait_node(http, group, &nodes[i], true, BACK_WITHIN).await;
             cycles.push(Cycle {
-                node: name,
+                node: nodes[i].name.clone(),
                 killed_at,
                 out_after,
                 up_after,
@@ -522,7 +559,10 @@ async fn failover(a: &Args, http: &HttpClient, group: &Txgate, nodes: &mut [Node
         }
         cycles
     };
-    let (out, cycles) = tokio::join!(load(group, a.failover_rate, bodies, GROUP), churn);
+    let ((out, switches), cycles) = tokio::join!(
+        load(group, a.failover_rate, bodies, markers.to_vec()),
+        churn
+    );
     let after: BTreeMap<String, f64> = metric_series(&metrics(http, group).await, name)
         .into_iter()
         .collect();
@@ -534,10 +574,8 @@ async fn failover(a: &Args, http: &HttpClient, group: &Txgate, nodes: &mut [Node
         }
     }
     let node_of = |m: u64| match m {
-        1 => "r1",
-        2 => "r2",
-        SEQUENCER => "seq",
-        _ => "?",
+        SEQUENCER => "seq".to_string(),
+        r => format!("r{r}"),
     };
     for c in &cycles {
         let out = c.out_after.map_or("not seen within 1 s".into(), |d| {
@@ -571,7 +609,8 @@ async fn failover(a: &Args, http: &HttpClient, group: &Txgate, nodes: &mut [Node
     println!(
         "  reads {} ({:.0}/s) in {:.1} s, failed {} (target 0: {}); p50 {:.3} ms  p99 {:.3} ms  \
          p99.9 {:.3} ms  max {:.1} ms; failovers {total} ({}); balance reads answered by {}; \
-         kills {}, all back: {}; txgate {:.1} µs/call, client {:.1} µs/call",
+         kills {}, all back: {}; txgate {:.1} µs/call ({switches:.2} context switches/call), \
+         client {:.1} µs/call",
         out.requests(),
         out.rate(),
         out.elapsed,
