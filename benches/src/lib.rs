@@ -9,6 +9,7 @@ use secp256k1::{Message, SECP256K1, SecretKey};
 use txgate_screen::{Fingerprint, Invalidation};
 
 pub mod moka_denied;
+pub mod open_loop;
 pub mod procs;
 pub mod start;
 pub mod stats;

@@ -70,6 +70,32 @@ pub fn free_port() -> u16 {
         .unwrap_or_else(|e| panic!("no free port: {e}"))
 }
 
+/// A free loopback port below the kernel's ephemeral range, for a server
+/// that is killed and started again on the same port: no outgoing
+/// connection (nor a `bind(:0)`, as [`free_port`]) can take it while the
+/// server is down. Counted from an offset of this process's id, so that no
+/// two calls of one run return the same port; the kernel's choice where
+/// the range leaves no room below it.
+pub fn restartable_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    if ephemeral_low > 12_000 {
+        let (low, span) = (ephemeral_low - 10_000, 9_999);
+        let start = std::process::id() % span;
+        for _ in 0..span {
+            let port = (low + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
+    free_port()
+}
+
 /// Starts a child; with `TXGATE_BENCH_LOGS=DIR`, its stderr goes to
 /// `DIR/<name>.log` at info level.
 pub fn spawn(program: &Path, args: &[&str]) -> Proc {
@@ -114,6 +140,25 @@ pub fn cpu_ms(pid: u32) -> f64 {
             .unwrap_or(0.0)
     };
     (ticks(11) + ticks(12)) * 10.0
+}
+
+/// Context switches of a process so far, voluntary and not, summed over
+/// its threads (`/proc/<pid>/task/*/status`): each is a thread put to
+/// sleep or pre-empted, and woken again.
+pub fn context_switches(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
 }
 
 /// CPU time of a process and its direct children (nginx's workers), in ms.
@@ -224,4 +269,50 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// Every series of `name` in a Prometheus text: its labels as printed
+/// (`{reason="connect"}`, empty for none) and its value.
+pub fn metric_series(text: &str, name: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let (labels, value) = match rest.strip_prefix('{') {
+                Some(labelled) => {
+                    let (labels, value) = labelled.rsplit_once('}')?;
+                    (format!("{{{labels}}}"), value)
+                }
+                None => (String::new(), rest),
+            };
+            Some((labels, value.strip_prefix(' ')?.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The sum of every series of `name` (whatever its labels): a counter's
+/// total over its labels; 0 when there is none.
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    metric_series(text, name).iter().map(|(_, v)| v).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_sum_adds_the_series_of_one_name_only() {
+        let text = "# TYPE x_total counter\nx_total{reason=\"a\"} 2\nx_total{reason=\"b\"} 3\n\
+                    x_total_more 7\ny 1\n";
+        assert_eq!(metric_sum(text, "x_total"), 5.0);
+        assert_eq!(metric_sum(text, "y"), 1.0);
+        assert_eq!(metric_sum(text, "z"), 0.0);
+        assert_eq!(metric(text, "x_total{reason=\"b\"}"), Some(3.0));
+        assert_eq!(
+            metric_series(text, "x_total"),
+            [
+                ("{reason=\"a\"}".to_string(), 2.0),
+                ("{reason=\"b\"}".to_string(), 3.0)
+            ]
+        );
+    }
 }

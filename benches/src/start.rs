@@ -84,7 +84,12 @@ pub fn arg(path: &Path) -> &str {
 /// Starts anvil on a free loopback port with `extra` flags (`--silent`
 /// always); its URL, once it answers. Stops when the process is dropped.
 pub async fn anvil(client: &HttpClient, extra: &[&str]) -> (Proc, String) {
-    let port = free_port().to_string();
+    anvil_on(client, free_port(), extra).await
+}
+
+/// [`anvil`] on `port` (a node started again where it was).
+pub async fn anvil_on(client: &HttpClient, port: u16, extra: &[&str]) -> (Proc, String) {
+    let port = port.to_string();
     let mut args = vec!["--host", "127.0.0.1", "--silent", "--port", &port];
     args.extend_from_slice(extra);
     let proc = spawn(&tool("anvil"), &args);
@@ -171,19 +176,21 @@ impl Txgate {
     /// Starts `bin` in front of `upstream`, its client and admin listeners
     /// on free loopback ports, `args` after; does not wait for it.
     pub fn spawn(bin: &Path, upstream: &str, args: &[&str]) -> Txgate {
+        let mut all = vec!["--upstream", upstream];
+        all.extend_from_slice(args);
+        Txgate::spawn_with(bin, &all)
+    }
+
+    /// Starts `bin` with its client and admin listeners on free loopback
+    /// ports, `args` after (its upstream from `--config`: a node group);
+    /// does not wait for it.
+    pub fn spawn_with(bin: &Path, args: &[&str]) -> Txgate {
         let (port, admin_port) = (free_port(), free_port());
         let (listen, admin) = (
             format!("127.0.0.1:{port}"),
             format!("127.0.0.1:{admin_port}"),
         );
-        let mut all = vec![
-            "--listen",
-            &listen,
-            "--admin-listen",
-            &admin,
-            "--upstream",
-            upstream,
-        ];
+        let mut all = vec!["--listen", &listen, "--admin-listen", &admin];
         all.extend_from_slice(args);
         Txgate {
             proc: spawn(bin, &all),

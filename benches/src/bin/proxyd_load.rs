@@ -25,7 +25,6 @@
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
@@ -33,14 +32,12 @@ use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Address, Bytes as TxBytes, Signature, TxKind, U256};
 use bytes::Bytes;
 use clap::Parser;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use secp256k1::{Message, SECP256K1, SecretKey};
-use tokio::sync::Mutex;
 use txgate_benches::CargoBench;
-use txgate_benches::procs::{client, cpu_ms, free_port, post};
+use txgate_benches::open_loop::OpenLoop;
+use txgate_benches::procs::{client, free_port, post};
 use txgate_benches::start::{Scratch, Txgate, arg, release};
-use txgate_benches::stats::{Sample, median};
+use txgate_benches::stats::median;
 
 /// proxyd's hook over loopback: 1 and 100 transactions a request.
 #[derive(Parser)]
@@ -135,40 +132,10 @@ struct Round {
     refused_share: f64,
 }
 
-type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
-
-async fn connect(port: u16) -> Sender {
-    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connect");
-    let _ = stream.set_nodelay(true);
-    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("HTTP/1.1 handshake");
-    tokio::spawn(conn);
-    send
-}
-
-/// One request: `Ok(any true)` for a verdict, `Err` for an errorCode or a
-/// broken connection.
-async fn ask(send: &mut Sender, port: u16, body: Bytes) -> Result<bool, String> {
-    let request = hyper::Request::post(format!("http://127.0.0.1:{port}/proxyd/validate"))
-        .header("content-type", "application/json")
-        .header("user-agent", "Go-http-client/1.1")
-        .body(Full::new(body))
-        .map_err(|e| e.to_string())?;
-    send.ready().await.map_err(|e| e.to_string())?;
-    let response = send
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())?;
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-    let answer: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+/// proxyd's answer: `Ok(any true)` for a verdict, `Err` for an
+/// errorCode or a body that is not one.
+fn verdict(_status: u16, body: &[u8]) -> Result<bool, String> {
+    let answer: serde_json::Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
     if answer["errorCode"] != "" {
         return Err(answer["errorCode"].to_string());
     }
@@ -181,64 +148,25 @@ async fn ask(send: &mut Sender, port: u16, body: Bytes) -> Result<bool, String> 
 /// [`CONNECTIONS`] keep-alive connections.
 async fn round(port: u16, pid: u32, rate: u64, txs: usize, bodies: Vec<Bytes>) -> Round {
     let count = bodies.len();
-    let (due_tx, due_rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Bytes)>();
-    let due_rx = Arc::new(Mutex::new(due_rx));
-    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
-    for _ in 0..CONNECTIONS {
-        let mut send = connect(port).await;
-        let (due_rx, done_tx) = (due_rx.clone(), done_tx.clone());
-        tokio::spawn(async move {
-            loop {
-                let next = due_rx.lock().await.recv().await;
-                let Some((due, body)) = next else { return };
-                let answer = ask(&mut send, port, body).await;
-                let _ = done_tx.send((due.elapsed().as_micros() as u32, answer));
-                if send.is_closed() {
-                    send = connect(port).await;
-                }
-            }
-        });
-    }
-    let (client0, server0) = (cpu_ms(std::process::id()), cpu_ms(pid));
-    let started = Instant::now();
-    let pacer = std::thread::spawn(move || {
-        let mut bodies = bodies.into_iter();
-        let mut sent = 0usize;
-        while sent < count {
-            let due = ((started.elapsed().as_secs_f64() * rate as f64) as usize).min(count);
-            while sent < due {
-                let at = started + Duration::from_secs_f64(sent as f64 / rate as f64);
-                let _ = due_tx.send((at, bodies.next().expect("body")));
-                sent += 1;
-            }
-            std::thread::sleep(Duration::from_micros(50));
-        }
-    });
-    let (mut latencies, mut errors, mut refused) = (Vec::with_capacity(count), 0, 0);
-    while latencies.len() + errors < count {
-        let Some((us, answer)) = done_rx.recv().await else {
-            break;
-        };
-        match answer {
-            Ok(any) => {
-                latencies.push(f64::from(us));
-                refused += usize::from(any);
-            }
-            Err(_) => errors += 1,
-        }
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    let _ = pacer.join();
-    let (client_ms, server_ms) = (cpu_ms(std::process::id()) - client0, cpu_ms(pid) - server0);
-    let l: Sample = latencies.into_iter().collect();
+    let load = OpenLoop {
+        port,
+        path: "/proxyd/validate",
+        headers: &[("user-agent", "Go-http-client/1.1")],
+        connections: CONNECTIONS,
+        rate,
+        server_pid: pid,
+    };
+    let out = load.run(bodies, verdict).await;
+    let l = out.latencies_ms();
+    let refused = out.answers.iter().filter(|(_, any)| *any).count();
     Round {
-        p50: l.median() / 1000.0,
-        p99: l.quantile(0.99) / 1000.0,
-        server_per_request: server_ms * 1000.0 / count as f64,
-        server_per_tx: server_ms * 1000.0 / (count * txs) as f64,
-        client_per_request: client_ms * 1000.0 / count as f64,
-        rate: count as f64 / elapsed,
-        errors,
+        p50: l.median(),
+        p99: l.quantile(0.99),
+        server_per_request: out.server_cpu_ms * 1000.0 / count as f64,
+        server_per_tx: out.server_cpu_ms * 1000.0 / (count * txs) as f64,
+        client_per_request: out.client_cpu_ms * 1000.0 / count as f64,
+        rate: count as f64 / out.elapsed,
+        errors: out.failed(),
         refused_share: refused as f64 / l.len().max(1) as f64,
     }
 }
