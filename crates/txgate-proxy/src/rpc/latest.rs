@@ -45,9 +45,8 @@ const POSITIONS: &[(&str, usize)] = &[
 pub(crate) fn answers_locally(call: &Call<'_>) -> bool {
     call.method == "eth_blockNumber"
         && call.params.is_none_or(|p| {
-            p.get()
-                .bytes()
-                .all(|b| b.is_ascii_whitespace() || b == b'[' || b == b']')
+            let mut text = p.get().bytes().filter(|b| !b.is_ascii_whitespace());
+            text.next() == Some(b'[') && text.next() == Some(b']') && text.next().is_none()
         })
 }
 
@@ -163,6 +162,25 @@ mod tests {
         assert!(reads_blocks("eth_getLogs"));
         assert!(reads_blocks("eth_getBlockByNumber"));
         assert!(!reads_blocks("eth_getTransactionReceipt"));
+    }
+
+    #[test]
+    fn only_a_block_number_call_without_arguments_is_answered_here() {
+        let call = |params: Option<&str>| {
+            let params = params.map(|p| RawValue::from_string(p.to_string()).unwrap());
+            let call = Call {
+                id: None,
+                method: "eth_blockNumber".into(),
+                params: params.as_deref(),
+            };
+            answers_locally(&call)
+        };
+        assert!(call(None));
+        assert!(call(Some("[]")));
+        assert!(call(Some("[ ]")));
+        assert!(!call(Some("[[]]")));
+        assert!(!call(Some("[1]")));
+        assert!(!call(Some("{}")));
     }
 
     #[test]

@@ -500,7 +500,10 @@ impl Shared {
         let pinned = head
             .filter(|_| role == Role::Replica)
             .and_then(|head| latest::pin(&call.method, call.params, head));
-        let at_head = head.is_some() && latest::reads_blocks(&call.method);
+        // Only a read for the replicas waits for a node at the agreed head:
+        // one for the sequencer (pending, the client's own writes, filters)
+        // goes to it as it stands.
+        let at_head = head.is_some() && role == Role::Replica && latest::reads_blocks(&call.method);
         let body = match &pinned {
             Some(params) => {
                 let mut out = Vec::with_capacity(body.len() + 16);

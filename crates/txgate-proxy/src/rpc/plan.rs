@@ -207,7 +207,8 @@ impl Plan {
                         if forwarded > 0 {
                             upstream.push(b',');
                         }
-                        at_head |= pin.is_some() && latest::reads_blocks(&call.method);
+                        at_head |= pin.is_some_and(|pin| (pin.pinnable)(call))
+                            && latest::reads_blocks(&call.method);
                         let pinned = pin
                             .filter(|pin| (pin.pinnable)(call))
                             .and_then(|pin| latest::pin(&call.method, call.params, pin.head));

@@ -112,7 +112,9 @@ impl Shared {
                     if n > 0 {
                         out.push(b',');
                     }
-                    part.at_head |= head.is_some() && latest::reads_blocks(&call.method);
+                    part.at_head |= head.is_some()
+                        && part.role == Role::Replica
+                        && latest::reads_blocks(&call.method);
                     let pinned = head
                         .filter(|_| part.role == Role::Replica)
                         .and_then(|h| latest::pin(&call.method, call.params, h));

@@ -182,6 +182,7 @@ impl Nodes {
         let mut resent = false;
         let mut last = None;
         let mut role = role;
+        let mut at_head = at_head;
         loop {
             let snapshot = self.state.snapshot();
             let candidates = txgate_nodes::route(role, &snapshot, at_head)
@@ -189,8 +190,9 @@ impl Nodes {
             let chosen = txgate_nodes::choose(candidates, &tried, self.state.tiebreak());
             if chosen.is_none() && role == Role::Replica {
                 // Every healthy replica was tried: a read falls back to
-                // the sequencer, as when none is healthy.
+                // the sequencer, as when none is healthy, as it stands.
                 role = Role::Sequencer;
+                at_head = false;
                 continue;
             }
             let Some(i) = chosen else {
