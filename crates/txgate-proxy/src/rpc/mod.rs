@@ -623,8 +623,13 @@ impl Shared {
         if let Some(body) = plan.upstream.take() {
             let awaiting = plan.awaits();
             let timeout = self.sync.timeout(plan.syncs.len());
-            let parts = self.parts(entries, &plan, from);
-            if parts.len() > 1 && !self.upstream.state().is_short_form() {
+            // The short form has one node for every role: nothing to sort.
+            let parts = if self.upstream.state().is_short_form() {
+                Vec::new()
+            } else {
+                self.parts(entries, &plan, from)
+            };
+            if parts.len() > 1 {
                 // Roles mixed: one batch per role, at once.
                 let settled = self.answer_parts(entries, &mut plan, parts, timeout).await;
                 if settled.wrote
