@@ -15,7 +15,8 @@ use crate::{Addresses, AegesAccess, Config, ConfigError, HttpUrl, IpNet, NodeSet
 pub struct Settings {
     config: Config,
     nodes: NodeSet,
-    websocket_url: HttpUrl,
+    /// Each node's WebSocket endpoint, in [`NodeSet::nodes`]' order.
+    websocket_urls: Vec<HttpUrl>,
     sources: Vec<Source>,
     trusted_proxies: Vec<IpNet>,
     exempt: Vec<IpNet>,
@@ -41,15 +42,27 @@ impl Settings {
         let aeges = config.aeges.validate()?;
         config.redis.validate()?;
         let conditional = config.conditional.validate()?;
-        let websocket_url = match config.websocket.validate()? {
-            Some(url) => url,
-            None => crate::node_websocket(nodes.primary())?,
+        let websocket_urls = match config.websocket.validate()? {
+            // `websocket.upstream_url` names one node's endpoint: with a
+            // group, each node says its own (`ws_url`, or derived).
+            Some(_) if !nodes.is_short_form() => {
+                return Err(ConfigError::new(
+                    "websocket.upstream_url",
+                    "names one node's endpoint: with [[upstream.nodes]], set each node's ws_url",
+                ));
+            }
+            Some(url) => vec![url],
+            None => nodes
+                .nodes()
+                .iter()
+                .map(crate::node_websocket)
+                .collect::<Result<_, _>>()?,
         };
         config.check_relations(aeges.listen)?;
         Ok(Settings {
             config,
             nodes,
-            websocket_url,
+            websocket_urls,
             sources,
             trusted_proxies,
             exempt,
@@ -76,10 +89,24 @@ impl Settings {
         &self.nodes
     }
 
-    /// The node's WebSocket endpoint, set or the primary node's
+    /// The primary node's WebSocket endpoint, set or derived
     /// ([`Config::websocket_upstream`]).
     pub fn websocket_url(&self) -> &HttpUrl {
-        &self.websocket_url
+        let primary = self.nodes.primary();
+        let i = self
+            .nodes
+            .nodes()
+            .iter()
+            .position(|n| n == primary)
+            .unwrap_or(0);
+        &self.websocket_urls[i]
+    }
+
+    /// Each node's WebSocket endpoint, in [`NodeSet::nodes`]' order: the
+    /// short form's `websocket.upstream_url` when set, else each node's
+    /// `ws_url`, or derived from its URL.
+    pub fn websocket_urls(&self) -> &[HttpUrl] {
+        &self.websocket_urls
     }
 
     /// `sidecar.url` and `[[sidecar.sources]]`, checked.
@@ -183,5 +210,36 @@ mod tests {
         c.websocket.upstream_url = "ws://other:8546".into();
         let s = Settings::new(c).unwrap();
         assert_eq!(s.websocket_url().authority(), "other:8546");
+        assert_eq!(s.websocket_urls().len(), 1);
+    }
+
+    #[test]
+    fn each_node_of_a_group_has_its_websocket_endpoint() {
+        let toml = r#"
+            [[upstream.nodes]]
+            name = "replica-a"
+            url = "http://10.0.0.2:8545"
+            role = "replica"
+            [[upstream.nodes]]
+            name = "seq"
+            url = "https://10.0.0.1:8545/rpc"
+            ws_url = "wss://10.0.0.1:8546/ws"
+            role = "sequencer"
+        "#;
+        let c = Config::from_toml(toml).unwrap();
+        let s = Settings::new(c.clone()).unwrap();
+        let urls: Vec<String> = s
+            .websocket_urls()
+            .iter()
+            .map(|u| format!("{}{}", u.authority(), u.path()))
+            .collect();
+        assert_eq!(urls, ["10.0.0.2:8545/", "10.0.0.1:8546/ws"]);
+        assert!(!s.websocket_urls()[0].is_tls() && s.websocket_urls()[1].is_tls());
+        // The primary (the first sequencer) is the second node.
+        assert_eq!(s.websocket_url().authority(), "10.0.0.1:8546");
+        // One endpoint for a whole group is refused, naming the key.
+        let mut c = c;
+        c.websocket.upstream_url = "ws://10.0.0.9:8546".into();
+        assert_eq!(Settings::new(c).unwrap_err().key, "websocket.upstream_url");
     }
 }

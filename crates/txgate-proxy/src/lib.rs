@@ -102,21 +102,28 @@ pub fn check_tls(settings: &Settings) -> Result<(), String> {
     server::tls::Tls::new(&settings.server.tls, settings.server.http2, metrics).map(|_| ())
 }
 
-/// The client config of a TLS node (and of an `https://` op-conductor),
-/// built once to refuse bad files at start (each pool builds its own).
+/// The client config of each TLS node (its own TLS settings) and of an
+/// `https://` op-conductor, built once to refuse bad files at start (each
+/// pool builds its own).
 fn check_upstream_tls(settings: &Settings) -> Result<(), String> {
-    let mut urls = vec![settings.upstream_url()];
-    if settings.websocket.enabled {
-        urls.push(settings.websocket_url());
-    }
-    urls.extend(settings.nodes().conductors());
-    let mut built = false;
-    for url in urls.into_iter().filter(|url| url.is_tls()) {
-        upstream::tls::server_name(url)?;
-        if !built {
-            upstream::tls::client_config(&settings.upstream.tls, &[])?;
-            built = true;
+    let nodes = settings.nodes().nodes();
+    let ws = settings.websocket.enabled;
+    for (i, node) in nodes.iter().enumerate() {
+        let mut urls = vec![&node.url];
+        if ws && let Some(url) = settings.websocket_urls().get(i) {
+            urls.push(url);
         }
+        let tls: Vec<_> = urls.into_iter().filter(|url| url.is_tls()).collect();
+        for url in &tls {
+            upstream::tls::server_name(url)?;
+        }
+        if !tls.is_empty() {
+            upstream::tls::client_config(&node.tls, &[])?;
+        }
+    }
+    for url in settings.nodes().conductors().iter().filter(|u| u.is_tls()) {
+        upstream::tls::server_name(url)?;
+        upstream::tls::client_config(&settings.upstream.tls, &[])?;
     }
     Ok(())
 }
@@ -434,7 +441,9 @@ impl Proxy {
         let websockets = rpc::websocket::WebSockets::new(
             &config.websocket,
             &config.upstream,
-            config.websocket_url(),
+            config.nodes(),
+            config.websocket_urls(),
+            self.probe_nodes.state().clone(),
             admission.clone(),
             stop.clone(),
             self.metrics.clone(),

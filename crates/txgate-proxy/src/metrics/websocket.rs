@@ -30,11 +30,14 @@ pub enum WsClose {
     Binary,
     /// A protocol error or invalid UTF-8: 1002 or 1007.
     Protocol,
+    /// A node the session used was taken out of the node group: 1012 once
+    /// its calls are answered.
+    NodeOut,
 }
 
 impl WsClose {
     /// Every reason, in declaration order (indexed by `reason as usize`).
-    pub const ALL: [WsClose; 10] = [
+    pub const ALL: [WsClose; 11] = [
         WsClose::Client,
         WsClose::Upstream,
         WsClose::Idle,
@@ -45,6 +48,7 @@ impl WsClose {
         WsClose::FrameRate,
         WsClose::Binary,
         WsClose::Protocol,
+        WsClose::NodeOut,
     ];
 
     /// The label value.
@@ -60,6 +64,7 @@ impl WsClose {
             WsClose::FrameRate => "frame_rate",
             WsClose::Binary => "binary",
             WsClose::Protocol => "protocol",
+            WsClose::NodeOut => "node_out",
         }
     }
 }

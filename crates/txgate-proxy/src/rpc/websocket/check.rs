@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use txgate_jsonrpc::{Entry, Frame};
+use txgate_nodes::Role;
 
 use super::{Peer, WebSockets};
 use crate::limits::admission::Permit;
@@ -46,9 +47,17 @@ pub(super) struct Pending {
     /// A screened submission: the node taking it ends its client's streak
     /// of refusals.
     pub(super) submission: bool,
-    /// The lane's generation it was queued under (`None`: the session's
-    /// own socket).
-    pub(super) lane: Option<u64>,
+    /// The socket it travels on.
+    pub(super) via: Via,
+}
+
+/// The socket a forwarded call travels on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Via {
+    /// The session's own socket to this node.
+    Own(usize),
+    /// The worker's lane to this node, in this generation of its socket.
+    Lane(usize, u64),
 }
 
 /// A message's answer being put together.
@@ -86,8 +95,12 @@ pub(super) struct Checked {
     /// The forwarded calls, as one upstream message.
     pub(super) upstream: Option<Vec<u8>>,
     /// A call of it may not travel on a lane ([`super::lane::carries`]):
-    /// the whole message goes on the session's own socket.
+    /// the whole message goes on a socket of the session's own.
     pub(super) private: bool,
+    /// The role its forwarded calls go to, over a node group (the
+    /// strongest of theirs: [`super::nodes::strongest`]); `None` in the
+    /// short form or with nothing forwarded.
+    pub(super) role: Option<Role>,
     pub(super) outcome: Outcome,
     pub(super) timeout: Option<Duration>,
     pub(super) held: Held,
@@ -164,6 +177,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
         pending: Vec::new(),
         upstream: None,
         private: false,
+        role: None,
         outcome: Outcome::Forwarded,
         timeout: None,
         held: Held::default(),
@@ -228,6 +242,9 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
     };
     let mut pending = Vec::new();
     let mut private = false;
+    let mut role = None;
+    let grouped = !shared.upstream.state().is_short_form();
+    let submits = grouped && crate::rpc::split::submits(&entries);
     let plan = shared
         .plan(
             &entries,
@@ -252,6 +269,10 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
                     })?;
                 }
                 private |= !super::lane::carries(&call.method);
+                if grouped {
+                    let own = shared.role_in_batch(call, &from, submits);
+                    role = Some(super::nodes::strongest(role, own));
+                }
                 if call.is_notification() {
                     // Forwarded as a notification: the node owes no answer, so
                     // nothing waits for one.
@@ -266,7 +287,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
                         caller_id: call.id.map(|i| i.as_str().to_owned()),
                         sub,
                         submission: shared.screens(&call.method),
-                        lane: None,
+                        via: Via::Own(0),
                     },
                 ));
                 Ok(Route::Forward(upstream_id))
@@ -281,6 +302,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
     // the largest kind a lane carries stay under what it reads.
     checked.private = private || (checked.batch && plan.forwarded > super::lane::MAX_BATCH);
     checked.upstream = plan.upstream;
+    checked.role = role;
     checked.outcome = plan.outcome;
     checked.refused = plan.refused;
     pace_message(&conn, &mut checked, plan.refused);

@@ -55,20 +55,29 @@ pub(super) fn io<S: AsyncRead + AsyncWrite + Unpin>(
     socket: &mut Socket<S>,
     reading: bool,
 ) -> impl Future<Output = Option<Result<Message, WsError>>> + '_ {
-    poll_fn(move |cx| {
-        if socket.dirty {
-            match Pin::new(&mut socket.ws).poll_flush(cx) {
-                Poll::Ready(Ok(())) => socket.dirty = false,
+    poll_fn(move |cx| socket.poll_io(cx, reading))
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Socket<S> {
+    /// [`io`]'s one turn.
+    pub(super) fn poll_io(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        reading: bool,
+    ) -> Poll<Option<Result<Message, WsError>>> {
+        if self.dirty {
+            match Pin::new(&mut self.ws).poll_flush(cx) {
+                Poll::Ready(Ok(())) => self.dirty = false,
                 Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(e))),
                 Poll::Pending => {}
             }
         }
         if reading {
-            Pin::new(&mut socket.ws).poll_next(cx)
+            Pin::new(&mut self.ws).poll_next(cx)
         } else {
             Poll::Pending
         }
-    })
+    }
 }
 
 /// What [`io_or_flushed`] saw.

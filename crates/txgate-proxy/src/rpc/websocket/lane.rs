@@ -114,27 +114,23 @@ pub(super) fn carries(method: &str) -> bool {
 pub(super) enum Event {
     /// A message from the node for this session's calls.
     Answer(Utf8Bytes),
-    /// The lane's socket failed: the calls queued in this generation or an
-    /// earlier one are owed an error.
-    Down(u64),
+    /// The socket to node `.0` failed: the calls queued for it in
+    /// generation `.1` or an earlier one are owed an error.
+    Down(usize, u64),
     /// The answer to the call with this id was over
     /// `upstream.max_response_bytes`: its message is owed an error.
     TooLarge(u64),
 }
 
-/// The lanes of the process, one per worker thread, each opened on first
-/// use.
+/// The lanes of the process: per worker thread, one slot table and one
+/// socket per node, each opened on first use.
 #[derive(Debug, Default)]
 pub(super) struct Lanes {
-    by_thread: Mutex<HashMap<ThreadId, Running>>,
+    by_thread: Mutex<HashMap<ThreadId, Arc<Lane>>>,
 }
 
-/// A lane and the task that drives it.
-type Running = (Arc<Lane>, JoinHandle<()>);
-
 impl Lanes {
-    /// A seat on this thread's lane (its task started on the current
-    /// runtime the first time); `None` when every slot is taken.
+    /// A seat on this thread's lanes; `None` when every slot is taken.
     pub(super) fn join(
         &self,
         settings: &Arc<Settings>,
@@ -149,34 +145,35 @@ impl Lanes {
         let lane = lock(&self.by_thread)
             .entry(std::thread::current().id())
             .or_insert_with(|| {
-                let lane = Arc::new(Lane::default());
-                let task = tokio::spawn(drive(
-                    lane.clone(),
-                    settings.clone(),
-                    stop.clone(),
-                    metrics.clone(),
-                ));
-                (lane, task)
+                Arc::new(Lane::new(
+                    settings.nodes.len(),
+                    Some(Driver {
+                        settings: settings.clone(),
+                        stop: stop.clone(),
+                        metrics: metrics.clone(),
+                    }),
+                ))
             })
-            .0
             .clone();
         lane.seat()
     }
 
-    /// Ends this thread's lane before its runtime is dropped: the lane
-    /// writes a close frame on its socket (whatever sessions are left: the
+    /// Ends this thread's lanes before its runtime is dropped: each writes
+    /// a close frame on its socket (whatever sessions are left: the
     /// runtime's end cuts them anyway), and opens none if it has none; this
-    /// waits for it, at most [`CLOSE_FLUSH`] and a little (a connect under
-    /// way is not interrupted: past that wait the runtime's end cuts it),
-    /// so the node sees a WebSocket close rather than a connection that
-    /// just ends.
+    /// waits for them, at most [`CLOSE_FLUSH`] and a little (a connect
+    /// under way is not interrupted: past that wait the runtime's end cuts
+    /// it), so each node sees a WebSocket close rather than a connection
+    /// that just ends.
     pub(crate) async fn close_here(&self) {
-        let Some((lane, task)) = lock(&self.by_thread).remove(&std::thread::current().id()) else {
+        let Some(lane) = lock(&self.by_thread).remove(&std::thread::current().id()) else {
             return;
         };
         lane.closing.store(true, Ordering::Relaxed);
-        lane.wake.notify_one();
-        let _ = tokio::time::timeout(CLOSE_FLUSH + Duration::from_millis(100), task).await;
+        lane.wake_all();
+        let tasks: Vec<JoinHandle<()>> = lock(&lane.tasks).iter_mut().filter_map(Option::take).collect();
+        let all = futures_util::future::join_all(tasks);
+        let _ = tokio::time::timeout(CLOSE_FLUSH + Duration::from_millis(100), all).await;
     }
 }
 
@@ -184,31 +181,53 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// One lane's queue and routes, shared by its task and its sessions.
-#[derive(Debug, Default)]
-pub(super) struct Lane {
-    state: Mutex<State>,
-    /// Something to send, or a seat given back.
-    wake: Notify,
-    seq: AtomicU64,
-    /// The worker is ending: close the socket now, seats or not.
-    closing: AtomicBool,
+/// What a lane's sockets are opened and run with.
+#[derive(Debug)]
+struct Driver {
+    settings: Arc<Settings>,
+    stop: CancellationToken,
+    metrics: Arc<Metrics>,
 }
 
-#[derive(Debug, Default)]
+/// One worker's lanes: the routes of its seated sessions, shared by every
+/// node's socket (an id names its session whatever node answers it), and a
+/// queue per node.
+#[derive(Debug)]
+pub(super) struct Lane {
+    state: Mutex<State>,
+    /// Per node: something to send, or a seat given back.
+    wakes: Vec<Notify>,
+    /// Per node: the task driving its socket, started on the first send.
+    tasks: Mutex<Vec<Option<JoinHandle<()>>>>,
+    seq: AtomicU64,
+    /// The worker is ending: close the sockets now, seats or not.
+    closing: AtomicBool,
+    /// `None` in unit tests: nothing is started.
+    driver: Option<Driver>,
+}
+
+#[derive(Debug)]
 struct State {
-    /// Messages for the node, written together on the task's next turn.
-    out: Vec<Utf8Bytes>,
-    out_bytes: usize,
+    /// Per node, what is queued for it.
+    queues: Vec<Queue>,
     /// Each seated session's way back, by slot.
     routes: HashMap<u64, mpsc::UnboundedSender<Event>>,
-    /// Failures of the lane so far: what a queued call is sent under.
-    generation: u64,
     free: Vec<u64>,
     next_slot: u64,
 }
 
-/// A session's place on a lane: its slot, given back when dropped.
+/// Messages for one node, written together on its task's next turn.
+#[derive(Debug, Default)]
+struct Queue {
+    out: Vec<Utf8Bytes>,
+    out_bytes: usize,
+    /// Failures of the node's socket so far: what a queued call is sent
+    /// under.
+    generation: u64,
+}
+
+/// A session's place on its worker's lanes: its slot, given back when
+/// dropped.
 #[derive(Debug)]
 pub(super) struct Seat {
     lane: Arc<Lane>,
@@ -216,6 +235,22 @@ pub(super) struct Seat {
 }
 
 impl Lane {
+    fn new(nodes: usize, driver: Option<Driver>) -> Lane {
+        Lane {
+            state: Mutex::new(State {
+                queues: (0..nodes).map(|_| Queue::default()).collect(),
+                routes: HashMap::new(),
+                free: Vec::new(),
+                next_slot: 0,
+            }),
+            wakes: (0..nodes).map(|_| Notify::new()).collect(),
+            tasks: Mutex::new((0..nodes).map(|_| None).collect()),
+            seq: AtomicU64::new(0),
+            closing: AtomicBool::new(false),
+            driver,
+        }
+    }
+
     fn seat(self: &Arc<Self>) -> Option<(Seat, mpsc::UnboundedReceiver<Event>)> {
         let mut state = lock(&self.state);
         let slot = match state.free.pop() {
@@ -236,6 +271,34 @@ impl Lane {
             rx,
         ))
     }
+
+    fn wake_all(&self) {
+        for wake in &self.wakes {
+            wake.notify_one();
+        }
+    }
+
+    /// Starts node `node`'s task if it is not running (on the calling
+    /// session's runtime: the worker's).
+    fn start(self: &Arc<Self>, node: usize) {
+        let Some(driver) = &self.driver else {
+            return;
+        };
+        let mut tasks = lock(&self.tasks);
+        let Some(task) = tasks.get_mut(node) else {
+            return;
+        };
+        if task.as_ref().is_some_and(|t| !t.is_finished()) || self.closing.load(Ordering::Relaxed) {
+            return;
+        }
+        *task = Some(tokio::spawn(drive(
+            self.clone(),
+            node,
+            driver.settings.clone(),
+            driver.stop.clone(),
+            driver.metrics.clone(),
+        )));
+    }
 }
 
 impl Seat {
@@ -252,20 +315,22 @@ impl Seat {
         }
     }
 
-    /// Queues `text` for the node: the generation it is sent under, or
-    /// `None` when the lane's queue is over `max_bytes` (the node has not
-    /// taken the last batch yet, or the socket is opening): the message's
-    /// calls are then refused, not queued.
-    pub(super) fn send(&self, text: Utf8Bytes, max_bytes: usize) -> Option<u64> {
+    /// Queues `text` for node `node`: the generation it is sent under, or
+    /// `None` when that queue is over `max_bytes` (the node has not taken
+    /// the last batch yet, or the socket is opening): the message's calls
+    /// are then refused, not queued.
+    pub(super) fn send(&self, node: usize, text: Utf8Bytes, max_bytes: usize) -> Option<u64> {
         let mut state = lock(&self.lane.state);
-        if !state.out.is_empty() && state.out_bytes + text.len() > max_bytes {
+        let queue = state.queues.get_mut(node)?;
+        if !queue.out.is_empty() && queue.out_bytes + text.len() > max_bytes {
             return None;
         }
-        state.out_bytes += text.len();
-        state.out.push(text);
-        let generation = state.generation;
+        queue.out_bytes += text.len();
+        queue.out.push(text);
+        let generation = queue.generation;
         drop(state);
-        self.lane.wake.notify_one();
+        self.lane.start(node);
+        self.lane.wakes[node].notify_one();
         Some(generation)
     }
 }
@@ -278,34 +343,38 @@ impl Drop for Seat {
         }
         drop(state);
         // A stopping lane ends with its last session.
-        self.lane.wake.notify_one();
+        self.lane.wake_all();
     }
 }
 
-/// Runs a lane until txgate stops and its last session has ended: opens
-/// its socket when there is something to send, writes what is queued in
-/// one go each time the socket has taken the last batch, routes what the
-/// node answers, and pings the node.
+/// Runs the lane of `node` until txgate stops and its worker's last
+/// session has ended: opens its socket when there is something to send,
+/// writes what is queued in one go each time the socket has taken the last
+/// batch, routes what the node answers, and pings the node.
 async fn drive(
     lane: Arc<Lane>,
+    node: usize,
     settings: Arc<Settings>,
     stop: CancellationToken,
     metrics: Arc<Metrics>,
 ) {
     let ws = &metrics.websocket;
+    let endpoint = &settings.nodes[node];
+    let wake = &lane.wakes[node];
     let ping_every = settings.ping_interval.unwrap_or(DEFAULT_PING);
     let ended = || {
         lane.closing.load(Ordering::Relaxed)
             || (stop.is_cancelled() && lock(&lane.state).routes.is_empty())
     };
+    let queued = || lock(&lane.state).queues[node].out.is_empty();
     loop {
         // Nothing to send: no socket to open.
-        while lock(&lane.state).out.is_empty() {
+        while queued() {
             if ended() {
                 return;
             }
             tokio::select! {
-                () = lane.wake.notified() => {}
+                () = wake.notified() => {}
                 () = stop.cancelled(), if !stop.is_cancelled() => {}
             }
         }
@@ -313,18 +382,18 @@ async fn drive(
         if lane.closing.load(Ordering::Relaxed) {
             return;
         }
-        let mut socket = match connect_upstream(&settings, settings.lane_codec).await {
+        let mut socket = match connect_upstream(&settings, node, settings.lane_codec).await {
             Ok(socket) => Socket::new(socket),
             Err((failure, e)) => {
                 metrics.upstream.failure(failure);
-                // At most once a pause per worker: clients cannot fill the
-                // log (a TLS failure is logged by the connector).
+                // At most once a pause per worker and node: clients cannot
+                // fill the log (a TLS failure is logged by the connector).
                 if failure == UpstreamFailure::Tls {
-                    tracing::debug!(error = %e, url = %settings.upstream_url, "upstream WebSocket lane unavailable");
+                    tracing::debug!(error = %e, node = %endpoint.name, "upstream WebSocket lane unavailable");
                 } else {
-                    tracing::warn!(error = %e, url = %settings.upstream_url, "upstream WebSocket lane unavailable");
+                    tracing::warn!(error = %e, node = %endpoint.name, "upstream WebSocket lane unavailable");
                 }
-                down(&lane, &metrics);
+                down(&lane, node, &metrics);
                 tokio::time::sleep(RECONNECT_PAUSE).await;
                 continue;
             }
@@ -346,8 +415,9 @@ async fn drive(
             if socket.flushed() {
                 let out = {
                     let mut state = lock(&lane.state);
-                    state.out_bytes = 0;
-                    std::mem::take(&mut state.out)
+                    let queue = &mut state.queues[node];
+                    queue.out_bytes = 0;
+                    std::mem::take(&mut queue.out)
                 };
                 // Framed into the socket's buffer; written on the poll
                 // below, all in one go.
@@ -359,7 +429,7 @@ async fn drive(
                 }
             }
             tokio::select! {
-                () = lane.wake.notified() => {}
+                () = wake.notified() => {}
                 () = stop.cancelled(), if !stop.is_cancelled() => {}
                 turn = io_or_flushed(&mut socket) => match turn {
                     Turn::Flushed => {}
@@ -388,17 +458,17 @@ async fn drive(
                 }
             }
         };
-        // At most once a pause per worker.
-        tracing::warn!(why, url = %settings.upstream_url, "upstream WebSocket lane failed: its calls answered -32603");
+        // At most once a pause per worker and node.
+        tracing::warn!(why, node = %endpoint.name, "upstream WebSocket lane failed: its calls answered -32603");
         ws.lanes_open.dec();
-        down(&lane, &metrics);
+        down(&lane, node, &metrics);
         // A node that closes each new socket at once (a cap on connections
         // per peer) is not hammered.
         tokio::time::sleep(RECONNECT_PAUSE).await;
     }
 }
 
-/// Gives a message from the node to the session its id names (a batch's
+/// Gives a message from a node to the session its id names (a batch's
 /// answers are all one session's); one over `max_bytes`, only its id.
 fn route(lane: &Lane, text: Utf8Bytes, max_bytes: usize) {
     let id = match encode::parse_upstream_batch(text.as_bytes()) {
@@ -421,19 +491,22 @@ fn route(lane: &Lane, text: Utf8Bytes, max_bytes: usize) {
     }
 }
 
-/// The lane's socket failed: every seated session is told which
-/// generation failed, and what was queued is dropped (its calls are among
-/// those the sessions answer); what is queued from now on is the next
-/// generation's.
-fn down(lane: &Lane, metrics: &Metrics) {
+/// Node `node`'s socket failed: every seated session is told which of its
+/// generations failed, and what was queued for it is dropped (its calls
+/// are among those the sessions answer); what is queued from now on is the
+/// next generation's.
+fn down(lane: &Lane, node: usize, metrics: &Metrics) {
     metrics.websocket.lane_failed.inc();
     let mut state = lock(&lane.state);
-    state.out.clear();
-    state.out_bytes = 0;
-    let failed = state.generation;
-    state.generation += 1;
+    let Some(queue) = state.queues.get_mut(node) else {
+        return;
+    };
+    queue.out.clear();
+    queue.out_bytes = 0;
+    let failed = queue.generation;
+    queue.generation += 1;
     for tx in state.routes.values() {
-        let _ = tx.send(Event::Down(failed));
+        let _ = tx.send(Event::Down(node, failed));
     }
 }
 
@@ -443,7 +516,7 @@ mod tests {
 
     #[test]
     fn an_id_names_its_seat_and_a_late_answer_finds_no_new_call() {
-        let lane = Arc::new(Lane::default());
+        let lane = Arc::new(Lane::new(2, None));
         let (first, _) = lane.seat().unwrap();
         let (second, _) = lane.seat().unwrap();
         let a = first.next_id() as u64;
@@ -477,7 +550,7 @@ mod tests {
 
     #[test]
     fn answers_go_to_their_session_and_a_failure_to_every_one() {
-        let lane = Arc::new(Lane::default());
+        let lane = Arc::new(Lane::new(2, None));
         let (first, mut first_events) = lane.seat().unwrap();
         let (second, mut second_events) = lane.seat().unwrap();
         route(&lane, answer(second.next_id(), "0x1"), 1024);
@@ -512,23 +585,31 @@ mod tests {
         assert!(matches!(first_events.try_recv(), Ok(Event::TooLarge(id)) if id == big as u64));
         // A queued message is dropped with the socket; both are told which
         // generation failed, and what is queued next is the next one's.
-        assert_eq!(first.send(Utf8Bytes::from_static("{}"), 1024), Some(0));
-        down(&lane, &Metrics::new());
-        assert!(lock(&lane.state).out.is_empty());
-        assert!(matches!(first_events.try_recv(), Ok(Event::Down(0))));
-        assert!(matches!(second_events.try_recv(), Ok(Event::Down(0))));
-        assert_eq!(second.send(Utf8Bytes::from_static("{}"), 1024), Some(1));
+        assert_eq!(first.send(0, Utf8Bytes::from_static("{}"), 1024), Some(0));
+        assert_eq!(first.send(1, Utf8Bytes::from_static("{}"), 1024), Some(0));
+        down(&lane, 0, &Metrics::new());
+        assert!(lock(&lane.state).queues[0].out.is_empty());
+        assert!(matches!(first_events.try_recv(), Ok(Event::Down(0, 0))));
+        assert!(matches!(second_events.try_recv(), Ok(Event::Down(0, 0))));
+        assert_eq!(second.send(0, Utf8Bytes::from_static("{}"), 1024), Some(1));
+        // The other node's queue and generation are its own.
+        assert_eq!(lock(&lane.state).queues[1].out.len(), 1);
+        assert_eq!(second.send(1, Utf8Bytes::from_static("{}"), 1024), Some(0));
+        // A node the lane does not know takes nothing.
+        assert_eq!(second.send(2, Utf8Bytes::from_static("{}"), 1024), None);
     }
 
     #[test]
     fn the_queue_is_bounded_but_takes_one_message_whatever_its_size() {
-        let lane = Arc::new(Lane::default());
+        let lane = Arc::new(Lane::new(2, None));
         let (seat, _) = lane.seat().unwrap();
-        assert!(seat.send(Utf8Bytes::from("x".repeat(100)), 10).is_some());
-        assert!(seat.send(Utf8Bytes::from_static("y"), 10).is_none());
-        lock(&lane.state).out.clear();
-        lock(&lane.state).out_bytes = 0;
-        assert!(seat.send(Utf8Bytes::from_static("y"), 10).is_some());
+        assert!(seat.send(0, Utf8Bytes::from("x".repeat(100)), 10).is_some());
+        assert!(seat.send(0, Utf8Bytes::from_static("y"), 10).is_none());
+        // Another node's queue has its own bound.
+        assert!(seat.send(1, Utf8Bytes::from_static("y"), 10).is_some());
+        lock(&lane.state).queues[0].out.clear();
+        lock(&lane.state).queues[0].out_bytes = 0;
+        assert!(seat.send(0, Utf8Bytes::from_static("y"), 10).is_some());
     }
 
     #[test]

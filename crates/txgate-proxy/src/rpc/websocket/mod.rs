@@ -16,11 +16,12 @@
 mod check;
 mod io;
 mod lane;
+mod nodes;
 mod session;
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -36,7 +37,7 @@ use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_util::sync::CancellationToken;
-use txgate_config::{HttpUrl, UpstreamConfig, WebSocketConfig as WebSocketSection};
+use txgate_config::{HttpUrl, NodeSet, UpstreamConfig, WebSocketConfig as WebSocketSection};
 use txgate_limits::gcra::Rate;
 
 use super::Shared;
@@ -45,6 +46,7 @@ use crate::limits::clients::Charged;
 use crate::metrics::{Metrics, Outcome, UpstreamFailure};
 use crate::request::{Body, Client, ConnectionSlot};
 use crate::rpc::rescue::Refusal;
+use crate::upstream::group::GroupState;
 use crate::upstream::tls::{self as upstream_tls, Conn, Connector};
 
 /// The read buffer of each socket: small, since most messages are small, a
@@ -65,14 +67,17 @@ pub struct WebSockets {
     /// Cancelled when txgate drains: sessions answer what is in flight
     /// and close with 1001.
     stop: CancellationToken,
+    /// The node group: where each message goes, and whether a session's
+    /// nodes are still in.
+    group: Arc<GroupState>,
+    /// Per node, the sessions whose reads it serves (their home).
+    homed: Vec<AtomicU64>,
 }
 
 #[derive(Debug)]
 struct Settings {
-    /// `ws://host:port/path` (or `wss://`) of the node.
-    upstream_url: String,
-    /// Opens the connection: TCP, and TLS for `wss://`.
-    connector: Connector,
+    /// Each node's WebSocket endpoint, by the group's index.
+    nodes: Vec<Endpoint>,
     /// For the whole opening: TCP, TLS and the WebSocket handshake.
     connect_timeout: Duration,
     call_timeout: Duration,
@@ -102,12 +107,16 @@ impl WebSockets {
         self.lanes.close_here().await;
     }
 
-    /// From the validated config and the node's WebSocket endpoint (set or
-    /// derived, parsed); `None` when `websocket.enabled` is off.
+    /// From the validated config and each node's WebSocket endpoint (set
+    /// or derived, parsed; in the order of `nodes`); `None` when
+    /// `websocket.enabled` is off.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         ws: &WebSocketSection,
         upstream: &UpstreamConfig,
-        url: &HttpUrl,
+        nodes: &NodeSet,
+        urls: &[HttpUrl],
+        group: Arc<GroupState>,
         admission: AdmissionLayer,
         stop: CancellationToken,
         metrics: Arc<Metrics>,
@@ -116,11 +125,12 @@ impl WebSockets {
             return Ok(None);
         }
         let connect_timeout = upstream.connect_timeout;
-        let client_tls = match url.is_tls() {
-            true => Some(upstream_tls::client_config(&upstream.tls, &[])?),
-            false => None,
-        };
-        let connector = Connector::new(url, client_tls, connect_timeout, metrics)?;
+        let endpoints = nodes
+            .nodes()
+            .iter()
+            .zip(urls)
+            .map(|(node, url)| Endpoint::new(&node.name, url, &node.tls, connect_timeout, &metrics))
+            .collect::<Result<Vec<_>, String>>()?;
         let client_codec = WebSocketConfig::default()
             .read_buffer_size(READ_BUFFER)
             .write_buffer_size(0)
@@ -162,14 +172,10 @@ impl WebSockets {
             .max_frame_size(Some(lane_message_cap));
         Ok(Some(WebSockets {
             lanes: lane::Lanes::default(),
+            homed: endpoints.iter().map(|_| AtomicU64::new(0)).collect(),
+            group,
             settings: Arc::new(Settings {
-                upstream_url: format!(
-                    "{}://{}{}",
-                    if url.is_tls() { "wss" } else { "ws" },
-                    url.authority(),
-                    url.path()
-                ),
-                connector,
+                nodes: endpoints,
                 connect_timeout,
                 call_timeout: upstream.call_timeout,
                 client_codec,
@@ -294,18 +300,23 @@ pub(super) async fn accept<B>(
         }
         return (outcome, response);
     }
-    let upstream = match connect_upstream(&ws.settings, ws.settings.upstream_codec).await {
-        Ok(upstream) => upstream,
-        Err((failure, e)) => {
+    let (home, upstream) = match ws.open_home().await {
+        Ok(opened) => opened,
+        Err(nodes::Unavailable::NoHealthy) => {
+            metrics.upgrade("upstream_unavailable");
+            return shared.refuse(Refusal::NoHealthyUpstream, None);
+        }
+        Err(nodes::Unavailable::Failed(failure, e)) => {
             metrics.upgrade("upstream_unavailable");
             shared.metrics.upstream.failure(failure);
+            let node = &ws.settings.nodes[0].name;
             // A failed TLS handshake is logged by the connector, once per
             // interval: clients must not be able to fill the log.
             if failure == UpstreamFailure::Tls {
-                tracing::debug!(error = %e, url = %ws.settings.upstream_url, "upstream WebSocket unavailable");
+                tracing::debug!(error = %e, node = %node, "upstream WebSocket unavailable");
                 return shared.refuse(Refusal::UpstreamTls, None);
             }
-            tracing::warn!(error = %e, url = %ws.settings.upstream_url, "upstream WebSocket unavailable");
+            tracing::warn!(error = %e, node = %node, "upstream WebSocket unavailable");
             return shared.refuse(Refusal::UpstreamUnavailable, None);
         }
     };
@@ -330,7 +341,7 @@ pub(super) async fn accept<B>(
                     Some(codec),
                 )
                 .await;
-                session::run(shared, ws, client, upstream, peer).await;
+                session::run(shared, ws, client, (home, upstream), peer).await;
             }
             Err(e) => tracing::debug!(error = %e, "WebSocket upgrade failed"),
         }
@@ -360,36 +371,74 @@ struct Peer {
 
 type Upstream = WebSocketStream<Conn>;
 
-/// Opens the node's socket: TCP and TLS for `wss://` within the upstream
-/// connect timeout, then the WebSocket handshake within another.
+/// One node's WebSocket endpoint.
+#[derive(Debug)]
+struct Endpoint {
+    /// Its label in logs (never the URL, which may carry a key).
+    name: String,
+    /// `ws://host:port/path` (or `wss://`).
+    url: String,
+    /// Opens the connection: TCP, and TLS for `wss://`, with the node's
+    /// own TLS settings.
+    connector: Connector,
+}
+
+impl Endpoint {
+    fn new(
+        name: &str,
+        url: &HttpUrl,
+        tls: &txgate_config::UpstreamTlsConfig,
+        connect_timeout: Duration,
+        metrics: &Arc<Metrics>,
+    ) -> Result<Endpoint, String> {
+        let client_tls = match url.is_tls() {
+            true => Some(upstream_tls::client_config(tls, &[])?),
+            false => None,
+        };
+        Ok(Endpoint {
+            name: name.to_owned(),
+            url: format!(
+                "{}://{}{}",
+                if url.is_tls() { "wss" } else { "ws" },
+                url.authority(),
+                url.path()
+            ),
+            connector: Connector::new(url, client_tls, connect_timeout, metrics.clone())?,
+        })
+    }
+}
+
+/// Opens a socket to node `node`: TCP and TLS for `wss://` within the
+/// upstream connect timeout, then the WebSocket handshake within another.
 async fn connect_upstream(
     settings: &Settings,
+    node: usize,
     codec: WebSocketConfig,
 ) -> Result<Upstream, (UpstreamFailure, String)> {
+    let Some(endpoint) = settings.nodes.get(node) else {
+        return Err((UpstreamFailure::Connect, "no such node".into()));
+    };
     // The connector bounds TCP and TLS by the connect timeout itself (and
     // counts a TLS timeout as TLS); the WebSocket handshake gets its own.
-    let conn = settings
+    let conn = endpoint
         .connector
         .connect()
         .await
         .map_err(|e| (e.failure(), e.to_string()))?;
     let open = async {
-        tokio_tungstenite::client_async_with_config(
-            settings.upstream_url.as_str(),
-            conn,
-            Some(codec),
-        )
-        .await
-        .map(|(socket, _)| socket)
-        .map_err(|e| {
-            // A node that refuses txgate's client certificate after a TLS
-            // 1.3 handshake says so on the first read: the upgrade's.
-            let refused = match &e {
-                WsError::Io(io) => settings.connector.refused_after_handshake(io),
-                _ => None,
-            };
-            (refused.unwrap_or(UpstreamFailure::Connect), e.to_string())
-        })
+        tokio_tungstenite::client_async_with_config(endpoint.url.as_str(), conn, Some(codec))
+            .await
+            .map(|(socket, _)| socket)
+            .map_err(|e| {
+                // A node that refuses txgate's client certificate after a
+                // TLS 1.3 handshake says so on the first read: the
+                // upgrade's.
+                let refused = match &e {
+                    WsError::Io(io) => endpoint.connector.refused_after_handshake(io),
+                    _ => None,
+                };
+                (refused.unwrap_or(UpstreamFailure::Connect), e.to_string())
+            })
     };
     match tokio::time::timeout(settings.connect_timeout, open).await {
         Ok(result) => result,

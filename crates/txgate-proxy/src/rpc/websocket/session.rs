@@ -18,10 +18,16 @@
 //! under way; the drain ends its hold, and a closing session sends it at
 //! once.
 //!
-//! Here the session and what the client sends; [`upstream`] what the node
-//! sends back, and the calls that fail there.
+//! Over a node group a session has a home node and may open a socket to
+//! another node when a message must go there ([`super::nodes`]); when one
+//! of its nodes fails or is taken out, it answers what it owes and closes.
+//!
+//! Here the session and what the client sends; [`upstream`] what the nodes
+//! send back, the sockets to them, and the calls that fail there.
 
 mod upstream;
+
+use upstream::{Opening, Own, close_all, own_io};
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -43,12 +49,12 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use txgate_jsonrpc::encode::{self, UpstreamBatch, UpstreamResponse};
 use txgate_limits::gcra::Nanos;
 
-use super::check::{Assembly, Checked, Checking, Conn, Pending, Sub, check};
+use super::check::{Assembly, Checked, Checking, Conn, Pending, Sub, Via, check};
 use super::io::{Socket, io};
 use super::lane::Event;
 use super::{Peer, Upstream, WebSockets};
 use crate::limits::pacing::{Hold, Pace};
-use crate::metrics::{WsClose, WsSent};
+use crate::metrics::{UpstreamFailure, WsClose, WsSent};
 use crate::rpc::Shared;
 use crate::rpc::plan::{self, Slot};
 use crate::rpc::rescue::Refusal;
@@ -71,7 +77,7 @@ pub(super) async fn run(
     shared: Arc<Shared>,
     ws: Arc<WebSockets>,
     client: Client,
-    upstream: Upstream,
+    (home, upstream): (usize, Upstream),
     peer: Peer,
 ) {
     let metrics = shared.metrics.clone();
@@ -90,9 +96,11 @@ pub(super) async fn run(
         subscriptions: AtomicUsize::new(0),
         open_subscriptions: AtomicUsize::new(0),
     });
-    let reason = Session::new(conn.clone(), client, upstream, lane)
+    let homed = conn.ws.home(home);
+    let reason = Session::new(conn.clone(), client, (home, upstream), lane)
         .run()
         .await;
+    drop(homed);
     metrics.websocket.closed(reason);
     metrics.websocket.open.dec();
     // Every subscription of the socket ends with it (the node drops them
@@ -109,7 +117,17 @@ pub(super) async fn run(
 struct Session {
     conn: Arc<Conn>,
     client: Socket<TokioIo<Upgraded>>,
-    upstream: Socket<crate::upstream::tls::Conn>,
+    /// The node it reads from ([`super::nodes`]).
+    home: usize,
+    /// Its own sockets to nodes: home's, and any other opened since.
+    own: Vec<Own>,
+    /// Sockets being opened, one per node at most.
+    opening: FuturesUnordered<Opening>,
+    /// Messages waiting for a socket being opened: node, message, text.
+    waiting: Vec<(usize, u64, Utf8Bytes)>,
+    /// A node it used failed or was taken out: it reads no more from the
+    /// client and closes once its calls are answered.
+    leaving: Option<WsClose>,
     /// What the worker's lane brings back for this session's calls.
     lane: Option<mpsc::UnboundedReceiver<Event>>,
     checking: FuturesUnordered<Checking>,
@@ -125,8 +143,6 @@ struct Session {
     epoch: Instant,
     last_activity: Instant,
     awaiting_pong: bool,
-    /// No message from the node since txgate's last ping to it.
-    upstream_silent: bool,
     /// `eth_subscribe` calls answered by a timeout: a late success from
     /// the node is unsubscribed at once, so it holds nothing uncounted.
     expired_subscribes: HashSet<u64>,
@@ -136,14 +152,18 @@ impl Session {
     fn new(
         conn: Arc<Conn>,
         client: Client,
-        upstream: Upstream,
+        (home, upstream): (usize, Upstream),
         lane: Option<mpsc::UnboundedReceiver<Event>>,
     ) -> Session {
         let now = Instant::now();
         Session {
             conn,
             client: Socket::new(client),
-            upstream: Socket::new(upstream),
+            home,
+            own: vec![Own::new(home, upstream)],
+            opening: FuturesUnordered::new(),
+            waiting: Vec::new(),
+            leaving: None,
             lane,
             checking: FuturesUnordered::new(),
             assemblies: HashMap::new(),
@@ -155,7 +175,6 @@ impl Session {
             epoch: now,
             last_activity: now,
             awaiting_pong: false,
-            upstream_silent: false,
             expired_subscribes: HashSet::new(),
         }
     }
@@ -177,12 +196,17 @@ impl Session {
         let mut draining = false;
         loop {
             let in_flight = self.checking.len() + self.assemblies.len() + self.held.len();
-            if draining && in_flight == 0 {
-                return self
-                    .close(WsClose::Shutdown, CloseCode::Away, "txgate shutting down")
-                    .await;
+            if in_flight == 0 {
+                if let Some(reason) = self.leaving {
+                    return self.end(reason).await;
+                }
+                if draining {
+                    return self
+                        .close(WsClose::Shutdown, CloseCode::Away, "txgate shutting down")
+                        .await;
+                }
             }
-            let reading = !draining && in_flight < max_in_flight;
+            let reading = !draining && self.leaving.is_none() && in_flight < max_in_flight;
             tokio::select! {
                 // Held answers end their holds by themselves once the drain
                 // has begun (the pacer's), and none is held from then on.
@@ -206,21 +230,26 @@ impl Session {
                 }
                 Some(event) = lane_event(&mut self.lane) => {
                     let done = match event {
-                        Event::Answer(text) => self.upstream_text(text),
-                        Event::Down(generation) => self.fail_lane(generation),
+                        Event::Answer(text) => self.upstream_text(text, None),
+                        Event::Down(node, generation) => self.fail_lane(node, generation),
                         Event::TooLarge(id) => self.too_large(id),
                     };
                     if let Err(reason) = done {
                         return self.end(reason).await;
                     }
                 }
-                message = io(&mut self.upstream, true) => {
-                    if let Err(reason) = self.upstream_message(message) {
+                (node, message) = own_io(&mut self.own) => {
+                    if let Err(reason) = self.upstream_message(node, message) {
+                        return self.end(reason).await;
+                    }
+                }
+                Some((node, opened)) = self.opening.next(), if !self.opening.is_empty() => {
+                    if let Err(reason) = self.opened(node, opened) {
                         return self.end(reason).await;
                     }
                 }
                 _ = sweep.tick() => {
-                    if let Err(reason) = self.expire() {
+                    if let Err(reason) = self.expire().and_then(|()| self.watch_nodes()) {
                         return self.end(reason).await;
                     }
                     if self.last_activity.elapsed() >= idle_timeout {
@@ -228,16 +257,10 @@ impl Session {
                     }
                 }
                 _ = ping.tick(), if pinging => {
-                    // The node: silent for a whole interval after a ping,
+                    // Each node: silent for a whole interval after a ping,
                     // it is gone (a half-open socket answers nothing).
-                    if self.upstream_silent {
-                        let _ = self.fail_pending(&Refusal::UpstreamUnavailable);
-                        return self.end(WsClose::Upstream).await;
-                    }
-                    self.upstream_silent = true;
-                    if self.upstream.send(Message::Ping(Bytes::from_static(b"txgate"))).is_err() {
-                        let _ = self.fail_pending(&Refusal::UpstreamUnavailable);
-                        return self.end(WsClose::Upstream).await;
+                    if let Err(reason) = self.ping_nodes() {
+                        return self.end(reason).await;
                     }
                     // The client's pong can only be read while the socket
                     // is read: not at the in-flight cap or while draining.
@@ -335,19 +358,33 @@ impl Session {
             Some(Err(_)) => (None, true),
             None => (None, false),
         };
-        // On the worker's lane when every call may travel there: queued
-        // first, so that its calls know the lane's generation they went
-        // under (a failure of an earlier one does not answer them).
-        let mut generation = None;
+        // The node its role goes to (home, in the short form or for
+        // reads); none: no node of the role is in.
+        let node = match checked.role {
+            Some(role) if text.is_some() => self.conn.ws.node_for(role, self.home),
+            _ => Some(self.home),
+        };
+        let no_node = node.is_none();
+        if no_node && let Some(role) = checked.role {
+            self.conn.shared.metrics.nodes.no_healthy(role.as_str());
+            text = None;
+        }
+        let node = node.unwrap_or(self.home);
+        // On the worker's lane to it when every call may travel there:
+        // queued first, so that its calls know the lane's generation they
+        // went under (a failure of an earlier one does not answer them).
+        let mut via = Via::Own(node);
         let mut lane_full = false;
         if let (Some(seat), false) = (&self.conn.seat, checked.private)
             && let Some(body) = text.take()
         {
-            generation = seat.send(body, self.conn.ws.settings.lane_queue_bytes);
-            lane_full = generation.is_none();
+            match seat.send(node, body, self.conn.ws.settings.lane_queue_bytes) {
+                Some(generation) => via = Via::Lane(node, generation),
+                None => lane_full = true,
+            }
         }
         for (id, mut pending) in checked.pending {
-            pending.lane = generation;
+            pending.via = via;
             self.pending.insert(id, pending);
         }
         let assembly = Assembly {
@@ -372,18 +409,16 @@ impl Session {
             // calls are refused, the session goes on.
             self.conn.shared.metrics.websocket.lane_queue_full.inc();
         }
+        if no_node {
+            return self.fail_message(key, &Refusal::NoHealthyUpstream);
+        }
         if lane_full || unsendable {
             return self.fail_message(key, &Refusal::UpstreamUnavailable);
         }
-        if let Some(text) = text
-            && self.upstream.send(Message::Text(text)).is_err()
-        {
-            // The node's socket failed or stopped reading (its buffer over
-            // its bound): every call owed is answered first.
-            let _ = self.fail_pending(&Refusal::UpstreamUnavailable);
-            return Err(WsClose::Upstream);
+        match text {
+            Some(text) => self.send_own(node, key, text),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Sends a message's whole answer (nothing when every part is silent),
@@ -456,6 +491,14 @@ impl Session {
                 self.close(reason, CloseCode::Error, "upstream closed")
                     .await
             }
+            WsClose::NodeOut => {
+                self.close(
+                    reason,
+                    CloseCode::Restart,
+                    "upstream node out of service: reconnect",
+                )
+                .await
+            }
             WsClose::TooBig => self.close(reason, CloseCode::Size, "message too big").await,
             WsClose::FrameRate => {
                 self.close(reason, CloseCode::Policy, "frame rate exceeded")
@@ -475,13 +518,9 @@ impl Session {
             }
             WsClose::SlowReader => {
                 // The writer is stuck on the client: drop the connection.
-                let Session {
-                    client,
-                    mut upstream,
-                    ..
-                } = self;
+                let Session { client, own, .. } = self;
                 drop(client);
-                let _ = tokio::time::timeout(CLOSE_FLUSH, upstream.close(None)).await;
+                let _ = tokio::time::timeout(CLOSE_FLUSH, close_all(own)).await;
                 reason
             }
             _ => self.close(reason, CloseCode::Normal, "").await,
@@ -499,9 +538,7 @@ impl Session {
             reason: Utf8Bytes::from_static(why),
         };
         let Session {
-            mut client,
-            mut upstream,
-            ..
+            mut client, own, ..
         } = self;
         let both = async {
             // A client that closed gets the reply tungstenite queued to
@@ -511,7 +548,7 @@ impl Session {
             } else {
                 let _ = client.close(Some(frame)).await;
             }
-            let _ = upstream.close(None).await;
+            close_all(own).await;
         };
         let _ = tokio::time::timeout(CLOSE_FLUSH, both).await;
         reason

@@ -1,32 +1,201 @@
-//! A session's side towards the node: its answers matched back to the
-//! callers' ids, subscriptions tracked, notifications passed on, and the
-//! calls a failed socket or lane leaves unanswered.
+//! A session's side towards the nodes: its own sockets (opened, pinged,
+//! watched), answers matched back to the callers' ids, subscriptions
+//! tracked, notifications passed on, and the calls a failed socket or lane
+//! leaves unanswered.
 
 use super::*;
 
+/// One of a session's own sockets to a node.
+pub(super) struct Own {
+    pub(super) node: usize,
+    pub(super) socket: Socket<crate::upstream::tls::Conn>,
+    /// No message from the node since txgate's last ping to it.
+    pub(super) silent: bool,
+}
+
+impl Own {
+    pub(super) fn new(node: usize, socket: Upstream) -> Own {
+        Own {
+            node,
+            socket: Socket::new(socket),
+            silent: false,
+        }
+    }
+}
+
+/// A socket to a node being opened.
+pub(super) type Opening =
+    Pin<Box<dyn Future<Output = (usize, Result<Upstream, (UpstreamFailure, String)>)> + Send>>;
+
+/// The next message on any of the session's own sockets, with its node.
+pub(super) fn own_io(
+    own: &mut [Own],
+) -> impl Future<Output = (usize, Option<Result<Message, WsError>>)> + '_ {
+    std::future::poll_fn(move |cx| {
+        for own in own.iter_mut() {
+            if let std::task::Poll::Ready(message) = own.socket.poll_io(cx, true) {
+                return std::task::Poll::Ready((own.node, message));
+            }
+        }
+        std::task::Poll::Pending
+    })
+}
+
+/// Sends a close frame on each socket and flushes it.
+pub(super) async fn close_all(own: Vec<Own>) {
+    for mut own in own {
+        let _ = own.socket.close(None).await;
+    }
+}
+
 impl Session {
-    /// A message from the node.
+    /// A message from node `node`, on the session's own socket to it.
     pub(super) fn upstream_message(
         &mut self,
+        node: usize,
         message: Option<Result<Message, WsError>>,
     ) -> Result<(), WsClose> {
-        self.upstream_silent = false;
+        if let Some(own) = self.own.iter_mut().find(|o| o.node == node) {
+            own.silent = false;
+        }
         let text = match message {
             Some(Ok(Message::Text(text))) => text,
             Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
-                self.fail_pending(&Refusal::UpstreamUnavailable)?;
-                return Err(WsClose::Upstream);
+                return self.node_failed(node, WsClose::Upstream);
             }
             // Pings are answered by tungstenite, pongs only show the node
             // is there; nothing else is expected.
             Some(Ok(_)) => return Ok(()),
         };
-        self.upstream_text(text)
+        self.upstream_text(text, Some(node))
     }
 
-    /// A JSON-RPC message from the node, on the session's socket or the
-    /// lane.
-    pub(super) fn upstream_text(&mut self, text: Utf8Bytes) -> Result<(), WsClose> {
+    /// Sends `text` (message `key`) on the session's own socket to `node`,
+    /// opening one first if it has none.
+    pub(super) fn send_own(&mut self, node: usize, key: u64, text: Utf8Bytes) -> Result<(), WsClose> {
+        if let Some(own) = self.own.iter_mut().find(|o| o.node == node) {
+            if own.socket.send(Message::Text(text)).is_err() {
+                // The node's socket failed or stopped reading (its buffer
+                // over its bound).
+                return self.node_failed(node, WsClose::Upstream);
+            }
+            return Ok(());
+        }
+        if !self.waiting.iter().any(|(n, _, _)| *n == node) {
+            let settings = self.conn.ws.settings.clone();
+            self.opening.push(Box::pin(async move {
+                let opened =
+                    super::super::connect_upstream(&settings, node, settings.upstream_codec).await;
+                (node, opened)
+            }));
+        }
+        self.waiting.push((node, key, text));
+        Ok(())
+    }
+
+    /// A socket to `node` opened (its waiting messages sent, those still
+    /// owed an answer) or failed to (their calls answered -32603).
+    pub(super) fn opened(
+        &mut self,
+        node: usize,
+        opened: Result<Upstream, (UpstreamFailure, String)>,
+    ) -> Result<(), WsClose> {
+        let (mine, rest): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.waiting).into_iter().partition(|(n, _, _)| *n == node);
+        self.waiting = rest;
+        match opened {
+            Ok(socket) => {
+                self.own.push(Own::new(node, socket));
+                for (_, key, text) in mine {
+                    if self.assemblies.contains_key(&key) {
+                        self.send_own(node, key, text)?;
+                    }
+                }
+                Ok(())
+            }
+            Err((failure, e)) => {
+                let ws = &self.conn.ws;
+                tracing::debug!(error = %e, node = ws.node_name(node), "upstream WebSocket unavailable");
+                self.conn.shared.metrics.upstream.failure(failure);
+                if matches!(
+                    failure,
+                    UpstreamFailure::Connect | UpstreamFailure::Tls | UpstreamFailure::Io
+                ) {
+                    ws.group.passive(node, txgate_nodes::Passive::ConnectFailed);
+                }
+                for (_, key, _) in mine {
+                    self.fail_message(key, &Refusal::UpstreamUnavailable)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Node `node`, which the session has a socket to, failed (`Upstream`)
+    /// or was taken out of the group (`NodeOut`): its socket is dropped,
+    /// the calls sent on it are answered -32603, and the session leaves
+    /// once the rest are answered.
+    pub(super) fn node_failed(&mut self, node: usize, reason: WsClose) -> Result<(), WsClose> {
+        self.own.retain(|o| o.node != node);
+        let mut keys: Vec<u64> = self
+            .pending
+            .values()
+            .filter(|p| p.via == Via::Own(node))
+            .map(|p| p.message)
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
+            self.fail_message(key, &Refusal::UpstreamUnavailable)?;
+        }
+        if self.leaving.is_none() {
+            tracing::debug!(
+                node = self.conn.ws.node_name(node),
+                reason = reason.as_str(),
+                "WebSocket session leaving its node"
+            );
+            self.leaving = Some(reason);
+        }
+        Ok(())
+    }
+
+    /// Leaves every node the group has taken out (a sweep's check).
+    pub(super) fn watch_nodes(&mut self) -> Result<(), WsClose> {
+        let out: Vec<usize> = self
+            .own
+            .iter()
+            .map(|o| o.node)
+            .filter(|&node| !self.conn.ws.node_in(node))
+            .collect();
+        for node in out {
+            self.node_failed(node, WsClose::NodeOut)?;
+        }
+        Ok(())
+    }
+
+    /// Pings each own socket; one silent since the last ping has failed.
+    pub(super) fn ping_nodes(&mut self) -> Result<(), WsClose> {
+        let mut failed = Vec::new();
+        for own in &mut self.own {
+            if own.silent
+                || own
+                    .socket
+                    .send(Message::Ping(Bytes::from_static(b"txgate")))
+                    .is_err()
+            {
+                failed.push(own.node);
+            }
+            own.silent = true;
+        }
+        for node in failed {
+            self.node_failed(node, WsClose::Upstream)?;
+        }
+        Ok(())
+    }
+
+    /// A JSON-RPC message from a node, on the session's own socket to it
+    /// (`from`) or a lane.
+    pub(super) fn upstream_text(&mut self, text: Utf8Bytes, from: Option<usize>) -> Result<(), WsClose> {
         let bytes = text.as_bytes();
         match encode::parse_upstream_batch(bytes) {
             Some(UpstreamBatch::Whole(response)) if response.is_notification() => {
@@ -40,10 +209,10 @@ impl Session {
                 tracing::debug!("upstream WebSocket answered without an id");
                 Ok(())
             }
-            Some(UpstreamBatch::Whole(response)) => self.upstream_answer(&response),
+            Some(UpstreamBatch::Whole(response)) => self.upstream_answer(&response, from),
             Some(UpstreamBatch::Responses(responses)) => {
                 for response in &responses {
-                    self.upstream_answer(response)?;
+                    self.upstream_answer(response, from)?;
                 }
                 Ok(())
             }
@@ -57,6 +226,7 @@ impl Session {
     pub(super) fn upstream_answer(
         &mut self,
         response: &UpstreamResponse<'_>,
+        from: Option<usize>,
     ) -> Result<(), WsClose> {
         let Some(id) = response.index() else {
             return Ok(());
@@ -71,14 +241,22 @@ impl Session {
                     "{{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"eth_unsubscribe\",\"params\":[{}]}}",
                     subscription.get()
                 );
-                if self.upstream.send(Message::text(unsubscribe)).is_err() {
-                    return Err(WsClose::Upstream);
+                if let Some(own) = self.own.iter_mut().find(|o| Some(o.node) == from)
+                    && own.socket.send(Message::text(unsubscribe)).is_err()
+                {
+                    let node = own.node;
+                    return self.node_failed(node, WsClose::Upstream);
                 }
             }
             return Ok(());
         };
         self.track_subscription(&pending.sub, response);
         let taken = pending.submission && response.error().is_none();
+        if taken && let Some(client) = self.conn.peer.client {
+            // Read-your-writes: the client's next reads of its own writes
+            // go to the sequencer (a no-op in the short form).
+            self.conn.shared.upstream.state().wrote(client);
+        }
         let pacing = self.conn.shared.pacer.as_ref().zip(self.conn.peer.client);
         let Some(assembly) = self.assemblies.get_mut(&pending.message) else {
             if taken && let Some((pacer, client)) = pacing {
@@ -166,13 +344,13 @@ impl Session {
         Ok(())
     }
 
-    /// Answers the calls queued on the lane up to `generation`, whose socket
-    /// failed.
-    pub(super) fn fail_lane(&mut self, generation: u64) -> Result<(), WsClose> {
+    /// Answers the calls queued on the lane to `node` up to `generation`,
+    /// whose socket failed.
+    pub(super) fn fail_lane(&mut self, node: usize, generation: u64) -> Result<(), WsClose> {
         let mut keys: Vec<u64> = self
             .pending
             .values()
-            .filter(|p| p.lane.is_some_and(|g| g <= generation))
+            .filter(|p| matches!(p.via, Via::Lane(n, g) if n == node && g <= generation))
             .map(|p| p.message)
             .collect();
         keys.sort_unstable();
@@ -196,15 +374,6 @@ impl Session {
             .upstream
             .failure(crate::metrics::UpstreamFailure::TooLarge);
         self.fail_message(key, &Refusal::UpstreamUnavailable)
-    }
-
-    /// Answers every call still owed with `refusal` (the node went away).
-    pub(super) fn fail_pending(&mut self, refusal: &Refusal) -> Result<(), WsClose> {
-        let keys: Vec<u64> = self.assemblies.keys().copied().collect();
-        for key in keys {
-            self.fail_message(key, refusal)?;
-        }
-        Ok(())
     }
 
     /// Answers a message's calls still owed with `refusal`, under their
