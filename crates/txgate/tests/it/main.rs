@@ -24,6 +24,7 @@ mod fleet_redis;
 mod hostile_http;
 mod node_group;
 mod node_group_conductor;
+mod node_group_ws;
 mod observability;
 mod pacing;
 mod passthrough;

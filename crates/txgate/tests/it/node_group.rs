@@ -31,12 +31,12 @@ use crate::support::{Anvil, Eoa, TempFile, Txgate, fund, get, metric, rpc, rpc_j
 
 /// Whose balance marks each node: 1 wei on the first replica, 2 on the
 /// second, 3 on the sequencer.
-const MARKER: Address = Address::repeat_byte(0x4d);
+pub(crate) const MARKER: Address = Address::repeat_byte(0x4d);
 
-struct Group {
-    sequencer: Anvil,
-    replicas: [Anvil; 2],
-    txgate: Txgate,
+pub(crate) struct Group {
+    pub(crate) sequencer: Anvil,
+    pub(crate) replicas: [Anvil; 2],
+    pub(crate) txgate: Txgate,
     _config: TempFile,
 }
 
@@ -44,7 +44,7 @@ fn port_of(node: &Anvil) -> u16 {
     node.url.rsplit(':').next().unwrap().parse().unwrap()
 }
 
-async fn mark(node: &Anvil, wei: u64) {
+pub(crate) async fn mark(node: &Anvil, wei: u64) {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "anvil_setBalance",
         "params": [format!("{MARKER}"), format!("0x{wei:x}")]});
     let (status, answer) = rpc_json(&node.url, &body.to_string()).await;
@@ -52,12 +52,12 @@ async fn mark(node: &Anvil, wei: u64) {
 }
 
 /// The three nodes, marked, and txgate over them, ready (every node in).
-async fn group() -> Group {
+pub(crate) async fn group() -> Group {
     group_with("call_timeout_ms = 5000").await
 }
 
 /// [`group`] with more `[upstream]` keys.
-async fn group_with(upstream: &str) -> Group {
+pub(crate) async fn group_with(upstream: &str) -> Group {
     let sequencer = Anvil::start().await;
     let replicas = [Anvil::start().await, Anvil::start().await];
     mark(&replicas[0], 1).await;
@@ -125,7 +125,7 @@ impl Group {
     }
 
     /// Waits (up to 10 s) for `node` to be in (or out).
-    async fn wait_in(&self, node: &str, up: bool) {
+    pub(crate) async fn wait_in(&self, node: &str, up: bool) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while (self.node_up(node).await == 1.0) != up {
             assert!(Instant::now() < deadline, "{node} never went {up}");

@@ -19,23 +19,23 @@ use crate::support::{
     ADDR1, Anvil, Eoa, InProcess, KEY0, Txgate, cast, eventually, fund, metric, rpc_json,
 };
 
-type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+pub(crate) type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 const ASSERTION: B256 = B256::repeat_byte(0xa5);
 const TIP: u128 = 1_000_000_000;
 
-fn ws_url(http: &str) -> String {
+pub(crate) fn ws_url(http: &str) -> String {
     http.replacen("http://", "ws://", 1)
 }
 
-async fn connect(url: &str) -> Socket {
+pub(crate) async fn connect(url: &str) -> Socket {
     let (socket, _) = tokio_tungstenite::connect_async(ws_url(url))
         .await
         .expect("WebSocket upgrade");
     socket
 }
 
-async fn send(socket: &mut Socket, value: &Value) {
+pub(crate) async fn send(socket: &mut Socket, value: &Value) {
     socket
         .send(Message::text(value.to_string()))
         .await
@@ -43,7 +43,7 @@ async fn send(socket: &mut Socket, value: &Value) {
 }
 
 /// The next text message, as JSON, within 10 s (pings skipped).
-async fn next_json(socket: &mut Socket) -> Value {
+pub(crate) async fn next_json(socket: &mut Socket) -> Value {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -62,7 +62,7 @@ async fn next_json(socket: &mut Socket) -> Value {
 
 /// Reads until the answer with `id`, keeping the notifications seen on the
 /// way.
-async fn answer(socket: &mut Socket, id: &Value, seen: &mut Vec<Value>) -> Value {
+pub(crate) async fn answer(socket: &mut Socket, id: &Value, seen: &mut Vec<Value>) -> Value {
     loop {
         let message = next_json(socket).await;
         if message.get("id") == Some(id) {
@@ -73,7 +73,7 @@ async fn answer(socket: &mut Socket, id: &Value, seen: &mut Vec<Value>) -> Value
 }
 
 /// Sends `request` and reads until its answer (by its id).
-async fn call(socket: &mut Socket, request: &Value, seen: &mut Vec<Value>) -> Value {
+pub(crate) async fn call(socket: &mut Socket, request: &Value, seen: &mut Vec<Value>) -> Value {
     send(socket, request).await;
     answer(socket, &request["id"], seen).await
 }
