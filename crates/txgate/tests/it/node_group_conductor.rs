@@ -177,6 +177,12 @@ impl Group {
         let (status, _, _) = get(&format!("{}/readyz", self.txgate.admin_url)).await;
         status.as_u16()
     }
+
+    /// The leader `/readyz` names (`null`: none).
+    async fn ready_leader(&self) -> Value {
+        let (_, _, body) = get(&format!("{}/readyz", self.txgate.admin_url)).await;
+        serde_json::from_slice::<Value>(&body).unwrap()["leader"].clone()
+    }
 }
 
 fn node_up(text: &str, node: &str, role: &str) -> bool {
@@ -299,6 +305,7 @@ async fn submissions_follow_op_conductors_leader_and_stay_with_it_while_it_is_go
     assert_eq!(status, 503, "{answer}");
     assert_eq!(answer["error"]["code"], -32603, "{answer}");
     assert_eq!(g.ready().await, 503);
+    assert_eq!(g.ready_leader().await, Value::Null);
 
     // seq-a leads: submissions reach a alone.
     g.conductor.set_leader("seq-a");
@@ -320,9 +327,12 @@ async fn submissions_follow_op_conductors_leader_and_stay_with_it_while_it_is_go
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
+    assert_eq!(g.ready_leader().await, "a");
+
     // Leadership moves to seq-b: submissions follow it.
     g.conductor.set_leader("seq-b");
     g.wait_leader("b").await;
+    assert_eq!(g.ready_leader().await, "b");
     let hash = accepted(&g, &sender.sign(0, to(0x22), &[], 1, 1_000_000_000)).await;
     assert_eq!(holders(&g, &hash).await, (false, true, false));
 

@@ -116,6 +116,7 @@ pub fn route<B>(req: &Request<B>, metrics: &Metrics, readiness: &Readiness) -> R
                 })),
                 "failed": readiness.failed(),
                 "agreed_head": readiness.nodes().and_then(GroupState::agreed_head),
+                "leader": readiness.nodes().and_then(GroupState::leader_name),
                 "nodes": readiness.nodes().map(|group| group.states().into_iter().map(|(name, s)| {
                     let (state, reason) = match s.status {
                         Status::In => ("in", None),

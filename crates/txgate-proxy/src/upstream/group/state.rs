@@ -270,6 +270,14 @@ impl GroupState {
             .collect()
     }
 
+    /// The name of the sequencer op-conductor names leader (`None`: no
+    /// conductor followed, or none named yet).
+    pub fn leader_name(&self) -> Option<&str> {
+        // Before op-conductor first names one, the leader is an index out
+        // of range (submissions go nowhere): no name.
+        self.snapshot().leader().and_then(|i| self.names.get(i)).map(String::as_str)
+    }
+
     /// The group's agreed head.
     pub fn agreed_head(&self) -> Option<u64> {
         self.snapshot().agreed_head()
