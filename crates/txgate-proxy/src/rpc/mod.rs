@@ -631,7 +631,7 @@ impl Shared {
             };
             if parts.len() > 1 {
                 // Roles mixed: one batch per role, at once.
-                let settled = self.answer_parts(entries, &mut plan, parts, timeout).await;
+                let settled = self.answer_parts(entries, &mut plan, parts, from, timeout).await;
                 if settled.wrote
                     && let Some(client) = from.client
                 {
@@ -661,12 +661,13 @@ impl Shared {
                 .upstream
                 .call(role, !submits, plan.at_head, Bytes::from(body), timeout)
                 .await;
+            let took = started.elapsed();
             if result.is_ok() {
-                self.metrics
-                    .nodes
-                    .batch()
-                    .observe(started.elapsed().as_secs_f64());
+                self.metrics.nodes.batch().observe(took.as_secs_f64());
             }
+            let node = result
+                .as_ref()
+                .map_or("", |reply| self.upstream.state().name(reply.node));
             failure = match result {
                 // Only notifications went up: nothing to read back.
                 Ok(reply) if !awaiting && reply.status.is_success() => None,
@@ -694,6 +695,16 @@ impl Shared {
                 outcome = class.outcome;
             }
             plan.close(entries, failure.as_ref());
+            if submits {
+                let sent = submission_log::BatchSent {
+                    node,
+                    duration: took,
+                    failed: failure.as_ref().map(|r| r.class().outcome.as_str()),
+                    client: from.client,
+                };
+                let forwarded = plan.forwarded_at.iter().copied();
+                self.log_batch_submissions(entries, &plan.slots, forwarded, &sent);
+            }
         }
         self.batch_response(plan, status, outcome, failure, accepted)
     }

@@ -13,7 +13,11 @@ use futures_util::future::join_all;
 use txgate_jsonrpc::{Call, Entry, encode};
 use txgate_nodes::Role;
 
+use std::time::Instant;
+
 use super::plan::{Plan, Slot};
+use super::submission_log::BatchSent;
+use crate::request::Refuse;
 use super::rescue::Refusal;
 use super::{From, Shared, latest, upstream_refusal};
 use crate::metrics::UpstreamFailure;
@@ -97,6 +101,7 @@ impl Shared {
         entries: &[Entry<'_>],
         plan: &mut Plan,
         mut parts: Vec<Part>,
+        from: &From<'_>,
         timeout: Option<std::time::Duration>,
     ) -> Settled {
         let head = self.upstream.agreed_head();
@@ -135,13 +140,20 @@ impl Shared {
                 Bytes::from(out)
             })
             .collect();
-        let replies = join_all(parts.iter().zip(bodies).map(|(part, body)| {
-            self.upstream
+        let replies = join_all(parts.iter().zip(bodies).map(|(part, body)| async move {
+            let started = Instant::now();
+            let reply = self
+                .upstream
                 .call(part.role, !part.submits, part.at_head, body, timeout)
+                .await;
+            (reply, started.elapsed())
         }))
         .await;
         let mut settled = Settled::default();
-        for (part, reply) in parts.iter().zip(replies) {
+        for (part, (reply, took)) in parts.iter().zip(replies) {
+            let node = reply
+                .as_ref()
+                .map_or("", |reply| self.upstream.state().name(reply.node));
             let indices = Some(part.indices.as_slice());
             let owed = part
                 .indices
@@ -173,8 +185,20 @@ impl Shared {
                 },
                 Err(failure) => Some(upstream_refusal(failure)),
             };
+            if let Some(refusal) = &failure {
+                plan.close_part(entries, Some(refusal), indices);
+            }
+            if part.submits {
+                let sent = BatchSent {
+                    node,
+                    duration: took,
+                    failed: failure.as_ref().map(|r| r.class().outcome.as_str()),
+                    client: from.client,
+                };
+                let indices = part.indices.iter().copied();
+                self.log_batch_submissions(entries, &plan.slots, indices, &sent);
+            }
             if let Some(refusal) = failure {
-                plan.close_part(entries, Some(&refusal), indices);
                 settled.failure.get_or_insert(refusal);
             }
         }

@@ -17,6 +17,8 @@
 //! | `client` | the client's address |
 //! | `suppressed` | lines left out since the previous one |
 //!
+//! A batch's submissions get a line each, with the batch's (or its part's)
+//! node and round trip; WebSocket submissions too, from their sockets.
 //! The hash and the node's message are worked out for the sampled lines
 //! only.
 
@@ -99,6 +101,58 @@ impl SubmissionLog {
             suppressed = (suppressed > 0).then_some(suppressed),
             "submission forwarded"
         );
+    }
+}
+
+/// The submissions of a batch (or of the part of it sent to one node), as
+/// their lines report them.
+#[derive(Debug)]
+pub(super) struct BatchSent<'a> {
+    /// The node's name; empty when none was reached.
+    pub(super) node: &'a str,
+    /// Request to answer, for the whole batch or part.
+    pub(super) duration: Duration,
+    /// Why no node answered, when none did.
+    pub(super) failed: Option<&'static str>,
+    pub(super) client: Option<IpAddr>,
+}
+
+impl super::Shared {
+    /// One line per submission among `indices` of a settled batch: the
+    /// node's answer to each (or its refusal, once the plan is closed).
+    pub(super) fn log_batch_submissions(
+        &self,
+        entries: &[txgate_jsonrpc::Entry<'_>],
+        slots: &[super::plan::Slot],
+        indices: impl IntoIterator<Item = usize>,
+        sent: &BatchSent<'_>,
+    ) {
+        let now = Instant::now();
+        for index in indices {
+            let Some(txgate_jsonrpc::Entry::Call(call)) = entries.get(index) else {
+                continue;
+            };
+            if !crate::upstream::group::is_submission(&call.method) {
+                continue;
+            }
+            let answer = match (sent.failed, slots.get(index)) {
+                (Some(why), _) => Err(why),
+                (None, Some(super::plan::Slot::Done(body))) => Ok(body.as_slice()),
+                // A notification: the node owed nothing back.
+                (None, _) => Ok(&b"{}"[..]),
+            };
+            self.submissions.forwarded(
+                now,
+                &Forwarded {
+                    method: &call.method,
+                    params: call.params,
+                    node: sent.node,
+                    duration: sent.duration,
+                    answer,
+                    client: sent.client,
+                },
+            );
+        }
     }
 }
 

@@ -258,6 +258,28 @@ async fn reads_spread_over_replicas_and_submissions_reach_only_the_sequencer() {
     for replica in &g.replicas {
         assert!(by_hash(replica, &hash).await.is_null(), "a replica got it");
     }
+    // A batch's submission gets its own line too, naming its node.
+    g.submission_logged(&hash, "seq", "accepted").await;
+}
+
+impl Group {
+    /// Waits (up to 5 s) for the submission-log line of `hash`.
+    pub(crate) async fn submission_logged(&self, hash: &str, node: &str, outcome: &str) {
+        let logged = |line: &String| {
+            serde_json::from_str::<Value>(line).is_ok_and(|v| {
+                v["message"] == "submission forwarded"
+                    && v["node"] == node
+                    && v["tx_hash"] == hash
+                    && v["outcome"] == outcome
+                    && v["duration_ms"].is_u64()
+            })
+        };
+        let lines = self
+            .txgate
+            .logs_until(Duration::from_secs(5), |lines| lines.iter().any(logged))
+            .await;
+        assert!(lines.iter().any(logged), "no line for {hash}: {lines:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -91,6 +91,11 @@ async fn a_session_reads_from_one_replica_and_submits_to_the_sequencer() {
     for replica in &g.replicas {
         assert!(by_hash(replica, hash).await.is_null(), "a replica got it");
     }
+    g.submission_logged(hash, "seq", "accepted").await;
+    // One the node refuses (its nonce is spent) is logged with its error.
+    let answer = call(socket, &submit, &mut Vec::new()).await;
+    assert!(answer["error"].is_object(), "{answer}");
+    g.submission_logged(hash, "seq", "node_error").await;
 
     // A newPendingTransactions subscription is the sequencer's: it sees
     // the next transaction sent to the sequencer, which no replica holds.

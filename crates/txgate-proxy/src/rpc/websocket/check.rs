@@ -49,6 +49,16 @@ pub(super) struct Pending {
     pub(super) submission: bool,
     /// The socket it travels on.
     pub(super) via: Via,
+    /// A submission, for its line in the submission log.
+    pub(super) logged: Option<Box<Logged>>,
+}
+
+/// A forwarded submission, as its submission-log line needs it.
+#[derive(Debug)]
+pub(super) struct Logged {
+    pub(super) method: Box<str>,
+    pub(super) params: Option<Box<serde_json::value::RawValue>>,
+    pub(super) sent: Instant,
 }
 
 /// The socket a forwarded call travels on.
@@ -288,6 +298,13 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
                         sub,
                         submission: shared.screens(&call.method),
                         via: Via::Own(0),
+                        logged: crate::upstream::group::is_submission(&call.method).then(|| {
+                            Box::new(Logged {
+                                method: call.method.as_ref().into(),
+                                params: call.params.map(ToOwned::to_owned),
+                                sent: Instant::now(),
+                            })
+                        }),
                     },
                 ));
                 Ok(Route::Forward(upstream_id))

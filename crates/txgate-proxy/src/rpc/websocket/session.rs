@@ -49,7 +49,7 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use txgate_jsonrpc::encode::{self, UpstreamBatch, UpstreamResponse};
 use txgate_limits::gcra::Nanos;
 
-use super::check::{Assembly, Checked, Checking, Conn, Pending, Sub, Via, check};
+use super::check::{Assembly, Checked, Checking, Conn, Logged, Pending, Sub, Via, check};
 use super::io::{Socket, io};
 use super::lane::Event;
 use super::{Peer, Upstream, WebSockets};

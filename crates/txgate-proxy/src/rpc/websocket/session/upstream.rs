@@ -4,6 +4,8 @@
 //! leaves unanswered.
 
 use super::*;
+use crate::request::Refuse;
+use crate::rpc::submission_log::Forwarded;
 
 /// One of a session's own sockets to a node.
 pub(super) struct Own {
@@ -251,6 +253,14 @@ impl Session {
             return Ok(());
         };
         self.track_subscription(&pending.sub, response);
+        if let Some(logged) = &pending.logged {
+            // The line reads only the node's error, if any.
+            let body = match response.error() {
+                Some(error) => format!("{{\"error\":{}}}", error.get()).into_bytes(),
+                None => b"{}".to_vec(),
+            };
+            self.log_submission(logged, pending.via, Ok(&body));
+        }
         let taken = pending.submission && response.error().is_none();
         if taken && let Some(client) = self.conn.peer.client {
             // Read-your-writes: the client's next reads of its own writes
@@ -376,6 +386,25 @@ impl Session {
         self.fail_message(key, &Refusal::UpstreamUnavailable)
     }
 
+    /// The submission-log line of a submission sent on `via`.
+    fn log_submission(&self, logged: &Logged, via: Via, answer: Result<&[u8], &'static str>) {
+        let node = match via {
+            Via::Own(node) | Via::Lane(node, _) => node,
+        };
+        let shared = &self.conn.shared;
+        shared.submissions.forwarded(
+            Instant::now(),
+            &Forwarded {
+                method: &logged.method,
+                params: logged.params.as_deref(),
+                node: shared.upstream.state().name(node),
+                duration: logged.sent.elapsed(),
+                answer,
+                client: self.conn.peer.client,
+            },
+        );
+    }
+
     /// Answers a message's calls still owed with `refusal`, under their
     /// callers' ids; a late answer from the node is then dropped.
     pub(super) fn fail_message(&mut self, key: u64, refusal: &Refusal) -> Result<(), WsClose> {
@@ -384,6 +413,7 @@ impl Session {
         };
         let mut owed = Vec::new();
         let mut expired = Vec::new();
+        let mut submissions = Vec::new();
         let conn = &self.conn;
         self.pending.retain(|id, p| {
             if p.message != key {
@@ -394,8 +424,15 @@ impl Session {
                 expired.push(*id);
             }
             owed.push((p.index, p.caller_id.take()));
+            if let Some(logged) = p.logged.take() {
+                submissions.push((logged, p.via));
+            }
             false
         });
+        let why = refusal.class().outcome.as_str();
+        for (logged, via) in submissions {
+            self.log_submission(&logged, via, Err(why));
+        }
         // Bounded: a node that never answers its subscribe calls does not
         // grow the set without end (a later success is then left open until
         // the session ends, as the node's own).
