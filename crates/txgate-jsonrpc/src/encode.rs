@@ -50,35 +50,50 @@ pub fn error(id: Option<Id<'_>>, code: i64, message: &str, data: Option<&RawValu
 /// Writes `call` as a lone request under the caller's own id (a
 /// notification stays one).
 pub fn write_call(out: &mut Vec<u8>, call: &Call<'_>) {
+    write_call_params(out, call, call.params.map(RawValue::get));
+}
+
+/// [`write_call`] with `params` (JSON text, or none) in place of the
+/// call's own.
+pub fn write_call_params(out: &mut Vec<u8>, call: &Call<'_>, params: Option<&str>) {
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",");
     if let Some(id) = &call.id {
         out.extend_from_slice(b"\"id\":");
         out.extend_from_slice(id.as_str().as_bytes());
         out.push(b',');
     }
-    out.extend_from_slice(b"\"method\":");
-    write_str(out, &call.method);
-    if let Some(params) = call.params {
-        out.extend_from_slice(b",\"params\":");
-        out.extend_from_slice(params.get().as_bytes());
-    }
-    out.push(b'}');
+    write_method_params(out, call, params);
 }
 
 /// Writes `call` for an upstream batch, with `upstream_id` in place of the
 /// caller's id (notifications stay notifications).
 pub fn write_upstream_call(out: &mut Vec<u8>, call: &Call<'_>, upstream_id: usize) {
+    write_upstream_call_params(out, call, upstream_id, call.params.map(RawValue::get));
+}
+
+/// [`write_upstream_call`] with `params` (JSON text, or none) in place of
+/// the call's own.
+pub fn write_upstream_call_params(
+    out: &mut Vec<u8>,
+    call: &Call<'_>,
+    upstream_id: usize,
+    params: Option<&str>,
+) {
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",");
     if !call.is_notification() {
         out.extend_from_slice(b"\"id\":");
         let _ = write!(out, "{upstream_id}");
         out.push(b',');
     }
+    write_method_params(out, call, params);
+}
+
+fn write_method_params(out: &mut Vec<u8>, call: &Call<'_>, params: Option<&str>) {
     out.extend_from_slice(b"\"method\":");
     write_str(out, &call.method);
-    if let Some(params) = call.params {
+    if let Some(params) = params {
         out.extend_from_slice(b",\"params\":");
-        out.extend_from_slice(params.get().as_bytes());
+        out.extend_from_slice(params.as_bytes());
     }
     out.push(b'}');
 }

@@ -77,31 +77,50 @@ impl std::fmt::Debug for Pin<'_> {
     }
 }
 
-/// `params` with `latest` pinned to block `head`; `None` when nothing
-/// changes (no `latest`, a method without a block, params not the shape
-/// the node reads).
-pub(crate) fn pin(method: &str, params: Option<&RawValue>, head: u64) -> Option<Box<RawValue>> {
+/// `params` with `latest` pinned to block `head`, as JSON text; `None`
+/// when nothing changes (no `latest`, a method without a block, params not
+/// the shape the node reads). Written once, at its size: the caller puts
+/// it straight into the outgoing call.
+pub(crate) fn pin(method: &str, params: Option<&RawValue>, head: u64) -> Option<String> {
     let position = POSITIONS.iter().find(|(m, _)| *m == method)?.1;
     let list: Vec<&RawValue> = match params {
         Some(params) => serde_json::from_str(params.get()).ok()?,
         None => Vec::new(),
     };
-    let number = format!("\"0x{head:x}\"");
-    let pinned = match list.get(position) {
-        Some(tag) if tag.get().trim() == "\"latest\"" => {
-            let mut parts: Vec<&str> = list.iter().map(|v| v.get()).collect();
-            parts[position] = &number;
-            parts
-        }
+    let replace = match list.get(position) {
+        Some(tag) if tag.get().trim() == "\"latest\"" => true,
         // go-ethereum reads a missing block of eth_call as latest.
-        None if method == "eth_call" && list.len() == position && position > 0 => {
-            let mut parts: Vec<&str> = list.iter().map(|v| v.get()).collect();
-            parts.push(&number);
-            parts
-        }
+        None if method == "eth_call" && list.len() == position && position > 0 => false,
         _ => return None,
     };
-    RawValue::from_string(format!("[{}]", pinned.join(","))).ok()
+    // "0x" and at most 16 hex digits, quoted.
+    let size = list.iter().map(|v| v.get().len() + 1).sum::<usize>() + 22;
+    let mut out = String::with_capacity(size);
+    out.push('[');
+    for (i, value) in list.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        if replace && i == position {
+            push_number(&mut out, head);
+        } else {
+            out.push_str(value.get());
+        }
+    }
+    if !replace {
+        if !list.is_empty() {
+            out.push(',');
+        }
+        push_number(&mut out, head);
+    }
+    out.push(']');
+    Some(out)
+}
+
+/// `"0x<n>"`.
+fn push_number(out: &mut String, n: u64) {
+    use std::fmt::Write as _;
+    let _ = write!(out, "\"0x{n:x}\"");
 }
 
 /// `{"jsonrpc":"2.0","id":<id>,"result":"0x<head>"}`.
@@ -115,7 +134,7 @@ mod tests {
 
     fn pinned(method: &str, params: &str) -> Option<String> {
         let params = RawValue::from_string(params.to_string()).unwrap();
-        pin(method, Some(&params), 0x1f).map(|p| p.get().to_string())
+        pin(method, Some(&params), 0x1f)
     }
 
     #[test]

@@ -507,12 +507,7 @@ impl Shared {
         let body = match &pinned {
             Some(params) => {
                 let mut out = Vec::with_capacity(body.len() + 16);
-                let call = Call {
-                    id: call.id,
-                    method: call.method.clone(),
-                    params: Some(params),
-                };
-                txgate_jsonrpc::encode::write_call(&mut out, &call);
+                txgate_jsonrpc::encode::write_call_params(&mut out, call, Some(params));
                 Bytes::from(out)
             }
             None => body,

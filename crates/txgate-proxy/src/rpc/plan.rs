@@ -215,12 +215,12 @@ impl Plan {
                         match &pinned {
                             Some(params) => {
                                 at_head = true;
-                                let call = Call {
-                                    id: call.id,
-                                    method: call.method.clone(),
-                                    params: Some(params),
-                                };
-                                encode::write_upstream_call(&mut upstream, &call, upstream_id);
+                                encode::write_upstream_call_params(
+                                    &mut upstream,
+                                    call,
+                                    upstream_id,
+                                    Some(params),
+                                );
                             }
                             None => encode::write_upstream_call(&mut upstream, call, upstream_id),
                         }

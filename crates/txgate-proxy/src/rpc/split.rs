@@ -126,12 +126,7 @@ impl Shared {
                     match &pinned {
                         Some(params) => {
                             part.at_head = true;
-                            let call = Call {
-                                id: call.id,
-                                method: call.method.clone(),
-                                params: Some(params),
-                            };
-                            encode::write_upstream_call(&mut out, &call, index);
+                            encode::write_upstream_call_params(&mut out, call, index, Some(params));
                         }
                         None => encode::write_upstream_call(&mut out, call, index),
                     }
