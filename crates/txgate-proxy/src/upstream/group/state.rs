@@ -193,7 +193,8 @@ impl GroupState {
     /// A probe result for node `i`.
     pub fn probe(&self, i: usize, probe: Probe) {
         let now = self.now();
-        let update = self.lock().probe(i, now, probe);
+        let mut group = self.lock();
+        let update = group.probe(i, now, probe);
         if update.newly_wrong_chain {
             tracing::error!(
                 node = self.name(i),
@@ -201,16 +202,18 @@ impl GroupState {
             );
         }
         if update.changed {
-            self.publish();
+            self.publish(&group);
         }
-        self.log_state(i);
+        self.log_state(&group, i);
     }
 
     /// Logs node `i`'s state when it differs from the last one logged: an
     /// operator sees each node come in, go out and why, and a node that is
-    /// down at start (out, never reported a head) once.
-    fn log_state(&self, i: usize) {
-        let Some(state) = self.lock().state(i) else {
+    /// down at start (out, never reported a head) once. Called with the
+    /// group locked, so that the lines of a probe and of a failed call that
+    /// race come out in the order their changes were made.
+    fn log_state(&self, group: &Group, i: usize) {
+        let Some(state) = group.state(i) else {
             return;
         };
         let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
@@ -253,18 +256,20 @@ impl GroupState {
             failing.store(true, Ordering::Release);
         }
         let now = self.now();
-        let update = self.lock().passive(i, now, signal);
+        let mut group = self.lock();
+        let update = group.passive(i, now, signal);
         if update.changed {
-            self.publish();
-            self.log_state(i);
+            self.publish(&group);
+            self.log_state(&group, i);
         }
     }
 
     /// Follows op-conductor's leader: submissions go only to it.
     pub fn set_leader(&self, leader: Option<usize>) {
-        let update = self.lock().set_leader(leader);
+        let mut group = self.lock();
+        let update = group.set_leader(leader);
         if update.changed {
-            self.publish();
+            self.publish(&group);
         }
     }
 
@@ -333,9 +338,10 @@ impl GroupState {
         self.group.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Publishes the group's view to the hot path and the metrics.
-    fn publish(&self) {
-        let group = self.lock();
+    /// Publishes the group's view to the hot path and the metrics, with
+    /// the group locked (so two publishers cannot store their snapshots
+    /// out of order).
+    fn publish(&self, group: &Group) {
         let snapshot = Arc::new(group.snapshot());
         for (i, series) in self.series.iter().enumerate() {
             if let Some(state) = group.state(i) {
@@ -348,14 +354,11 @@ impl GroupState {
             .nodes
             .agreed_head
             .set(snapshot.agreed_head().map_or(0, |h| h as i64));
-        // Stored while the group is still locked, so two publishers cannot
-        // store their snapshots out of order.
         self.agreed.store(
             snapshot.agreed_head().unwrap_or(NO_HEAD),
             Ordering::Release,
         );
         *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = snapshot;
-        drop(group);
     }
 }
 
