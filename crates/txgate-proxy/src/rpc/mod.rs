@@ -626,7 +626,9 @@ impl Shared {
             };
             if parts.len() > 1 {
                 // Roles mixed: one batch per role, at once.
-                let settled = self.answer_parts(entries, &mut plan, parts, from, timeout).await;
+                let settled = self
+                    .answer_parts(entries, &mut plan, parts, from, timeout)
+                    .await;
                 if settled.wrote
                     && let Some(client) = from.client
                 {
@@ -690,7 +692,9 @@ impl Shared {
                 outcome = class.outcome;
             }
             plan.close(entries, failure.as_ref());
-            if submits {
+            // (The short form sorts no parts: `submits` is the batch's own
+            // test there only when a group sorted it.)
+            if submits || self.upstream.state().is_short_form() {
                 let sent = submission_log::BatchSent {
                     node,
                     duration: took,

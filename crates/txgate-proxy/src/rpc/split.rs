@@ -16,11 +16,11 @@ use txgate_nodes::Role;
 use std::time::Instant;
 
 use super::plan::{Plan, Slot};
-use super::submission_log::BatchSent;
-use crate::request::Refuse;
 use super::rescue::Refusal;
+use super::submission_log::BatchSent;
 use super::{From, Shared, latest, upstream_refusal};
 use crate::metrics::UpstreamFailure;
+use crate::request::Refuse;
 use crate::upstream::group::is_submission;
 
 /// The calls of a batch that go to one role.

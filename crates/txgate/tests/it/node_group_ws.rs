@@ -6,7 +6,8 @@
 //!   the worker's lane); sessions spread over both replicas;
 //! - a submission on the socket reaches only the sequencer, and so does a
 //!   `newPendingTransactions` subscription (its notifications are the
-//!   sequencer's transactions, which no replica ever sees);
+//!   sequencer's transactions, which no replica ever sees), and its
+//!   unsubscribe;
 //! - a session whose replica is frozen (taken out by the probes) is closed
 //!   with 1012 and a reason, once what it owes is answered; one whose
 //!   replica is killed under a subscription, with 1011; the client that
@@ -30,7 +31,9 @@ async fn marker(socket: &mut Socket, id: u64) -> u64 {
     let request = json!({"jsonrpc": "2.0", "id": id, "method": "eth_getBalance",
         "params": [format!("{MARKER}"), "latest"]});
     let answer = call(socket, &request, &mut Vec::new()).await;
-    let hex = answer["result"].as_str().unwrap_or_else(|| panic!("{answer}"));
+    let hex = answer["result"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"));
     u64::from_str_radix(hex.trim_start_matches("0x"), 16).unwrap()
 }
 
@@ -86,7 +89,9 @@ async fn a_session_reads_from_one_replica_and_submits_to_the_sequencer() {
     let submit = json!({"jsonrpc": "2.0", "id": "tx", "method": "eth_sendRawTransaction",
         "params": [raw]});
     let answer = call(socket, &submit, &mut Vec::new()).await;
-    let hash = answer["result"].as_str().unwrap_or_else(|| panic!("{answer}"));
+    let hash = answer["result"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"));
     assert!(by_hash(&g.sequencer, hash).await.is_object());
     for replica in &g.replicas {
         assert!(by_hash(replica, hash).await.is_null(), "a replica got it");
@@ -109,7 +114,10 @@ async fn a_session_reads_from_one_replica_and_submits_to_the_sequencer() {
     let submit = json!({"jsonrpc": "2.0", "id": "tx2", "method": "eth_sendRawTransaction",
         "params": [raw]});
     let answer = call(socket, &submit, &mut seen).await;
-    let hash = answer["result"].as_str().unwrap_or_else(|| panic!("{answer}")).to_string();
+    let hash = answer["result"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_string();
     let notified = |m: &Value| {
         m["method"] == "eth_subscription"
             && m["params"]["subscription"] == subscription
@@ -120,6 +128,12 @@ async fn a_session_reads_from_one_replica_and_submits_to_the_sequencer() {
         assert!(Instant::now() < deadline, "no notification: {seen:?}");
         seen.push(crate::websocket::next_json(socket).await);
     }
+    // Its unsubscribe goes to the node that holds it (the replica would
+    // answer false).
+    let unsubscribe = json!({"jsonrpc": "2.0", "id": "unsub", "method": "eth_unsubscribe",
+        "params": [subscription]});
+    let answer = call(socket, &unsubscribe, &mut seen).await;
+    assert_eq!(answer["result"], true, "{answer}");
     // Reads on the same socket still come from its replica.
     let home = marker(socket, 10).await;
     assert!(home == 1 || home == 2, "{home}");
@@ -145,7 +159,8 @@ async fn a_session_whose_replica_goes_out_or_dies_is_closed_saying_why() {
     let (code, reason) = closed(&mut socket).await;
     assert_eq!(code, CloseCode::Restart, "{reason}");
     assert!(reason.contains("out of service"), "{reason}");
-    g.wait_in(if frozen == 0 { "r1" } else { "r2" }, false).await;
+    g.wait_in(if frozen == 0 { "r1" } else { "r2" }, false)
+        .await;
 
     // Connecting again reads from the replica still in.
     let mut socket = connect(&g.txgate.url).await;

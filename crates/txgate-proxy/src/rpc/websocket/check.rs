@@ -68,6 +68,9 @@ pub(super) enum Via {
     Own(usize),
     /// The worker's lane to this node, in this generation of its socket.
     Lane(usize, u64),
+    /// Refused before it was sent (no node of its role, a full lane, the
+    /// session leaving, a socket that did not open).
+    Unsent,
 }
 
 /// A message's answer being put together.

@@ -1,6 +1,8 @@
-//! Lanes: one shared socket to the node per worker thread, carrying the
-//! plain calls of every client session on that worker
-//! (`websocket.shared_upstream`).
+//! Lanes: one shared socket per worker thread and node, carrying the
+//! plain calls of every client session on that worker to that node
+//! (`websocket.shared_upstream`). A worker's lanes share one table of
+//! seats, so an id names its session whichever node answers it; each node
+//! has its own queue, socket and task, started on its first call.
 //!
 //! A call that opens or closes no subscription needs no socket of its own:
 //! its answer comes back under txgate's id, whatever socket it travels on.
@@ -25,12 +27,13 @@
 //! be made to exceed it, failing the lane: HEURISTICS.md); an answer over
 //! `upstream.max_response_bytes` fails its own message, not the lane.
 //!
-//! The lane fails as a whole (its socket closes, errs, or stays silent a
-//! whole ping interval, or cannot be opened): the calls sent on it until
-//! then are answered -32603 by their sessions, which stay open, and a call
-//! after it opens a new socket, a pause after the failure at the soonest.
-//! Each failure starts a new generation: a call queued after it is not
-//! among those answered.
+//! A node's lane fails as a whole (its socket closes, errs, or stays
+//! silent a whole ping interval, or cannot be opened): the calls sent on
+//! it until then are answered -32603 by their sessions, which stay open,
+//! and a call after it opens a new socket, a pause after the failure at the
+//! soonest. Each failure starts a new generation of that node's lane: a
+//! call queued after it is not among those answered, and the worker's
+//! lanes to other nodes go on.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -171,7 +174,10 @@ impl Lanes {
         };
         lane.closing.store(true, Ordering::Relaxed);
         lane.wake_all();
-        let tasks: Vec<JoinHandle<()>> = lock(&lane.tasks).iter_mut().filter_map(Option::take).collect();
+        let tasks: Vec<JoinHandle<()>> = lock(&lane.tasks)
+            .iter_mut()
+            .filter_map(Option::take)
+            .collect();
         let all = futures_util::future::join_all(tasks);
         let _ = tokio::time::timeout(CLOSE_FLUSH + Duration::from_millis(100), all).await;
     }

@@ -433,11 +433,17 @@ async fn connect_upstream(
                 // A node that refuses txgate's client certificate after a
                 // TLS 1.3 handshake says so on the first read: the
                 // upgrade's.
-                let refused = match &e {
-                    WsError::Io(io) => endpoint.connector.refused_after_handshake(io),
-                    _ => None,
+                let failure = match &e {
+                    WsError::Io(io) => endpoint
+                        .connector
+                        .refused_after_handshake(io)
+                        .unwrap_or(UpstreamFailure::Connect),
+                    // The node answered the upgrade, but not with 101 (it
+                    // serves no WebSocket there).
+                    WsError::Http(_) => UpstreamFailure::Status,
+                    _ => UpstreamFailure::Connect,
                 };
-                (refused.unwrap_or(UpstreamFailure::Connect), e.to_string())
+                (failure, e.to_string())
             })
     };
     match tokio::time::timeout(settings.connect_timeout, open).await {

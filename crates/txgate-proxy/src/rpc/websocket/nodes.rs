@@ -59,12 +59,19 @@ impl WebSockets {
                 .map_err(|(failure, e)| Unavailable::Failed(failure, e));
         }
         let mut tried = Vec::new();
+        let mut role = Role::Replica;
         loop {
             let snapshot = self.group.snapshot();
-            let candidates = txgate_nodes::route(Role::Replica, &snapshot, false)
+            let candidates = txgate_nodes::route(role, &snapshot, false)
                 .map(|i| (i, snapshot.weight(i), self.homed(i)));
-            let Some(node) = txgate_nodes::choose(candidates, &tried, self.group.tiebreak())
-            else {
+            let chosen = txgate_nodes::choose(candidates, &tried, self.group.tiebreak());
+            if chosen.is_none() && role == Role::Replica {
+                // Every replica in failed to open: a sequencer serves
+                // reads too, as over HTTP.
+                role = Role::Sequencer;
+                continue;
+            }
+            let Some(node) = chosen else {
                 self.group.metrics().nodes.no_healthy("replica");
                 return Err(Unavailable::NoHealthy);
             };
@@ -76,10 +83,7 @@ impl WebSockets {
                     tracing::debug!(error = %e, node = %name, "upstream WebSocket unavailable: trying another node");
                     self.group.metrics().upstream.failure(failure);
                     self.group.metrics().nodes.failover(Failover::NotWritten);
-                    if matches!(
-                        failure,
-                        UpstreamFailure::Connect | UpstreamFailure::Tls | UpstreamFailure::Io
-                    ) {
+                    if unreachable(failure) {
                         self.group.passive(node, Passive::ConnectFailed);
                     }
                 }
@@ -135,6 +139,16 @@ impl WebSockets {
     }
 }
 
+/// Whether a failure to open a node's socket says the node cannot be
+/// reached (TCP or TLS), a signal for its health; a refused WebSocket
+/// handshake (a node serving no WebSocket) says nothing of its HTTP side.
+pub(super) fn unreachable(failure: UpstreamFailure) -> bool {
+    matches!(
+        failure,
+        UpstreamFailure::Connect | UpstreamFailure::Tls | UpstreamFailure::Io
+    )
+}
+
 /// A session counted on its home node.
 #[derive(Debug)]
 pub(super) struct Homed<'a> {
@@ -173,9 +187,18 @@ mod tests {
     #[test]
     fn a_mixed_message_goes_to_its_strongest_role() {
         assert_eq!(strongest(None, Role::Replica), Role::Replica);
-        assert_eq!(strongest(Some(Role::Replica), Role::Sequencer), Role::Sequencer);
-        assert_eq!(strongest(Some(Role::Sequencer), Role::Replica), Role::Sequencer);
-        assert_eq!(strongest(Some(Role::Builder), Role::Sequencer), Role::Builder);
+        assert_eq!(
+            strongest(Some(Role::Replica), Role::Sequencer),
+            Role::Sequencer
+        );
+        assert_eq!(
+            strongest(Some(Role::Sequencer), Role::Replica),
+            Role::Sequencer
+        );
+        assert_eq!(
+            strongest(Some(Role::Builder), Role::Sequencer),
+            Role::Builder
+        );
         assert_eq!(strongest(Some(Role::Replica), Role::Builder), Role::Builder);
     }
 }

@@ -1,4 +1,4 @@
-//! One client WebSocket and its upstream socket, until either ends.
+//! One client WebSocket and its sockets to the nodes, until it ends.
 //!
 //! One task runs the session: it reads the client, runs each message's
 //! checks (at most `websocket.max_in_flight_per_connection` at once; at the
@@ -9,7 +9,7 @@
 //! notifications as they came, in the node's order on each socket. A lane
 //! that fails is told to the session, which answers the calls it sent on
 //! it and goes on.
-//! The same task writes both sockets: a message is framed into the
+//! The same task writes every socket: a message is framed into the
 //! socket's buffer and sent at once if the socket takes it, else flushed
 //! when it is writable again. The client's buffer is bounded in bytes
 //! (`websocket.max_send_queue_bytes`): a client that does not read is
@@ -27,7 +27,7 @@
 
 mod upstream;
 
-use upstream::{Opening, Own, close_all, own_io};
+use upstream::{Opening, Own, Waiting, close_all, own_io};
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -123,11 +123,13 @@ struct Session {
     own: Vec<Own>,
     /// Sockets being opened, one per node at most.
     opening: FuturesUnordered<Opening>,
-    /// Messages waiting for a socket being opened: node, message, text.
-    waiting: Vec<(usize, u64, Utf8Bytes)>,
+    /// Messages waiting for a socket being opened.
+    waiting: Vec<Waiting>,
     /// A node it used failed or was taken out: it reads no more from the
     /// client and closes once its calls are answered.
     leaving: Option<WsClose>,
+    /// Where the next read of its own sockets starts (they take turns).
+    turn: usize,
     /// What the worker's lane brings back for this session's calls.
     lane: Option<mpsc::UnboundedReceiver<Event>>,
     checking: FuturesUnordered<Checking>,
@@ -136,7 +138,9 @@ struct Session {
     held: FuturesUnordered<HeldAnswer>,
     pending: HashMap<u64, Pending>,
     /// Subscription ids the node gave this socket.
-    subscribed: HashSet<String>,
+    /// Subscription ids the nodes gave this socket, with the node that
+    /// holds each (an unsubscribe goes there).
+    subscribed: HashMap<String, usize>,
     next_message: u64,
     /// The frame rate's theoretical arrival time.
     tat: Nanos,
@@ -164,12 +168,13 @@ impl Session {
             opening: FuturesUnordered::new(),
             waiting: Vec::new(),
             leaving: None,
+            turn: 0,
             lane,
             checking: FuturesUnordered::new(),
             assemblies: HashMap::new(),
             held: FuturesUnordered::new(),
             pending: HashMap::new(),
-            subscribed: HashSet::new(),
+            subscribed: HashMap::new(),
             next_message: 0,
             tat: 0,
             epoch: now,
@@ -238,7 +243,7 @@ impl Session {
                         return self.end(reason).await;
                     }
                 }
-                (node, message) = own_io(&mut self.own) => {
+                (node, message) = own_io(&mut self.own, &mut self.turn) => {
                     if let Err(reason) = self.upstream_message(node, message) {
                         return self.end(reason).await;
                     }
@@ -359,28 +364,43 @@ impl Session {
             None => (None, false),
         };
         // The node its role goes to (home, in the short form or for
-        // reads); none: no node of the role is in.
-        let node = match checked.role {
-            Some(role) if text.is_some() => self.conn.ws.node_for(role, self.home),
+        // reads; the node holding the subscription, for an unsubscribe);
+        // none: no node of the role is in.
+        let holder = checked.pending.iter().find_map(|(_, p)| match &p.sub {
+            Sub::Unsubscribe(id) => self.subscribed.get(id).copied(),
+            _ => None,
+        });
+        let node = match (holder, checked.role) {
+            (Some(node), _) => Some(node),
+            (None, Some(role)) if text.is_some() => self.conn.ws.node_for(role, self.home),
             _ => Some(self.home),
         };
         let no_node = node.is_none();
         if no_node && let Some(role) = checked.role {
             self.conn.shared.metrics.nodes.no_healthy(role.as_str());
+        }
+        // Leaving (a node it used failed): nothing new is sent, and no
+        // socket opened.
+        let leaving = self.leaving.is_some() && text.is_some();
+        let unsent = no_node || leaving || unsendable;
+        if unsent {
             text = None;
         }
         let node = node.unwrap_or(self.home);
         // On the worker's lane to it when every call may travel there:
         // queued first, so that its calls know the lane's generation they
         // went under (a failure of an earlier one does not answer them).
-        let mut via = Via::Own(node);
+        let mut via = if unsent { Via::Unsent } else { Via::Own(node) };
         let mut lane_full = false;
         if let (Some(seat), false) = (&self.conn.seat, checked.private)
             && let Some(body) = text.take()
         {
             match seat.send(node, body, self.conn.ws.settings.lane_queue_bytes) {
                 Some(generation) => via = Via::Lane(node, generation),
-                None => lane_full = true,
+                None => {
+                    lane_full = true;
+                    via = Via::Unsent;
+                }
             }
         }
         for (id, mut pending) in checked.pending {
@@ -412,11 +432,11 @@ impl Session {
         if no_node {
             return self.fail_message(key, &Refusal::NoHealthyUpstream);
         }
-        if lane_full || unsendable {
+        if lane_full || unsendable || leaving {
             return self.fail_message(key, &Refusal::UpstreamUnavailable);
         }
         match text {
-            Some(text) => self.send_own(node, key, text),
+            Some(text) => self.send_own(node, key, text, waiting > 0),
             None => Ok(()),
         }
     }

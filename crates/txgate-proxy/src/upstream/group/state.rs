@@ -287,7 +287,10 @@ impl GroupState {
     pub fn leader_name(&self) -> Option<&str> {
         // Before op-conductor first names one, the leader is an index out
         // of range (submissions go nowhere): no name.
-        self.snapshot().leader().and_then(|i| self.names.get(i)).map(String::as_str)
+        self.snapshot()
+            .leader()
+            .and_then(|i| self.names.get(i))
+            .map(String::as_str)
     }
 
     /// The group's agreed head.
@@ -354,11 +357,11 @@ impl GroupState {
             .nodes
             .agreed_head
             .set(snapshot.agreed_head().map_or(0, |h| h as i64));
-        self.agreed.store(
-            snapshot.agreed_head().unwrap_or(NO_HEAD),
-            Ordering::Release,
-        );
+        // The snapshot first: a reader that sees the new head routes by a
+        // snapshot that knows it (the head only rises).
+        let head = snapshot.agreed_head().unwrap_or(NO_HEAD);
         *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = snapshot;
+        self.agreed.store(head, Ordering::Release);
     }
 }
 

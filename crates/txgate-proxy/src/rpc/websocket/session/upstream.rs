@@ -25,16 +25,33 @@ impl Own {
     }
 }
 
+/// A message waiting for its node's socket to open.
+pub(super) struct Waiting {
+    node: usize,
+    key: u64,
+    text: Utf8Bytes,
+    /// Some call of it awaits an answer (else: notifications only, sent
+    /// once the socket opens whatever happened meanwhile).
+    owes: bool,
+}
+
 /// A socket to a node being opened.
 pub(super) type Opening =
     Pin<Box<dyn Future<Output = (usize, Result<Upstream, (UpstreamFailure, String)>)> + Send>>;
 
-/// The next message on any of the session's own sockets, with its node.
-pub(super) fn own_io(
-    own: &mut [Own],
-) -> impl Future<Output = (usize, Option<Result<Message, WsError>>)> + '_ {
+/// The next message on any of the session's own sockets, with its node;
+/// each call starts at the next socket, so a busy one cannot starve the
+/// others.
+pub(super) fn own_io<'a>(
+    own: &'a mut [Own],
+    turn: &'a mut usize,
+) -> impl Future<Output = (usize, Option<Result<Message, WsError>>)> + 'a {
+    *turn = turn.wrapping_add(1);
+    let start = *turn;
     std::future::poll_fn(move |cx| {
-        for own in own.iter_mut() {
+        let n = own.len();
+        for k in 0..n {
+            let own = &mut own[(start + k) % n];
             if let std::task::Poll::Ready(message) = own.socket.poll_io(cx, true) {
                 return std::task::Poll::Ready((own.node, message));
             }
@@ -72,9 +89,16 @@ impl Session {
         self.upstream_text(text, Some(node))
     }
 
-    /// Sends `text` (message `key`) on the session's own socket to `node`,
-    /// opening one first if it has none.
-    pub(super) fn send_own(&mut self, node: usize, key: u64, text: Utf8Bytes) -> Result<(), WsClose> {
+    /// Sends `text` (message `key`, which `owes` answers) on the session's
+    /// own socket to `node`, opening one first if it has none (the
+    /// messages waiting for it bounded by the socket's in-flight cap).
+    pub(super) fn send_own(
+        &mut self,
+        node: usize,
+        key: u64,
+        text: Utf8Bytes,
+        owes: bool,
+    ) -> Result<(), WsClose> {
         if let Some(own) = self.own.iter_mut().find(|o| o.node == node) {
             if own.socket.send(Message::Text(text)).is_err() {
                 // The node's socket failed or stopped reading (its buffer
@@ -83,7 +107,11 @@ impl Session {
             }
             return Ok(());
         }
-        if !self.waiting.iter().any(|(n, _, _)| *n == node) {
+        if self.waiting.len() >= self.conn.ws.settings.max_in_flight {
+            self.unsent(key);
+            return self.fail_message(key, &Refusal::UpstreamUnavailable);
+        }
+        if !self.waiting.iter().any(|w| w.node == node) {
             let settings = self.conn.ws.settings.clone();
             self.opening.push(Box::pin(async move {
                 let opened =
@@ -91,8 +119,21 @@ impl Session {
                 (node, opened)
             }));
         }
-        self.waiting.push((node, key, text));
+        self.waiting.push(Waiting {
+            node,
+            key,
+            text,
+            owes,
+        });
         Ok(())
+    }
+
+    /// Marks message `key`'s calls as never sent (their log lines name no
+    /// node).
+    fn unsent(&mut self, key: u64) {
+        for pending in self.pending.values_mut().filter(|p| p.message == key) {
+            pending.via = Via::Unsent;
+        }
     }
 
     /// A socket to `node` opened (its waiting messages sent, those still
@@ -102,15 +143,18 @@ impl Session {
         node: usize,
         opened: Result<Upstream, (UpstreamFailure, String)>,
     ) -> Result<(), WsClose> {
-        let (mine, rest): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.waiting).into_iter().partition(|(n, _, _)| *n == node);
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|w| w.node == node);
         self.waiting = rest;
         match opened {
             Ok(socket) => {
                 self.own.push(Own::new(node, socket));
-                for (_, key, text) in mine {
-                    if self.assemblies.contains_key(&key) {
-                        self.send_own(node, key, text)?;
+                for w in mine {
+                    // A message answered meanwhile (its timeout) is not
+                    // sent late.
+                    if !w.owes || self.assemblies.contains_key(&w.key) {
+                        self.send_own(node, w.key, w.text, w.owes)?;
                     }
                 }
                 Ok(())
@@ -119,14 +163,12 @@ impl Session {
                 let ws = &self.conn.ws;
                 tracing::debug!(error = %e, node = ws.node_name(node), "upstream WebSocket unavailable");
                 self.conn.shared.metrics.upstream.failure(failure);
-                if matches!(
-                    failure,
-                    UpstreamFailure::Connect | UpstreamFailure::Tls | UpstreamFailure::Io
-                ) {
+                if super::super::nodes::unreachable(failure) {
                     ws.group.passive(node, txgate_nodes::Passive::ConnectFailed);
                 }
-                for (_, key, _) in mine {
-                    self.fail_message(key, &Refusal::UpstreamUnavailable)?;
+                for w in mine {
+                    self.unsent(w.key);
+                    self.fail_message(w.key, &Refusal::UpstreamUnavailable)?;
                 }
                 Ok(())
             }
@@ -197,7 +239,11 @@ impl Session {
 
     /// A JSON-RPC message from a node, on the session's own socket to it
     /// (`from`) or a lane.
-    pub(super) fn upstream_text(&mut self, text: Utf8Bytes, from: Option<usize>) -> Result<(), WsClose> {
+    pub(super) fn upstream_text(
+        &mut self,
+        text: Utf8Bytes,
+        from: Option<usize>,
+    ) -> Result<(), WsClose> {
         let bytes = text.as_bytes();
         match encode::parse_upstream_batch(bytes) {
             Some(UpstreamBatch::Whole(response)) if response.is_notification() => {
@@ -252,7 +298,7 @@ impl Session {
             }
             return Ok(());
         };
-        self.track_subscription(&pending.sub, response);
+        self.track_subscription(&pending.sub, response, from);
         if let Some(logged) = &pending.logged {
             // The line reads only the node's error, if any.
             let body = match response.error() {
@@ -262,9 +308,12 @@ impl Session {
             self.log_submission(logged, pending.via, Ok(&body));
         }
         let taken = pending.submission && response.error().is_none();
-        if taken && let Some(client) = self.conn.peer.client {
-            // Read-your-writes: the client's next reads of its own writes
-            // go to the sequencer (a no-op in the short form).
+        if pending.logged.is_some()
+            && let Some(client) = self.conn.peer.client
+        {
+            // Read-your-writes, as over HTTP: after any submission the node
+            // answered, the client's next reads of its own writes go to the
+            // sequencer (a no-op in the short form).
             self.conn.shared.upstream.state().wrote(client);
         }
         let pacing = self.conn.shared.pacer.as_ref().zip(self.conn.peer.client);
@@ -301,7 +350,12 @@ impl Session {
         Ok(())
     }
 
-    pub(super) fn track_subscription(&mut self, sub: &Sub, response: &UpstreamResponse<'_>) {
+    pub(super) fn track_subscription(
+        &mut self,
+        sub: &Sub,
+        response: &UpstreamResponse<'_>,
+        from: Option<usize>,
+    ) {
         let metrics = &self.conn.shared.metrics.websocket;
         match sub {
             Sub::None => {}
@@ -312,7 +366,8 @@ impl Session {
                     .and_then(|r| serde_json::from_str::<String>(r.get()).ok());
                 match id {
                     Some(id) => {
-                        if self.subscribed.insert(id) {
+                        let node = from.unwrap_or(self.home);
+                        if self.subscribed.insert(id, node).is_none() {
                             self.conn.open_subscriptions.fetch_add(1, Ordering::AcqRel);
                             metrics.subscriptions.inc();
                         } else {
@@ -325,7 +380,7 @@ impl Session {
             }
             Sub::Unsubscribe(id) => {
                 let done = response.result().is_some_and(|r| r.get() == "true");
-                if done && self.subscribed.remove(id) {
+                if done && self.subscribed.remove(id).is_some() {
                     self.conn.release_subscription();
                     self.conn.open_subscriptions.fetch_sub(1, Ordering::AcqRel);
                     metrics.subscriptions.dec();
@@ -388,16 +443,17 @@ impl Session {
 
     /// The submission-log line of a submission sent on `via`.
     fn log_submission(&self, logged: &Logged, via: Via, answer: Result<&[u8], &'static str>) {
-        let node = match via {
-            Via::Own(node) | Via::Lane(node, _) => node,
-        };
         let shared = &self.conn.shared;
+        let node = match via {
+            Via::Own(node) | Via::Lane(node, _) => shared.upstream.state().name(node),
+            Via::Unsent => "",
+        };
         shared.submissions.forwarded(
             Instant::now(),
             &Forwarded {
                 method: &logged.method,
                 params: logged.params.as_deref(),
-                node: shared.upstream.state().name(node),
+                node,
                 duration: logged.sent.elapsed(),
                 answer,
                 client: self.conn.peer.client,
