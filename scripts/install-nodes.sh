@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds geth (go-ethereum) and op-geth (pinned) from their Go modules into
 # .tools/, which git ignores: .tools/geth/<version>/geth and
-# .tools/op-geth/<version>/geth. Idempotent: a node is rebuilt only when its
-# binary is missing or its stamp no longer matches the pins.
+# .tools/op-geth/<version>/geth, linked as .tools/bin/geth and
+# .tools/bin/op-geth (what the tests run). Idempotent: a node is rebuilt
+# only when its binary is missing or its stamp no longer matches the pins.
 #
 # The pins are the small modules under scripts/nodes/: each names its node's
 # cmd/geth as a tool, and its go.sum fixes every dependency. op-geth's
@@ -34,8 +35,14 @@ stamp_of() {
   cat "$1/go.mod" "$1/go.sum" | sha256sum | cut -d' ' -f1
 }
 
+link() {
+  mkdir -p "$root/.tools/bin"
+  ln -sfn "../$1/$2/geth" "$root/.tools/bin/$1"
+}
+
 # install NAME VERSION [LDFLAGS]: builds scripts/nodes/NAME's cmd/geth into
-# .tools/NAME/VERSION/geth unless the stamp beside it matches.
+# .tools/NAME/VERSION/geth unless the stamp beside it matches, and links
+# .tools/bin/NAME to it.
 install() {
   local name="$1" version="$2" ldflags="${3:-}"
   local module="$root/scripts/nodes/$name"
@@ -47,6 +54,7 @@ install() {
   if [ -x "$dir/geth" ] && [ "$(cat "$dir/stamp" 2>/dev/null)" = "$stamp" ] &&
     [[ "$("$dir/geth" version 2>/dev/null)" == *"Version: ${version#v}-"* ]]; then
     echo "$name $version already in .tools/$name/$version"
+    link "$name" "$version"
     return
   fi
   local start=$SECONDS
@@ -59,6 +67,7 @@ install() {
   [[ "$built" == *"Version: ${version#v}-"* ]] ||
     { echo "$name $version did not build correctly: $built" >&2; exit 1; }
   echo "$stamp" >"$dir/stamp"
+  link "$name" "$version"
   echo "built $name $version into .tools/$name/$version in $((SECONDS - start)) s"
 }
 
