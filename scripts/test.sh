@@ -2,8 +2,8 @@
 # Runs every check and test: formatting, clippy (warnings are errors), unit,
 # doc and end-to-end tests (anvil, the example sidecar, the txgate binary),
 # checks that the benchmarks build, and validates deploy/. Installs anvil,
-# cast, the test tools and the WebSocket clients (viem, web3.py) first if
-# missing.
+# cast, the test tools, the WebSocket clients (viem, web3.py) and geth and
+# op-geth (built with Go) first if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # A one-off build on CI gains nothing from incremental state, which would
@@ -12,6 +12,7 @@ if [[ "${CI:-}" == "true" ]]; then export CARGO_INCREMENTAL=0; fi
 ./scripts/install-foundry.sh
 ./scripts/install-test-tools.sh
 ./scripts/install-ws-clients.sh
+./scripts/install-nodes.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked --benches --no-run

@@ -1,5 +1,6 @@
-//! End-to-end tests of the txgate binary against a real local node (anvil)
-//! and real clients (cast, hyper). One binary for the crate.
+//! End-to-end tests of the txgate binary against real local nodes (anvil;
+//! geth and op-geth where a test names them) and real clients (cast,
+//! hyper). One binary for the crate.
 
 #![allow(missing_docs, unreachable_pub, clippy::unwrap_used)]
 
@@ -21,6 +22,7 @@ mod faults_snapshot;
 mod faults_upstream;
 mod fleet;
 mod fleet_redis;
+mod geth;
 mod hostile_http;
 mod node_group;
 mod node_group_conductor;

@@ -1,6 +1,6 @@
-//! Real processes for the end-to-end tests: anvil, the txgate binary, and a
-//! deliberately slow upstream for fault injection. Every process is killed
-//! by PID when its handle drops.
+//! Real processes for the end-to-end tests: anvil, geth and op-geth, the
+//! txgate binary, and a deliberately slow upstream for fault injection.
+//! Every process is killed by PID when its handle drops.
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -210,6 +210,253 @@ impl Anvil {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+/// Anvil's ten default accounts (from its default mnemonic): the accounts
+/// a [`Geth`] node's genesis funds, so that tests sign as they do on anvil
+/// ([`KEY0`] is the first's key).
+pub const ANVIL_ACCOUNTS: [&str; 10] = [
+    "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+    "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+    "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
+    "0x90F79bf6EB2c4f870365E785982E1f101E93b906",
+    "0x15d34AAf54267DB7D7c367839AAf71A00a2C6A65",
+    "0x9965507D1a55bcC2695C58ba16FB37d819B0A4dc",
+    "0x976EA74026E726554dB657fA54763abd0C3a0aa9",
+    "0x14dC79964da2C08b23698B3D3cc7Ca32193d9955",
+    "0x23618e81E3f5cdF7f54C3d65f7FBc0aBf5B21E8f",
+    "0xa0Ee7A142d267C1f36714E4a8F75612F20a79720",
+];
+
+/// Which node a [`Geth`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GethFlavour {
+    /// go-ethereum.
+    Geth,
+    /// op-geth, the OP Stack's execution node.
+    OpGeth,
+}
+
+impl GethFlavour {
+    fn name(self) -> &'static str {
+        match self {
+            GethFlavour::Geth => "geth",
+            GethFlavour::OpGeth => "op-geth",
+        }
+    }
+
+    /// `$TXGATE_GETH` / `$TXGATE_OP_GETH`, or `.tools/bin/<name>` (linked
+    /// by scripts/install-nodes.sh to the pinned build).
+    fn binary(self) -> PathBuf {
+        let var = match self {
+            GethFlavour::Geth => "TXGATE_GETH",
+            GethFlavour::OpGeth => "TXGATE_OP_GETH",
+        };
+        let path = std::env::var_os(var)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace_root().join(".tools/bin").join(self.name()));
+        assert!(
+            path.exists(),
+            "{} not found: run scripts/install-nodes.sh (or set {var})",
+            path.display()
+        );
+        path
+    }
+}
+
+/// A running `geth --dev` (or op-geth) on a free loopback port that serves
+/// HTTP and WebSocket alike (as anvil's does, so that txgate derives the
+/// WebSocket upstream from the HTTP one), killed on drop with its data
+/// directory removed.
+///
+/// Its chain is the node's own developer genesis (`--dev dumpgenesis`: every
+/// fork of the binary on at block 0) with anvil's chain id (31337, so that
+/// [`Eoa::sign`] and cast sign for it as for anvil) and anvil's ten default
+/// accounts funded with 10,000 ether each, written by `geth init` into a
+/// fresh data directory that `--dev` then runs. Blocks are sealed when a
+/// transaction is pending (`--dev.period 0`) unless `extra` says otherwise.
+pub struct Geth {
+    pub proc: Proc,
+    /// The HTTP endpoint.
+    pub url: String,
+    /// The WebSocket endpoint (the same port).
+    pub ws_url: String,
+    datadir: TempDir,
+}
+
+impl Geth {
+    /// A geth dev node.
+    pub async fn start() -> Geth {
+        Geth::start_with(GethFlavour::Geth, &[]).await
+    }
+
+    /// An op-geth dev node serving `eth_sendRawTransactionConditional`, its
+    /// cost rate limit raised so that it never waits.
+    pub async fn op_geth() -> Geth {
+        Geth::start_with(
+            GethFlavour::OpGeth,
+            &[
+                "--rollup.sequencertxconditionalenabled",
+                "--rollup.sequencertxconditionalcostratelimit",
+                "1000000000",
+            ],
+        )
+        .await
+    }
+
+    /// A `flavour` dev node with `extra` flags after the launcher's own.
+    pub async fn start_with(flavour: GethFlavour, extra: &[&str]) -> Geth {
+        let binary = flavour.binary();
+        let datadir = TempDir::new(flavour.name());
+        let genesis = datadir.path.join("genesis.json");
+        std::fs::write(&genesis, dev_genesis(&binary).to_string()).expect("write genesis");
+        let init = Command::new(&binary)
+            .arg("init")
+            .arg("--datadir")
+            .arg(&datadir.path)
+            .arg(&genesis)
+            .output()
+            .expect("spawn geth init");
+        assert!(
+            init.status.success(),
+            "{} init failed: {}",
+            flavour.name(),
+            String::from_utf8_lossy(&init.stderr)
+        );
+
+        let port = free_port();
+        let log_path = datadir.path.join("node.log");
+        let log = std::fs::File::create(&log_path).expect("node log");
+        let apis = "eth,net,web3,txpool";
+        let child = Command::new(&binary)
+            .arg("--dev")
+            .arg("--datadir")
+            .arg(&datadir.path)
+            .args(["--ipcdisable", "--nodiscover", "--maxpeers", "0"])
+            .args(["--http", "--http.addr", "127.0.0.1", "--http.api", apis])
+            .args(["--http.port", &port.to_string()])
+            .args(["--ws", "--ws.addr", "127.0.0.1", "--ws.api", apis])
+            .args(["--ws.port", &port.to_string()])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", flavour.name()));
+        let mut node = Geth {
+            proc: Proc { child },
+            url: format!("http://127.0.0.1:{port}"),
+            ws_url: format!("ws://127.0.0.1:{port}"),
+            datadir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let probe = rpc(
+                &node.url,
+                r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#,
+            );
+            if let Ok(Ok((StatusCode::OK, _, _))) =
+                tokio::time::timeout(Duration::from_secs(1), probe).await
+            {
+                return node;
+            }
+            let exited = node.proc.child.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() >= deadline {
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!(
+                    "{} did not come up on port {port} ({}):\n{}",
+                    flavour.name(),
+                    exited.map_or("still running".to_string(), |s| s.to_string()),
+                    tail.join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The node's log so far (its stderr), for a failing test to show.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.datadir.path.join("node.log")).unwrap_or_default()
+    }
+}
+
+/// `binary --dev dumpgenesis` with anvil's chain id and accounts.
+fn dev_genesis(binary: &std::path::Path) -> serde_json::Value {
+    let out = Command::new(binary)
+        .args(["--dev", "dumpgenesis"])
+        .output()
+        .expect("spawn geth dumpgenesis");
+    assert!(
+        out.status.success(),
+        "dumpgenesis failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut genesis: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("dumpgenesis printed JSON");
+    genesis["config"]["chainId"] = 31337.into();
+    let alloc = genesis["alloc"].as_object_mut().expect("genesis alloc");
+    for account in ANVIL_ACCOUNTS {
+        // 10,000 ether, as anvil gives.
+        alloc.insert(
+            account.to_string(),
+            serde_json::json!({"balance": "0x21e19e0c9bab2400000"}),
+        );
+    }
+    genesis
+}
+
+/// A directory removed (with everything in it) on drop.
+pub struct TempDir {
+    pub path: PathBuf,
+}
+
+impl TempDir {
+    pub fn new(label: &str) -> TempDir {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "txgate-it-{label}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        TempDir { path }
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// The receipt of `hash` from `url`, waiting up to `limit` for it. geth
+/// answers -32000 "transaction indexing is in progress" for a moment after
+/// each new block, before its indexer has caught up: that counts as not yet.
+pub async fn receipt(url: &str, hash: &str, limit: Duration) -> serde_json::Value {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1,
+        "method": "eth_getTransactionReceipt", "params": [hash]})
+    .to_string();
+    let deadline = Instant::now() + limit;
+    loop {
+        let (status, answer) = rpc_json(url, &body).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        let indexing = answer["error"]["message"] == "transaction indexing is in progress";
+        assert!(
+            answer.get("error").is_none() || indexing,
+            "receipt of {hash}: {answer}"
+        );
+        if !answer["result"].is_null() && answer.get("result").is_some() {
+            return answer["result"].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no receipt of {hash} within {limit:?}: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
