@@ -205,6 +205,10 @@ pub(super) struct Lane {
     wakes: Vec<Notify>,
     /// Per node: the task driving its socket, started on the first send.
     tasks: Mutex<Vec<Option<JoinHandle<()>>>>,
+    /// Per node: whether its task was started (a task ends only with the
+    /// worker or the drain, when no seat is given any more: it is never
+    /// started twice). Read on every send, without the lock.
+    started: Vec<AtomicBool>,
     seq: AtomicU64,
     /// The worker is ending: close the sockets now, seats or not.
     closing: AtomicBool,
@@ -251,6 +255,7 @@ impl Lane {
             }),
             wakes: (0..nodes).map(|_| Notify::new()).collect(),
             tasks: Mutex::new((0..nodes).map(|_| None).collect()),
+            started: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
             seq: AtomicU64::new(0),
             closing: AtomicBool::new(false),
             driver,
@@ -284,17 +289,26 @@ impl Lane {
         }
     }
 
-    /// Starts node `node`'s task if it is not running (on the calling
+    /// Starts node `node`'s task if it was never started (on the calling
     /// session's runtime: the worker's).
     fn start(self: &Arc<Self>, node: usize) {
         let Some(driver) = &self.driver else {
             return;
         };
+        if self
+            .started
+            .get(node)
+            .is_none_or(|s| s.load(Ordering::Acquire))
+        {
+            return;
+        }
         let mut tasks = lock(&self.tasks);
         let Some(task) = tasks.get_mut(node) else {
             return;
         };
-        if task.as_ref().is_some_and(|t| !t.is_finished()) || self.closing.load(Ordering::Relaxed) {
+        // Rechecked under the lock: `close_here` takes the handles under it
+        // after setting `closing`, so no task escapes it.
+        if self.closing.load(Ordering::Relaxed) || self.started[node].swap(true, Ordering::AcqRel) {
             return;
         }
         *task = Some(tokio::spawn(drive(
