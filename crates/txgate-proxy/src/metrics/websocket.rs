@@ -1,7 +1,7 @@
 //! WebSocket metrics: open sockets, upgrades, messages each way,
 //! subscriptions, and why sockets closed.
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 
 use super::Outcome;
 use super::registrar::Registrar;
@@ -104,6 +104,8 @@ pub struct WebSocketMetrics {
     pub lane_failed: IntCounter,
     /// A message's calls refused: its lane's queue was over its bound.
     pub lane_queue_full: IntCounter,
+    /// Sessions by the node they read from (their home).
+    by_home: IntGaugeVec,
 }
 
 impl std::fmt::Debug for WebSocketMetrics {
@@ -140,7 +142,7 @@ impl WebSocketMetrics {
         }
         let lanes = r.counter_vec(
             "ws_lane_events_total",
-            "Shared node sockets of plain WebSocket calls (one per worker): opened, failed \
+            "Shared node sockets of plain WebSocket calls (one per worker and node): opened, failed \
              (a socket that failed or could not be opened; calls on it answered -32603), \
              queue_full (a message refused: the lane's queue over its bound)",
             &["event"],
@@ -166,12 +168,23 @@ impl WebSocketMetrics {
                 .collect(),
             lanes_open: r.gauge(
                 "ws_lanes_open",
-                "Shared node sockets of plain WebSocket calls open (one per worker at most)",
+                "Shared node sockets of plain WebSocket calls open (one per worker and node at \
+                 most)",
             ),
             lane_opened: lanes.with_label_values(&["opened"]),
             lane_failed: lanes.with_label_values(&["failed"]),
             lane_queue_full: lanes.with_label_values(&["queue_full"]),
+            by_home: r.gauge_vec(
+                "ws_sessions_by_node",
+                "WebSocket sessions open, by the node they read from (their home)",
+                &["node"],
+            ),
         }
+    }
+
+    /// The `txgate_ws_sessions_by_node` series of node `name`.
+    pub fn home(&self, name: &str) -> IntGauge {
+        self.by_home.with_label_values(&[name])
     }
 
     /// Counts an upgrade request by its result.

@@ -23,7 +23,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use crate::node_group::{MARKER, by_hash, group, group_with};
-use crate::support::{Eoa, fund};
+use crate::support::{Eoa, fund, get, metric};
 use crate::websocket::{Socket, call, connect};
 
 /// The marker's balance read on `socket`: which node answered.
@@ -80,6 +80,18 @@ async fn a_session_reads_from_one_replica_and_submits_to_the_sequencer() {
         sockets.push(socket);
     }
     assert_eq!(homes.len(), 2, "sessions did not spread: {homes:?}");
+    // Each replica's sessions are counted by name; none is the sequencer's.
+    let (_, _, body) = get(&format!("{}/metrics", g.txgate.admin_url)).await;
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    let homed = |node: &str| {
+        metric(
+            &text,
+            &format!(r#"txgate_ws_sessions_by_node{{node="{node}"}}"#),
+        )
+    };
+    assert_eq!(homed("r1") + homed("r2"), 8.0, "{text}");
+    assert!(homed("r1") >= 1.0 && homed("r2") >= 1.0, "{text}");
+    assert_eq!(homed("seq"), 0.0, "{text}");
 
     // A submission on the socket reaches the sequencer only.
     let socket = &mut sockets[0];

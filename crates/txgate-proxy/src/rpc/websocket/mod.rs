@@ -72,6 +72,8 @@ pub struct WebSockets {
     group: Arc<GroupState>,
     /// Per node, the sessions whose reads it serves (their home).
     homed: Vec<AtomicU64>,
+    /// Per node, `txgate_ws_sessions_by_node`.
+    homed_series: Vec<prometheus::IntGauge>,
 }
 
 #[derive(Debug)]
@@ -173,6 +175,10 @@ impl WebSockets {
         Ok(Some(WebSockets {
             lanes: lane::Lanes::default(),
             homed: endpoints.iter().map(|_| AtomicU64::new(0)).collect(),
+            homed_series: endpoints
+                .iter()
+                .map(|e| metrics.websocket.home(&e.name))
+                .collect(),
             group,
             settings: Arc::new(Settings {
                 nodes: endpoints,

@@ -101,6 +101,9 @@ impl WebSockets {
         if let Some(n) = self.homed.get(node) {
             n.fetch_add(1, Ordering::Relaxed);
         }
+        if let Some(series) = self.homed_series.get(node) {
+            series.inc();
+        }
         Homed { ws: self, node }
     }
 
@@ -160,6 +163,9 @@ impl Drop for Homed<'_> {
     fn drop(&mut self) {
         if let Some(n) = self.ws.homed.get(self.node) {
             n.fetch_sub(1, Ordering::Relaxed);
+        }
+        if let Some(series) = self.ws.homed_series.get(self.node) {
+            series.dec();
         }
     }
 }
