@@ -481,6 +481,68 @@ def build():
         w=6,
     )
 
+    d.row("Node group")
+    d.timeseries(
+        "Nodes in",
+        "1 while a node of the group takes calls (txgate_upstream_node_up), by instance and node; "
+        "/readyz names why one is out. The short form is one node, `upstream`.",
+        "short",
+        [(f"txgate_upstream_node_up{{{I}}}", "{{instance}} {{node}} ({{role}})")],
+        max_=1,
+        w=6,
+    )
+    d.timeseries(
+        "Node lag (blocks)",
+        "Blocks each node's head is behind the group's best head (out past upstream.max_block_lag), "
+        "the worst instance's view.",
+        "short",
+        [
+            (f"max by (node) (txgate_upstream_node_lag_blocks{{{I}}})", "{{node}} lag"),
+        ],
+        w=6,
+    )
+    d.timeseries(
+        "Calls by node",
+        "Calls and batches sent to each node per second; reads spread over the replicas by weight "
+        "and calls in flight.",
+        "reqps",
+        [(rate("txgate_upstream_node_calls_total", "node"), "{{node}}")],
+        w=6,
+    )
+    d.timeseries(
+        "No healthy node, failovers",
+        "Calls answered 503 because no node of their role was in (by role), and calls sent to another "
+        "node than the first chosen (not_written: never reached the first; read_retry: a read asked "
+        "again), per second.",
+        "reqps",
+        [
+            (rate("txgate_upstream_no_healthy_total", "role"), "no healthy {{role}}"),
+            (rate("txgate_upstream_failovers_total", "reason"), "failover {{reason}}"),
+        ],
+        w=6,
+    )
+    d.timeseries(
+        "Node round trip p99",
+        "Each node's round trip, request to full body, 99th percentile over the instances shown.",
+        "s",
+        [
+            (
+                f"histogram_quantile(0.99, sum by (node, le) "
+                f"(rate(txgate_upstream_node_duration_seconds_bucket{{{I}}}[$__rate_interval])))",
+                "{{node}}",
+            )
+        ],
+        w=12,
+    )
+    d.timeseries(
+        "WebSocket sessions by node",
+        "Client WebSocket sessions open, by the node they read from (their home); a node taken out "
+        "closes its sessions with 1012 and they reconnect to the others.",
+        "short",
+        [(f"sum by (node) (txgate_ws_sessions_by_node{{{I}}})", "{{node}}")],
+        w=12,
+    )
+
     d.row("Limits")
     d.timeseries(
         "Per-client refusals by limit",

@@ -107,6 +107,24 @@ impl NodeMetrics {
             LATENCY_BUCKETS,
             &["method"],
         );
+        let failovers = r.counter_vec(
+            "upstream_failovers_total",
+            "Calls sent to another node than the first chosen, by reason",
+            &["reason"],
+        );
+        for why in [Failover::NotWritten, Failover::ReadRetry] {
+            failovers.with_label_values(&[why.as_str()]);
+        }
+        let no_healthy = r.counter_vec(
+            "upstream_no_healthy_total",
+            "Calls answered 503 because no node of their role was healthy, by role",
+            &["role"],
+        );
+        // At 0 from the start, so an alert's rate sees them before the
+        // first miss.
+        for role in ["sequencer", "replica", "builder"] {
+            no_healthy.with_label_values(&[role]);
+        }
         NodeMetrics {
             by_method: KNOWN_METHODS
                 .iter()
@@ -144,16 +162,8 @@ impl NodeMetrics {
                 LATENCY_BUCKETS,
                 &["node"],
             ),
-            failovers: r.counter_vec(
-                "upstream_failovers_total",
-                "Calls sent to another node than the first chosen, by reason",
-                &["reason"],
-            ),
-            no_healthy: r.counter_vec(
-                "upstream_no_healthy_total",
-                "Calls answered 503 because no node of their role was healthy, by role",
-                &["role"],
-            ),
+            failovers,
+            no_healthy,
             agreed_head: r.gauge(
                 "upstream_agreed_head",
                 "The block a quorum of healthy nodes has reached; latest reads are served at it",
