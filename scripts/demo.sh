@@ -1,16 +1,38 @@
 #!/usr/bin/env bash
 # The main job: the whole screening loop on local components. Installs what
-# it needs, starts anvil, the example sidecar and txgate on free loopback
-# ports, deploys a protected contract (contracts/Guarded.sol), plays an
-# attack and prints what happened at each step, then stops what it started.
+# it needs, starts a node (anvil, or with `--node geth` a geth dev node), the
+# example sidecar and txgate on free loopback ports, deploys a protected
+# contract (contracts/Guarded.sol), plays an attack and prints what happened
+# at each step, then stops what it started.
+#
+#   scripts/demo.sh               # anvil (the default)
+#   scripts/demo.sh --node geth   # geth v1.17.10 --dev (built by scripts/install-nodes.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+node_kind=anvil
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --node) node_kind="${2:-}"; shift 2 ;;
+    --node=*) node_kind="${1#--node=}"; shift ;;
+    *) echo "usage: $0 [--node anvil|geth]" >&2; exit 2 ;;
+  esac
+done
+case "$node_kind" in
+  anvil|geth) ;;
+  *) echo "--node: anvil or geth, not '$node_kind'" >&2; exit 2 ;;
+esac
+
 ./scripts/install-foundry.sh >/dev/null
+if [ "$node_kind" = geth ]; then
+  echo "==> geth and op-geth (built once into .tools/)"
+  ./scripts/install-nodes.sh >/dev/null
+fi
 echo "==> building txgate and the example sidecar (release)"
 cargo build --release --locked -q -p txgate -p example-sidecar
 
 ANVIL=.tools/bin/anvil
+GETH=.tools/bin/geth
 CAST=.tools/bin/cast
 TXGATE=target/release/txgate
 SIDECAR=target/release/example-sidecar
@@ -78,14 +100,44 @@ summary() {
     }' "$1"
 }
 
-anvil_port=$(free_port); tx_port=$(free_port); admin_port=$(free_port)
+node_port=$(free_port); tx_port=$(free_port); admin_port=$(free_port)
 grpc_port=$(free_port); sidecar_admin_port=$(free_port)
-NODE=http://127.0.0.1:$anvil_port
+NODE=http://127.0.0.1:$node_port
 PROXY=http://127.0.0.1:$tx_port
 ADMIN=http://127.0.0.1:$admin_port
 
-echo "==> anvil on $NODE"
-$ANVIL --host 127.0.0.1 --port "$anvil_port" --silent & pids+=($!)
+DEPLOYER=0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80
+HONEST=0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d
+ATTACKER=0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a
+# Step 4's fresh EOAs: 50 keys, each funded with 100 ether.
+keys=(); addrs=()
+for i in $(seq 1 50); do k=$(printf '0x%064x' $((i + 7000))); keys+=("$k"); addrs+=("$($CAST wallet address --private-key "$k")"); done
+
+if [ "$node_kind" = geth ]; then
+  echo "==> geth --dev on $NODE ($($GETH version | awk '/^Version:/ { print $2 }')), its log in $work/geth.log"
+  # geth's own developer chain, with anvil's chain id and the demo's
+  # accounts funded in its genesis (geth has no anvil_setBalance).
+  $GETH --dev dumpgenesis 2>/dev/null | python3 -c '
+import json, sys
+genesis = json.load(sys.stdin)
+genesis["config"]["chainId"] = 31337
+for key in sys.argv[1:4]:
+    genesis["alloc"][key] = {"balance": "0x21e19e0c9bab2400000"}
+for addr in sys.argv[4:]:
+    genesis["alloc"][addr] = {"balance": "0x56bc75e2d63100000"}
+json.dump(genesis, sys.stdout)
+' "$($CAST wallet address --private-key $DEPLOYER)" "$($CAST wallet address --private-key $HONEST)" \
+    "$($CAST wallet address --private-key $ATTACKER)" "${addrs[@]}" > "$work/genesis.json"
+  $GETH init --datadir "$work/geth" "$work/genesis.json" 2>"$work/geth-init.log"
+  # A block is sealed as soon as a transaction is pending (--dev.period 0).
+  $GETH --dev --datadir "$work/geth" --ipcdisable --nodiscover --maxpeers 0 \
+    --http --http.addr 127.0.0.1 --http.port "$node_port" --http.api eth,net,web3,txpool \
+    --ws --ws.addr 127.0.0.1 --ws.port "$node_port" --ws.api eth,net,web3,txpool \
+    2>"$work/geth.log" & pids+=($!)
+else
+  echo "==> anvil on $NODE"
+  $ANVIL --host 127.0.0.1 --port "$node_port" --silent & pids+=($!)
+fi
 wait_http -H 'content-type: application/json' -d '{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}' "$NODE"
 
 echo "==> example sidecar: gRPC 127.0.0.1:$grpc_port, assertions from config/example-sidecar.toml"
@@ -106,20 +158,28 @@ wait_http "$ADMIN/healthz"
 for _ in $(seq 1 100); do curl -s "$ADMIN/readyz" | grep -q '"sidecar":"up"' && break; sleep 0.05; done
 echo "    /readyz: $(curl -s "$ADMIN/readyz")"
 
-DEPLOYER=0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80
-HONEST=0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d
-ATTACKER=0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a
+# A receipt's field, asked again for up to 5 s: a block is sealed at once
+# on either node, but geth may answer "transaction indexing is in progress"
+# for a moment after it.
+receipt_field() {
+  for _ in $(seq 1 100); do
+    got=$(rpc "$NODE" "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eth_getTransactionReceipt\",\"params\":[\"$1\"]}" \
+      | python3 -c 'import json,sys; r=json.load(sys.stdin).get("result"); print(r[sys.argv[1]] if r else "")' "$2")
+    [ -n "$got" ] && { echo "$got"; return; }
+    sleep 0.05
+  done
+  echo "pending"
+}
+status_of() { receipt_field "$1" status; }
+hash_of() { python3 -c 'import json,sys; print(json.loads(sys.argv[1].rsplit(" [HTTP",1)[0]).get("result",""))' "$1"; }
 
 echo
 echo "==> 0. deploy the protected contract (contracts/Guarded.sol) through txgate"
-GUARDED=$($CAST send --rpc-url "$PROXY" --private-key $DEPLOYER --create "$(cat contracts/Guarded.bin)" --json \
-  | python3 -c 'import json,sys; print(json.load(sys.stdin)["contractAddress"])')
+out=$(send "$PROXY" "$($CAST mktx --rpc-url "$NODE" --private-key $DEPLOYER --create "$(cat contracts/Guarded.bin)")")
+GUARDED=$(receipt_field "$(hash_of "$out")" contractAddress)
 echo "    Guarded at $GUARDED (a contract creation: screened, no fingerprint)"
 
 mktx() { $CAST mktx --rpc-url "$NODE" --private-key "$1" "$GUARDED" "${@:2}"; }
-status_of() { rpc "$NODE" "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eth_getTransactionReceipt\",\"params\":[\"$1\"]}" \
-  | python3 -c 'import json,sys; r=json.load(sys.stdin)["result"]; print(r["status"] if r else "pending")'; }
-hash_of() { python3 -c 'import json,sys; print(json.loads(sys.argv[1].rsplit(" [HTTP",1)[0]).get("result",""))' "$1"; }
 
 echo
 echo "==> 1. an honest call goes through: poke(1)"
@@ -141,14 +201,15 @@ echo "    $(send "$PROXY" "$attack")"
 
 echo
 echo "==> 4. the same calldata from 50 fresh EOAs (funded, fresh nonces): refused by fingerprint"
-keys=(); addrs=()
-for i in $(seq 1 50); do k=$(printf '0x%064x' $((i + 7000))); keys+=("$k"); addrs+=("$($CAST wallet address --private-key "$k")"); done
-python3 - "$NODE" "${addrs[@]}" <<'PY'
+if [ "$node_kind" = anvil ]; then
+  # (geth's genesis funded them.)
+  python3 - "$NODE" "${addrs[@]}" <<'PY'
 import json, sys, urllib.request
 node, addrs = sys.argv[1], sys.argv[2:]
 calls = [{"jsonrpc": "2.0", "id": i, "method": "anvil_setBalance", "params": [a, "0x56bc75e2d63100000"]} for i, a in enumerate(addrs)]
 urllib.request.urlopen(urllib.request.Request(node, json.dumps(calls).encode(), {"content-type": "application/json"})).read()
 PY
+fi
 refused=0; first=""
 for k in "${keys[@]}"; do
   out=$(send "$PROXY" "$(mktx "$k" 'poke(uint256)' 13 --gas-limit 100000)")
@@ -185,5 +246,5 @@ curl -s "$ADMIN/metrics" > "$work/metrics"
 summary "$work/metrics"
 
 echo
-echo "==> stopping txgate with SIGTERM (drains, exits 0), then the sidecar and anvil"
+echo "==> stopping txgate with SIGTERM (drains, exits 0), then the sidecar and $node_kind"
 kill -TERM "${pids[2]}"; wait "${pids[2]}"; echo "    txgate exited with $?"

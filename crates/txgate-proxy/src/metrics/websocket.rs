@@ -106,6 +106,9 @@ pub struct WebSocketMetrics {
     pub lane_queue_full: IntCounter,
     /// Sessions by the node they read from (their home).
     by_home: IntGaugeVec,
+    /// Messages refused while their socket to a node was opening: more
+    /// than `websocket.max_in_flight_per_connection` waited.
+    pub opening_full: IntCounter,
 }
 
 impl std::fmt::Debug for WebSocketMetrics {
@@ -174,6 +177,11 @@ impl WebSocketMetrics {
             lane_opened: lanes.with_label_values(&["opened"]),
             lane_failed: lanes.with_label_values(&["failed"]),
             lane_queue_full: lanes.with_label_values(&["queue_full"]),
+            opening_full: r.counter(
+                "ws_opening_full_total",
+                "WebSocket messages answered -32603 while their session's socket to a node was \
+                 opening: more than websocket.max_in_flight_per_connection waited for it",
+            ),
             by_home: r.gauge_vec(
                 "ws_sessions_by_node",
                 "WebSocket sessions open, by the node they read from (their home)",

@@ -108,6 +108,7 @@ impl Session {
             return Ok(());
         }
         if self.waiting.len() >= self.conn.ws.settings.max_in_flight {
+            self.conn.shared.metrics.websocket.opening_full.inc();
             self.unsent(key);
             return self.fail_message(key, &Refusal::UpstreamUnavailable);
         }
