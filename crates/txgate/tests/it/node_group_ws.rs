@@ -11,7 +11,10 @@
 //! - a session whose replica is frozen (taken out by the probes) is closed
 //!   with 1012 and a reason, once what it owes is answered; one whose
 //!   replica is killed under a subscription, with 1011; the client that
-//!   connects again reads from a replica still in.
+//!   connects again reads from a replica still in, or from the sequencer
+//!   when no replica is in;
+//! - with no sequencer in, a submission on the socket is answered at once
+//!   (-32603 `no healthy upstream`) and the socket stays open.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -187,4 +190,48 @@ async fn a_session_whose_replica_goes_out_or_dies_is_closed_saying_why() {
     let (code, reason) = closed(&mut socket).await;
     assert_eq!(code, CloseCode::Error, "{reason}");
     assert!(reason.contains("upstream"), "{reason}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_sequencer_a_submission_is_answered_at_once_and_the_socket_stays() {
+    let mut g = group().await;
+    let mut socket = connect(&g.txgate.url).await;
+    let home = marker(&mut socket, 1).await;
+    g.sequencer.proc.kill();
+    g.wait_in("seq", false).await;
+    let sender = Eoa::new(0x3b);
+    let raw = sender.sign(0, Address::repeat_byte(0x11), &[], 1, 1_000_000_000);
+    let submit = json!({"jsonrpc": "2.0", "id": "tx", "method": "eth_sendRawTransaction",
+        "params": [raw]});
+    let started = Instant::now();
+    let answer = call(&mut socket, &submit, &mut Vec::new()).await;
+    assert!(started.elapsed() < Duration::from_secs(2), "not at once");
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    assert_eq!(
+        answer["error"]["message"], "no healthy upstream",
+        "{answer}"
+    );
+    // The socket is still there, reading from its replica.
+    assert_eq!(marker(&mut socket, 2).await, home);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_replica_in_a_new_session_reads_from_the_sequencer() {
+    let mut g = group().await;
+    let mut socket = connect(&g.txgate.url).await;
+    assert!(matches!(marker(&mut socket, 1).await, 1 | 2));
+    for replica in &mut g.replicas {
+        replica.proc.kill();
+    }
+    g.wait_in("r1", false).await;
+    g.wait_in("r2", false).await;
+    // Its replica gone, the old session closes; a new one reads from the
+    // sequencer, as an HTTP read falls back to it.
+    let (code, reason) = closed(&mut socket).await;
+    assert!(
+        code == CloseCode::Error || code == CloseCode::Restart,
+        "{code:?} {reason}"
+    );
+    let mut socket = connect(&g.txgate.url).await;
+    assert_eq!(marker(&mut socket, 2).await, 3);
 }
