@@ -23,6 +23,7 @@ mod faults_upstream;
 mod fleet;
 mod fleet_redis;
 mod geth;
+mod geth_diff;
 mod hostile_http;
 mod node_group;
 mod node_group_conductor;

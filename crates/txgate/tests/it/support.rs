@@ -229,6 +229,21 @@ pub const ANVIL_ACCOUNTS: [&str; 10] = [
     "0xa0Ee7A142d267C1f36714E4a8F75612F20a79720",
 ];
 
+/// The private keys of [`ANVIL_ACCOUNTS`], in the same order (anvil's
+/// default mnemonic; [`KEY0`] is the first).
+pub const ANVIL_KEYS: [&str; 10] = [
+    KEY0,
+    "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
+    "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
+    "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
+    "0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a",
+    "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba",
+    "0x92db14e403b83dfe3df233f83dfa3a0d7096f21ca9b0d6d6b8d88b2b4ec1564e",
+    "0x4bbbf85ce3377467afe5d46f804f221813b2bb87f24d81f60f1fcdbf7cbf4356",
+    "0xdbda1821b80551c9d65939329250298aa3472ba22feea921c0cf5d620ea67b97",
+    "0x2a871d0798f97d79848a013d4936a73bf4cc922c825d33c1cf7073dff6d409c6",
+];
+
 /// Which node a [`Geth`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GethFlavour {
@@ -1017,6 +1032,19 @@ impl Eoa {
     pub fn new(seed: u64) -> Eoa {
         let mut bytes = [0x5au8; 32];
         bytes[24..].copy_from_slice(&seed.to_be_bytes());
+        Eoa::from_secret(bytes)
+    }
+
+    /// The account of a `0x`-hex private key (one of [`ANVIL_KEYS`]).
+    pub fn from_key(key: &str) -> Eoa {
+        let bytes: [u8; 32] = alloy_primitives::hex::decode(key)
+            .expect("hex key")
+            .try_into()
+            .expect("32 bytes");
+        Eoa::from_secret(bytes)
+    }
+
+    fn from_secret(bytes: [u8; 32]) -> Eoa {
         let key = secp256k1::SecretKey::from_byte_array(bytes).expect("key");
         let public = key.public_key(secp256k1::SECP256K1);
         let address =
@@ -1033,9 +1061,7 @@ impl Eoa {
         value: u128,
         tip: u128,
     ) -> String {
-        use alloy_consensus::SignableTransaction;
-        use alloy_eips::eip2718::Encodable2718;
-        let tx = alloy_consensus::TxEip1559 {
+        self.sign_tx(alloy_consensus::TxEip1559 {
             chain_id: 31337,
             nonce,
             gas_limit: 100_000,
@@ -1045,7 +1071,14 @@ impl Eoa {
             value: alloy_primitives::U256::from(value),
             access_list: Default::default(),
             input: alloy_primitives::Bytes::copy_from_slice(input),
-        };
+        })
+    }
+
+    /// `tx` signed, `0x`-hex: any chain, gas and fees (what a node's own
+    /// refusals need).
+    pub fn sign_tx(&self, tx: alloy_consensus::TxEip1559) -> String {
+        use alloy_consensus::SignableTransaction;
+        use alloy_eips::eip2718::Encodable2718;
         let digest = secp256k1::Message::from_digest(tx.signature_hash().0);
         let (id, compact) = secp256k1::SECP256K1
             .sign_ecdsa_recoverable(digest, &self.key)
