@@ -29,6 +29,7 @@ mod node_group;
 mod node_group_conductor;
 mod node_group_ws;
 mod observability;
+mod op_geth_conditional;
 mod pacing;
 mod passthrough;
 mod pool;
