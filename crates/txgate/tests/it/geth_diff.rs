@@ -935,8 +935,8 @@ async fn websocket_answers_match_geth() {
     // A message that is not JSON: both -32700 under a null id, in their own
     // words (geth's is Go's decoder error). Then geth ends the connection,
     // while txgate answers the next call on the same socket (txgate's
-    // WebSocket rule: a bad message is answered, only the transport's
-    // faults close a socket).
+    // WebSocket rule: every message is answered as an HTTP body is; a
+    // socket closes only for the reasons HEURISTICS.md lists).
     let next_call = call(json!(9), "eth_chainId", json!([]));
     let direct = ws_two(&pair.node.ws_url, r#"{"jsonrpc":"2.0","id":1,"#, &next_call).await;
     assert_eq!(
