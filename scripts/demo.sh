@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 node_kind=anvil
 while [ $# -gt 0 ]; do
   case "$1" in
-    --node) node_kind="${2:-}"; shift 2 ;;
+    --node) [ $# -ge 2 ] || { echo "usage: $0 [--node anvil|geth]" >&2; exit 2; }
+      node_kind="$2"; shift 2 ;;
     --node=*) node_kind="${1#--node=}"; shift ;;
     *) echo "usage: $0 [--node anvil|geth]" >&2; exit 2 ;;
   esac
@@ -39,8 +40,15 @@ SIDECAR=target/release/example-sidecar
 work=$(mktemp -d)
 pids=()
 cleanup() {
+  local status=$?
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  # A failed run shows the node's log before it goes with the scratch dir.
+  if [ "$status" -ne 0 ]; then
+    for log in "$work"/geth-init.log "$work"/geth.log; do
+      [ -s "$log" ] && { echo "--- last lines of $(basename "$log"):" >&2; tail -n 20 "$log" >&2; }
+    done
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -114,7 +122,7 @@ keys=(); addrs=()
 for i in $(seq 1 50); do k=$(printf '0x%064x' $((i + 7000))); keys+=("$k"); addrs+=("$($CAST wallet address --private-key "$k")"); done
 
 if [ "$node_kind" = geth ]; then
-  echo "==> geth --dev on $NODE ($($GETH version | awk '/^Version:/ { print $2 }')), its log in $work/geth.log"
+  echo "==> geth --dev on $NODE ($($GETH version | awk '/^Version:/ { print $2 }'))"
   # geth's own developer chain, with anvil's chain id and the demo's
   # accounts funded in its genesis (geth has no anvil_setBalance).
   $GETH --dev dumpgenesis 2>/dev/null | python3 -c '
@@ -158,7 +166,8 @@ wait_http "$ADMIN/healthz"
 for _ in $(seq 1 100); do curl -s "$ADMIN/readyz" | grep -q '"sidecar":"up"' && break; sleep 0.05; done
 echo "    /readyz: $(curl -s "$ADMIN/readyz")"
 
-# A receipt's field, asked again for up to 5 s: a block is sealed at once
+# A receipt's field, asked again for up to 100 tries (5 s of pauses, more
+# on a slow machine): a block is sealed at once
 # on either node, but geth may answer "transaction indexing is in progress"
 # for a moment after it.
 receipt_field() {
@@ -177,6 +186,7 @@ echo
 echo "==> 0. deploy the protected contract (contracts/Guarded.sol) through txgate"
 out=$(send "$PROXY" "$($CAST mktx --rpc-url "$NODE" --private-key $DEPLOYER --create "$(cat contracts/Guarded.bin)")")
 GUARDED=$(receipt_field "$(hash_of "$out")" contractAddress)
+[[ "$GUARDED" == 0x* ]] || { echo "the deployment failed: $out" >&2; exit 1; }
 echo "    Guarded at $GUARDED (a contract creation: screened, no fingerprint)"
 
 mktx() { $CAST mktx --rpc-url "$NODE" --private-key "$1" "$GUARDED" "${@:2}"; }

@@ -503,17 +503,19 @@ def build():
     )
     d.timeseries(
         "Calls by node",
-        "Calls and batches sent to each node per second; reads spread over the replicas by weight "
-        "and calls in flight.",
+        "HTTP calls and batches sent to each node of a group per second (the one-node short form and "
+        "WebSocket calls are not counted here); reads spread over the replicas by weight and calls "
+        "in flight.",
         "reqps",
         [(rate("txgate_upstream_node_calls_total", "node"), "{{node}}")],
         w=6,
     )
     d.timeseries(
         "No healthy node, failovers",
-        "Calls answered 503 because no node of their role was in (by role), and calls sent to another "
-        "node than the first chosen (not_written: never reached the first; read_retry: a read asked "
-        "again), per second.",
+        "Calls that found no healthy node of their role, by role (HTTP calls answered 503, WebSocket "
+        "messages and upgrades answered the same, reads that failed once more after a retry), and "
+        "calls sent to another node than the first chosen (not_written: never reached the first; "
+        "read_retry: a read asked again), per second.",
         "reqps",
         [
             (rate("txgate_upstream_no_healthy_total", "role"), "no healthy {{role}}"),
@@ -523,7 +525,8 @@ def build():
     )
     d.timeseries(
         "Node round trip p99",
-        "Each node's round trip, request to full body, 99th percentile over the instances shown.",
+        "Each node's round trip for HTTP calls over a group, request to full body, 99th percentile "
+        "over the instances shown (empty for the one-node short form).",
         "s",
         [
             (
