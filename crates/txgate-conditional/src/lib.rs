@@ -58,3 +58,6 @@ pub const MAX_COST: u64 = 1000;
 pub const COST_EXCEEDED_CODE: i64 = -32005;
 /// op-geth's code for a condition that fails validation.
 pub const REJECTED_CODE: i64 = -32003;
+/// go-ethereum's RPC layer's code for an argument it cannot decode (a
+/// condition value of the wrong type, hex or length).
+pub const INVALID_ARGUMENT_CODE: i64 = -32602;

@@ -16,13 +16,14 @@ pub struct Checked {
 }
 
 /// Why a condition is refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
-    /// Malformed (op-geth: -32003).
-    #[error("failed conditional validation: {0}")]
+    /// Malformed: a value op-geth's RPC layer cannot decode (-32602
+    /// "invalid argument 1: …"), or one its validation refuses (-32003
+    /// "failed conditional validation: …"), or one txgate is stricter
+    /// about (-32003 as well); see [`Reason::undecodable`].
     Invalid(Reason),
     /// Too many lookups (op-geth: -32005, this message).
-    #[error("conditional cost, {cost}, exceeded max: {max}")]
     CostExceeded {
         /// What it costs.
         cost: u64,
@@ -35,11 +36,30 @@ impl Refusal {
     /// The JSON-RPC code op-geth answers with.
     pub fn code(&self) -> i64 {
         match self {
+            Refusal::Invalid(reason) if reason.undecodable() => crate::INVALID_ARGUMENT_CODE,
             Refusal::Invalid(_) => crate::REJECTED_CODE,
             Refusal::CostExceeded { .. } => crate::COST_EXCEEDED_CODE,
         }
     }
 }
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            // op-geth's prefixes; what follows is txgate's own naming of
+            // the defect (op-geth's is Go's decoder error).
+            Refusal::Invalid(reason) if reason.undecodable() => {
+                write!(f, "invalid argument 1: {reason}")
+            }
+            Refusal::Invalid(reason) => write!(f, "failed conditional validation: {reason}"),
+            Refusal::CostExceeded { cost, max } => {
+                write!(f, "conditional cost, {cost}, exceeded max: {max}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Refusal {}
 
 /// What is wrong with a malformed condition; a bounded set, for metric
 /// labels and messages.
@@ -70,6 +90,24 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Whether op-geth could not even decode such a condition: a value of
+    /// the wrong JSON type, hex or length. Its RPC layer answers those
+    /// -32602 before any check runs, and so does txgate. The rest (a range
+    /// the wrong way round; an unknown field, a key given twice, which
+    /// op-geth accepts and txgate refuses on purpose) are -32003.
+    pub fn undecodable(self) -> bool {
+        matches!(
+            self,
+            Reason::NotAnObject
+                | Reason::BadAccounts
+                | Reason::BadAddress
+                | Reason::BadAccount
+                | Reason::BadSlot
+                | Reason::BadBlockNumber
+                | Reason::BadTimestamp
+        )
+    }
+
     /// Every reason, for metric labels created up front.
     pub const ALL: [Reason; 11] = [
         Reason::NotAnObject,

@@ -117,6 +117,33 @@ fn bounds_are_hex_or_decimal_and_min_may_equal_max() {
         refusal.to_string(),
         "failed conditional validation: timestamp minimum constraint must be less than the maximum"
     );
+    // A value op-geth could not decode: its RPC layer's code and prefix.
+    let refusal = check(r#"{"knownAccounts": {"0x12": "0x00"}}"#, 1000).unwrap_err();
+    assert_eq!(refusal, Refusal::Invalid(Reason::BadAddress));
+    assert_eq!(refusal.code(), -32602);
+    assert_eq!(
+        refusal.to_string(),
+        "invalid argument 1: an account key is not a 0x-prefixed 20-byte address"
+    );
+    let refusal = check(r#"{"blockNumberMin": "x"}"#, 1000).unwrap_err();
+    assert_eq!(refusal.code(), -32602);
+    // What op-geth accepts and txgate refuses on purpose stays -32003.
+    let refusal = check(r#"{"extra": 1}"#, 1000).unwrap_err();
+    assert_eq!(refusal, Refusal::Invalid(Reason::UnknownField));
+    assert_eq!(refusal.code(), -32003);
+    for reason in Reason::ALL {
+        let decode = matches!(
+            reason,
+            Reason::NotAnObject
+                | Reason::BadAccounts
+                | Reason::BadAddress
+                | Reason::BadAccount
+                | Reason::BadSlot
+                | Reason::BadBlockNumber
+                | Reason::BadTimestamp
+        );
+        assert_eq!(reason.undecodable(), decode, "{reason:?}");
+    }
 }
 
 #[test]

@@ -99,8 +99,9 @@ async fn each_rule_refuses_with_its_code_and_a_valid_call_passes_untouched() {
                 &to_entry,
                 json!({"knownAccounts": {"0x12": ROOT}}),
             ),
-            -32003,
-            "failed conditional validation: an account key is not a 0x-prefixed 20-byte address",
+            // A value op-geth's RPC layer cannot decode: its code.
+            -32602,
+            "invalid argument 1: an account key is not a 0x-prefixed 20-byte address",
         ),
         (
             call(json!(3), &to_entry, json!({"extra": true})),
@@ -146,7 +147,8 @@ async fn each_rule_refuses_with_its_code_and_a_valid_call_passes_untouched() {
     );
     let (_, answers) = send(&txgate.url, &batch).await;
     assert_eq!(answers[0]["id"], "a");
-    assert_eq!(answers[0]["error"]["code"], -32003);
+    // A timestamp that is not a number: op-geth's RPC layer's code.
+    assert_eq!(answers[0]["error"]["code"], -32602);
     assert_eq!(answers[1]["result"], "0x01", "{answers}");
     // Nothing refused reached the node: one batch of one call since.
     tokio::time::sleep(Duration::from_millis(50)).await;

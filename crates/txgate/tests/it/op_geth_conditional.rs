@@ -269,9 +269,9 @@ async fn what_txgate_refuses_itself_compared_with_op_geth() {
     );
 
     // Malformed values: op-geth's RPC layer cannot decode the argument and
-    // answers -32602 with Go's decoder error; txgate answers -32003
-    // "failed conditional validation: …" naming the defect. The codes
-    // differ (HEURISTICS.md lists it).
+    // answers -32602 "invalid argument 1: " and Go's decoder error; txgate
+    // answers the same code and prefix, naming the defect in its own words
+    // (Go's text names Go types).
     let account = ANVIL_ACCOUNTS[9].to_lowercase();
     for (condition, geth_says, txgate_says) in [
         (
@@ -330,10 +330,7 @@ async fn what_txgate_refuses_itself_compared_with_op_geth() {
         assert_eq!(
             through,
             with_reason(
-                error(
-                    -32003,
-                    &format!("failed conditional validation: {txgate_says}")
-                ),
+                error(-32602, &format!("invalid argument 1: {txgate_says}")),
                 "conditional_invalid"
             ),
             "txgate, {condition}"
@@ -345,19 +342,23 @@ async fn what_txgate_refuses_itself_compared_with_op_geth() {
     // expected -32602, op-geth v1.101702.3 accepts), a key given twice (Go
     // keeps the last), a null condition (none at all to Go), a negative
     // block number (a big.Int to Go; no block has one). op-geth takes the
-    // transaction into its pool: it answers with its hash.
+    // transaction into its pool: it answers with its hash. txgate answers
+    // a shape it refuses as a value (null, a negative number) with the
+    // RPC layer's -32602, the rest with -32003.
     let unknown = "unknown field (knownAccounts, blockNumberMin, blockNumberMax, timestampMin, \
                    timestampMax)";
+    let validation = |what: &str| error(-32003, &format!("failed conditional validation: {what}"));
+    let argument = |what: &str| error(-32602, &format!("invalid argument 1: {what}"));
     for (condition, txgate_says) in [
-        (r#"{"extra":true}"#, unknown),
+        (r#"{"extra":true}"#, validation(unknown)),
         (
             r#"{"blockNumberMax":"0x1","blockNumberMax":"0x100"}"#,
-            "a field or key is given twice",
+            validation("a field or key is given twice"),
         ),
-        ("null", "the condition must be a JSON object"),
+        ("null", argument("the condition must be a JSON object")),
         (
             r#"{"blockNumberMin":-1}"#,
-            "a block number bound is not a number of at most 256 bits",
+            argument("a block number bound is not a number of at most 256 bits"),
         ),
     ] {
         // Written by hand: a JSON value cannot hold a key twice.
@@ -374,13 +375,7 @@ async fn what_txgate_refuses_itself_compared_with_op_geth() {
         );
         assert_eq!(
             through,
-            with_reason(
-                error(
-                    -32003,
-                    &format!("failed conditional validation: {txgate_says}")
-                ),
-                "conditional_invalid"
-            ),
+            with_reason(txgate_says, "conditional_invalid"),
             "txgate, {condition}"
         );
     }
