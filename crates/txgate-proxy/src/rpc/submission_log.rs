@@ -42,6 +42,13 @@ pub struct SubmissionLog {
     suppressed: IntCounter,
 }
 
+/// A submission-log line's place under the rate, and the lines left out
+/// before it.
+#[derive(Debug, Clone, Copy)]
+pub struct Admitted {
+    suppressed: u64,
+}
+
 /// One forwarded submission, as the line reports it.
 #[derive(Debug)]
 pub struct Forwarded<'a> {
@@ -76,12 +83,30 @@ impl SubmissionLog {
     /// One submission answered at `at`: written if under the rate, else
     /// counted.
     pub fn forwarded(&self, at: Instant, line: &Forwarded<'_>) {
+        if let Some(admitted) = self.admit(at) {
+            self.write(admitted, line);
+        }
+    }
+
+    /// A line's place under the rate at `at`, taken before the answer is
+    /// known (a WebSocket submission keeps what its line needs only when it
+    /// has one); `None`, counted, over the rate. Each place taken is
+    /// written once with [`SubmissionLog::write`].
+    pub fn admit(&self, at: Instant) -> Option<Admitted> {
         let now =
             u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
-        let Some(suppressed) = self.sampler.sample(0, now) else {
-            self.suppressed.inc();
-            return;
-        };
+        match self.sampler.sample(0, now) {
+            Some(suppressed) => Some(Admitted { suppressed }),
+            None => {
+                self.suppressed.inc();
+                None
+            }
+        }
+    }
+
+    /// Writes the line of an admitted submission.
+    pub fn write(&self, admitted: Admitted, line: &Forwarded<'_>) {
+        let suppressed = admitted.suppressed;
         let (outcome, error) = match line.answer {
             Ok(body) => match node_error(body) {
                 Some(message) => ("node_error", Some(message)),

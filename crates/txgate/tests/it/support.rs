@@ -195,13 +195,7 @@ impl Anvil {
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let probe = rpc(
-                &anvil.url,
-                r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#,
-            );
-            if let Ok(Ok((StatusCode::OK, _, _))) =
-                tokio::time::timeout(Duration::from_secs(1), probe).await
-            {
+            if answers_chain_id(&anvil.url).await {
                 return anvil;
             }
             assert!(
@@ -278,6 +272,19 @@ impl GethFlavour {
         );
         path
     }
+}
+
+/// Whether the node at `url` answers `eth_chainId` with 200 within a
+/// second: it is up.
+async fn answers_chain_id(url: &str) -> bool {
+    let probe = rpc(
+        url,
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#,
+    );
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), probe).await,
+        Ok(Ok((StatusCode::OK, _, _)))
+    )
 }
 
 /// A running `geth --dev` (or op-geth) on a free loopback port that serves
@@ -366,13 +373,7 @@ impl Geth {
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let probe = rpc(
-                &node.url,
-                r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#,
-            );
-            if let Ok(Ok((StatusCode::OK, _, _))) =
-                tokio::time::timeout(Duration::from_secs(1), probe).await
-            {
+            if answers_chain_id(&node.url).await {
                 return node;
             }
             let exited = node.proc.child.try_wait().ok().flatten();

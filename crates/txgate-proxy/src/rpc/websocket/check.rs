@@ -49,13 +49,17 @@ pub(super) struct Pending {
     pub(super) submission: bool,
     /// The socket it travels on.
     pub(super) via: Via,
-    /// A submission, for its line in the submission log.
+    /// A raw-transaction submission (read-your-writes follows it).
+    pub(super) submits: bool,
+    /// A submission whose log line was admitted.
     pub(super) logged: Option<Box<Logged>>,
 }
 
-/// A forwarded submission, as its submission-log line needs it.
+/// A forwarded submission whose submission-log line was admitted, as the
+/// line needs it.
 #[derive(Debug)]
 pub(super) struct Logged {
+    pub(super) admitted: crate::rpc::submission_log::Admitted,
     pub(super) method: Box<str>,
     pub(super) params: Option<Box<serde_json::value::RawValue>>,
     pub(super) sent: Instant,
@@ -292,6 +296,7 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
                     return Ok(Route::Forward(0));
                 }
                 let upstream_id = conn.upstream_id();
+                let submits = crate::upstream::group::is_submission(&call.method);
                 pending.push((
                     upstream_id as u64,
                     Pending {
@@ -301,13 +306,20 @@ pub(super) async fn check(conn: Arc<Conn>, message: u64, text: Bytes) -> Checked
                         sub,
                         submission: shared.screens(&call.method),
                         via: Via::Own(0),
-                        logged: crate::upstream::group::is_submission(&call.method).then(|| {
-                            Box::new(Logged {
-                                method: call.method.as_ref().into(),
-                                params: call.params.map(ToOwned::to_owned),
-                                sent: Instant::now(),
-                            })
-                        }),
+                        submits,
+                        // Kept only for a line under the log's rate: no
+                        // copy for the submissions it leaves out.
+                        logged: submits
+                            .then(|| shared.submissions.admit(Instant::now()))
+                            .flatten()
+                            .map(|admitted| {
+                                Box::new(Logged {
+                                    admitted,
+                                    method: call.method.as_ref().into(),
+                                    params: call.params.map(ToOwned::to_owned),
+                                    sent: Instant::now(),
+                                })
+                            }),
                     },
                 ));
                 Ok(Route::Forward(upstream_id))

@@ -309,7 +309,7 @@ impl Session {
             self.log_submission(logged, pending.via, Ok(&body));
         }
         let taken = pending.submission && response.error().is_none();
-        if pending.logged.is_some()
+        if pending.submits
             && let Some(client) = self.conn.peer.client
         {
             // Read-your-writes, as over HTTP: after any submission the node
@@ -449,8 +449,8 @@ impl Session {
             Via::Own(node) | Via::Lane(node, _) => shared.upstream.state().name(node),
             Via::Unsent => "",
         };
-        shared.submissions.forwarded(
-            Instant::now(),
+        shared.submissions.write(
+            logged.admitted,
             &Forwarded {
                 method: &logged.method,
                 params: logged.params.as_deref(),
