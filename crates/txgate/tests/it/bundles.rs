@@ -479,12 +479,13 @@ async fn forwarded_at(admin: &str, raw: &str) -> Value {
 async fn a_bundle_is_asked_about_like_lone_calls_and_a_deny_refuses_it() {
     use crate::sidecar_loop::{poke, setup};
     let l = setup(
+        crate::support::NodeKind::Anvil,
         "",
         "[sidecar]\nshould_forward = true\nshould_forward_scope = \"all\"\nshould_forward_timeout_ms = 2000\n",
     )
     .await;
     let (honest, attacker) = (Eoa::new(61), Eoa::new(62));
-    fund(&l.anvil.url, &[honest.address, attacker.address]).await;
+    fund(&l.node.url, &[honest.address, attacker.address]).await;
     let probes = |m: &str, result: &str| {
         metric(
             m,

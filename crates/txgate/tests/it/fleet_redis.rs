@@ -11,8 +11,8 @@ use crate::balancer::{Backend, Haproxy, Send};
 use crate::credible::{TIP, poke};
 use crate::sidecar_loop::{a_ban_reaches_every_instance_within_100_ms, probe_until_denied};
 use crate::support::{
-    ADDR1, Anvil, Eoa, KEY0, Proc, Sidecar, TempFile, Txgate, cast, eventually, free_port, get,
-    listening_to_refusal, metric, post, refused, rpc_from, send_raw,
+    ADDR1, Eoa, KEY0, Node, NodeKind, Proc, Sidecar, TempFile, Txgate, cast_send, eventually,
+    free_port, get, listening_to_refusal, metric, post, refused, rpc_from, send_raw,
 };
 
 const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
@@ -128,9 +128,8 @@ pub(crate) fn allowed(burst: usize, rate: f64, secs: f64) -> usize {
 /// The fleet as the issue draws it: HAProxy, three instances, anvil, the
 /// example sidecar, redis-server; limits, bans, a late instance, and Redis
 /// killed and back.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_fleet_holds_one_limit_through_redis_and_keeps_serving_when_redis_dies() {
-    let anvil = Anvil::start().await;
+async fn a_fleet_holds_one_limit_through_redis_and_keeps_serving_when_redis_dies(kind: NodeKind) {
+    let node = Node::start(kind).await;
     let mut redis = RedisServer::start(free_port());
     // 5 calls/s with a burst of 10 per client IP, for the whole fleet;
     // 127.0.0.1 (cast, the test's own checks) exempt. Redis down: each
@@ -153,10 +152,10 @@ async fn a_fleet_holds_one_limit_through_redis_and_keeps_serving_when_redis_dies
         )
         .unwrap(),
     );
-    let sidecar = Sidecar::start(&anvil.url, &sidecar_config, 0).await;
+    let sidecar = Sidecar::start(&node.url, &sidecar_config, 0).await;
     let instance = || {
         Txgate::start(
-            &anvil.url,
+            &node.url,
             &["-c", config.arg(), "--sidecar", &sidecar.grpc_url],
         )
     };
@@ -197,19 +196,7 @@ async fn a_fleet_holds_one_limit_through_redis_and_keeps_serving_when_redis_dies
     );
 
     // A real wallet client through the balancer.
-    let receipt = cast(&[
-        "send",
-        "--json",
-        "--rpc-url",
-        &haproxy.url,
-        "--private-key",
-        KEY0,
-        ADDR1,
-        "--value",
-        "1gwei",
-    ]);
-    let receipt: serde_json::Value = serde_json::from_str(&receipt).unwrap();
-    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    cast_send(&haproxy.url, KEY0, &[ADDR1, "--value", "1gwei"]);
 
     // The sidecar bans a call: every instance refuses it within 100 ms
     // (measured as that function says: the instances' own lag histogram,
@@ -354,9 +341,8 @@ async fn a_fleet_holds_one_limit_through_redis_and_keeps_serving_when_redis_dies
 
 /// A failure report reaches one instance; over Redis, every instance bans
 /// it.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_reported_ban_reaches_every_instance_through_redis() {
-    let anvil = Anvil::start().await;
+async fn a_reported_ban_reaches_every_instance_through_redis(kind: NodeKind) {
+    let node = Node::start(kind).await;
     let redis = RedisServer::start(free_port());
     let aeges = free_port();
     let shared = format!("[redis]\nurl = \"{}\"\n", redis.url());
@@ -364,8 +350,8 @@ async fn a_reported_ban_reaches_every_instance_through_redis() {
         "{shared}[aeges]\nlisten = \"127.0.0.1:{aeges}\"\nreport_token = \"t0k\"\n"
     ));
     let plain = TempFile::new(&shared);
-    let heard = Txgate::start(&anvil.url, &["-c", with_aeges.arg()]);
-    let other = Txgate::start(&anvil.url, &["-c", plain.arg()]);
+    let heard = Txgate::start(&node.url, &["-c", with_aeges.arg()]);
+    let other = Txgate::start(&node.url, &["-c", plain.arg()]);
     // Both subscribed (each logs it once connected).
     for t in [&heard, &other] {
         let mut logs = Vec::new();
@@ -451,3 +437,8 @@ async fn a_reported_ban_reaches_every_instance_through_redis() {
         "{h}"
     );
 }
+
+crate::support::on_each_node!(
+    a_fleet_holds_one_limit_through_redis_and_keeps_serving_when_redis_dies,
+    a_reported_ban_reaches_every_instance_through_redis,
+);

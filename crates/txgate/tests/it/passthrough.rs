@@ -1,32 +1,20 @@
-//! The happy path: real clients through txgate to anvil.
+//! The happy path: real clients through txgate to the node (anvil and
+//! geth alike).
 
 use hyper::StatusCode;
 use serde_json::json;
 
-use crate::support::{ADDR1, Anvil, KEY0, Txgate, cast, metric};
+use crate::support::{ADDR1, KEY0, Node, NodeKind, Txgate, cast, cast_send, metric};
 
 /// Init code that deploys a contract whose every call returns 42.
 const ANSWER_CONTRACT: &str = "0x600a600c600039600a6000f3602a60005260206000f3";
 
-#[tokio::test(flavor = "multi_thread")]
-async fn cast_send_and_call_go_through() {
-    let anvil = Anvil::start().await;
-    let txgate = Txgate::start(&anvil.url, &[]);
+async fn cast_send_and_call_go_through(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let txgate = Txgate::start(&node.url, &[]);
 
     let before = cast(&["balance", ADDR1, "--rpc-url", &txgate.url]);
-    let receipt = cast(&[
-        "send",
-        "--json",
-        "--rpc-url",
-        &txgate.url,
-        "--private-key",
-        KEY0,
-        ADDR1,
-        "--value",
-        "1ether",
-    ]);
-    let receipt: serde_json::Value = serde_json::from_str(&receipt).unwrap();
-    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    cast_send(&txgate.url, KEY0, &[ADDR1, "--value", "1ether"]);
     let after = cast(&["balance", ADDR1, "--rpc-url", &txgate.url]);
     let (before, after): (u128, u128) = (before.parse().unwrap(), after.parse().unwrap());
     assert_eq!(after - before, 1_000_000_000_000_000_000);
@@ -59,10 +47,9 @@ async fn cast_send_and_call_go_through() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn batch_of_mixed_calls_keeps_ids_in_order() {
-    let anvil = Anvil::start().await;
-    let txgate = Txgate::start(&anvil.url, &[]);
+async fn batch_of_mixed_calls_keeps_ids_in_order(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let txgate = Txgate::start(&node.url, &[]);
     let batch = json!([
         {"jsonrpc":"2.0","id":"str-id","method":"eth_chainId","params":[]},
         {"jsonrpc":"2.0","id":7,"method":"eth_blockNumber","params":[]},
@@ -105,10 +92,9 @@ async fn batch_of_mixed_calls_keeps_ids_in_order() {
     assert_eq!(answers[7]["result"], "31337");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn notifications_get_no_answer() {
-    let anvil = Anvil::start().await;
-    let txgate = Txgate::start(&anvil.url, &[]);
+async fn notifications_get_no_answer(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let txgate = Txgate::start(&node.url, &[]);
     let (status, _, body) =
         crate::support::rpc(&txgate.url, r#"{"jsonrpc":"2.0","method":"eth_chainId"}"#)
             .await
@@ -125,12 +111,11 @@ async fn notifications_get_no_answer() {
     assert!(body.is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn http2_prior_knowledge_is_served() {
+async fn http2_prior_knowledge_is_served(kind: NodeKind) {
     use bytes::Bytes;
     use http_body_util::{BodyExt, Full};
-    let anvil = Anvil::start().await;
-    let txgate = Txgate::start(&anvil.url, &[]);
+    let node = Node::start(kind).await;
+    let txgate = Txgate::start(&node.url, &[]);
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .http2_only(true)
         .build_http::<Full<Bytes>>();
@@ -148,10 +133,9 @@ async fn http2_prior_knowledge_is_served() {
     assert_eq!(v["result"], "0x7a69");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn admin_endpoints() {
-    let anvil = Anvil::start().await;
-    let txgate = Txgate::start(&anvil.url, &[]);
+async fn admin_endpoints(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let txgate = Txgate::start(&node.url, &[]);
     let (status, _, _) = crate::support::get(&format!("{}/healthz", txgate.admin_url)).await;
     assert_eq!(status, StatusCode::OK);
     // The first probe runs at start; give it a moment.
@@ -181,3 +165,11 @@ async fn admin_endpoints() {
         assert!(metrics.contains(name), "missing {name}");
     }
 }
+
+crate::support::on_each_node!(
+    cast_send_and_call_go_through,
+    batch_of_mixed_calls_keeps_ids_in_order,
+    notifications_get_no_answer,
+    http2_prior_knowledge_is_served,
+    admin_endpoints,
+);

@@ -9,7 +9,8 @@ use serde_json::json;
 use txgate_screen::{Invalidation, decode, decode_hex, recover_sender};
 
 use crate::support::{
-    ADDR1, Anvil, Eoa, InProcess, KEY0, accepted, cast, fund, metric, refused, rpc_json, send_raw,
+    ADDR1, Eoa, InProcess, KEY0, Node, NodeKind, accepted, cast_send, fund, metric, refused,
+    rpc_json, send_raw,
 };
 
 /// Init code of a contract that accepts every call (runtime: STOP).
@@ -73,35 +74,25 @@ async fn status_of(anvil_url: &str, hash: &str) -> serde_json::Value {
     serde_json::Value::Null
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn invalidation_refuses_replay_fresh_eoas_and_higher_tip_but_not_other_calldata() {
-    let anvil = Anvil::start().await;
-    let txgate = InProcess::start(&anvil.url, "");
+async fn invalidation_refuses_replay_fresh_eoas_and_higher_tip_but_not_other_calldata(
+    kind: NodeKind,
+) {
+    let node = Node::start(kind).await;
+    let txgate = InProcess::start(&node.url, "");
 
     // Honest traffic first: a transfer and a contract call go through.
-    let out = cast(&[
-        "send",
-        "--json",
-        "--rpc-url",
-        &txgate.url,
-        "--private-key",
-        KEY0,
-        ADDR1,
-        "--value",
-        "1ether",
-    ]);
-    assert!(out.contains("\"status\":\"0x1\""), "{out}");
+    cast_send(&txgate.url, KEY0, &[ADDR1, "--value", "1ether"]);
     let contract = deploy(&txgate.url);
 
     let attacker = Eoa::new(1);
     let fresh: Vec<Eoa> = (100..120).map(Eoa::new).collect();
     let mut everyone: Vec<Address> = fresh.iter().map(|e| e.address).collect();
     everyone.push(attacker.address);
-    fund(&anvil.url, &everyone).await;
+    fund(&node.url, &everyone).await;
 
     let first = attacker.sign(0, contract, &attack_input(), 0, 1_000_000_000);
     let hash = accepted(&send_raw(&txgate.url, &first).await);
-    assert_eq!(status_of(&anvil.url, &hash).await, "0x1");
+    assert_eq!(status_of(&node.url, &hash).await, "0x1");
 
     // The sidecar's verdict.
     let inv = invalidation(&first, true);
@@ -148,7 +139,7 @@ async fn invalidation_refuses_replay_fresh_eoas_and_higher_tip_but_not_other_cal
     for eoa in &fresh {
         let raw = eoa.sign(0, contract, &DEPOSIT, 1, 1_000_000_000);
         let hash = accepted(&send_raw(&txgate.url, &raw).await);
-        assert_eq!(status_of(&anvil.url, &hash).await, "0x1");
+        assert_eq!(status_of(&node.url, &hash).await, "0x1");
     }
 
     // In a batch, each call gets its own verdict under its own id.
@@ -179,14 +170,13 @@ async fn invalidation_refuses_replay_fresh_eoas_and_higher_tip_but_not_other_cal
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn hundred_senders_with_identical_calldata_and_no_verdict_all_go_through() {
-    let anvil = Anvil::start().await;
-    let txgate = InProcess::start(&anvil.url, "");
+async fn hundred_senders_with_identical_calldata_and_no_verdict_all_go_through(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let txgate = InProcess::start(&node.url, "");
     let contract = deploy(&txgate.url);
     let senders: Vec<Eoa> = (1000..1100).map(Eoa::new).collect();
     fund(
-        &anvil.url,
+        &node.url,
         &senders.iter().map(|e| e.address).collect::<Vec<_>>(),
     )
     .await;
@@ -211,11 +201,10 @@ async fn hundred_senders_with_identical_calldata_and_no_verdict_all_go_through()
     assert_eq!(decisions(&metrics, "forwarded", "clean"), 100.0);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn sender_backoff_turns_on_after_n_invalidations_and_lifts_after_the_window() {
-    let anvil = Anvil::start().await;
+async fn sender_backoff_turns_on_after_n_invalidations_and_lifts_after_the_window(kind: NodeKind) {
+    let node = Node::start(kind).await;
     let txgate = InProcess::start(
-        &anvil.url,
+        &node.url,
         r#"
 [screen.backpressure]
 tokens = 3
@@ -226,7 +215,7 @@ backoff_max_ms = 3000
     );
     let contract = deploy(&txgate.url);
     let (attacker, bystander) = (Eoa::new(7), Eoa::new(8));
-    fund(&anvil.url, &[attacker.address, bystander.address]).await;
+    fund(&node.url, &[attacker.address, bystander.address]).await;
 
     // Three forwards with distinct calldata, each invalidated by a verdict
     // that names neither tx nor sender: pending attribution charges them.
@@ -269,26 +258,25 @@ backoff_max_ms = 3000
     accepted(&send_raw(&txgate.url, &next).await);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn monitor_only_counts_but_forwards_everything() {
-    let anvil = Anvil::start().await;
-    let txgate = InProcess::start(&anvil.url, "[screen]\nmonitor_only = true\n");
+async fn monitor_only_counts_but_forwards_everything(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let txgate = InProcess::start(&node.url, "[screen]\nmonitor_only = true\n");
     let contract = deploy(&txgate.url);
     let attacker = Eoa::new(9);
     let fresh: Vec<Eoa> = (300..305).map(Eoa::new).collect();
     let mut all: Vec<Address> = fresh.iter().map(|e| e.address).collect();
     all.push(attacker.address);
-    fund(&anvil.url, &all).await;
+    fund(&node.url, &all).await;
 
     let first = attacker.sign(0, contract, &attack_input(), 0, 1_000_000_000);
     let hash = accepted(&send_raw(&txgate.url, &first).await);
-    // Mined before the replay, so anvil's answer is "nonce too low" and
+    // Mined before the replay, so node's answer is "nonce too low" and
     // not a pending duplicate's hash.
-    assert_eq!(status_of(&anvil.url, &hash).await, "0x1");
+    assert_eq!(status_of(&node.url, &hash).await, "0x1");
     txgate.invalidations.apply(&[invalidation(&first, true)]);
 
-    // The replay reaches anvil, which answers for itself ("nonce too low",
-    // anvil's own error): no screening reason in it.
+    // The replay reaches node, which answers for itself ("nonce too low",
+    // node's own error): no screening reason in it.
     let (status, body) = send_raw(&txgate.url, &first).await;
     assert_eq!(status, StatusCode::OK);
     assert!(
@@ -299,7 +287,7 @@ async fn monitor_only_counts_but_forwards_everything() {
     for eoa in &fresh {
         let raw = eoa.sign(0, contract, &attack_input(), 0, 1_000_000_000);
         let hash = accepted(&send_raw(&txgate.url, &raw).await);
-        assert_eq!(status_of(&anvil.url, &hash).await, "0x1");
+        assert_eq!(status_of(&node.url, &hash).await, "0x1");
     }
     let metrics = txgate.metrics().await;
     let series = |decision: &str, reason: &str| decisions(&metrics, decision, reason);
@@ -307,3 +295,10 @@ async fn monitor_only_counts_but_forwards_everything() {
     assert_eq!(series("would_refuse", "denied_fingerprint"), 5.0);
     assert_eq!(series("refused", "denied_fingerprint"), 0.0);
 }
+
+crate::support::on_each_node!(
+    invalidation_refuses_replay_fresh_eoas_and_higher_tip_but_not_other_calldata,
+    hundred_senders_with_identical_calldata_and_no_verdict_all_go_through,
+    sender_backoff_turns_on_after_n_invalidations_and_lifts_after_the_window,
+    monitor_only_counts_but_forwards_everything,
+);

@@ -1,6 +1,6 @@
-//! The whole loop with real processes over loopback: anvil, the example
-//! sidecar (a tonic gRPC server judging mined transactions), and txgate
-//! subscribed to it.
+//! The whole loop with real processes over loopback: a node (anvil and
+//! geth alike), the example sidecar (a tonic gRPC server judging mined
+//! transactions), and txgate subscribed to it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,8 +11,8 @@ use hyper::StatusCode;
 use serde_json::json;
 
 use crate::support::{
-    Anvil, Eoa, Sidecar, TempFile, Txgate, accepted, eventually, fund, get, listening_to_refusal,
-    metric, refused, rpc, send_raw,
+    Eoa, Node, NodeKind, Sidecar, TempFile, Txgate, accepted, eventually, fund, get,
+    listening_to_refusal, metric, refused, rpc, send_raw,
 };
 
 /// Where anvil's first account deploys its first contract.
@@ -44,7 +44,7 @@ fn sweep(x: u64) -> Vec<u8> {
 const DEPOSIT: [u8; 4] = [0xd0, 0xe3, 0x0d, 0xb0];
 
 pub(crate) struct Loop {
-    pub(crate) anvil: Anvil,
+    pub(crate) node: Node,
     sidecar: Sidecar,
     sidecar_config: TempFile,
     pub(crate) txgate: Txgate,
@@ -52,12 +52,12 @@ pub(crate) struct Loop {
     pub(crate) contract: Address,
 }
 
-/// anvil, the example sidecar, txgate subscribed to it (`txgate_config`
+/// A node of `kind`, the example sidecar, txgate subscribed to it (`txgate_config`
 /// added), and the Guarded contract deployed through txgate.
-pub(crate) async fn setup(sidecar_extra: &str, txgate_config: &str) -> Loop {
-    let anvil = Anvil::start().await;
+pub(crate) async fn setup(kind: NodeKind, sidecar_extra: &str, txgate_config: &str) -> Loop {
+    let node = Node::start(kind).await;
     let sidecar_config = TempFile::new(&format!("{sidecar_extra}\n{}", sidecar_config()));
-    let sidecar = Sidecar::start(&anvil.url, &sidecar_config, 0).await;
+    let sidecar = Sidecar::start(&node.url, &sidecar_config, 0).await;
     let reconnect = "[sidecar]\nreconnect_initial_ms = 50\nreconnect_max_ms = 200\n";
     let config = TempFile::new(&if txgate_config.contains("[sidecar]") {
         txgate_config.replace("[sidecar]\n", reconnect)
@@ -65,7 +65,7 @@ pub(crate) async fn setup(sidecar_extra: &str, txgate_config: &str) -> Loop {
         format!("{reconnect}{txgate_config}")
     });
     let txgate = Txgate::start(
-        &anvil.url,
+        &node.url,
         &["--config", config.arg(), "--sidecar", &sidecar.grpc_url],
     );
     let bytecode = std::fs::read_to_string(
@@ -80,7 +80,7 @@ pub(crate) async fn setup(sidecar_extra: &str, txgate_config: &str) -> Loop {
     .await;
     assert!(up, "txgate never subscribed to the sidecar");
     Loop {
-        anvil,
+        node,
         sidecar,
         sidecar_config,
         txgate,
@@ -152,9 +152,9 @@ async fn ban_via_sidecar(
     copy
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_demo_story_end_to_end() {
+async fn the_demo_story_end_to_end(kind: NodeKind) {
     let l = setup(
+        kind,
         "",
         "[screen.backpressure]\ntokens = 3\nrefill_per_sec = 0.05\n",
     )
@@ -163,19 +163,19 @@ async fn the_demo_story_end_to_end() {
     let fresh: Vec<Eoa> = (1000..1050).map(Eoa::new).collect();
     let mut all: Vec<Address> = fresh.iter().map(|e| e.address).collect();
     all.extend([honest.address, attacker.address]);
-    fund(&l.anvil.url, &all).await;
+    fund(&l.node.url, &all).await;
 
     // An honest call goes through.
     let hash =
         accepted(&send_raw(&l.txgate.url, &honest.sign(0, l.contract, &poke(1), 0, TIP)).await);
-    assert_eq!(receipt_status(&l.anvil.url, &hash).await, "0x1");
+    assert_eq!(receipt_status(&l.node.url, &hash).await, "0x1");
 
     // The attacker's call reverts on chain; the sidecar sees it and
     // invalidates it; txgate then refuses the same raw tx by hash.
     let attack = attacker.sign(0, l.contract, &poke(13), 0, TIP);
     let sent = Instant::now();
     let hash = accepted(&send_raw(&l.txgate.url, &attack).await);
-    assert_eq!(receipt_status(&l.anvil.url, &hash).await, "0x0");
+    assert_eq!(receipt_status(&l.node.url, &hash).await, "0x0");
     let refused_in_time = eventually(Duration::from_secs(5), || {
         refused_with(&l.txgate.url, &attack, "recent_failure")
     })
@@ -258,11 +258,10 @@ async fn the_demo_story_end_to_end() {
     eprintln!("attack sent → same tx refused: {loop_time:?}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn sidecar_killed_and_restarted_txgate_keeps_serving_and_reconnects() {
-    let mut l = setup("", "").await;
+async fn sidecar_killed_and_restarted_txgate_keeps_serving_and_reconnects(kind: NodeKind) {
+    let mut l = setup(kind, "", "").await;
     let (honest, a, b) = (Eoa::new(1), Eoa::new(3), Eoa::new(4));
-    fund(&l.anvil.url, &[honest.address, a.address, b.address]).await;
+    fund(&l.node.url, &[honest.address, a.address, b.address]).await;
     // Learned before the outage.
     let assertion = format!("0x{}", "a1".repeat(32));
     let copy = ban_via_sidecar(&l, &a, &b, 77, &assertion, 1).await;
@@ -287,7 +286,7 @@ async fn sidecar_killed_and_restarted_txgate_keeps_serving_and_reconnects() {
 
     // Back on the same port: txgate reconnects and learns again.
     let port = l.sidecar.grpc_port;
-    l.sidecar = Sidecar::start(&l.anvil.url, &l.sidecar_config, port).await;
+    l.sidecar = Sidecar::start(&l.node.url, &l.sidecar_config, port).await;
     assert!(
         eventually(Duration::from_secs(10), || async {
             sidecar_link(&l.txgate).await == "up"
@@ -310,11 +309,10 @@ async fn sidecar_killed_and_restarted_txgate_keeps_serving_and_reconnects() {
     assert!(metric(&m, "txgate_sidecar_reconnects_total") >= 1.0);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_storm_of_100k_invalidations_while_honest_calls_keep_succeeding() {
-    let l = setup("", "").await;
+async fn a_storm_of_100k_invalidations_while_honest_calls_keep_succeeding(kind: NodeKind) {
+    let l = setup(kind, "", "").await;
     let honest = Eoa::new(1);
-    fund(&l.anvil.url, &[honest.address]).await;
+    fund(&l.node.url, &[honest.address]).await;
     let url = l.txgate.url.clone();
     let contract = l.contract;
     // Honest calls from before the storm until it is seen applied, and
@@ -377,11 +375,10 @@ async fn a_storm_of_100k_invalidations_while_honest_calls_keep_succeeding() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_assertion_version_bump_lifts_the_old_bans() {
-    let l = setup("", "").await;
+async fn an_assertion_version_bump_lifts_the_old_bans(kind: NodeKind) {
+    let l = setup(kind, "", "").await;
     let (a, b, c, d) = (Eoa::new(5), Eoa::new(6), Eoa::new(7), Eoa::new(10));
-    fund(&l.anvil.url, &[a.address, b.address, c.address, d.address]).await;
+    fund(&l.node.url, &[a.address, b.address, c.address, d.address]).await;
     let id = format!("0x{}", "c3".repeat(32));
     ban_via_sidecar(&l, &a, &b, 41, &id, 1).await;
     // Version 2 of the same assertion (another transaction): v1 bans lift.
@@ -400,15 +397,19 @@ async fn an_assertion_version_bump_lifts_the_old_bans() {
     assert!(lifted, "the v1 ban still holds");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_restart_keeps_the_bans_and_a_corrupt_snapshot_is_skipped() {
+async fn a_restart_keeps_the_bans_and_a_corrupt_snapshot_is_skipped(kind: NodeKind) {
     let dir = std::env::temp_dir().join(format!("txgate-snap-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("bans.bin");
     let path_str = path.to_str().unwrap().to_string();
-    let mut l = setup("", &format!("[screen]\nsnapshot_path = \"{path_str}\"\n")).await;
+    let mut l = setup(
+        kind,
+        "",
+        &format!("[screen]\nsnapshot_path = \"{path_str}\"\n"),
+    )
+    .await;
     let (a, b) = (Eoa::new(8), Eoa::new(9));
-    fund(&l.anvil.url, &[a.address, b.address]).await;
+    fund(&l.node.url, &[a.address, b.address]).await;
     let assertion = format!("0x{}", "d4".repeat(32));
     let copy = ban_via_sidecar(&l, &a, &b, 55, &assertion, 1).await;
 
@@ -422,7 +423,7 @@ async fn a_restart_keeps_the_bans_and_a_corrupt_snapshot_is_skipped() {
     );
     assert!(path.exists());
     // A new txgate without any sidecar still refuses it.
-    let again = Txgate::start(&l.anvil.url, &["--ban-snapshot", &path_str]);
+    let again = Txgate::start(&l.node.url, &["--ban-snapshot", &path_str]);
     let data = refused(
         &send_raw(&again.url, &copy).await,
         200,
@@ -444,7 +445,7 @@ async fn a_restart_keeps_the_bans_and_a_corrupt_snapshot_is_skipped() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0xff;
     std::fs::write(&path, &bytes).unwrap();
-    let restored = Txgate::start(&l.anvil.url, &["--ban-snapshot", &path_str]);
+    let restored = Txgate::start(&l.node.url, &["--ban-snapshot", &path_str]);
     refused(
         &send_raw(&restored.url, &copy).await,
         200,
@@ -468,7 +469,7 @@ async fn a_restart_keeps_the_bans_and_a_corrupt_snapshot_is_skipped() {
     // skipped; txgate serves without bans, and says so.
     let corrupt = dir.join("corrupt.bin");
     std::fs::write(&corrupt, b"TXGATE-BANS\0garbage").unwrap();
-    let fresh = Txgate::start(&l.anvil.url, &["--ban-snapshot", corrupt.to_str().unwrap()]);
+    let fresh = Txgate::start(&l.node.url, &["--ban-snapshot", corrupt.to_str().unwrap()]);
     let (status, _) = crate::support::rpc_json(
         &fresh.url,
         r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
@@ -489,19 +490,19 @@ async fn readyz(txgate: &Txgate) -> serde_json::Value {
 /// Defect: the calls of a JSON-RPC batch were screened one after the
 /// other, so a batch of N submissions that each wait for the sidecar's
 /// ShouldForward answer took N times its latency (40 × 250 ms: 10 s).
-#[tokio::test(flavor = "multi_thread")]
-async fn a_batch_waiting_on_should_forward_is_screened_concurrently() {
+async fn a_batch_waiting_on_should_forward_is_screened_concurrently(kind: NodeKind) {
     // The sidecar answers each question after 250 ms; txgate waits up to
     // 5 s for an answer (the claim is about waiting together, not about a
     // deadline: a loaded machine must not turn an answer into a timeout).
     let l = setup(
+        kind,
         "should_forward_delay_ms = 250",
         "[sidecar]\nshould_forward = true\nshould_forward_scope = \"all\"\nshould_forward_timeout_ms = 5000\n",
     )
     .await;
     let eoas: Vec<Eoa> = (0..80).map(|i| Eoa::new(1000 + i)).collect();
     let addresses: Vec<Address> = eoas.iter().map(|e| e.address).collect();
-    fund(&l.anvil.url, &addresses).await;
+    fund(&l.node.url, &addresses).await;
     // Distinct unprotected targets: a fingerprint each, none judged yet,
     // so every call waits for the sidecar's answer.
     let batch = |eoas: &[Eoa], offset: u8| {
@@ -527,7 +528,7 @@ async fn a_batch_waiting_on_should_forward_is_screened_concurrently() {
         }
         started.elapsed()
     };
-    let node = timed(l.anvil.url.clone(), batch(&eoas[..40], 1)).await;
+    let node = timed(l.node.url.clone(), batch(&eoas[..40], 1)).await;
     let through = timed(l.txgate.url.clone(), batch(&eoas[40..], 101)).await;
     eprintln!("batch of 40: node {node:?}, through txgate {through:?}");
     let m = l.txgate.metrics().await;
@@ -547,16 +548,18 @@ async fn a_batch_waiting_on_should_forward_is_screened_concurrently() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn should_forward_times_out_open_and_denies_what_the_sidecar_simulates_as_reverting() {
+async fn should_forward_times_out_open_and_denies_what_the_sidecar_simulates_as_reverting(
+    kind: NodeKind,
+) {
     // A slow sidecar: the probe's deadline passes, txgate forwards.
     let slow = setup(
+        kind,
         "should_forward_delay_ms = 500",
         "[sidecar]\nshould_forward = true\nshould_forward_scope = \"all\"\nshould_forward_timeout_ms = 30\n",
     )
     .await;
     let honest = Eoa::new(1);
-    fund(&slow.anvil.url, &[honest.address]).await;
+    fund(&slow.node.url, &[honest.address]).await;
     // Proved by txgate's own counts, not by timing the call (which
     // includes the node mining it): the question was given up at its
     // deadline (one more timeout) and no answer was waited for (not one
@@ -589,12 +592,13 @@ async fn should_forward_times_out_open_and_denies_what_the_sidecar_simulates_as_
     // A prompt sidecar simulates a reverting call and says no: refused
     // before it ever reaches the chain.
     let l = setup(
+        kind,
         "",
         "[sidecar]\nshould_forward = true\nshould_forward_scope = \"all\"\nshould_forward_timeout_ms = 2000\n",
     )
     .await;
     let attacker = Eoa::new(2);
-    fund(&l.anvil.url, &[attacker.address]).await;
+    fund(&l.node.url, &[attacker.address]).await;
     let attack = attacker.sign(0, l.contract, &poke(13), 0, TIP);
     refused(
         &send_raw(&l.txgate.url, &attack).await,
@@ -602,7 +606,7 @@ async fn should_forward_times_out_open_and_denies_what_the_sidecar_simulates_as_
         -32003,
         "denied_fingerprint",
     );
-    assert_eq!(nonce(&l.anvil.url, attacker.address, "latest").await, "0x0");
+    assert_eq!(nonce(&l.node.url, attacker.address, "latest").await, "0x0");
     let m = l.txgate.metrics().await;
     assert!(metric(&m, "txgate_should_forward_total{result=\"deny\"}") >= 1.0);
 }
@@ -612,19 +616,15 @@ async fn should_forward_times_out_open_and_denies_what_the_sidecar_simulates_as_
 /// fresh sweep from a fresh EOA (a new fingerprint) is asked about and
 /// refused before it reaches the node, while honest pokes are still never
 /// asked about.
-#[tokio::test(flavor = "multi_thread")]
-async fn should_forward_asks_about_hot_calls_only() {
+async fn should_forward_asks_about_hot_calls_only(kind: NodeKind) {
     let l = setup(
+        kind,
         "",
         "[sidecar]\nshould_forward = true\nshould_forward_timeout_ms = 2000\n",
     )
     .await;
     let (honest, first, fresh) = (Eoa::new(51), Eoa::new(52), Eoa::new(53));
-    fund(
-        &l.anvil.url,
-        &[honest.address, first.address, fresh.address],
-    )
-    .await;
+    fund(&l.node.url, &[honest.address, first.address, fresh.address]).await;
     let probes = |m: &str, result: &str| {
         metric(
             m,
@@ -667,7 +667,7 @@ async fn should_forward_asks_about_hot_calls_only() {
         -32003,
         "denied_fingerprint",
     );
-    assert_eq!(nonce(&l.anvil.url, fresh.address, "pending").await, "0x0");
+    assert_eq!(nonce(&l.node.url, fresh.address, "pending").await, "0x0");
     // Honest pokes stay cold: forwarded, never asked about.
     accepted(&send_raw(&l.txgate.url, &honest.sign(1, l.contract, &poke(6), 0, TIP)).await);
     let m = l.txgate.metrics().await;
@@ -678,17 +678,16 @@ async fn should_forward_asks_about_hot_calls_only() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_new_instance_learns_every_live_ban_from_the_replay_within_a_second() {
-    let l = setup("", "").await;
+async fn a_new_instance_learns_every_live_ban_from_the_replay_within_a_second(kind: NodeKind) {
+    let l = setup(kind, "", "").await;
     let (a, b, c) = (Eoa::new(31), Eoa::new(32), Eoa::new(33));
-    fund(&l.anvil.url, &[a.address, b.address, c.address]).await;
+    fund(&l.node.url, &[a.address, b.address, c.address]).await;
     let assertion = format!("0x{}", "c4".repeat(32));
     let copy = ban_via_sidecar(&l, &a, &b, 77, &assertion, 1).await;
 
     // A fresh instance: no snapshot, nothing learned live. The sidecar
     // replays its live set on subscription.
-    let fresh = Txgate::start(&l.anvil.url, &["--sidecar", &l.sidecar.grpc_url]);
+    let fresh = Txgate::start(&l.node.url, &["--sidecar", &l.sidecar.grpc_url]);
     // Probed in a tight loop until refused; the second is timed on the
     // instance's own clock, from its "listening" line to its refusal line
     // for the probe (which follows the ban's arrival by at most one probe),
@@ -736,7 +735,7 @@ async fn a_new_instance_learns_every_live_ban_from_the_replay_within_a_second() 
     );
     // An honest call still passes on the fresh instance.
     let honest = Eoa::new(34);
-    fund(&l.anvil.url, &[honest.address]).await;
+    fund(&l.node.url, &[honest.address]).await;
     accepted(&send_raw(&fresh.url, &honest.sign(0, l.contract, &poke(5), 0, TIP)).await);
 }
 
@@ -861,11 +860,12 @@ pub(crate) async fn a_ban_reaches_every_instance_within_100_ms(
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_fleet_of_three_behind_haproxy_refuses_a_ban_on_every_instance_within_100_ms() {
+async fn a_fleet_of_three_behind_haproxy_refuses_a_ban_on_every_instance_within_100_ms(
+    kind: NodeKind,
+) {
     use crate::balancer::{Haproxy, Send};
 
-    let l = setup("", "").await;
+    let l = setup(kind, "", "").await;
     // "optional": HAProxy sends PROXY v2; the test also probes each
     // instance directly, in plain HTTP.
     let config = TempFile::new(
@@ -874,7 +874,7 @@ async fn a_fleet_of_three_behind_haproxy_refuses_a_ban_on_every_instance_within_
     let fleet: Vec<Txgate> = (0..3)
         .map(|_| {
             Txgate::start(
-                &l.anvil.url,
+                &l.node.url,
                 &["-c", config.arg(), "--sidecar", &l.sidecar.grpc_url],
             )
         })
@@ -893,7 +893,7 @@ async fn a_fleet_of_three_behind_haproxy_refuses_a_ban_on_every_instance_within_
 
     // An honest call through the balancer.
     let honest = Eoa::new(41);
-    fund(&l.anvil.url, &[honest.address]).await;
+    fund(&l.node.url, &[honest.address]).await;
     accepted(&send_raw(&haproxy.url, &honest.sign(0, l.contract, &poke(2), 0, TIP)).await);
 
     // The sidecar bans a call; each instance is probed with the same call
@@ -918,3 +918,16 @@ async fn a_fleet_of_three_behind_haproxy_refuses_a_ban_on_every_instance_within_
         );
     }
 }
+
+crate::support::on_each_node!(
+    the_demo_story_end_to_end,
+    sidecar_killed_and_restarted_txgate_keeps_serving_and_reconnects,
+    a_storm_of_100k_invalidations_while_honest_calls_keep_succeeding,
+    an_assertion_version_bump_lifts_the_old_bans,
+    a_restart_keeps_the_bans_and_a_corrupt_snapshot_is_skipped,
+    a_batch_waiting_on_should_forward_is_screened_concurrently,
+    should_forward_times_out_open_and_denies_what_the_sidecar_simulates_as_reverting,
+    should_forward_asks_about_hot_calls_only,
+    a_new_instance_learns_every_live_ban_from_the_replay_within_a_second,
+    a_fleet_of_three_behind_haproxy_refuses_a_ban_on_every_instance_within_100_ms,
+);

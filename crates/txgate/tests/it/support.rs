@@ -16,6 +16,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
+mod nodes;
+pub use nodes::*;
+
 /// Anvil's first default account.
 pub const KEY0: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 /// Anvil's second default account.
@@ -162,265 +165,6 @@ impl Drop for Proc {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// A running anvil on a free loopback port.
-pub struct Anvil {
-    pub proc: Proc,
-    pub url: String,
-}
-
-impl Anvil {
-    pub async fn start() -> Anvil {
-        Anvil::start_on(free_port()).await
-    }
-
-    /// An anvil on `port` (a node restarted where it was).
-    pub async fn start_on(port: u16) -> Anvil {
-        let child = Command::new(foundry_tool("anvil"))
-            .args([
-                "--host",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--silent",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn anvil");
-        let anvil = Anvil {
-            proc: Proc { child },
-            url: format!("http://127.0.0.1:{port}"),
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if answers_chain_id(&anvil.url).await {
-                return anvil;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "anvil did not come up on port {port}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-/// Anvil's ten default accounts (from its default mnemonic): the accounts
-/// a [`Geth`] node's genesis funds, so that tests sign as they do on anvil
-/// ([`KEY0`] is the first's key).
-pub const ANVIL_ACCOUNTS: [&str; 10] = [
-    "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
-    "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
-    "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
-    "0x90F79bf6EB2c4f870365E785982E1f101E93b906",
-    "0x15d34AAf54267DB7D7c367839AAf71A00a2C6A65",
-    "0x9965507D1a55bcC2695C58ba16FB37d819B0A4dc",
-    "0x976EA74026E726554dB657fA54763abd0C3a0aa9",
-    "0x14dC79964da2C08b23698B3D3cc7Ca32193d9955",
-    "0x23618e81E3f5cdF7f54C3d65f7FBc0aBf5B21E8f",
-    "0xa0Ee7A142d267C1f36714E4a8F75612F20a79720",
-];
-
-/// The private keys of [`ANVIL_ACCOUNTS`], in the same order (anvil's
-/// default mnemonic; [`KEY0`] is the first).
-pub const ANVIL_KEYS: [&str; 10] = [
-    KEY0,
-    "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
-    "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
-    "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
-    "0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a",
-    "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba",
-    "0x92db14e403b83dfe3df233f83dfa3a0d7096f21ca9b0d6d6b8d88b2b4ec1564e",
-    "0x4bbbf85ce3377467afe5d46f804f221813b2bb87f24d81f60f1fcdbf7cbf4356",
-    "0xdbda1821b80551c9d65939329250298aa3472ba22feea921c0cf5d620ea67b97",
-    "0x2a871d0798f97d79848a013d4936a73bf4cc922c825d33c1cf7073dff6d409c6",
-];
-
-/// Which node a [`Geth`] runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GethFlavour {
-    /// go-ethereum.
-    Geth,
-    /// op-geth, the OP Stack's execution node.
-    OpGeth,
-}
-
-impl GethFlavour {
-    fn name(self) -> &'static str {
-        match self {
-            GethFlavour::Geth => "geth",
-            GethFlavour::OpGeth => "op-geth",
-        }
-    }
-
-    /// `$TXGATE_GETH` / `$TXGATE_OP_GETH`, or `.tools/bin/<name>` (linked
-    /// by scripts/install-nodes.sh to the pinned build).
-    fn binary(self) -> PathBuf {
-        let var = match self {
-            GethFlavour::Geth => "TXGATE_GETH",
-            GethFlavour::OpGeth => "TXGATE_OP_GETH",
-        };
-        let path = std::env::var_os(var)
-            .map(PathBuf::from)
-            .unwrap_or_else(|| workspace_root().join(".tools/bin").join(self.name()));
-        assert!(
-            path.exists(),
-            "{} not found: run scripts/install-nodes.sh (or set {var})",
-            path.display()
-        );
-        path
-    }
-}
-
-/// Whether the node at `url` answers `eth_chainId` with 200 within a
-/// second: it is up.
-async fn answers_chain_id(url: &str) -> bool {
-    let probe = rpc(
-        url,
-        r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#,
-    );
-    matches!(
-        tokio::time::timeout(Duration::from_secs(1), probe).await,
-        Ok(Ok((StatusCode::OK, _, _)))
-    )
-}
-
-/// A running `geth --dev` (or op-geth) on a free loopback port that serves
-/// HTTP and WebSocket alike (as anvil's does, so that txgate derives the
-/// WebSocket upstream from the HTTP one), killed on drop with its data
-/// directory removed.
-///
-/// Its chain is the node's own developer genesis (`--dev dumpgenesis`: every
-/// fork of the binary on at block 0) with anvil's chain id (31337, so that
-/// [`Eoa::sign`] and cast sign for it as for anvil) and anvil's ten default
-/// accounts funded with 10,000 ether each, written by `geth init` into a
-/// fresh data directory that `--dev` then runs. Blocks are sealed when a
-/// transaction is pending (`--dev.period 0`) unless `extra` says otherwise.
-pub struct Geth {
-    pub proc: Proc,
-    /// The HTTP endpoint.
-    pub url: String,
-    /// The WebSocket endpoint (the same port).
-    pub ws_url: String,
-    datadir: TempDir,
-}
-
-impl Geth {
-    /// A geth dev node.
-    pub async fn start() -> Geth {
-        Geth::start_with(GethFlavour::Geth, &[]).await
-    }
-
-    /// An op-geth dev node serving `eth_sendRawTransactionConditional`, its
-    /// cost rate limit raised so that it never waits.
-    pub async fn op_geth() -> Geth {
-        Geth::start_with(
-            GethFlavour::OpGeth,
-            &[
-                "--rollup.sequencertxconditionalenabled",
-                "--rollup.sequencertxconditionalcostratelimit",
-                "1000000000",
-            ],
-        )
-        .await
-    }
-
-    /// A `flavour` dev node with `extra` flags after the launcher's own.
-    pub async fn start_with(flavour: GethFlavour, extra: &[&str]) -> Geth {
-        let binary = flavour.binary();
-        let datadir = TempDir::new(flavour.name());
-        let genesis = datadir.path.join("genesis.json");
-        std::fs::write(&genesis, dev_genesis(&binary).to_string()).expect("write genesis");
-        let init = Command::new(&binary)
-            .arg("init")
-            .arg("--datadir")
-            .arg(&datadir.path)
-            .arg(&genesis)
-            .output()
-            .expect("spawn geth init");
-        assert!(
-            init.status.success(),
-            "{} init failed: {}",
-            flavour.name(),
-            String::from_utf8_lossy(&init.stderr)
-        );
-
-        let port = free_port();
-        let log_path = datadir.path.join("node.log");
-        let log = std::fs::File::create(&log_path).expect("node log");
-        let apis = "eth,net,web3,txpool";
-        let child = Command::new(&binary)
-            .arg("--dev")
-            .arg("--datadir")
-            .arg(&datadir.path)
-            .args(["--ipcdisable", "--nodiscover", "--maxpeers", "0"])
-            .args(["--http", "--http.addr", "127.0.0.1", "--http.api", apis])
-            .args(["--http.port", &port.to_string()])
-            .args(["--ws", "--ws.addr", "127.0.0.1", "--ws.api", apis])
-            .args(["--ws.port", &port.to_string()])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", flavour.name()));
-        let mut node = Geth {
-            proc: Proc { child },
-            url: format!("http://127.0.0.1:{port}"),
-            ws_url: format!("ws://127.0.0.1:{port}"),
-            datadir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if answers_chain_id(&node.url).await {
-                return node;
-            }
-            let exited = node.proc.child.try_wait().ok().flatten();
-            if exited.is_some() || Instant::now() >= deadline {
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(30).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                panic!(
-                    "{} did not come up on port {port} ({}):\n{}",
-                    flavour.name(),
-                    exited.map_or("still running".to_string(), |s| s.to_string()),
-                    tail.join("\n")
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// The node's log so far (its stderr), for a failing test to show.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.datadir.path.join("node.log")).unwrap_or_default()
-    }
-}
-
-/// `binary --dev dumpgenesis` with anvil's chain id and accounts.
-fn dev_genesis(binary: &std::path::Path) -> serde_json::Value {
-    let out = Command::new(binary)
-        .args(["--dev", "dumpgenesis"])
-        .output()
-        .expect("spawn geth dumpgenesis");
-    assert!(
-        out.status.success(),
-        "dumpgenesis failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut genesis: serde_json::Value =
-        serde_json::from_slice(&out.stdout).expect("dumpgenesis printed JSON");
-    genesis["config"]["chainId"] = 31337.into();
-    let alloc = genesis["alloc"].as_object_mut().expect("genesis alloc");
-    for account in ANVIL_ACCOUNTS {
-        // 10,000 ether, as anvil gives.
-        alloc.insert(
-            account.to_string(),
-            serde_json::json!({"balance": "0x21e19e0c9bab2400000"}),
-        );
-    }
-    genesis
 }
 
 /// A directory removed (with everything in it) on drop.
@@ -751,6 +495,39 @@ pub fn cast(args: &[&str]) -> String {
         .expect("utf8")
         .trim()
         .to_string()
+}
+
+/// `cast send` from `key` through `url` (`args`: the recipient and its
+/// options, or `--create` and init code), waited for until mined; returns
+/// the receipt, asserted successful.
+///
+/// cast sends, then takes the receipt apart: its own wait gives up on the
+/// first error, and geth answers a receipt lookup with -32000 "transaction
+/// indexing is in progress" for a moment after each block, which here
+/// counts as not yet (as in [`receipt`]).
+pub fn cast_send(url: &str, key: &str, args: &[&str]) -> serde_json::Value {
+    let mut send = vec!["send", "--async", "--rpc-url", url, "--private-key", key];
+    send.extend_from_slice(args);
+    let hash = cast(&send);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = Command::new(foundry_tool("cast"))
+            .args(["receipt", "--json", "--rpc-url", url, &hash])
+            .output()
+            .expect("spawn cast");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            let receipt: serde_json::Value =
+                serde_json::from_slice(&out.stdout).expect("cast printed a receipt");
+            assert_eq!(receipt["status"], "0x1", "{receipt}");
+            return receipt;
+        }
+        assert!(
+            stderr.contains("transaction indexing is in progress") && Instant::now() < deadline,
+            "cast receipt {hash} failed: {stderr}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// An upstream that answers every POST after `delay` with a JSON-RPC result
@@ -1097,23 +874,6 @@ impl Eoa {
     }
 }
 
-/// Gives every address 100 ether on anvil, in one batch.
-pub async fn fund(anvil_url: &str, addresses: &[alloy_primitives::Address]) {
-    let calls: Vec<serde_json::Value> = addresses
-        .iter()
-        .enumerate()
-        .map(|(i, a)| {
-            serde_json::json!({"jsonrpc": "2.0", "id": i, "method": "anvil_setBalance",
-                "params": [format!("{a}"), "0x56bc75e2d63100000"]})
-        })
-        .collect();
-    let (status, body) = rpc_json(anvil_url, &serde_json::Value::Array(calls).to_string()).await;
-    assert_eq!(status, StatusCode::OK);
-    for answer in body.as_array().expect("batch answer") {
-        assert!(answer.get("error").is_none(), "{answer}");
-    }
-}
-
 /// `eth_sendRawTransaction` of `raw`: HTTP status and the whole answer.
 pub async fn send_raw(url: &str, raw: &str) -> (StatusCode, serde_json::Value) {
     let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "eth_sendRawTransaction",
@@ -1272,18 +1032,7 @@ where
 /// Deploys `initcode` through `url` from anvil's first account (cast send
 /// --create); returns the contract address.
 pub fn deploy(url: &str, initcode: &str) -> alloy_primitives::Address {
-    let out = cast(&[
-        "send",
-        "--json",
-        "--rpc-url",
-        url,
-        "--private-key",
-        KEY0,
-        "--create",
-        initcode,
-    ]);
-    let receipt: serde_json::Value = serde_json::from_str(&out).expect("receipt");
-    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    let receipt = cast_send(url, KEY0, &["--create", initcode]);
     receipt["contractAddress"]
         .as_str()
         .expect("contract address")

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Anvil, Eoa, SlowUpstream, TempFile, Txgate, eventually, fund, metric, rpc_json,
+    Eoa, Node, NodeKind, SlowUpstream, TempFile, Txgate, eventually, fund, metric, rpc_json,
 };
 
 fn sync_call(id: u64, raw: &str) -> String {
@@ -16,12 +16,11 @@ fn sync_call(id: u64, raw: &str) -> String {
 }
 
 /// Screened like any submission, answered with the node's receipt.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_sync_call_gets_its_receipt_through_txgate() {
-    let anvil = Anvil::start().await;
+async fn a_sync_call_gets_its_receipt_through_txgate(kind: NodeKind) {
+    let node = Node::start(kind).await;
     let sender = Eoa::new(701);
-    fund(&anvil.url, &[sender.address]).await;
-    let txgate = Txgate::start(&anvil.url, &[]);
+    fund(&node.url, &[sender.address]).await;
+    let txgate = Txgate::start(&node.url, &[]);
     let raw = sender.sign(
         0,
         alloy_primitives::Address::repeat_byte(0x42),
@@ -145,3 +144,5 @@ async fn sync_calls_have_their_own_timeout_and_cap() {
     assert_eq!(metric(&m, "txgate_upstream_sync_max_in_flight"), 2.0);
     assert_eq!(metric(&m, "txgate_upstream_sync_in_flight"), 0.0);
 }
+
+crate::support::on_each_node!(a_sync_call_gets_its_receipt_through_txgate,);

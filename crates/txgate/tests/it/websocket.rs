@@ -1,4 +1,4 @@
-//! The WebSocket endpoint: anvil's WebSocket as upstream, a real
+//! The WebSocket endpoint: the node's WebSocket (anvil's and geth's) as upstream, a real
 //! WebSocket client (tokio-tungstenite) and cast; subscriptions relayed,
 //! every submission screened on the socket, bad input answered or closed
 //! with its own code, the socket's life tied to both ends and to SIGTERM.
@@ -16,7 +16,8 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use txgate_screen::{Invalidation, decode, decode_hex, recover_sender};
 
 use crate::support::{
-    ADDR1, Anvil, Eoa, InProcess, KEY0, Txgate, cast, eventually, fund, metric, rpc_json,
+    ADDR1, Eoa, InProcess, KEY0, Node, NodeKind, Txgate, cast_send, eventually, fund, metric, mine,
+    rpc_json,
 };
 
 pub(crate) type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -113,15 +114,6 @@ async fn next_head(socket: &mut Socket, subscription: &Value, seen: &mut Vec<Val
     }
 }
 
-async fn mine(anvil_url: &str) {
-    let (_, body) = rpc_json(
-        anvil_url,
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "evm_mine", "params": []}).to_string(),
-    )
-    .await;
-    assert!(body.get("error").is_none(), "{body}");
-}
-
 fn invalidation(raw: &str) -> Invalidation {
     let tx = decode(&decode_hex(raw).unwrap()).unwrap();
     let sender = recover_sender(&tx).unwrap();
@@ -142,9 +134,9 @@ fn attack_input() -> Vec<u8> {
     input
 }
 
-async fn on_chain(anvil_url: &str, hash: &str) -> bool {
+async fn on_chain(node_url: &str, hash: &str) -> bool {
     let (_, body) = rpc_json(
-        anvil_url,
+        node_url,
         &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getTransactionByHash",
             "params": [hash]})
         .to_string(),
@@ -153,16 +145,15 @@ async fn on_chain(anvil_url: &str, hash: &str) -> bool {
     !body["result"].is_null()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn subscriptions_flow_and_every_submission_on_the_socket_is_screened() {
-    let anvil = Anvil::start().await;
-    let txgate = InProcess::start(&anvil.url, "");
+async fn subscriptions_flow_and_every_submission_on_the_socket_is_screened(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let txgate = InProcess::start(&node.url, "");
     let target = Address::repeat_byte(0x77);
     let attacker = Eoa::new(21);
     let fresh = Eoa::new(22);
     let honest = Eoa::new(23);
     fund(
-        &anvil.url,
+        &node.url,
         &[attacker.address, fresh.address, honest.address],
     )
     .await;
@@ -190,7 +181,7 @@ async fn subscriptions_flow_and_every_submission_on_the_socket_is_screened() {
     let hash = sent["result"].as_str().expect("a hash").to_string();
     let head = next_head(&mut socket, &subscription, &mut seen).await;
     assert!(head["number"].is_string(), "{head}");
-    assert!(on_chain(&anvil.url, &hash).await);
+    assert!(on_chain(&node.url, &hash).await);
 
     // The attack goes through once; the sidecar's verdict arrives.
     let attack = attacker.sign(0, target, &attack_input(), 0, TIP);
@@ -245,15 +236,15 @@ async fn subscriptions_flow_and_every_submission_on_the_socket_is_screened() {
     assert_eq!(batch[1]["id"], "b", "{batch}");
     assert_eq!(batch[1]["result"], "0x7a69", "{batch}");
     assert!(
-        !on_chain(&anvil.url, &sweep_hash).await,
+        !on_chain(&node.url, &sweep_hash).await,
         "the sweep reached the node"
     );
 
     // The subscription keeps delivering on the same socket: the head of
     // the block mined now arrives (after any kept from the attack's block).
-    mine(&anvil.url).await;
+    mine(&node.url).await;
     let (_, mined) = rpc_json(
-        &anvil.url,
+        &node.url,
         &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []}).to_string(),
     )
     .await;
@@ -302,27 +293,13 @@ async fn subscriptions_flow_and_every_submission_on_the_socket_is_screened() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn cast_sends_a_transaction_over_the_socket() {
-    let anvil = Anvil::start().await;
-    let txgate = Txgate::start(&anvil.url, &[]);
+async fn cast_sends_a_transaction_over_the_socket(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let txgate = Txgate::start(&node.url, &[]);
     let url = ws_url(&txgate.url);
-    let out = tokio::task::spawn_blocking(move || {
-        cast(&[
-            "send",
-            "--json",
-            "--rpc-url",
-            &url,
-            "--private-key",
-            KEY0,
-            ADDR1,
-            "--value",
-            "1ether",
-        ])
-    })
-    .await
-    .unwrap();
-    assert!(out.contains("\"status\":\"0x1\""), "{out}");
+    tokio::task::spawn_blocking(move || cast_send(&url, KEY0, &[ADDR1, "--value", "1ether"]))
+        .await
+        .unwrap();
     let m = txgate.metrics().await;
     assert!(metric(&m, "txgate_ws_upgrades_total{result=\"upgraded\"}") >= 1.0);
     assert!(
@@ -336,9 +313,9 @@ async fn cast_sends_a_transaction_over_the_socket() {
 /// A real wallet library over txgate's socket: it subscribes to new heads,
 /// sends a signed transfer (screened), waits for the receipt and for the
 /// head of its block on the subscription.
-async fn wallet_client_round_trip(script: &'static str) {
-    let anvil = Anvil::start().await;
-    let txgate = Txgate::start(&anvil.url, &[]);
+async fn wallet_client_round_trip(script: &'static str, kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let txgate = Txgate::start(&node.url, &[]);
     let url = ws_url(&txgate.url);
     let out = tokio::task::spawn_blocking(move || {
         crate::support::client_script(script, &[&url, KEY0, ADDR1])
@@ -361,7 +338,7 @@ async fn wallet_client_round_trip(script: &'static str) {
         "{script}: no head for block {block}: {out}"
     );
     let hash = out["hash"].as_str().expect("hash");
-    assert!(on_chain(&anvil.url, hash).await, "{script}: {out}");
+    assert!(on_chain(&node.url, hash).await, "{script}: {out}");
     let m = txgate.metrics().await;
     for method in ["eth_subscribe", "eth_sendRawTransaction"] {
         assert!(
@@ -385,14 +362,12 @@ async fn wallet_client_round_trip(script: &'static str) {
     assert!(screened >= 1.0, "{script}: the transfer was not screened");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn viem_subscribes_and_sends_through_the_socket() {
-    wallet_client_round_trip("viem_ws.mjs").await;
+async fn viem_subscribes_and_sends_through_the_socket(kind: NodeKind) {
+    wallet_client_round_trip("viem_ws.mjs", kind).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn web3py_subscribes_and_sends_through_the_socket() {
-    wallet_client_round_trip("web3_ws.py").await;
+async fn web3py_subscribes_and_sends_through_the_socket(kind: NodeKind) {
+    wallet_client_round_trip("web3_ws.py", kind).await;
 }
 
 /// Limits small enough to reach in a test.
@@ -400,10 +375,9 @@ const TIGHT: &str = "[websocket]\nmax_message_bytes = 4096\nmax_frame_bytes = 40
                      max_subscriptions_per_connection = 2\nmax_frames_per_sec = 50\n\
                      frame_burst = 50\n";
 
-#[tokio::test(flavor = "multi_thread")]
-async fn bad_input_gets_its_own_answer_or_close_code() {
-    let anvil = Anvil::start().await;
-    let txgate = InProcess::start(&anvil.url, TIGHT);
+async fn bad_input_gets_its_own_answer_or_close_code(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let txgate = InProcess::start(&node.url, TIGHT);
 
     // Not JSON: -32700 under a null id; the socket stays open.
     let mut socket = connect(&txgate.url).await;
@@ -527,10 +501,9 @@ async fn raw_upgrade(addr: &str, request: &str) -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_upgrade_without_the_right_headers_is_refused_with_a_clear_status() {
-    let anvil = Anvil::start().await;
-    let txgate = InProcess::start(&anvil.url, "");
+async fn an_upgrade_without_the_right_headers_is_refused_with_a_clear_status(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let txgate = InProcess::start(&node.url, "");
     let addr = txgate.url.trim_start_matches("http://").to_string();
     let no_key = "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
                   Sec-WebSocket-Version: 13\r\n\r\n";
@@ -561,10 +534,9 @@ async fn an_upgrade_without_the_right_headers_is_refused_with_a_clear_status() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_node_going_away_closes_the_client_with_1011() {
-    let mut anvil = Anvil::start().await;
-    let txgate = InProcess::start(&anvil.url, "");
+async fn the_node_going_away_closes_the_client_with_1011(kind: NodeKind) {
+    let mut node = Node::start(kind).await;
+    let txgate = InProcess::start(&node.url, "");
     let mut socket = connect(&txgate.url).await;
     send(
         &mut socket,
@@ -572,7 +544,7 @@ async fn the_node_going_away_closes_the_client_with_1011() {
     )
     .await;
     assert_eq!(next_json(&mut socket).await["result"], "0x7a69");
-    anvil.proc.kill();
+    node.proc.kill();
     assert_eq!(close_code(&mut socket).await, Some(CloseCode::Error));
     // With the node gone, an upgrade is refused 502, not hung.
     let refused = tokio_tungstenite::connect_async(ws_url(&txgate.url)).await;
@@ -592,23 +564,18 @@ async fn the_node_going_away_closes_the_client_with_1011() {
     assert!(counted);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn sigterm_answers_the_call_in_flight_then_closes_with_going_away() {
-    let anvil = Anvil::start().await;
-    // Blocks only when the test mines one: the sync call below waits in
-    // flight for its receipt.
-    let (_, off) = rpc_json(
-        &anvil.url,
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "evm_setAutomine", "params": [false]})
-            .to_string(),
-    )
-    .await;
-    assert!(off.get("error").is_none(), "{off}");
+async fn sigterm_answers_the_call_in_flight_then_closes_with_going_away(kind: NodeKind) {
+    let node = Node::start(kind).await;
     let sender = Eoa::new(41);
-    fund(&anvil.url, &[sender.address]).await;
-    let txgate = Txgate::start(&anvil.url, &[]);
+    fund(&node.url, &[sender.address]).await;
+    let txgate = Txgate::start(&node.url, &[]);
     let mut socket = connect(&txgate.url).await;
-    let raw = sender.sign(0, Address::repeat_byte(0x42), &[], 1, TIP);
+    // The sync call's transaction comes with the sender's second nonce: it
+    // waits in the node's queue, and the call in flight for its receipt,
+    // until the test sends the first (both nodes seal a block as soon as a
+    // transaction is ready).
+    let to = Address::repeat_byte(0x42);
+    let raw = sender.sign(1, to, &[], 1, TIP);
     send(
         &mut socket,
         &json!({"jsonrpc": "2.0", "id": "sync", "method": "eth_sendRawTransactionSync",
@@ -616,18 +583,18 @@ async fn sigterm_answers_the_call_in_flight_then_closes_with_going_away() {
     )
     .await;
     // The call is in flight before the signal: it holds its sync slot and
-    // its transaction waits in the node's pool for a block...
-    let pending =
+    // its transaction waits in the node's pool...
+    let status =
         json!({"jsonrpc": "2.0", "id": 1, "method": "txpool_status", "params": []}).to_string();
     let in_flight = eventually(Duration::from_secs(10), || async {
-        let (_, pool) = rpc_json(&anvil.url, &pending).await;
+        let (_, pool) = rpc_json(&node.url, &status).await;
         metric(&txgate.metrics().await, "txgate_upstream_sync_in_flight") == 1.0
-            && pool["result"]["pending"] == "0x1"
+            && pool["result"]["queued"] == "0x1"
     })
     .await;
     assert!(in_flight, "the sync call never reached the node");
     txgate.proc.signal(libc::SIGTERM);
-    // ...and the drain has begun before its block is mined.
+    // ...and the drain has begun before its block is sealed.
     let lines = txgate
         .logs_until(Duration::from_secs(10), |lines| {
             lines.iter().any(|l| l.contains("draining connections"))
@@ -638,17 +605,18 @@ async fn sigterm_answers_the_call_in_flight_then_closes_with_going_away() {
         "no drain after SIGTERM: {lines:?}"
     );
     // Draining: the call in flight is still answered once its block comes.
-    mine(&anvil.url).await;
+    let first = sender.sign(0, to, &[], 1, TIP);
+    let (_, sent) = crate::support::send_raw(&node.url, &first).await;
+    assert!(sent["result"].is_string(), "{sent}");
     let mut seen = Vec::new();
     let receipt = answer(&mut socket, &json!("sync"), &mut seen).await;
     assert_eq!(receipt["result"]["status"], "0x1", "{receipt}");
     assert_eq!(close_code(&mut socket).await, Some(CloseCode::Away));
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_client_close_is_answered_and_a_large_answer_is_not_a_slow_reader() {
-    let anvil = Anvil::start().await;
-    let txgate = InProcess::start(&anvil.url, "[websocket]\nmax_send_queue_bytes = 1024\n");
+async fn a_client_close_is_answered_and_a_large_answer_is_not_a_slow_reader(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let txgate = InProcess::start(&node.url, "[websocket]\nmax_send_queue_bytes = 1024\n");
     let mut socket = connect(&txgate.url).await;
     // A batch of 100 answers (over 4 KiB) with a 1 KiB send queue: the
     // client reads, so it gets it.
@@ -689,11 +657,10 @@ async fn a_client_close_is_answered_and_a_large_answer_is_not_a_slow_reader() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_client_that_does_not_read_is_dropped_not_buffered() {
-    let anvil = Anvil::start().await;
+async fn a_client_that_does_not_read_is_dropped_not_buffered(kind: NodeKind) {
+    let node = Node::start(kind).await;
     let txgate = InProcess::start(
-        &anvil.url,
+        &node.url,
         "[websocket]\nmax_send_queue_bytes = 65536\nmax_frames_per_sec = 100000\n\
          frame_burst = 100000\n[upstream]\nmax_response_bytes = 65536\n",
     );
@@ -743,12 +710,11 @@ fn sha3_call(id: &Value, input: &[u8]) -> (Value, String) {
     (call, alloy_primitives::keccak256(input).to_string())
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn plain_calls_of_many_sockets_share_a_node_socket_per_worker() {
-    let anvil = Anvil::start().await;
+async fn plain_calls_of_many_sockets_share_a_node_socket_per_worker(kind: NodeKind) {
+    let node = Node::start(kind).await;
     for shared in [true, false] {
         let txgate = InProcess::start(
-            &anvil.url,
+            &node.url,
             &format!("[websocket]\nshared_upstream = {shared}\n"),
         );
         let mut sockets = Vec::new();
@@ -929,10 +895,9 @@ async fn pump(
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_answer_too_large_for_the_lane_fails_only_its_own_call() {
-    let anvil = Anvil::start().await;
-    let txgate = InProcess::start(&anvil.url, "[upstream]\nmax_response_bytes = 1000\n");
+async fn an_answer_too_large_for_the_lane_fails_only_its_own_call(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let txgate = InProcess::start(&node.url, "[upstream]\nmax_response_bytes = 1000\n");
     let mut socket = connect(&txgate.url).await;
     let mut seen = Vec::new();
     let chain_id =
@@ -981,12 +946,11 @@ async fn an_answer_too_large_for_the_lane_fails_only_its_own_call() {
     assert!(seen.is_empty(), "{seen:?}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_stopping_worker_closes_its_lane_with_a_close_frame() {
-    let anvil = Anvil::start().await;
-    let relay = Relay::start(&anvil.url).await;
+async fn a_stopping_worker_closes_its_lane_with_a_close_frame(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let relay = Relay::start(&node.url).await;
     let txgate = InProcess::start(
-        &anvil.url,
+        &node.url,
         &format!("[websocket]\nupstream_url = \"{}\"\n", relay.url),
     );
     let mut socket = connect(&txgate.url).await;
@@ -1018,14 +982,13 @@ async fn a_stopping_worker_closes_its_lane_with_a_close_frame() {
     assert!(seen.is_empty(), "{seen:?}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_lane_that_fails_answers_its_calls_and_the_sockets_stay_open() {
-    let anvil = Anvil::start().await;
-    let relay = Relay::start(&anvil.url).await;
+async fn a_lane_that_fails_answers_its_calls_and_the_sockets_stay_open(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let relay = Relay::start(&node.url).await;
     // A call timeout far above the test's waits: call 2 must be answered
     // by the lane's failure, not by its timeout.
     let txgate = InProcess::start(
-        &anvil.url,
+        &node.url,
         &format!(
             "[upstream]\ncall_timeout_ms = 60000\n[websocket]\nupstream_url = \"{}\"\n",
             relay.url
@@ -1113,3 +1076,20 @@ async fn a_lane_that_fails_answers_its_calls_and_the_sockets_stay_open() {
     );
     assert!(seen.is_empty(), "{seen:?}");
 }
+
+crate::support::on_each_node!(
+    sigterm_answers_the_call_in_flight_then_closes_with_going_away,
+    viem_subscribes_and_sends_through_the_socket,
+    web3py_subscribes_and_sends_through_the_socket,
+    subscriptions_flow_and_every_submission_on_the_socket_is_screened,
+    cast_sends_a_transaction_over_the_socket,
+    bad_input_gets_its_own_answer_or_close_code,
+    an_upgrade_without_the_right_headers_is_refused_with_a_clear_status,
+    the_node_going_away_closes_the_client_with_1011,
+    a_client_close_is_answered_and_a_large_answer_is_not_a_slow_reader,
+    a_client_that_does_not_read_is_dropped_not_buffered,
+    plain_calls_of_many_sockets_share_a_node_socket_per_worker,
+    an_answer_too_large_for_the_lane_fails_only_its_own_call,
+    a_stopping_worker_closes_its_lane_with_a_close_frame,
+    a_lane_that_fails_answers_its_calls_and_the_sockets_stay_open,
+);
