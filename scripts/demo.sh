@@ -124,11 +124,16 @@ for i in $(seq 1 50); do k=$(printf '0x%064x' $((i + 7000))); keys+=("$k"); addr
 if [ "$node_kind" = geth ]; then
   echo "==> geth --dev on $NODE ($($GETH version | awk '/^Version:/ { print $2 }'))"
   # geth's own developer chain, with anvil's chain id and the demo's
-  # accounts funded in its genesis (geth has no anvil_setBalance).
+  # accounts funded in its genesis (geth has no anvil_setBalance), on the
+  # forks mainnet runs (--dev also turns on the fork in development).
   $GETH --dev dumpgenesis 2>/dev/null | python3 -c '
 import json, sys
 genesis = json.load(sys.stdin)
-genesis["config"]["chainId"] = 31337
+mainnet = ("shanghaiTime", "cancunTime", "pragueTime", "osakaTime")
+config = genesis["config"]
+for key in [k for k in config if k.endswith("Time") and k not in mainnet]:
+    del config[key]
+config["chainId"] = 31337
 for key in sys.argv[1:4]:
     genesis["alloc"][key] = {"balance": "0x21e19e0c9bab2400000"}
 for addr in sys.argv[4:]:
@@ -138,7 +143,7 @@ json.dump(genesis, sys.stdout)
     "$($CAST wallet address --private-key $ATTACKER)" "${addrs[@]}" > "$work/genesis.json"
   $GETH init --datadir "$work/geth" "$work/genesis.json" 2>"$work/geth-init.log"
   # A block is sealed as soon as a transaction is pending (--dev.period 0).
-  $GETH --dev --datadir "$work/geth" --ipcdisable --nodiscover --maxpeers 0 \
+  $GETH --dev --datadir "$work/geth" --ipcdisable --nodiscover --maxpeers 0 --networkid 31337 \
     --http --http.addr 127.0.0.1 --http.port "$node_port" --http.api eth,net,web3,txpool \
     --ws --ws.addr 127.0.0.1 --ws.port "$node_port" --ws.api eth,net,web3,txpool \
     2>"$work/geth.log" & pids+=($!)
