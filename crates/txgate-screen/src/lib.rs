@@ -1,7 +1,8 @@
 //! txgate's screening logic, with no I/O and no async, so that every piece
 //! is easy to test and to bench. Time is passed in as milliseconds
 //! ([`Millis`]), never read from a clock, so tests drive it like paused
-//! time.
+//! time; so is the wall clock ([`UnixMillis`]), which only what crosses
+//! hosts is told in (a ban's start).
 //!
 //! - [`tx`]: hex, the tx hash from raw bytes, EIP-2718 decoding, the
 //!   chain-id allow-list.
@@ -10,6 +11,8 @@
 //!   buckets.
 //! - [`ttl`]: the bounded, expiring map behind the recent-failure, sender
 //!   and pending caches.
+//! - [`wall`]: wall-clock time, which a ban's start is told in (it crosses
+//!   hosts and restarts), and what is left of a life that started then.
 //! - [`bloom`]: the counting bloom filter, exact about absence.
 //! - [`denied`]: denied fingerprints, a counting bloom in front of sharded
 //!   maps.
@@ -39,6 +42,7 @@ pub mod snapshot;
 pub mod stage;
 pub mod ttl;
 pub mod tx;
+pub mod wall;
 
 pub use assertion::AssertionKey;
 pub use engine::{
@@ -49,3 +53,4 @@ pub use fingerprint::Fingerprint;
 pub use recover::{SignatureError, recover_sender};
 pub use ttl::{Millis, millis};
 pub use tx::{DecodeError, Tx, check_chain_id, decode, decode_hex, decode_with_hash, tx_hash};
+pub use wall::{MAX_CLOCK_SKEW, UnixMillis, unix_millis};
