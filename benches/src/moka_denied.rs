@@ -100,6 +100,7 @@ impl MokaDenied {
         let out = items
             .iter()
             .map(|&(key, assertion)| {
+                let extended = std::cell::Cell::new(false);
                 let entry = self.cache.entry(key).and_upsert_with(|held| {
                     let ban = match held.map(|e| e.into_value().ban) {
                         None => Ban {
@@ -108,14 +109,18 @@ impl MokaDenied {
                             assertions: [assertion, None],
                         },
                         Some(mut ban) => {
-                            ban.refresh(assertion, expires, suspect_until);
+                            extended.set(ban.refresh(assertion, expires, suspect_until));
                             ban
                         }
                     };
                     Held { ban, ttl }
                 });
                 if entry.is_old_value_replaced() {
-                    Inserted::Refreshed
+                    if extended.get() {
+                        Inserted::Refreshed
+                    } else {
+                        Inserted::Held
+                    }
                 } else {
                     self.bloom.add(&key);
                     Inserted::New
@@ -201,7 +206,7 @@ mod tests {
         let (a, b) = two_refs();
         assert_eq!(
             set.insert_batch(&[(key(1), a), (key(1), b)], 100, 150, 0),
-            vec![Inserted::New, Inserted::Refreshed]
+            vec![Inserted::New, Inserted::Held]
         );
         let ban = set.get(&key(1)).unwrap_or_else(|| panic!("held"));
         assert_eq!(ban.assertions, [b, a]);

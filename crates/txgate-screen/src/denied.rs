@@ -46,13 +46,14 @@ pub struct Ban {
 
 impl Ban {
     /// A held ban learned again: the later end wins, and the assertion
-    /// joins the two most recent.
+    /// joins the two most recent. Returns whether the end moved later.
     pub fn refresh(
         &mut self,
         assertion: Option<AssertionRef>,
         expires: Millis,
         suspect_until: Millis,
-    ) {
+    ) -> bool {
+        let extended = expires > self.expires;
         self.expires = self.expires.max(expires);
         self.suspect_until = self.suspect_until.max(suspect_until);
         match assertion {
@@ -67,6 +68,7 @@ impl Ban {
             }
             Some(_) => {}
         }
+        extended
     }
 }
 
@@ -78,8 +80,12 @@ const _: () = assert!(std::mem::size_of::<Ban>() == 32);
 pub enum Inserted {
     /// A fingerprint that was not held.
     New,
-    /// An existing entry got a later expiry (or another assertion).
+    /// A held fingerprint whose ban now ends later.
     Refreshed,
+    /// A held fingerprint whose ban already ended as late or later (a
+    /// repeat, or a replay): its end is kept; it may have learned another
+    /// assertion.
+    Held,
 }
 
 /// One shard's table.
@@ -148,7 +154,7 @@ impl DeniedSet {
     }
 
     /// Bans `key` until `expires` under `assertion`; a held key keeps the
-    /// later expiry and remembers the assertion. A full shard drops one
+    /// later expiry (never a restarted one) and remembers the assertion. A full shard drops one
     /// entry first (see `evict`).
     pub fn insert(
         &self,
@@ -164,7 +170,7 @@ impl DeniedSet {
 
     /// [`DeniedSet::insert`] for a batch, all with the same times, grouped
     /// by shard (each shard locked once). Results in the batch's order; a
-    /// key twice in the batch is New, then Refreshed, as one by one.
+    /// key twice in the batch is New, then Held, as one by one.
     pub fn insert_batch(
         &self,
         items: &[(B256, Option<AssertionRef>)],
@@ -172,12 +178,24 @@ impl DeniedSet {
         suspect_until: Millis,
         now: Millis,
     ) -> Vec<Inserted> {
-        let mut out = vec![Inserted::Refreshed; items.len()];
+        self.insert_batch_with(items, |_| (expires, suspect_until), now)
+    }
+
+    /// [`DeniedSet::insert_batch`] with each item's own times: `times(i)`,
+    /// its end and the end of its suspect window, for `items[i]`.
+    pub fn insert_batch_with(
+        &self,
+        items: &[(B256, Option<AssertionRef>)],
+        times: impl Fn(usize) -> (Millis, Millis),
+        now: Millis,
+    ) -> Vec<Inserted> {
+        let mut out = vec![Inserted::Held; items.len()];
         self.shards.for_batch(
             items,
             |(key, _)| key,
             |shard, i| {
                 let (key, assertion) = items[i];
+                let (expires, suspect_until) = times(i);
                 out[i] = self.insert_locked(shard, key, assertion, expires, suspect_until, now);
             },
         );
@@ -194,8 +212,11 @@ impl DeniedSet {
         now: Millis,
     ) -> Inserted {
         if let Some(ban) = shard.map.get_mut(&key) {
-            ban.refresh(assertion, expires, suspect_until);
-            return Inserted::Refreshed;
+            return if ban.refresh(assertion, expires, suspect_until) {
+                Inserted::Refreshed
+            } else {
+                Inserted::Held
+            };
         }
         if shard.map.len() >= self.shard_cap {
             self.evict(shard, now);
@@ -353,7 +374,7 @@ mod tests {
         let batch = [(key(1), a()), (key(2), a()), (key(1), b)];
         assert_eq!(
             set.insert_batch(&batch, 100, 150, 0),
-            vec![Inserted::New, Inserted::New, Inserted::Refreshed]
+            vec![Inserted::New, Inserted::New, Inserted::Held]
         );
         assert_eq!(set.get(&key(1)).unwrap().assertions, [b, a()]);
         assert_eq!(set.len(), 2);
@@ -364,10 +385,14 @@ mod tests {
         let set = DeniedSet::new(1024);
         let b = AssertionRef::for_test(1, 2);
         assert_eq!(set.insert(key(1), a(), 100, 150, 0), Inserted::New);
-        assert_eq!(set.insert(key(1), b, 50, 60, 0), Inserted::Refreshed);
+        assert_eq!(set.insert(key(1), b, 50, 60, 0), Inserted::Held);
         let ban = set.get(&key(1)).unwrap();
         assert_eq!((ban.expires, ban.suspect_until), (100, 150));
         assert_eq!(ban.assertions, [b, a()]);
+        assert_eq!(set.insert(key(1), b, 100, 150, 10), Inserted::Held);
+        assert_eq!(set.insert(key(1), b, 120, 170, 10), Inserted::Refreshed);
+        let ban = set.get(&key(1)).unwrap();
+        assert_eq!((ban.expires, ban.suspect_until), (120, 170));
         assert_eq!(set.len(), 1);
     }
 

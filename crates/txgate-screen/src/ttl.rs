@@ -59,7 +59,9 @@ impl<K: Eq + Hash + Copy, V: Copy> Shard<K, V> {
 }
 
 impl<K: Eq + Hash + Copy, V: Copy> Shard<K, V> {
-    /// Inserts `merge(live value in young, value)`; returns that live value.
+    /// Inserts `merge(live value in young, value)`, live until the earlier
+    /// of the two expiries (`expires` if nothing was live); returns that
+    /// live value.
     fn merge(
         &mut self,
         generation_cap: usize,
@@ -70,7 +72,10 @@ impl<K: Eq + Hash + Copy, V: Copy> Shard<K, V> {
         if let Some((was, v)) = self.young.get_mut(&key) {
             let live = (*was > now).then_some(*v);
             *v = merge(live, value);
-            *was = expires;
+            *was = match live {
+                Some(_) => (*was).min(expires),
+                None => expires,
+            };
             return live;
         }
         self.insert(generation_cap, key, merge(None, value), expires);
@@ -137,6 +142,10 @@ impl<K: Eq + Hash + Copy, V: Copy> TtlMap<K, V> {
     /// nothing over the insert: the replaced value comes from the same
     /// probe. A value only in the old generation (older than the last
     /// turnover) is not seen.
+    ///
+    /// A merged entry keeps the earlier of its expiry and the new one: what
+    /// such a map holds is a fact learned again (a failure from a second
+    /// source, or replayed), whose window is never extended by a repeat.
     pub fn insert_batch_merging(
         &self,
         items: &[(K, V, Millis)],
@@ -217,6 +226,10 @@ mod tests {
         // 1 was live; 2 had expired; 3 replaces the batch's own earlier 3.
         assert_eq!(replaced, vec![Some(10), None, None, Some(30)]);
         assert_eq!(map.get(&3, 10), Some(31));
+        // A live entry merged keeps its earlier expiry; an expired one
+        // takes the new.
+        assert_eq!(map.get_entry(&1, 10), Some((100, 11)));
+        assert_eq!(map.get_entry(&2, 10), Some((200, 21)));
         assert!(map.insert_if_absent(4, 40, 200, 10));
         assert!(!map.insert_if_absent(4, 41, 200, 10));
         assert_eq!(map.get(&4, 10), Some(40));
