@@ -57,7 +57,7 @@ fn measure(n: usize) {
     while next < n as u64 {
         let batch = random_invalidations(next, 10_000, false, false);
         next += 10_000;
-        screen.apply(&batch, 0);
+        screen.apply(&batch, 0, 0);
     }
     let after = rss_bytes();
     let held = screen.sizes().denied;

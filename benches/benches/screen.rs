@@ -74,7 +74,7 @@ fn populated(n: usize, settings: ScreenSettings, epoch: Instant) -> Screen {
     // set holds between 7/8 n and n.
     let start = 1u64 << 40;
     for next in (start..start + n as u64).step_by(10_000) {
-        screen.apply(&random_invalidations(next, 10_000, true, false), 0);
+        screen.apply(&random_invalidations(next, 10_000, true, false), 0, 0);
     }
     screen
 }
@@ -140,18 +140,18 @@ fn at_scale(c: &mut Criterion) {
         let (_, failed) = signed(2, 0, 1);
         let tx = decode(&decode_hex(&failed).unwrap_or_default()).unwrap_or_else(|e| panic!("{e}"));
         let inv =
-            Invalidation::of(&tx, None, Some(assertion(0xaa))).unwrap_or_else(|| unreachable!());
-        screen.apply(&[inv], now);
+            Invalidation::of(&tx, None, Some(assertion(0xaa)), 0).unwrap_or_else(|| unreachable!());
+        screen.apply(&[inv], now, 0);
 
         // A denied fingerprint, met again from a fresh EOA whose sender is
         // cached (its first attempt cached it).
         let (_, banned) = signed(3, 0, 2);
         let banned_tx =
             decode(&decode_hex(&banned).unwrap_or_default()).unwrap_or_else(|e| panic!("{e}"));
-        let mut inv = Invalidation::of(&banned_tx, None, Some(assertion(0xbb)))
+        let mut inv = Invalidation::of(&banned_tx, None, Some(assertion(0xbb)), 0)
             .unwrap_or_else(|| unreachable!());
         inv.tx_hash = Some(B256::repeat_byte(1));
-        screen.apply(&[inv], now);
+        screen.apply(&[inv], now, 0);
         let (_, copy) = signed(4, 0, 2);
         assert!(screen.screen(&copy, now).is_err());
 
@@ -236,7 +236,7 @@ fn at_scale(c: &mut Criterion) {
                     next += 1000;
                     random_invalidations(next, 1000, true, true)
                 },
-                |batch| screen.apply(&batch, now),
+                |batch| screen.apply(&batch, now, 0),
                 BatchSize::LargeInput,
             )
         });

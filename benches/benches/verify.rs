@@ -95,13 +95,13 @@ fn screen() -> Screen {
     );
     let start = 1u64 << 40;
     for next in (start..start + SIZE as u64).step_by(10_000) {
-        screen.apply(&random_invalidations(next, 10_000, true, false), 0);
+        screen.apply(&random_invalidations(next, 10_000, true, false), 0, 0);
     }
     // The banned calldata: DISTINCT fingerprints of the same shape.
     let bans: Vec<Invalidation> = (0..DISTINCT)
         .map(|n| ban(TARGET, &payload(n, true), U256::from(1), 90_000))
         .collect();
-    screen.apply(&bans, 0);
+    screen.apply(&bans, 0, 0);
     screen
 }
 

@@ -101,7 +101,9 @@ pub fn call(selector: [u8; 4], arg: u64) -> Vec<u8> {
 }
 
 /// The ban of a call's fingerprint (to `target`, with `payload`, `value`
-/// and `gas_limit`), naming no assertion, transaction or sender.
+/// and `gas_limit`), naming no assertion, transaction or sender. Like every
+/// invalidation here it starts at wall-clock 0: the benches apply them with
+/// the wall clock at 0, so each is fresh when applied.
 pub fn ban(target: Address, payload: &[u8], value: U256, gas_limit: u64) -> Invalidation {
     let fp = Fingerprint::from_parts(target, payload, value, gas_limit);
     Invalidation {
@@ -111,6 +113,7 @@ pub fn ban(target: Address, payload: &[u8], value: U256, gas_limit: u64) -> Inva
         assertion: None,
         tx_hash: None,
         sender: None,
+        started: 0,
     }
 }
 
@@ -135,6 +138,7 @@ pub fn random_invalidations(
                 }),
                 tx_hash: with_tx.then(|| keccak256(h)),
                 sender: with_sender.then(|| Address::from_slice(&h[12..])),
+                started: 0,
             }
         })
         .collect()

@@ -228,7 +228,7 @@ mod tests {
         assert_eq!((v1.len(), ours.len()), (1, 1));
         let (v1, ours) = (&v1[0], &ours[0]);
         // The same invalidation…
-        let inv = rpcproxy::to_invalidation(ours).expect("well formed");
+        let inv = rpcproxy::to_invalidation(ours, 0).expect("well formed");
         assert_eq!(inv.fingerprint, bad.hash);
         assert_eq!((inv.target, inv.selector), (bad.target, bad.selector));
         assert_eq!(inv.assertion, Some(key(0xa1, 1)));

@@ -164,10 +164,10 @@ pub fn snapshot(data: &[u8]) {
 /// Every sidecar message txgate reads, from the same bytes.
 pub fn sidecar(data: &[u8]) {
     if let Ok(msg) = txgate_proto::v1::Invalidation::decode(data) {
-        let _ = txgate_proto::to_invalidation(&msg);
+        let _ = txgate_proto::to_invalidation(&msg, 0);
     }
     if let Ok(msg) = txgate_proto::rpcproxy_v1::Invalidation::decode(data) {
-        let _ = txgate_proto::rpcproxy::to_invalidation(&msg);
+        let _ = txgate_proto::rpcproxy::to_invalidation(&msg, 0);
         let _ = txgate_proto::rpcproxy::observed_at_ms(&msg);
     }
     if let Ok(answer) = txgate_proto::rpcproxy_v1::ShouldForwardResponse::decode(data) {
@@ -178,7 +178,7 @@ pub fn sidecar(data: &[u8]) {
     }
     if let Ok(report) = txgate_proto::report::parse(data) {
         let _ = report.fingerprint();
-        let _ = report.invalidation();
+        let _ = report.invalidation(0);
     }
     let _ = txgate_proto::aeges::decode(bytes::Bytes::copy_from_slice(data));
 }

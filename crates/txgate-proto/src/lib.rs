@@ -13,7 +13,7 @@
 //!   answered `{"unauthorized": {hash: bool}}` ([`proxyd`]).
 
 use alloy_primitives::{Address, B256};
-use txgate_screen::{AssertionKey, Fingerprint, Invalidation};
+use txgate_screen::{AssertionKey, Fingerprint, Invalidation, UnixMillis};
 
 /// Generated messages, client and server.
 #[allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms)]
@@ -95,10 +95,14 @@ pub fn assertion_key(assertion: Option<&v1::Assertion>) -> Result<Option<Asserti
     }))
 }
 
-/// A wire invalidation as screening state. Target and selector are
-/// optional on the wire (they only feed cooldowns): missing, they are zero.
-/// So is the assertion: a sidecar that names none bans under none.
-pub fn to_invalidation(msg: &v1::Invalidation) -> Result<Invalidation, Malformed> {
+/// A wire invalidation as screening state, started at `started` (the
+/// receiver knows best when: see the proxy's stream). Target and selector
+/// are optional on the wire (they only feed cooldowns): missing, they are
+/// zero. So is the assertion: a sidecar that names none bans under none.
+pub fn to_invalidation(
+    msg: &v1::Invalidation,
+    started: UnixMillis,
+) -> Result<Invalidation, Malformed> {
     let fp = msg.fingerprint.as_ref().ok_or(Malformed::Fingerprint)?;
     let fingerprint = b256(&fp.hash).ok_or(Malformed::Fingerprint)?;
     let assertion = assertion_key(msg.assertion.as_ref())?;
@@ -118,6 +122,7 @@ pub fn to_invalidation(msg: &v1::Invalidation) -> Result<Invalidation, Malformed
         assertion,
         tx_hash: optional(&msg.tx_hash, 32, B256::from_slice)?,
         sender: optional(&msg.sender, 20, Address::from_slice)?,
+        started,
     })
 }
 
@@ -183,7 +188,7 @@ mod tests {
             10,
             0,
         );
-        let inv = to_invalidation(&msg).unwrap_or_else(|e| panic!("{e}"));
+        let inv = to_invalidation(&msg, 0).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(inv.fingerprint, fp.hash);
         assert_eq!((inv.target, inv.selector), (fp.target, fp.selector));
         assert_eq!(inv.assertion, Some(key));
@@ -192,19 +197,19 @@ mod tests {
 
         let mut bad = msg.clone();
         bad.fingerprint = None;
-        assert_eq!(to_invalidation(&bad), Err(Malformed::Fingerprint));
+        assert_eq!(to_invalidation(&bad, 0), Err(Malformed::Fingerprint));
         let mut bad = msg.clone();
         bad.assertion = Some(v1::Assertion {
             assertion_id: vec![1; 31],
             assertion_version: 1,
         });
-        assert_eq!(to_invalidation(&bad), Err(Malformed::Assertion));
+        assert_eq!(to_invalidation(&bad, 0), Err(Malformed::Assertion));
         // No assertion on the wire is "no assertion", not assertion 0x00…00.
         let mut none = msg.clone();
         none.assertion = None;
-        assert_eq!(to_invalidation(&none).map(|i| i.assertion), Ok(None));
+        assert_eq!(to_invalidation(&none, 0).map(|i| i.assertion), Ok(None));
         let mut bad = msg;
         bad.sender = vec![1; 19];
-        assert_eq!(to_invalidation(&bad), Err(Malformed::Extension));
+        assert_eq!(to_invalidation(&bad, 0), Err(Malformed::Extension));
     }
 }

@@ -45,7 +45,7 @@
 use alloy_primitives::{Address, B256, Bytes, U256};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
-use txgate_screen::{Fingerprint, Invalidation};
+use txgate_screen::{Fingerprint, Invalidation, UnixMillis};
 
 /// What txgate reads of one failure report.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,8 +138,9 @@ impl Report {
     }
 
     /// The invalidation this report asks for (no assertion named; tx hash
-    /// and sender known); `None` for a contract creation.
-    pub fn invalidation(&self) -> Option<Invalidation> {
+    /// and sender known), started at `started` (a report carries no time:
+    /// when it is received); `None` for a contract creation.
+    pub fn invalidation(&self, started: UnixMillis) -> Option<Invalidation> {
         let fp = self.fingerprint()?;
         Some(Invalidation {
             fingerprint: fp.hash,
@@ -148,6 +149,7 @@ impl Report {
             assertion: None,
             tx_hash: Some(self.tx_hash),
             sender: Some(self.caller),
+            started,
         })
     }
 }

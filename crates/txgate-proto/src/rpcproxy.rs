@@ -8,7 +8,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use alloy_primitives::{Address, B256};
-use txgate_screen::{AssertionKey, Fingerprint, Invalidation};
+use txgate_screen::{AssertionKey, Fingerprint, Invalidation, UnixMillis};
 
 use crate::Malformed;
 use crate::rpcproxy_v1 as wire;
@@ -38,8 +38,12 @@ fn assertion_key(assertion: Option<&wire::Assertion>) -> Result<Option<Assertion
     }))
 }
 
-/// A wire invalidation as screening state (no tx hash, no sender).
-pub fn to_invalidation(msg: &wire::Invalidation) -> Result<Invalidation, Malformed> {
+/// A wire invalidation as screening state (no tx hash, no sender),
+/// started at `started`.
+pub fn to_invalidation(
+    msg: &wire::Invalidation,
+    started: UnixMillis,
+) -> Result<Invalidation, Malformed> {
     let fp = msg.fingerprint.as_ref().ok_or(Malformed::Fingerprint)?;
     if fp.hash.len() != 32 {
         return Err(Malformed::Fingerprint);
@@ -60,6 +64,7 @@ pub fn to_invalidation(msg: &wire::Invalidation) -> Result<Invalidation, Malform
         assertion: assertion_key(msg.assertion.as_ref())?,
         tx_hash: None,
         sender: None,
+        started,
     })
 }
 
@@ -154,7 +159,7 @@ mod tests {
         let msg = invalidation_message(&fp, Some(key), 7, at);
         let bytes = msg.encode_to_vec();
         let back = wire::Invalidation::decode(bytes.as_slice()).unwrap_or_default();
-        let inv = to_invalidation(&back).unwrap_or_else(|e| panic!("{e}"));
+        let inv = to_invalidation(&back, 0).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             (inv.fingerprint, inv.target, inv.selector),
             (fp.hash, fp.target, fp.selector)

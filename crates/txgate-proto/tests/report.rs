@@ -80,8 +80,8 @@ fn assert_same(report: &Report, tx: &Tx, sender: Address) {
     assert_eq!(report.gas_limit, tx.gas_limit);
     assert_eq!(report.fingerprint(), Fingerprint::of(tx));
     assert_eq!(
-        report.invalidation(),
-        Invalidation::of(tx, Some(sender), None)
+        report.invalidation(0),
+        Invalidation::of(tx, Some(sender), None, 0)
     );
 }
 
@@ -139,7 +139,7 @@ fn eip1559_call_matches_the_signed_transaction() {
     assert_eq!(report.nonce, Some(7));
     assert_eq!(report.value, value);
     assert_same(&report, &screened_tx, sender);
-    let inv = report.invalidation().unwrap_or_else(|| panic!("a call"));
+    let inv = report.invalidation(0).unwrap_or_else(|| panic!("a call"));
     assert_eq!(inv.selector, [0xa9, 0x05, 0x9c, 0xbb]);
     assert_eq!(inv.target, TARGET);
     assert_eq!(inv.tx_hash, Some(hash));
@@ -188,7 +188,7 @@ fn legacy_call_matches_the_signed_transaction() {
     assert!(json[1]["gas_price"].is_number(), "{json}");
     assert_eq!(report.nonce, Some(3));
     assert_same(&report, &screened_tx, sender);
-    assert!(report.invalidation().is_some());
+    assert!(report.invalidation(0).is_some());
 }
 
 #[test]
@@ -210,7 +210,7 @@ fn short_calldata_matches_the_signed_transaction() {
         let (_, report) = reported(hash, &env_1559(&tx, sender));
         assert_eq!(report.data.as_ref(), input);
         assert_same(&report, &screened_tx, sender);
-        let inv = report.invalidation().unwrap_or_else(|| panic!("a call"));
+        let inv = report.invalidation(0).unwrap_or_else(|| panic!("a call"));
         let mut selector = [0u8; 4];
         selector[..input.len()].copy_from_slice(input);
         assert_eq!(inv.selector, selector);
@@ -235,7 +235,7 @@ fn creation_has_no_invalidation() {
     assert_eq!(report.caller, sender);
     assert_eq!(report.tx_hash, hash);
     assert_eq!(Fingerprint::of(&screened_tx), None);
-    assert_eq!(report.invalidation(), None);
+    assert_eq!(report.invalidation(0), None);
     assert_same(&report, &screened_tx, sender);
 }
 

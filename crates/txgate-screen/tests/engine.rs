@@ -1,5 +1,10 @@
 //! The screening stages and invalidations together, with time driven by
 //! hand (milliseconds passed in, like paused time).
+//!
+//! Invalidations here start at wall-clock 0 and are applied with the wall
+//! clock at 0: each is fresh when applied, its life counted from the
+//! engine's `now` (the replay tests, in the crate's own tests, drive the
+//! wall clock).
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
@@ -96,6 +101,7 @@ fn invalidation_of(raw: &str, version: u64) -> Invalidation {
             id: ASSERTION,
             version,
         }),
+        0,
     )
     .unwrap()
 }
@@ -132,7 +138,7 @@ fn invalidation_refuses_replays_fresh_eoas_and_higher_tips_but_not_other_calldat
     let attacker = key(1);
     let first = raw_tx(&attacker, 0, &attack_input(), 1);
     assert_eq!(reason(s.screen(&first, 0)), None);
-    let applied = s.apply(&[invalidation_of(&first, 1)], 100);
+    let applied = s.apply(&[invalidation_of(&first, 1)], 100, 0);
     assert_eq!(
         (applied.banned, applied.recent_failures, applied.charged),
         (1, 1, 1)
@@ -167,7 +173,7 @@ fn ban_expires_then_suspect_is_shaped_to_one_forward_at_a_time() {
     let (ttl, hold) = (settings.denied_ttl, settings.shaping_hold);
     let s = screen(settings.clone());
     let first = raw_tx(&key(1), 0, &attack_input(), 1);
-    s.apply(&[invalidation_of(&first, 1)], 0);
+    s.apply(&[invalidation_of(&first, 1)], 0, 0);
     let other = raw_tx(&key(2), 0, &attack_input(), 1);
     assert_eq!(
         reason(s.screen(&other, ttl - 1)),
@@ -203,6 +209,7 @@ fn unknown_fingerprints_are_never_shaped() {
     s.apply(
         &[invalidation_of(&raw_tx(&key(1), 0, &attack_input(), 1), 1)],
         0,
+        0,
     );
     for i in 0..50 {
         let raw = raw_tx(&key(100 + i), 0, &honest_input(3), 1);
@@ -224,7 +231,7 @@ fn cooldown_after_distinct_fingerprints_with_a_trickle() {
             invalidation_of(&raw_tx(&key(i as u32), 0, &input, 1), 1)
         })
         .collect();
-    let applied = s.apply(&batch, 0);
+    let applied = s.apply(&batch, 0, 0);
     assert_eq!((applied.banned, applied.cooldowns), (n, 1));
     // A new argument on the same call is refused, but for the trickle.
     let mut input = attack_input();
@@ -260,7 +267,7 @@ fn cooldown_after_distinct_fingerprints_with_a_trickle() {
 fn newer_assertion_version_lifts_older_bans_and_stale_ones_are_ignored() {
     let s = screen(ScreenSettings::default());
     let raw = raw_tx(&key(1), 0, &attack_input(), 1);
-    s.apply(&[invalidation_of(&raw, 1)], 0);
+    s.apply(&[invalidation_of(&raw, 1)], 0, 0);
     let other = raw_tx(&key(2), 0, &attack_input(), 1);
     assert_eq!(
         reason(s.screen(&other, 10)),
@@ -268,13 +275,14 @@ fn newer_assertion_version_lifts_older_bans_and_stale_ones_are_ignored() {
     );
     // Version 2 of the assertion, for some other fingerprint.
     let unrelated = raw_tx(&key(3), 0, &honest_input(4), 1);
-    let applied = s.apply(&[invalidation_of(&unrelated, 2)], 20);
+    let applied = s.apply(&[invalidation_of(&unrelated, 2)], 20, 0);
     assert_eq!(applied.bumped, 1);
     assert_eq!(reason(s.screen(&other, 30)), None);
     // A late invalidation of version 1 changes nothing.
     let applied = s.apply(
         &[invalidation_of(&raw_tx(&key(4), 0, &attack_input(), 1), 1)],
         40,
+        0,
     );
     assert_eq!(applied.stale, 1);
     let third = raw_tx(&key(5), 0, &attack_input(), 1);
@@ -299,7 +307,7 @@ fn sender_backoff_from_pending_attribution_then_lifts() {
         let mut inv = invalidation_of(&raw, 1);
         inv.sender = None;
         inv.tx_hash = None;
-        let applied = s.apply(&[inv], nonce * 10 + 5);
+        let applied = s.apply(&[inv], nonce * 10 + 5, 0);
         assert_eq!((applied.charged, applied.recent_failures), (1, 1));
     }
     // Backed off: even honest calldata from that sender waits.
@@ -360,7 +368,7 @@ fn sender_cache_skips_recovery_and_contract_creation_bypasses_fingerprints() {
 fn bans_survive_a_snapshot_round_trip_with_remaining_times() {
     let s = screen(ScreenSettings::default());
     let raw = raw_tx(&key(1), 0, &attack_input(), 1);
-    s.apply(&[invalidation_of(&raw, 1)], 1_000);
+    s.apply(&[invalidation_of(&raw, 1)], 1_000, 0);
     let bytes = txgate_screen::snapshot::encode(&s.export_bans(31_000));
     let records = txgate_screen::snapshot::decode(&bytes).unwrap().records;
     assert_eq!(records.len(), 1);
@@ -404,7 +412,7 @@ fn a_deny_with_no_assertion_names_none() {
     let raw = raw_tx(&key(1), 0, &attack_input(), 1);
     let mut inv = invalidation_of(&raw, 1);
     inv.assertion = None;
-    let applied = s.apply(&[inv], 0);
+    let applied = s.apply(&[inv], 0, 0);
     assert_eq!(applied.banned, 1);
     // Only the call's cooldown key entered the table (never named in a
     // refusal), not an assertion 0x00…00.
@@ -424,7 +432,7 @@ fn a_deny_with_no_assertion_names_none() {
         id: ASSERTION,
         version: 2,
     });
-    s.apply(&[named], 20);
+    s.apply(&[named], 20, 0);
     assert_eq!(
         reason(s.screen(&other, 30)),
         Some(Reason::DeniedFingerprint)
@@ -450,13 +458,13 @@ fn a_deny_with_no_assertion_names_none() {
 fn a_verdict_with_no_assertion_makes_a_ban_unconditional() {
     let s = screen(ScreenSettings::default());
     let raw = raw_tx(&key(1), 0, &attack_input(), 1);
-    s.apply(&[invalidation_of(&raw, 1)], 0);
+    s.apply(&[invalidation_of(&raw, 1)], 0, 0);
     let mut none = invalidation_of(&raw, 1);
     none.assertion = None;
-    s.apply(&[none], 10);
+    s.apply(&[none], 10, 0);
     // ASSERTION moves to version 2 (through another fingerprint).
     let bump = invalidation_of(&raw_tx(&key(3), 0, &honest_input(9), 1), 2);
-    assert_eq!(s.apply(&[bump], 20).bumped, 1);
+    assert_eq!(s.apply(&[bump], 20, 0).bumped, 1);
     let other = raw_tx(&key(2), 0, &attack_input(), 1);
     match s.screen(&other, 30) {
         Err(Rejection::Denied { assertions, .. }) => assert!(assertions.is_empty()),
@@ -464,9 +472,9 @@ fn a_verdict_with_no_assertion_makes_a_ban_unconditional() {
     }
     // Without the verdict that named none, the bump lifts it.
     let s = screen(ScreenSettings::default());
-    s.apply(&[invalidation_of(&raw, 1)], 0);
+    s.apply(&[invalidation_of(&raw, 1)], 0, 0);
     let bump = invalidation_of(&raw_tx(&key(3), 0, &honest_input(9), 1), 2);
-    s.apply(&[bump], 20);
+    s.apply(&[bump], 20, 0);
     assert_eq!(reason(s.screen(&other, 30)), None);
 }
 
@@ -489,6 +497,7 @@ fn one_failure_from_three_sources_is_charged_and_counted_once() {
         assertion: None,
         tx_hash: Some(admitted.hash),
         sender: Some(fwd.sender),
+        started: 0,
     };
     let mut from_report = invalidation_of(&raw, 1);
     from_report.assertion = None;
@@ -497,18 +506,18 @@ fn one_failure_from_three_sources_is_charged_and_counted_once() {
         sender: None,
         ..from_report
     };
-    let first = s.apply(&[from_report, from_result], 20);
+    let first = s.apply(&[from_report, from_result], 20, 0);
     assert_eq!((first.banned, first.charged, first.duplicates), (1, 1, 1));
     // A source naming the assertion first, then one naming none: the
     // refusal of the hash still names the assertion.
     let named_first = invalidation_of(&raw, 1);
-    let again = s.apply(&[named_first, from_result], 25);
+    let again = s.apply(&[named_first, from_result], 25, 0);
     assert_eq!((again.charged, again.duplicates), (0, 2));
     match s.screen(&raw, 26) {
         Err(Rejection::RecentFailure { assertion, .. }) => assert_eq!(assertion, Some(ASSERTION)),
         r => panic!("{r:?}"),
     }
-    let later = s.apply(&[from_reference], 30);
+    let later = s.apply(&[from_reference], 30, 0);
     assert_eq!((later.banned, later.charged, later.duplicates), (0, 0, 1));
     assert_eq!(later.refreshed, 1, "the ban is still refreshed");
     assert_eq!(reason(s.screen(&raw, 40)), Some(Reason::RecentFailure));
@@ -523,19 +532,19 @@ fn a_failure_with_no_sender_known_does_not_swallow_a_later_charge() {
     let raw = raw_tx(&key(1), 0, &attack_input(), 1);
     let mut bare = invalidation_of(&raw, 1);
     bare.sender = None;
-    let first = s.apply(&[bare], 0);
+    let first = s.apply(&[bare], 0, 0);
     assert_eq!((first.banned, first.charged), (1, 0));
     let mut report = invalidation_of(&raw, 1);
     report.assertion = None;
-    let later = s.apply(&[report], 10);
+    let later = s.apply(&[report], 10, 0);
     assert_eq!((later.charged, later.duplicates), (1, 0));
-    let again = s.apply(&[report], 20);
+    let again = s.apply(&[report], 20, 0);
     assert_eq!((again.charged, again.duplicates), (0, 1));
     // A copy without a sender after the charge does not make it chargeable
     // again.
     let mut bare_again = invalidation_of(&raw, 1);
     bare_again.sender = None;
-    let late = s.apply(&[bare_again, report], 30);
+    let late = s.apply(&[bare_again, report], 30, 0);
     assert_eq!((late.charged, late.duplicates), (0, 2));
 }
 
@@ -552,7 +561,7 @@ fn a_failed_unknown_hash_is_refused_and_a_later_report_still_charges() {
     assert_eq!(reason(s.screen(&raw, 2)), Some(Reason::RecentFailure));
     let mut report = invalidation_of(&raw, 1);
     report.assertion = None;
-    let applied = s.apply(&[report], 3);
+    let applied = s.apply(&[report], 3, 0);
     assert_eq!(
         (applied.banned, applied.charged, applied.duplicates),
         (1, 1, 0)
@@ -578,7 +587,7 @@ fn failures_without_an_assertion_start_a_cooldown_of_the_call() {
             inv
         })
         .collect();
-    let applied = s.apply(&batch, 0);
+    let applied = s.apply(&batch, 0, 0);
     assert_eq!((applied.banned, applied.cooldowns), (n, 1));
     let mut input = attack_input();
     input[4] = 0xee;
@@ -602,7 +611,7 @@ fn an_applied_invalidation_heats_its_call_a_stale_one_does_not() {
     let attack = (TARGET, [0xde, 0xad, 0xbe, 0xef]);
     let honest = (TARGET, [0xa9, 0x05, 0x9c, 0xbb]);
     let first = raw_tx(&key(1), 0, &attack_input(), 1);
-    s.apply(&[invalidation_of(&first, 2)], 100);
+    s.apply(&[invalidation_of(&first, 2)], 100, 0);
     assert!(s.is_hot(&attack, 100));
     assert!(s.is_hot(&attack, 10_099));
     assert!(!s.is_hot(&attack, 10_100));
@@ -610,7 +619,7 @@ fn an_applied_invalidation_heats_its_call_a_stale_one_does_not() {
     assert!(!s.is_hot(&honest, 200));
     // An invalidation of an outdated version is ignored: it heats nothing.
     let other = raw_tx(&key(2), 0, &honest_input(3), 1);
-    let applied = s.apply(&[invalidation_of(&other, 1)], 300);
+    let applied = s.apply(&[invalidation_of(&other, 1)], 300, 0);
     assert_eq!(applied.stale, 1);
     assert!(!s.is_hot(&honest, 300));
     assert_eq!(s.sizes().hot_calls, 1);
@@ -620,7 +629,7 @@ fn an_applied_invalidation_heats_its_call_a_stale_one_does_not() {
 fn calls_are_not_tracked_by_default() {
     let s = screen(ScreenSettings::default());
     let first = raw_tx(&key(1), 0, &attack_input(), 1);
-    s.apply(&[invalidation_of(&first, 1)], 100);
+    s.apply(&[invalidation_of(&first, 1)], 100, 0);
     assert!(!s.is_hot(&(TARGET, [0xde, 0xad, 0xbe, 0xef]), 100));
     assert_eq!(s.sizes().hot_calls, 0);
 }

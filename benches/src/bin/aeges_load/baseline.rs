@@ -63,7 +63,7 @@ pub(crate) fn serve_tonic(port: u16) {
     let bans: Vec<Invalidation> = (0..BANNED)
         .map(|n| ban(BAD_TARGET, &payload(n), U256::from(1), GAS))
         .collect();
-    screen.apply(&bans, 0);
+    screen.apply(&bans, 0, 0);
     // One thread, as txgate's Aeges listener runs: the same footing.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

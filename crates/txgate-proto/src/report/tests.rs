@@ -49,7 +49,7 @@ fn the_sidecar_example() {
     assert_eq!(report.data.len(), 4 + 32 + 32);
     assert_eq!(report.data[..4], [0xa9, 0x05, 0x9c, 0xbb]);
 
-    let inv = report.invalidation().unwrap_or_else(|| panic!("a call"));
+    let inv = report.invalidation(0).unwrap_or_else(|| panic!("a call"));
     let fp = Fingerprint::from_parts(TARGET, &report.data, U256::from(1u8), 100_000);
     assert_eq!(inv.fingerprint, fp.hash);
     assert_eq!(inv.target, TARGET);
@@ -166,14 +166,14 @@ fn creation_has_no_invalidation() {
     )));
     assert_eq!(report.kind, None);
     assert_eq!(report.fingerprint(), None);
-    assert_eq!(report.invalidation(), None);
+    assert_eq!(report.invalidation(0), None);
 }
 
 #[test]
 fn short_and_empty_data() {
     let three = ok(&call(r#""data":"0xa9059c""#));
     assert_eq!(three.data.as_ref(), [0xa9, 0x05, 0x9c]);
-    let inv = three.invalidation().unwrap_or_else(|| panic!("a call"));
+    let inv = three.invalidation(0).unwrap_or_else(|| panic!("a call"));
     let fp = Fingerprint::from_parts(TARGET, &[0xa9, 0x05, 0x9c], U256::ZERO, 100_000);
     assert_eq!(inv.fingerprint, fp.hash);
     assert_eq!(inv.selector, [0xa9, 0x05, 0x9c, 0]);
@@ -181,7 +181,7 @@ fn short_and_empty_data() {
     for empty in [r#""data":"0x""#, r#""data":"""#, r#""data":null"#, ""] {
         let report = ok(&call(empty));
         assert!(report.data.is_empty(), "{empty}");
-        let inv = report.invalidation().unwrap_or_else(|| panic!("a call"));
+        let inv = report.invalidation(0).unwrap_or_else(|| panic!("a call"));
         let fp = Fingerprint::from_parts(TARGET, &[], U256::ZERO, 100_000);
         assert_eq!(inv.fingerprint, fp.hash);
         assert_eq!(inv.selector, [0; 4]);

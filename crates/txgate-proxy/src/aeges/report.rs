@@ -32,6 +32,7 @@ use txgate_screen::{Invalidation, Screen};
 
 use crate::metrics::Metrics;
 use crate::request::Body;
+use crate::screening::state::wall_now;
 
 /// How long a report waits for room in a full queue before 503.
 const QUEUE_WAIT: Duration = Duration::from_secs(1);
@@ -156,7 +157,7 @@ impl Reports {
                 return answer(StatusCode::BAD_REQUEST, &format!("invalid report: {e}"));
             }
         };
-        let Some(invalidation) = report.invalidation() else {
+        let Some(invalidation) = report.invalidation(wall_now()) else {
             // A creation: nothing to fingerprint; the hash itself failed.
             let now = self.screen.millis(tokio::time::Instant::now().into_std());
             self.screen.fail_hash(report.tx_hash, now);

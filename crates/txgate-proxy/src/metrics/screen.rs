@@ -116,8 +116,12 @@ impl CacheGauges {
 pub struct InvalidationCounters {
     /// New denied fingerprints.
     pub banned: IntCounter,
-    /// Bans extended.
+    /// Bans already held (their end kept, or moved later by a later
+    /// failure: never restarted).
     pub refreshed: IntCounter,
+    /// Not applied: the ban's life was over before it arrived (a replay,
+    /// or a ban learned late).
+    pub expired: IntCounter,
     /// Ignored: an outdated assertion version.
     pub stale_version: IntCounter,
     /// Assertion versions bumped (older bans lifted).
@@ -260,6 +264,7 @@ impl ScreenMetrics {
             invalidations: InvalidationCounters {
                 banned: counter("banned"),
                 refreshed: counter("refreshed"),
+                expired: counter("expired"),
                 stale_version: counter("stale_version"),
                 version_bump: counter("version_bump"),
                 recent_failure: counter("recent_failure"),
@@ -328,6 +333,7 @@ impl ScreenMetrics {
         let add = |counter: &IntCounter, v: usize| counter.inc_by(v as u64);
         add(&c.banned, a.banned);
         add(&c.refreshed, a.refreshed);
+        add(&c.expired, a.expired);
         add(&c.stale_version, a.stale);
         add(&c.version_bump, a.bumped);
         add(&c.recent_failure, a.recent_failures);

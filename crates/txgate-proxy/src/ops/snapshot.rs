@@ -236,6 +236,7 @@ mod tests {
             ScreenSettings::default(),
             tokio::time::Instant::now().into_std(),
         ));
+        let started = crate::screening::state::wall_now();
         let batch: Vec<Invalidation> = (0..n)
             .map(|i| Invalidation {
                 fingerprint: alloy_primitives::keccak256(i.to_be_bytes()),
@@ -247,9 +248,10 @@ mod tests {
                 }),
                 tx_hash: None,
                 sender: None,
+                started,
             })
             .collect();
-        screen.apply(&batch, 0);
+        screen.apply(&batch, 0, started);
         screen
     }
 

@@ -30,6 +30,7 @@ use txgate_screen::{
     AssertionKey, Candidate, Fingerprint, Invalidation, Millis, Rejection, Screen,
 };
 
+use super::state::wall_now;
 use super::{Cleared, Submission};
 use crate::metrics::Metrics;
 
@@ -261,6 +262,7 @@ impl ProbeClient {
             match verdict {
                 Verdict::Forward(ttl) => client.verdicts.forward(fp.hash, now + ttl),
                 Verdict::Deny(keys) => {
+                    let started = wall_now();
                     let invalidation = |assertion| Invalidation {
                         fingerprint: fp.hash,
                         target: fp.target,
@@ -268,13 +270,14 @@ impl ProbeClient {
                         assertion,
                         tx_hash: Some(tx_hash),
                         sender,
+                        started,
                     };
                     let batch: Vec<Invalidation> = if keys.is_empty() {
                         vec![invalidation(None)]
                     } else {
                         keys.iter().map(|k| invalidation(Some(*k))).collect()
                     };
-                    let applied = screen.apply(&batch, now);
+                    let applied = screen.apply(&batch, now, started);
                     client.metrics.screen.applied(&applied);
                     return Err(Rejection::Denied {
                         fingerprint: fp.hash,

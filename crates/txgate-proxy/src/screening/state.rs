@@ -2,13 +2,15 @@
 //! config, the one way it learns ([`Invalidations`]), and its upkeep.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 use txgate_config::{ScreenConfig, SidecarConfig};
 use txgate_screen::assertion::CooldownSettings;
 use txgate_screen::backpressure::BackpressureSettings;
-use txgate_screen::{Applied, Invalidation, Screen, ScreenSettings, millis as ms};
+use txgate_screen::{
+    Applied, Invalidation, Screen, ScreenSettings, UnixMillis, millis as ms, unix_millis,
+};
 
 use crate::metrics::Metrics;
 use crate::screening::VerdictCache;
@@ -59,6 +61,13 @@ pub fn screen_settings(
     }
 }
 
+/// What the wall clock reads: the start txgate stamps on what it learns
+/// itself, and what a batch is applied at (a ban's start is told on the
+/// wall clock, which crosses hosts; see `txgate_screen::wall`).
+pub fn wall_now() -> UnixMillis {
+    unix_millis(SystemTime::now())
+}
+
 /// The one way screening state is learned: batches of invalidations.
 /// Cheap to clone; shared with whatever delivers verdicts.
 #[derive(Debug, Clone)]
@@ -77,7 +86,7 @@ impl Invalidations {
     /// it did.
     pub fn apply(&self, batch: &[Invalidation]) -> Applied {
         let now = self.screen.millis(tokio::time::Instant::now().into_std());
-        let applied = self.screen.apply(batch, now);
+        let applied = self.screen.apply(batch, now, wall_now());
         self.metrics.screen.applied(&applied);
         applied
     }

@@ -20,6 +20,7 @@ use txgate_screen::{
 };
 
 use super::*;
+use crate::screening::state::wall_now;
 
 fn key(seed: u8) -> SecretKey {
     SecretKey::from_byte_array([seed; 32]).unwrap()
@@ -68,7 +69,7 @@ fn invalidation(raw: &str) -> Invalidation {
         id: B256::repeat_byte(0xa5),
         version: 1,
     };
-    Invalidation::of(&tx, Some(sender), Some(assertion)).unwrap()
+    Invalidation::of(&tx, Some(sender), Some(assertion), wall_now()).unwrap()
 }
 
 struct Harness {
@@ -108,7 +109,7 @@ impl Harness {
     }
 
     fn apply(&self, batch: &[Invalidation]) {
-        self.screen.apply(batch, self.now());
+        self.screen.apply(batch, self.now(), wall_now());
     }
 }
 

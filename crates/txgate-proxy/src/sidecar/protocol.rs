@@ -1,5 +1,10 @@
 //! Subscribing in each protocol txgate speaks, and each protocol's
 //! messages as one [`Message`] type.
+//!
+//! An invalidation starts when it is received: a live one was just
+//! learned (its `observed_at`, on the sidecar's clock, only measures the
+//! lag), a replayed one `age_ms` before (the sidecar's own measure, which
+//! no clock skew distorts). So a replay runs only what is left of its ban.
 
 use std::pin::Pin;
 
@@ -16,6 +21,8 @@ use txgate_proto::{SCHEMA_VERSION, results, rpcproxy, rpcproxy_v1, to_invalidati
 use txgate_proto::Malformed;
 use txgate_proto::results::Outcome;
 use txgate_screen::Invalidation;
+
+use crate::screening::state::wall_now;
 
 /// A message of any protocol.
 #[derive(Debug, Clone)]
@@ -66,7 +73,7 @@ pub async fn subscribe(
                 .await?
                 .into_inner();
             Box::pin(stream.map(|item| {
-                item.map(|msg| match rpcproxy::to_invalidation(&msg) {
+                item.map(|msg| match rpcproxy::to_invalidation(&msg, wall_now()) {
                     Ok(invalidation) => Message::Invalidation {
                         invalidation,
                         observed_ms: rpcproxy::observed_at_ms(&msg),
@@ -96,11 +103,13 @@ fn txgate_message(msg: &v1::Invalidation) -> Message {
     if kind == v1::Kind::CaughtUp {
         return Message::CaughtUp;
     }
-    match to_invalidation(msg) {
+    let replayed_age_ms = (kind == v1::Kind::Replayed).then_some(msg.age_ms);
+    let started = wall_now().saturating_sub(replayed_age_ms.unwrap_or(0));
+    match to_invalidation(msg, started) {
         Ok(invalidation) => Message::Invalidation {
             invalidation,
             observed_ms: (msg.observed_at > 0).then_some(msg.observed_at),
-            replayed_age_ms: (kind == v1::Kind::Replayed).then_some(msg.age_ms),
+            replayed_age_ms,
             newer_schema: (msg.schema_version > SCHEMA_VERSION).then_some(msg.schema_version),
         },
         Err(e) => Message::Malformed(e),

@@ -7,8 +7,9 @@
 //! Redis channel `<redis.key_prefix>:bans`; every other instance subscribed
 //! queues them like any invalidation (banned, hash refused, sender
 //! charged; a ban it already holds is counted as a duplicate, never charged
-//! twice). Publishing never waits: with Redis down or the outbox full, the
-//! ban holds on the instance that learned it and the miss is counted.
+//! twice); a ban starts when it is received. Publishing never waits: with
+//! Redis down or the outbox full, the ban holds on the instance that
+//! learned it and the miss is counted.
 //! Pub/sub keeps nothing: an instance that starts later learns these bans
 //! only from its own sources (the sidecar's replay covers `txgate.v1`).
 //!
@@ -29,10 +30,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use txgate_config::RedisConfig;
-use txgate_screen::Invalidation;
+use txgate_screen::{Invalidation, UnixMillis};
 
 use crate::fleet::{Backoff, Link};
 use crate::metrics::Metrics;
+use crate::screening::state::wall_now;
 
 /// Bans waiting to be published at most; beyond, dropped and counted.
 pub const OUTBOX: usize = 4096;
@@ -95,9 +97,10 @@ impl Ban {
         }
     }
 
-    /// The invalidation; `None` when a field does not parse. No assertion
-    /// travels: a shared ban counts toward no assertion's cooldown.
-    fn invalidation(&self) -> Option<Invalidation> {
+    /// The invalidation, started at `received`; `None` when a field does
+    /// not parse. No assertion travels: a shared ban counts toward no
+    /// assertion's cooldown.
+    fn invalidation(&self, received: UnixMillis) -> Option<Invalidation> {
         let selector = alloy_primitives::hex::decode(&self.selector).ok()?;
         Some(Invalidation {
             fingerprint: B256::from_str(&self.fingerprint).ok()?,
@@ -112,13 +115,14 @@ impl Ban {
                 Some(a) => Some(Address::from_str(a).ok()?),
                 None => None,
             },
+            started: received,
         })
     }
 }
 
-/// The invalidations of a received message, unless it is ours or
-/// malformed.
-fn received(payload: &[u8], origin: &str) -> Result<Vec<Invalidation>, ()> {
+/// The invalidations of a message received at `now` (wall clock), unless
+/// it is ours or malformed.
+fn received(payload: &[u8], origin: &str, now: UnixMillis) -> Result<Vec<Invalidation>, ()> {
     if payload.len() > MAX_MESSAGE_BYTES {
         return Err(());
     }
@@ -129,7 +133,7 @@ fn received(payload: &[u8], origin: &str) -> Result<Vec<Invalidation>, ()> {
     message
         .bans
         .iter()
-        .map(|b| b.invalidation().ok_or(()))
+        .map(|b| b.invalidation(now).ok_or(()))
         .collect()
 }
 
@@ -214,7 +218,7 @@ pub async fn run(
                         m.reconnects.inc();
                         break;
                     };
-                    match received(message.get_payload_bytes(), &origin) {
+                    match received(message.get_payload_bytes(), &origin, wall_now()) {
                         Ok(bans) => {
                             for ban in bans {
                                 m.received.inc();
@@ -273,6 +277,7 @@ mod tests {
             assertion: None,
             tx_hash: Some(B256::repeat_byte(1)),
             sender: Some(Address::repeat_byte(2)),
+            started: 5,
         }
     }
 
@@ -289,24 +294,28 @@ mod tests {
         let mut partial = ban();
         partial.tx_hash = None;
         partial.sender = None;
-        let got = received(&payload("a", &[ban(), partial]), "b").unwrap();
+        let got = received(&payload("a", &[ban(), partial]), "b", 5).unwrap();
         assert_eq!(got, vec![ban(), partial]);
     }
 
     #[test]
     fn our_own_messages_are_skipped() {
-        assert!(received(&payload("a", &[ban()]), "a").unwrap().is_empty());
+        assert!(
+            received(&payload("a", &[ban()]), "a", 5)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
     fn anything_malformed_is_refused_whole() {
-        assert!(received(b"not json", "b").is_err());
+        assert!(received(b"not json", "b", 5).is_err());
         let mut bad: serde_json::Value = serde_json::from_slice(&payload("a", &[ban()])).unwrap();
         bad["bans"][0]["selector"] = "0x1234".into();
-        assert!(received(&serde_json::to_vec(&bad).unwrap(), "b").is_err());
+        assert!(received(&serde_json::to_vec(&bad).unwrap(), "b", 5).is_err());
         bad["bans"][0]["selector"] = "0xa9059cbb".into();
         bad["bans"][0]["assertion"] = "0x01".into();
-        assert!(received(&serde_json::to_vec(&bad).unwrap(), "b").is_err());
-        assert!(received(&vec![b' '; MAX_MESSAGE_BYTES + 1], "b").is_err());
+        assert!(received(&serde_json::to_vec(&bad).unwrap(), "b", 5).is_err());
+        assert!(received(&vec![b' '; MAX_MESSAGE_BYTES + 1], "b", 5).is_err());
     }
 }

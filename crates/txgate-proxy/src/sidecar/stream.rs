@@ -19,6 +19,7 @@ use super::worker::queue;
 use crate::metrics::Metrics;
 pub use crate::metrics::sidecar::StreamEnd;
 use crate::ops::health::{Readiness, SidecarLink};
+use crate::screening::state::wall_now;
 
 /// One source's settings.
 #[derive(Debug, Clone)]
@@ -267,6 +268,7 @@ async fn enqueue(message: Message, sink: &Sink) -> bool {
                             assertion: None,
                             tx_hash: Some(hash),
                             sender: Some(forward.sender),
+                            started: wall_now(),
                         };
                         if let Some(share) = &sink.share {
                             share.offer(&invalidation);
@@ -315,7 +317,7 @@ mod tests {
 
     fn message(i: u8) -> Message {
         Message::Invalidation {
-            invalidation: to_invalidation(&wire(i)).unwrap_or_else(|e| panic!("{e}")),
+            invalidation: to_invalidation(&wire(i), wall_now()).unwrap_or_else(|e| panic!("{e}")),
             observed_ms: None,
             replayed_age_ms: None,
             newer_schema: None,

@@ -2,6 +2,10 @@
 //! in one pass, a step at a time, each over the whole batch so that every
 //! sharded map is locked once per shard touched:
 //!
+//! 0. each item's times, from its own start (see [`crate::wall`]): its ban
+//!    ends a ban's life after it, its failure stays recent
+//!    `recent_failure_ttl` after it; an item whose ban's life is over is
+//!    dropped (expired);
 //! 1. the assertions, in order: versions bumped, stale items dropped;
 //! 2. the calls the items name turn (or stay) hot;
 //! 3. the bans, grouped by shard;
@@ -9,6 +13,19 @@
 //!    was forwarded;
 //! 5. the recent failures, grouped by shard;
 //! 6. cooldown accounting and sender charges, once per failure.
+//!
+//! Replaying is harmless. A ban ends at its start plus its life whatever
+//! applies it, and when: a repeat or a replay finds it ending as late and
+//! moves nothing. A sender is charged for a failure only while the failure
+//! is recent (within `recent_failure_ttl` of its start), and its
+//! recent-failure entry, which lives exactly that window (never
+//! restarted), remembers the charge: a repeat within the window finds it,
+//! a repeat after it finds none but is past the window. A failure without
+//! a tx hash is remembered by its ban instead: a repeat does not extend
+//! it (a later failure of the same fingerprint does, and charges). So a sender is charged at most once per failure, however often the
+//! failure is applied, and with no memory beyond the recent-failure cache
+//! and the denied set (each bounded by its own setting; see the limits in
+//! HEURISTICS.md, "One failure, one charge").
 
 use alloy_primitives::{Address, B256};
 
@@ -17,6 +34,7 @@ use crate::assertion::{AssertionKey, AssertionRef, Observed};
 use crate::backpressure::Charged;
 use crate::denied::Inserted;
 use crate::ttl::Millis;
+use crate::wall::{UnixMillis, remaining};
 
 /// An invalidation of the batch that is not stale, and what the steps
 /// learn about it.
@@ -31,20 +49,36 @@ struct Live<'b> {
     hash: Option<B256>,
     /// The sender to charge, named by the source or attributed.
     sender: Option<Address>,
+    /// When its ban ends: its start plus the ban's life.
+    ends: Millis,
+    /// Until when its failure is recent (its start plus
+    /// `recent_failure_ttl`); `None` once it is not: its hash is not
+    /// refused for it, and nobody is charged.
+    recent_until: Option<Millis>,
+}
+
+impl Live<'_> {
+    /// The failure it records: its tx hash, while the failure is recent.
+    fn failure(&self) -> Option<(B256, Millis)> {
+        self.hash.zip(self.recent_until)
+    }
 }
 
 impl Screen {
     /// Applies a batch of invalidations in one pass: assertion versions,
     /// denied fingerprints (bloom and map), recent failures, sender
     /// charges (from the invalidation, else from what was forwarded),
-    /// cooldown accounting.
+    /// cooldown accounting. `now` is the engine's clock, `wall` what the
+    /// wall clock reads at the same moment: each item's start is told on
+    /// the wall clock.
     ///
     /// One failure, one charge: a tx hash already learned (from any
-    /// source, or earlier in the batch) refreshes its ban but is neither
-    /// charged nor counted towards a cooldown again.
-    pub fn apply(&self, batch: &[Invalidation], now: Millis) -> Applied {
+    /// source, earlier in the batch, or replayed) keeps its ban's end and
+    /// is neither charged nor counted towards a cooldown again; see the
+    /// module docs.
+    pub fn apply(&self, batch: &[Invalidation], now: Millis, wall: UnixMillis) -> Applied {
         let mut applied = Applied::default();
-        let mut live = self.observe_assertions(batch, now, &mut applied);
+        let mut live = self.observe_assertions(batch, now, wall, &mut applied);
         self.heat_calls(&live, now);
         let inserted = self.ban(&live, now);
         self.attribute(&mut live, now);
@@ -54,14 +88,17 @@ impl Screen {
         applied
     }
 
-    /// Step 1: each item's assertion, in order (a bump mid-batch makes
-    /// later items of the old version stale), one table lookup per run of
-    /// the same key. A source that names no assertion bans under none, and
-    /// its failures count towards a cooldown under the call's key.
+    /// Steps 0 and 1: each item's times, and its assertion, in order (a
+    /// bump mid-batch makes later items of the old version stale), one
+    /// table lookup per run of the same key. An item whose ban's life is
+    /// over touches nothing, not even its assertion. A source that names
+    /// no assertion bans under none, and its failures count towards a
+    /// cooldown under the call's key.
     fn observe_assertions<'b>(
         &self,
         batch: &'b [Invalidation],
         now: Millis,
+        wall: UnixMillis,
         applied: &mut Applied,
     ) -> Vec<Live<'b>> {
         // The last key looked up, and its answer (`None`: stale).
@@ -84,6 +121,12 @@ impl Screen {
         };
         let mut live = Vec::with_capacity(batch.len());
         for inv in batch {
+            let Some(left) = remaining(inv.started, self.settings.denied_ttl, wall) else {
+                applied.expired += 1;
+                continue;
+            };
+            let recent_until = remaining(inv.started, self.settings.recent_failure_ttl, wall)
+                .map(|left| now + left);
             let (ban, cooldown) = match inv.assertion {
                 Some(key) => match observe(key, applied) {
                     Some(aref) => (aref, aref),
@@ -106,6 +149,8 @@ impl Screen {
                 cooldown,
                 hash: None,
                 sender: None,
+                ends: now + left,
+                recent_until,
             });
         }
         live
@@ -123,20 +168,25 @@ impl Screen {
         );
     }
 
-    /// Step 3: the bans, grouped by shard; what each insert did, in the
-    /// order of `live`.
+    /// Step 3: the bans, grouped by shard, each until its own end; what
+    /// each insert did, in the order of `live`.
     fn ban(&self, live: &[Live<'_>], now: Millis) -> Vec<Inserted> {
-        let expires = now + self.settings.denied_ttl;
         let items: Vec<(B256, Option<AssertionRef>)> =
             live.iter().map(|l| (l.inv.fingerprint, l.ban)).collect();
+        let suspect = self.settings.suspect_window;
         self.denied
-            .insert_batch(&items, expires, expires + self.settings.suspect_window, now)
+            .insert_batch_with(&items, |i| (live[i].ends, live[i].ends + suspect), now)
     }
 
     /// Step 4, attribution: what the source did not say comes from what
-    /// was forwarded (a txgate.v1 sidecar says both: no lookup).
+    /// was forwarded (a txgate.v1 sidecar says both: no lookup). Not for a
+    /// failure that is no longer recent (nothing to record or charge): the
+    /// forward stays for a later one.
     fn attribute(&self, live: &mut [Live<'_>], now: Millis) {
         for l in live {
+            if l.recent_until.is_none() {
+                continue;
+            }
             let inv = l.inv;
             l.hash = inv.tx_hash.or_else(|| {
                 self.pending
@@ -154,13 +204,14 @@ impl Screen {
         }
     }
 
-    /// Step 5: the recent failures, grouped by shard. Returns, for each
-    /// item with a tx hash, in order, the failure its insert replaced:
+    /// Step 5: the recent failures, grouped by shard, each until the end
+    /// of its own window (a copy keeps the earlier end: never restarted).
+    /// Returns, for each item with a failure to record
+    /// ([`Live::failure`]), in order, the failure its insert replaced:
     /// that tells a failure already learned (and charged) from a new one,
     /// at no extra lookup. A failure with nobody to charge is recorded as
     /// not charged, so a later source that names the sender does.
     fn record_failures(&self, live: &[Live<'_>], now: Millis) -> Vec<Option<Failure>> {
-        let expires = now + self.settings.recent_failure_ttl;
         let failures: Vec<(B256, Failure, Millis)> = live
             .iter()
             .filter_map(|l| {
@@ -168,7 +219,7 @@ impl Screen {
                     assertion: l.ban,
                     charged: l.sender.is_some(),
                 };
-                l.hash.map(|h| (h, failure, expires))
+                l.failure().map(|(h, until)| (h, failure, until))
             })
             .collect();
         // A copy keeps what an earlier one knew: charged, and the
@@ -185,7 +236,10 @@ impl Screen {
 
     /// Step 6: the bans counted, then cooldown accounting and the
     /// sender's charge, once per failure: a failure already charged
-    /// (`replaced`, from step 5) counts as a duplicate only.
+    /// (`replaced`, from step 5) counts as a duplicate only; so does, with
+    /// no recent failure to record (no tx hash, or past its window), one
+    /// whose ban it did not extend. Nobody is charged for a failure that is
+    /// no longer recent.
     fn charge(
         &self,
         live: &[Live<'_>],
@@ -203,11 +257,11 @@ impl Screen {
             } else {
                 applied.refreshed += 1;
             }
-            let earlier = match l.hash {
-                Some(_) => replaced.next().flatten().filter(|f| f.charged),
-                None => None,
+            let repeat = match l.failure() {
+                Some(_) => replaced.next().flatten().is_some_and(|f| f.charged),
+                None => result == Inserted::Held,
             };
-            if earlier.is_some() {
+            if repeat {
                 applied.duplicates += 1;
                 continue;
             }
@@ -219,7 +273,9 @@ impl Screen {
             {
                 applied.cooldowns += 1;
             }
-            if let Some(sender) = l.sender {
+            if let Some(sender) = l.sender
+                && l.recent_until.is_some()
+            {
                 applied.charged += 1;
                 match self.buckets.charge(sender, now) {
                     Charged::Taken => {}
@@ -230,3 +286,6 @@ impl Screen {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

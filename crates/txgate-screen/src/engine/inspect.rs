@@ -237,13 +237,14 @@ mod tests {
             assertion,
             tx_hash: Some(B256::repeat_byte(fp ^ 0xff)),
             sender: Some(Address::repeat_byte(fp)),
+            started: 0,
         }
     }
 
     #[test]
     fn a_ban_is_seen_then_lifted() {
         let s = screen();
-        s.apply(&[invalidation(1, Some(key(0xa1)))], 1_000);
+        s.apply(&[invalidation(1, Some(key(0xa1)))], 1_000, 0);
         let fp = B256::repeat_byte(1);
         let view = s.ban_of(&fp, 2_000).unwrap();
         assert!(view.denied);
@@ -277,7 +278,7 @@ mod tests {
     #[test]
     fn a_ban_under_no_assertion_is_unconditional() {
         let s = screen();
-        s.apply(&[invalidation(2, None)], 0);
+        s.apply(&[invalidation(2, None)], 0, 0);
         let view = s.ban_of(&B256::repeat_byte(2), 1).unwrap();
         assert!(view.unconditional && view.assertions.is_empty());
     }
@@ -288,7 +289,7 @@ mod tests {
         let batch: Vec<_> = (0..200u8)
             .map(|i| invalidation(i, Some(key(0xa0))))
             .collect();
-        s.apply(&batch, 0);
+        s.apply(&batch, 0, 0);
         let mut by_shard: Vec<B256> = (0..s.ban_shards())
             .flat_map(|i| s.export_bans_in(i, 1))
             .map(|r| r.fingerprint)
@@ -303,7 +304,7 @@ mod tests {
     #[test]
     fn an_import_by_hand_never_moves_the_assertion_table() {
         let s = screen();
-        s.apply(&[invalidation(1, Some(key(0xa1)))], 0);
+        s.apply(&[invalidation(1, Some(key(0xa1)))], 0, 0);
         let record = |fp: u8, assertion: AssertionKey, expires_in: Millis| BanRecord {
             fingerprint: B256::repeat_byte(fp),
             expires_in,
@@ -351,7 +352,7 @@ mod tests {
         let batch: Vec<_> = (10..20u8)
             .map(|i| invalidation(i, Some(key(0xc0))))
             .collect();
-        s.apply(&batch, 0);
+        s.apply(&batch, 0, 0);
         let seen = s.cooldown_of(target, [1, 2, 3, 4], 1);
         assert!(
             matches!(

@@ -10,6 +10,7 @@ use crate::fingerprint::Fingerprint;
 use crate::recover::SignatureError;
 use crate::ttl::Millis;
 use crate::tx::{DecodeError, Tx};
+use crate::wall::UnixMillis;
 
 /// Why a submission is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,6 +180,9 @@ pub struct Admitted {
 
 /// One verdict from the sidecar: this transaction invalidated this
 /// assertion.
+///
+/// It carries its own start: its ban and its failure's window run from
+/// there, wherever and however often it is applied (see [`crate::wall`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Invalidation {
     /// Fingerprint hash.
@@ -193,12 +197,23 @@ pub struct Invalidation {
     pub tx_hash: Option<B256>,
     /// Its sender, when the sidecar knows it.
     pub sender: Option<Address>,
+    /// When the failure was first observed, or the ban issued, at its
+    /// origin, on the wall clock (a monotonic time means nothing on
+    /// another host): what txgate learns itself is stamped when it learns
+    /// it; what another instance or a log hands on keeps the origin's.
+    pub started: UnixMillis,
 }
 
 impl Invalidation {
-    /// An invalidation of `tx` (sender known) under an assertion, if any;
-    /// `None` for a contract creation, which has no fingerprint.
-    pub fn of(tx: &Tx, sender: Option<Address>, assertion: Option<AssertionKey>) -> Option<Self> {
+    /// An invalidation of `tx` (sender known) under an assertion, if any,
+    /// that started at `started`; `None` for a contract creation, which
+    /// has no fingerprint.
+    pub fn of(
+        tx: &Tx,
+        sender: Option<Address>,
+        assertion: Option<AssertionKey>,
+        started: UnixMillis,
+    ) -> Option<Self> {
         let fp = Fingerprint::of(tx)?;
         Some(Invalidation {
             fingerprint: fp.hash,
@@ -207,6 +222,7 @@ impl Invalidation {
             assertion,
             tx_hash: Some(tx.hash),
             sender,
+            started,
         })
     }
 }
@@ -216,8 +232,13 @@ impl Invalidation {
 pub struct Applied {
     /// New denied fingerprints.
     pub banned: usize,
-    /// Denied fingerprints whose ban was extended.
+    /// Invalidations of a fingerprint already denied: its ban ends at the
+    /// later of its end and this one's (a repeat or a replay moves
+    /// nothing; only a later failure of the fingerprint extends it).
     pub refreshed: usize,
+    /// Invalidations whose ban's life was over before they were applied
+    /// (a replay, or a ban learned late): nothing applied.
+    pub expired: usize,
     /// Invalidations of an outdated assertion version, ignored.
     pub stale: usize,
     /// Assertion versions bumped (older bans lifted).
@@ -232,9 +253,10 @@ pub struct Applied {
     pub untracked: usize,
     /// Cooldowns started.
     pub cooldowns: usize,
-    /// Failures of a tx hash already learned (from another source, or
-    /// twice in the batch): ban refreshed, nobody charged again, nothing
-    /// counted again.
+    /// Failures already learned (from another source, twice in the batch,
+    /// or replayed): by their tx hash while it is a recent failure, else
+    /// by a ban they did not extend. Nobody charged again, nothing counted
+    /// again.
     pub duplicates: usize,
 }
 

@@ -95,7 +95,13 @@ fn addr(url: &str) -> SocketAddr {
 fn ban_attack_call(txgate: &InProcess) {
     let raw = Eoa::new(1).sign(0, TARGET, &attack_input(), 0, TIP);
     let tx = decode(&decode_hex(&raw).unwrap()).unwrap();
-    let inv = Invalidation::of(&tx, Some(recover_sender(&tx).unwrap()), None).unwrap();
+    let inv = Invalidation::of(
+        &tx,
+        Some(recover_sender(&tx).unwrap()),
+        None,
+        txgate_screen::unix_millis(std::time::SystemTime::now()),
+    )
+    .unwrap();
     assert_eq!(txgate.invalidations.apply(&[inv]).banned, 1);
 }
 

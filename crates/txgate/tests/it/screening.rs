@@ -37,6 +37,7 @@ fn invalidation(raw: &str, with_sender: bool) -> Invalidation {
             id: ASSERTION,
             version: 1,
         }),
+        txgate_screen::unix_millis(std::time::SystemTime::now()),
     )
     .unwrap();
     if !with_sender {

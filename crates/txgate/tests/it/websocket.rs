@@ -124,6 +124,7 @@ fn invalidation(raw: &str) -> Invalidation {
             id: ASSERTION,
             version: 1,
         }),
+        txgate_screen::unix_millis(std::time::SystemTime::now()),
     )
     .unwrap()
 }

@@ -76,8 +76,9 @@ fn body(raws: &[&str]) -> Vec<u8> {
 fn ban(screen: &Screen, raw: &str) {
     let tx = decode(&decode_hex(raw).unwrap()).unwrap();
     let sender = recover_sender(&tx).unwrap();
-    let bad = Invalidation::of(&tx, Some(sender), None).unwrap();
-    screen.apply(&[bad], screen.millis(Instant::now()));
+    let bad =
+        Invalidation::of(&tx, Some(sender), None, crate::screening::state::wall_now()).unwrap();
+    screen.apply(&[bad], screen.millis(Instant::now()), bad.started);
 }
 
 async fn answer(hook: &ProxydHook, raws: &[&str]) -> (StatusCode, Value) {

@@ -89,9 +89,13 @@ async fn a_banned_fingerprint_is_denied_and_the_event_id_echoed() {
         assertion: None,
         tx_hash: Some(B256::repeat_byte(1)),
         sender: Some(Address::repeat_byte(0xa1)),
+        started: crate::screening::state::wall_now(),
     };
-    f.screen
-        .apply(&[bad], f.screen.millis(std::time::Instant::now()));
+    f.screen.apply(
+        &[bad],
+        f.screen.millis(std::time::Instant::now()),
+        bad.started,
+    );
     assert_eq!(
         ask(&mut c, 2, tx(1, 0xa1, &attack())).await.unwrap(),
         (2, true)

@@ -70,7 +70,7 @@ impl Pooled {
     }
 
     fn invalidation(&self, assertion: Option<AssertionKey>) -> Invalidation {
-        Invalidation::of(&self.tx, Some(self.sender), assertion).unwrap()
+        Invalidation::of(&self.tx, Some(self.sender), assertion, 0).unwrap()
     }
 }
 
@@ -109,7 +109,7 @@ fn the_pool_fingerprint_is_the_rpc_fingerprint() {
 fn a_banned_fingerprint_is_denied_for_every_sender() {
     let s = screen(ScreenSettings::default());
     let bad = Pooled::of(&raw_tx(&key(1), &attack_input(1), 5_000));
-    let applied = s.apply(&[bad.invalidation(None)], 0);
+    let applied = s.apply(&[bad.invalidation(None)], 0, 0);
     assert_eq!(applied.banned, 1);
     // The failed transaction itself (its hash first), the same calldata
     // from a fresh sender, and with another value in the same bucket.
@@ -168,7 +168,7 @@ fn a_failed_hash_and_a_backed_off_sender_are_denied() {
         Pooled::of(&raw_tx(&attacker, &attack_input(1), 0)).invalidation(None),
         Pooled::of(&raw_tx(&attacker, &attack_input(2), 0)).invalidation(None),
     ];
-    assert!(s.apply(&batch, 0).backoffs >= 1);
+    assert!(s.apply(&batch, 0, 0).backoffs >= 1);
     let next = Pooled::of(&raw_tx(&attacker, &[0xa9, 0x05, 0x9c, 0xbb], 0));
     assert_eq!(
         reason(s.judge(&next.pool_tx(), 1)),
@@ -197,7 +197,7 @@ fn a_cooldown_is_peeked_and_its_trickle_slot_is_never_used_up() {
             Pooled::of(&raw_tx(&key(i as u32), &attack_input(i as u8), 0)).invalidation(assertion)
         })
         .collect();
-    assert_eq!(s.apply(&batch, 0).cooldowns, 1);
+    assert_eq!(s.apply(&batch, 0, 0).cooldowns, 1);
     let fresh = |i: u32| raw_tx(&key(1000 + i), &attack_input(0xee), 0);
     // Slot closed: the RPC refuses, and so does the pool.
     let p = Pooled::of(&fresh(0));
@@ -228,7 +228,7 @@ fn a_cooldown_is_peeked_and_its_trickle_slot_is_never_used_up() {
 fn judging_changes_nothing_and_remembering_attributes_a_hash() {
     let s = screen(ScreenSettings::default());
     let bad = Pooled::of(&raw_tx(&key(1), &attack_input(1), 0));
-    s.apply(&[bad.invalidation(None)], 0);
+    s.apply(&[bad.invalidation(None)], 0, 0);
     let before = s.sizes();
     for i in 0..100u32 {
         let p = Pooled::of(&raw_tx(&key(i), &attack_input(i as u8), 0));
@@ -257,10 +257,10 @@ fn a_newer_assertion_version_lifts_the_pool_ban_too() {
         })
     };
     let bad = Pooled::of(&raw_tx(&key(1), &attack_input(1), 0));
-    s.apply(&[bad.invalidation(v(1))], 0);
+    s.apply(&[bad.invalidation(v(1))], 0, 0);
     let again = Pooled::of(&raw_tx(&key(2), &attack_input(1), 0));
     assert!(s.judge(&again.pool_tx(), 1).denied());
     let unrelated = Pooled::of(&raw_tx(&key(3), &attack_input(3), 0));
-    assert_eq!(s.apply(&[unrelated.invalidation(v(2))], 2).bumped, 1);
+    assert_eq!(s.apply(&[unrelated.invalidation(v(2))], 2, 0).bumped, 1);
     assert!(!s.judge(&again.pool_tx(), 3).denied());
 }

@@ -72,7 +72,7 @@ fn hash_of(raw: &str) -> B256 {
 /// its sender charged.
 fn invalidation(raw: &str) -> Invalidation {
     let tx = decode(&decode_hex(raw).unwrap()).unwrap();
-    Invalidation::of(&tx, Some(recover_sender(&tx).unwrap()), None).unwrap()
+    Invalidation::of(&tx, Some(recover_sender(&tx).unwrap()), None, 0).unwrap()
 }
 
 /// Nothing of `raws` is remembered at `now`, and no forward at all.
@@ -94,7 +94,7 @@ fn reason(result: &Result<Vec<Admitted>, Box<UnitRejection>>) -> Option<(usize, 
 #[test]
 fn a_banned_call_refuses_the_unit_and_its_honest_calls_are_not_remembered() {
     let s = Screen::new(ScreenSettings::default(), Instant::now());
-    s.apply(&[invalidation(&raw_tx(&key(1), 0, &attack(1)))], 0);
+    s.apply(&[invalidation(&raw_tx(&key(1), 0, &attack(1)))], 0, 0);
     let (a, b) = (
         raw_tx(&key(2), 0, &honest(1)),
         raw_tx(&key(3), 0, &honest(2)),
@@ -145,7 +145,7 @@ fn a_recent_failure_an_invalid_call_or_a_backed_off_sender_refuses_the_unit() {
     // A sender charged once is backed off (capacity 1): found in the
     // second sweep, after every call passed the first.
     let attacker = key(9);
-    s.apply(&[invalidation(&raw_tx(&attacker, 0, &attack(7)))], 20);
+    s.apply(&[invalidation(&raw_tx(&attacker, 0, &attack(7)))], 20, 0);
     let next = raw_tx(&attacker, 1, &honest(3));
     let refused = s.screen_unit([a.as_str(), next.as_str()], 30);
     assert_eq!(reason(&refused), Some((1, Reason::SenderBackoff)));
@@ -162,7 +162,7 @@ fn a_refused_unit_takes_no_trickle_slot_and_a_unit_gets_one() {
     let batch: Vec<Invalidation> = (0..n)
         .map(|i| invalidation(&raw_tx(&key(100 + i as u32), 0, &attack(i as u8))))
         .collect();
-    assert_eq!(s.apply(&batch, 0).cooldowns, 1);
+    assert_eq!(s.apply(&batch, 0, 0).cooldowns, 1);
     let fresh = |i: u32| raw_tx(&key(200 + i), 0, &attack(0xe0 + i as u8));
     let a = raw_tx(&key(2), 0, &honest(1));
 
@@ -198,7 +198,7 @@ fn a_suspect_fingerprint_gets_one_forward_in_a_unit() {
     let settings = ScreenSettings::default();
     let ttl = settings.denied_ttl;
     let s = Screen::new(settings, Instant::now());
-    s.apply(&[invalidation(&raw_tx(&key(1), 0, &attack(1)))], 0);
+    s.apply(&[invalidation(&raw_tx(&key(1), 0, &attack(1)))], 0, 0);
     // The ban is over: suspect, one forward per hold.
     let (x, y) = (
         raw_tx(&key(2), 0, &attack(1)),

@@ -65,10 +65,11 @@ fn ban(bans: &Bans, raw: &str) {
             id: B256::repeat_byte(0xa5),
             version: 3,
         }),
+        crate::screening::state::wall_now(),
     )
     .unwrap();
     inv.tx_hash = Some(keccak256(&bytes));
-    bans.screen.apply(&[inv], 1);
+    bans.screen.apply(&[inv], 1, inv.started);
 }
 
 fn now(bans: &Bans) -> Millis {
