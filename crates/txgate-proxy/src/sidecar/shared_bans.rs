@@ -7,9 +7,12 @@
 //! Redis channel `<redis.key_prefix>:bans`; every other instance subscribed
 //! queues them like any invalidation (banned, hash refused, sender
 //! charged; a ban it already holds is counted as a duplicate, never charged
-//! twice); a ban starts when it is received. Publishing never waits: with
-//! Redis down or the outbox full, the ban holds on the instance that
-//! learned it and the miss is counted.
+//! twice). Each ban carries its start (`started_ms`, wall-clock Unix ms at
+//! the instance that learned it), so it runs from there on every instance,
+//! however late it arrives; a message from a build that sends no start
+//! starts its bans when received. Publishing never waits: with Redis down
+//! or the outbox full, the ban holds on the instance that learned it and
+//! the miss is counted.
 //! Pub/sub keeps nothing: an instance that starts later learns these bans
 //! only from its own sources (the sidecar's replay covers `txgate.v1`).
 //!
@@ -84,6 +87,9 @@ struct Ban {
     tx_hash: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sender: Option<String>,
+    /// The ban's start, wall-clock Unix ms (absent from older builds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    started_ms: Option<u64>,
 }
 
 impl Ban {
@@ -94,12 +100,13 @@ impl Ban {
             selector: alloy_primitives::hex::encode_prefixed(i.selector),
             tx_hash: i.tx_hash.map(|h| h.to_string()),
             sender: i.sender.map(|a| a.to_string()),
+            started_ms: Some(i.started),
         }
     }
 
-    /// The invalidation, started at `received`; `None` when a field does
-    /// not parse. No assertion travels: a shared ban counts toward no
-    /// assertion's cooldown.
+    /// The invalidation, started when its origin says, else at `received`;
+    /// `None` when a field does not parse. No assertion travels: a shared
+    /// ban counts toward no assertion's cooldown.
     fn invalidation(&self, received: UnixMillis) -> Option<Invalidation> {
         let selector = alloy_primitives::hex::decode(&self.selector).ok()?;
         Some(Invalidation {
@@ -115,7 +122,7 @@ impl Ban {
                 Some(a) => Some(Address::from_str(a).ok()?),
                 None => None,
             },
-            started: received,
+            started: self.started_ms.unwrap_or(received),
         })
     }
 }
@@ -277,7 +284,7 @@ mod tests {
             assertion: None,
             tx_hash: Some(B256::repeat_byte(1)),
             sender: Some(Address::repeat_byte(2)),
-            started: 5,
+            started: 1_700_000_000_000,
         }
     }
 
@@ -296,6 +303,23 @@ mod tests {
         partial.sender = None;
         let got = received(&payload("a", &[ban(), partial]), "b", 5).unwrap();
         assert_eq!(got, vec![ban(), partial]);
+    }
+
+    /// A message from a build that sends no start: its bans start when
+    /// received.
+    #[test]
+    fn a_ban_without_its_start_starts_when_received() {
+        let mut old: serde_json::Value = serde_json::from_slice(&payload("a", &[ban()])).unwrap();
+        assert_eq!(old["bans"][0]["started_ms"], 1_700_000_000_000u64);
+        old["bans"][0].as_object_mut().unwrap().remove("started_ms");
+        let got = received(&serde_json::to_vec(&old).unwrap(), "b", 5).unwrap();
+        assert_eq!(
+            got,
+            vec![Invalidation {
+                started: 5,
+                ..ban()
+            }]
+        );
     }
 
     #[test]
