@@ -22,6 +22,9 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 250;
 pub const DEFAULT_LOCAL_SHARE: f64 = 0.5;
 /// Default prefix of every key txgate writes.
 pub const DEFAULT_KEY_PREFIX: &str = "txgate";
+/// Default: entries the fleet's ban log keeps at most (each up to 32 bans,
+/// about 11 KiB): at most about 45 MiB in Redis.
+pub const DEFAULT_BAN_LOG_MAX_ENTRIES: usize = 4096;
 
 /// The shared store.
 #[derive(Clone, Deserialize, PartialEq)]
@@ -46,6 +49,10 @@ pub struct RedisConfig {
     /// Share of each limit an instance enforces alone while Redis is down
     /// (0 < share ≤ 1).
     pub local_share: f64,
+    /// Entries the fleet's ban log (`<key_prefix>:bans:log`) keeps at most,
+    /// besides its trimming by age; an instance whose unread entries are
+    /// cut by it counts a gap.
+    pub ban_log_max_entries: usize,
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -57,6 +64,7 @@ impl std::fmt::Debug for RedisConfig {
             .field("sync_interval_ms", &self.sync_interval)
             .field("timeout_ms", &self.timeout)
             .field("local_share", &self.local_share)
+            .field("ban_log_max_entries", &self.ban_log_max_entries)
             .finish()
     }
 }
@@ -69,6 +77,7 @@ impl Default for RedisConfig {
             sync_interval: Duration::from_millis(DEFAULT_SYNC_INTERVAL_MS),
             timeout: Duration::from_millis(DEFAULT_TIMEOUT_MS),
             local_share: DEFAULT_LOCAL_SHARE,
+            ban_log_max_entries: DEFAULT_BAN_LOG_MAX_ENTRIES,
         }
     }
 }
@@ -128,6 +137,12 @@ impl RedisConfig {
                 format!("{} is not within (0, 1]", self.local_share),
             ));
         }
+        if !(16..=1_000_000).contains(&self.ban_log_max_entries) {
+            return Err(ConfigError::new(
+                "redis.ban_log_max_entries",
+                format!("{} is not within 16..=1000000", self.ban_log_max_entries),
+            ));
+        }
         Ok(())
     }
 }
@@ -167,6 +182,14 @@ mod tests {
         assert_eq!(bad(&|c| c.local_share = 0.0), "redis.local_share");
         assert_eq!(bad(&|c| c.local_share = 1.5), "redis.local_share");
         assert_eq!(bad(&|c| c.local_share = f64::NAN), "redis.local_share");
+        assert_eq!(
+            bad(&|c| c.ban_log_max_entries = 15),
+            "redis.ban_log_max_entries"
+        );
+        assert_eq!(
+            bad(&|c| c.ban_log_max_entries = 1_000_001),
+            "redis.ban_log_max_entries"
+        );
     }
 
     #[test]

@@ -151,6 +151,8 @@ pub struct Proxy {
     probe_nodes: Nodes,
     client_limits: Option<Arc<ClientLimits>>,
     fleet: Option<Arc<FleetLink>>,
+    /// How far the fleet's ban log is read (saved in the snapshot).
+    ban_log: txgate_fleet::LogPosition,
     admin: Arc<ops::admin::Admin>,
     conditions: Arc<rpc::conditional::Conditions>,
     /// TLS on the client port, if on.
@@ -231,9 +233,12 @@ impl Proxy {
                 tokio::time::Instant::now().into_std(),
             ))
         });
+        // How far the fleet's ban log is read: from the snapshot, else
+        // nowhere yet.
+        let ban_log = txgate_fleet::LogPosition::default();
         match (&screen, snapshot_path(&config.screen)) {
             (Some(screen), Some(path)) => {
-                ops::snapshot::load(&path, screen, &metrics, &readiness);
+                ops::snapshot::load(&path, screen, &metrics, &readiness, &ban_log);
             }
             _ => readiness.set_snapshot(SnapshotState::Disabled),
         }
@@ -316,6 +321,7 @@ impl Proxy {
             pacer,
             client_limits,
             fleet,
+            ban_log,
             admin,
             conditions,
             config: Arc::new(settings),

@@ -73,7 +73,17 @@ impl Proxy {
                 "ban-snapshot",
                 Role::Optional,
                 Duration::from_secs(30),
-                |stop| ops::snapshot::run(path, screen.clone(), metrics.clone(), interval, stop),
+                |stop| {
+                    let position = self.ban_log.clone();
+                    ops::snapshot::run(
+                        path,
+                        screen.clone(),
+                        metrics.clone(),
+                        interval,
+                        position,
+                        stop,
+                    )
+                },
             );
         }
         Ok(background)
@@ -228,13 +238,26 @@ impl Proxy {
         }
         drop(sink);
         if let Some(outbox) = outbox {
-            let redis = config.redis.clone();
-            let (queue, metrics) = (queue.clone(), metrics.clone());
+            let settings = sidecar::shared_bans::LogSettings {
+                redis: config.redis.clone(),
+                window: ban_log_window(&config.screen),
+            };
+            let invalidations = Invalidations::new(screen.clone(), metrics.clone());
+            let (position, metrics) = (self.ban_log.clone(), metrics.clone());
             background.spawn(
                 "fleet-bans",
                 Role::Optional,
                 Duration::from_secs(2),
-                |stop| sidecar::shared_bans::run(redis, outbox, queue, metrics, stop),
+                |stop| {
+                    sidecar::shared_bans::run(
+                        settings,
+                        outbox,
+                        invalidations,
+                        position,
+                        metrics,
+                        stop,
+                    )
+                },
             );
         }
         if let Some(addr) = aeges {
@@ -253,4 +276,12 @@ impl Proxy {
         );
         Ok(())
     }
+}
+
+/// How long an entry of the fleet's ban log can hold a live ban: the
+/// longest life of what it carries (a ban, a failure's window), plus the
+/// clock skew a start may have.
+fn ban_log_window(screen: &txgate_config::ScreenConfig) -> Duration {
+    let skew = Duration::from_millis(txgate_screen::wall::MAX_CLOCK_SKEW);
+    screen.denied_ttl.max(screen.recent_failure_ttl) + skew
 }

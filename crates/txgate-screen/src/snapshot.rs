@@ -2,16 +2,22 @@
 //! assertions, as bytes (the proxy writes them to a file and reads them back
 //! at start, so a restart forgets no live ban).
 //!
-//! Format 2, big-endian:
+//! Format 3, big-endian:
 //!
 //! ```text
 //! "TXGATE-BANS\0"  12 bytes magic
-//! format           u32 (2)
+//! format           u32 (3)
 //! count            u64
 //! count × record:  fingerprint (32) ‖ expires_in_ms u64 ‖ suspect_for_ms u64
 //!                  ‖ n u8 ‖ n × (assertion id (32) ‖ assertion version u64)
+//! log mark         u8 (0: none; 1: followed by ms u64 ‖ seq u64)
 //! keccak256 of everything above (32)
 //! ```
+//!
+//! The log mark is how far the instance had read the fleet's ban log
+//! ([`LogMark`]) when it wrote the bans: they include every ban of the log
+//! up to it, and a restart reads the log on from there. Format 3 is format
+//! 2 with the mark; a format 2 snapshot is read with none.
 //!
 //! Format 2 has format 1's layout; its fingerprints follow the reference
 //! proxy's rule (zero argument hash for calldata of 4 bytes or fewer, gas
@@ -35,7 +41,7 @@ use crate::ttl::Millis;
 
 const MAGIC: &[u8; 12] = b"TXGATE-BANS\0";
 /// The format this build writes.
-pub const FORMAT: u32 = 2;
+pub const FORMAT: u32 = 3;
 /// The oldest format this build reads.
 pub const OLDEST_FORMAT: u32 = 1;
 /// Assertions per record at most (the set keeps two).
@@ -52,6 +58,15 @@ pub struct BanRecord {
     pub suspect_for: Millis,
     /// The assertions it was banned under (empty: none named).
     pub assertions: Vec<AssertionKey>,
+}
+
+/// A position in the fleet's ban log (a Redis stream id, `<ms>-<seq>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogMark {
+    /// The id's milliseconds.
+    pub ms: u64,
+    /// The id's sequence within them.
+    pub seq: u64,
 }
 
 /// Why a snapshot was not loaded.
@@ -71,9 +86,14 @@ pub enum SnapshotError {
     Checksum,
 }
 
-/// Encodes records.
+/// Encodes records, with no log mark.
 pub fn encode(records: &[BanRecord]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(24 + records.len() * 100 + 32);
+    encode_with(records, None)
+}
+
+/// Encodes records and how far the ban log they include was read.
+pub fn encode_with(records: &[BanRecord], mark: Option<LogMark>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(24 + records.len() * 100 + 17 + 32);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT.to_be_bytes());
     out.extend_from_slice(&(records.len() as u64).to_be_bytes());
@@ -86,6 +106,14 @@ pub fn encode(records: &[BanRecord]) -> Vec<u8> {
         for key in &r.assertions[..n] {
             out.extend_from_slice(key.id.as_slice());
             out.extend_from_slice(&key.version.to_be_bytes());
+        }
+    }
+    match mark {
+        None => out.push(0),
+        Some(mark) => {
+            out.push(1);
+            out.extend_from_slice(&mark.ms.to_be_bytes());
+            out.extend_from_slice(&mark.seq.to_be_bytes());
         }
     }
     let sum = keccak256(&out);
@@ -125,6 +153,9 @@ pub struct Decoded {
     pub format: u32,
     /// Its bans.
     pub records: Vec<BanRecord>,
+    /// How far the fleet's ban log was read (format 3; `None` before it,
+    /// or when none was read).
+    pub log_mark: Option<LogMark>,
 }
 
 /// Decodes a snapshot; any damage is an error, never a panic.
@@ -178,10 +209,26 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, SnapshotError> {
             assertions,
         });
     }
+    let log_mark = if format >= 3 {
+        match r.take(1)?[0] {
+            0 => None,
+            1 => Some(LogMark {
+                ms: r.u64()?,
+                seq: r.u64()?,
+            }),
+            _ => return Err(SnapshotError::Truncated),
+        }
+    } else {
+        None
+    };
     if !r.bytes.is_empty() {
         return Err(SnapshotError::Truncated);
     }
-    Ok(Decoded { format, records })
+    Ok(Decoded {
+        format,
+        records,
+        log_mark,
+    })
 }
 
 #[cfg(test)]
@@ -207,14 +254,43 @@ mod tests {
     #[test]
     fn round_trip() {
         let records = sample();
-        let back = decode(&encode(&records)).map(|d| (d.format, d.records));
-        assert_eq!(back, Ok((FORMAT, records)));
+        let back = decode(&encode(&records)).map(|d| (d.format, d.records, d.log_mark));
+        assert_eq!(back, Ok((FORMAT, records.clone(), None)));
         assert_eq!(decode(&encode(&[])).map(|d| d.records), Ok(vec![]));
+        let mark = LogMark {
+            ms: 1_764_000_000_000,
+            seq: 7,
+        };
+        let back = decode(&encode_with(&records, Some(mark))).map(|d| (d.records, d.log_mark));
+        assert_eq!(back, Ok((records, Some(mark))));
+    }
+
+    /// Format 2: format 3 without the mark byte.
+    fn format_2(records: &[BanRecord]) -> Vec<u8> {
+        let bytes = encode(records);
+        let mut out = bytes[..bytes.len() - 33].to_vec();
+        out[12..16].copy_from_slice(&2u32.to_be_bytes());
+        let sum = keccak256(&out);
+        out.extend_from_slice(sum.as_slice());
+        out
+    }
+
+    #[test]
+    fn format_2_is_read_with_no_mark() {
+        let records = sample();
+        assert_eq!(
+            decode(&format_2(&records)),
+            Ok(Decoded {
+                format: 2,
+                records,
+                log_mark: None
+            })
+        );
     }
 
     #[test]
     fn every_truncation_and_every_flipped_byte_is_refused() {
-        let bytes = encode(&sample()[..5]);
+        let bytes = encode_with(&sample()[..5], Some(LogMark { ms: 5, seq: 6 }));
         for len in 0..bytes.len() {
             assert!(decode(&bytes[..len]).is_err(), "cut at {len}");
         }
@@ -238,8 +314,15 @@ mod tests {
     #[test]
     fn format_1_is_read_and_named_and_unknown_formats_are_refused() {
         let records = sample();
-        let old = with_format(&encode(&records), 1);
-        assert_eq!(decode(&old), Ok(Decoded { format: 1, records }));
+        let old = with_format(&format_2(&records), 1);
+        assert_eq!(
+            decode(&old),
+            Ok(Decoded {
+                format: 1,
+                records,
+                log_mark: None
+            })
+        );
         let future = with_format(&encode(&[]), FORMAT + 1);
         assert_eq!(
             decode(&future),

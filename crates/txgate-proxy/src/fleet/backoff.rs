@@ -1,7 +1,8 @@
 //! How long to wait before retrying the fleet's Redis.
 //!
 //! The first retry comes 100 ms after a failure, each further one twice as
-//! late up to 5 s, until a connect succeeds. Each wait is moved by up to
+//! late up to 5 s (or a shorter longest wait: the ban log's links wait at
+//! most 1 s), until a connect succeeds. Each wait is moved by up to
 //! ±20% at random, so the instances of a fleet whose Redis comes back do
 //! not all reconnect at the same moment.
 //!
@@ -21,15 +22,24 @@ const LONGEST: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct Backoff {
     next: Duration,
+    longest: Duration,
 }
 
 impl Default for Backoff {
     fn default() -> Backoff {
-        Backoff { next: FIRST }
+        Backoff::up_to(LONGEST)
     }
 }
 
 impl Backoff {
+    /// Waits from 100 ms doubling up to `longest` (before jitter).
+    pub fn up_to(longest: Duration) -> Backoff {
+        Backoff {
+            next: FIRST.min(longest),
+            longest,
+        }
+    }
+
     /// An attempt failed: how long to wait before the next one.
     pub fn failed(&mut self) -> Duration {
         self.failed_with(random())
@@ -38,13 +48,13 @@ impl Backoff {
     /// [`Backoff::failed`], with `noise` placing the wait within ±20%.
     fn failed_with(&mut self, noise: u64) -> Duration {
         let wait = jittered(self.next, noise);
-        self.next = (self.next * 2).min(LONGEST);
+        self.next = (self.next * 2).min(self.longest);
         wait
     }
 
     /// A connect succeeded: the next failure waits the first delay again.
     pub fn succeeded(&mut self) {
-        self.next = FIRST;
+        self.next = FIRST.min(self.longest);
     }
 }
 
@@ -80,6 +90,13 @@ mod tests {
         backoff.succeeded();
         assert_eq!(backoff.failed_with(0), 80 * MS);
         assert_eq!(backoff.failed_with(0), 160 * MS);
+    }
+
+    #[test]
+    fn a_shorter_longest_wait_caps_the_doubling() {
+        let mut backoff = Backoff::up_to(Duration::from_secs(1));
+        let waits: Vec<u128> = (0..6).map(|_| backoff.failed_with(0).as_millis()).collect();
+        assert_eq!(waits, [80, 160, 320, 640, 800, 800]);
     }
 
     #[test]

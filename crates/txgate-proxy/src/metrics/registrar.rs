@@ -3,8 +3,8 @@
 
 use prometheus::core::Collector;
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry,
+    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
 };
 
 /// Registers metrics in one registry. A name registers once and every
@@ -32,6 +32,10 @@ impl<'a> Registrar<'a> {
 
     pub(crate) fn gauge(&self, name: &str, help: &str) -> IntGauge {
         self.register(IntGauge::new(name, help).unwrap_or_else(|e| unreachable!("{e}")))
+    }
+
+    pub(crate) fn float_gauge(&self, name: &str, help: &str) -> Gauge {
+        self.register(Gauge::new(name, help).unwrap_or_else(|e| unreachable!("{e}")))
     }
 
     pub(crate) fn histogram(&self, name: &str, help: &str, buckets: &[f64]) -> Histogram {

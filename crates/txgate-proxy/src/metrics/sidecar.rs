@@ -1,7 +1,7 @@
 //! Sidecar metrics: the invalidation stream, its queue and batches, and
 //! the ShouldForward probe.
 
-use prometheus::{Histogram, IntCounter, IntGauge, IntGaugeVec};
+use prometheus::{Gauge, Histogram, IntCounter, IntGauge, IntGaugeVec};
 use txgate_proto::results::Status;
 
 use super::registrar::Registrar;
@@ -106,19 +106,41 @@ pub struct ResultCounters {
 }
 
 /// `txgate_fleet_bans_total{event}`: bans shared with the fleet's other
-/// instances over Redis.
+/// instances through the ban log in Redis, and the log's gauges.
 #[derive(Debug)]
 pub struct FleetBanCounters {
-    /// Learned here from a source only this instance hears, and published.
-    pub published: IntCounter,
-    /// Not published: Redis down or the outbox full (the ban holds here).
+    /// Learned here from a source only this instance hears, and appended
+    /// (Redis confirmed).
+    pub appended: IntCounter,
+    /// Appends that failed (their bans stay in the outbox and are retried).
+    pub append_failed: IntCounter,
+    /// Not appended: the outbox full, or still waiting at stop (the ban
+    /// holds here).
     pub dropped: IntCounter,
-    /// Received from another instance and queued.
+    /// Read from another instance's entry and applied.
     pub received: IntCounter,
-    /// Received messages that did not parse (not applied).
+    /// Of those, read from entries that were in the log when this
+    /// instance connected (a replay after a start, a reconnect or a reset).
+    pub replayed: IntCounter,
+    /// Entries that did not parse (not applied).
     pub malformed: IntCounter,
-    /// Connections to Redis for the channel that failed or ended.
+    /// Connections to Redis for the log that failed or ended.
     pub reconnects: IntCounter,
+    /// Reconnects that found unread entries cut while live (bans possibly
+    /// never learned here).
+    pub gaps: IntCounter,
+    /// Reconnects that found this instance ahead of the log (a failover to
+    /// a replica that missed entries): the log is read again whole.
+    pub resets: IntCounter,
+    /// `txgate_fleet_ban_log_outbox`: bans waiting to be appended.
+    pub outbox: IntGauge,
+    /// `txgate_fleet_ban_log_lag_seconds`: how far behind the log's end the
+    /// reader is, by the age of the last entry it applied (0 when caught
+    /// up).
+    pub lag_seconds: Gauge,
+    /// `txgate_fleet_ban_log_lag_entries`: entries appended to the log that
+    /// this instance has not read (measured each second).
+    pub lag_entries: IntGauge,
 }
 
 /// Sidecar link metrics.
@@ -188,17 +210,30 @@ impl SidecarMetrics {
         );
         let fleet = r.counter_vec(
             "fleet_bans_total",
-            "Bans shared with the fleet's other instances over Redis, by event",
+            "Bans shared with the fleet's other instances through the ban log in Redis, by event",
             &["event"],
         );
         let event = |name: &str| fleet.with_label_values(&[name]);
         SidecarMetrics {
             fleet_bans: FleetBanCounters {
-                published: event("published"),
+                appended: event("appended"),
+                append_failed: event("append_failed"),
                 dropped: event("dropped"),
                 received: event("received"),
+                replayed: event("replayed"),
                 malformed: event("malformed"),
                 reconnects: event("reconnect"),
+                gaps: event("gap"),
+                resets: event("reset"),
+                outbox: r.gauge("fleet_ban_log_outbox", "Bans waiting to be appended to the fleet's ban log"),
+                lag_seconds: r.float_gauge(
+                    "fleet_ban_log_lag_seconds",
+                    "How far behind the fleet's ban log this instance reads (age of the last entry applied; 0 when caught up)",
+                ),
+                lag_entries: r.gauge(
+                    "fleet_ban_log_lag_entries",
+                    "Entries of the fleet's ban log this instance has not read",
+                ),
             },
             up: r.gauge("sidecar_up", "Sidecar sources whose stream is open"),
             source_up: r.gauge_vec(

@@ -18,8 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+use txgate_fleet::LogPosition;
 use txgate_screen::Screen;
-use txgate_screen::snapshot::{FORMAT, SnapshotError, decode, encode};
+use txgate_screen::snapshot::{FORMAT, SnapshotError, decode, encode_with};
 
 use crate::metrics::Metrics;
 use crate::ops::health::{Readiness, SnapshotState};
@@ -47,7 +48,12 @@ enum LoadError {
     Unusable(SnapshotError),
 }
 
-fn read(path: &Path, screen: &Screen, metrics: &Metrics) -> Result<Option<usize>, LoadError> {
+fn read(
+    path: &Path,
+    screen: &Screen,
+    metrics: &Metrics,
+    position: &LogPosition,
+) -> Result<Option<usize>, LoadError> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -56,6 +62,10 @@ fn read(path: &Path, screen: &Screen, metrics: &Metrics) -> Result<Option<usize>
     let decoded = decode(&bytes).map_err(LoadError::Unusable)?;
     let now = screen.millis(tokio::time::Instant::now().into_std());
     let restored = screen.import_bans(&decoded.records, now);
+    if let Some(mark) = decoded.log_mark {
+        // The bans include the fleet's ban log up to here: read on after it.
+        position.set(mark.into());
+    }
     if decoded.format < FORMAT {
         // See txgate_screen::snapshot: kept, not dropped; the ones the new
         // fingerprint rule no longer produces lapse with their time.
@@ -70,11 +80,17 @@ fn read(path: &Path, screen: &Screen, metrics: &Metrics) -> Result<Option<usize>
 /// Loads the snapshot at `path` (else its previous generation) into
 /// `screen`, counts what happened and reports it to `/readyz`; returns the
 /// bans restored.
-pub fn load(path: &Path, screen: &Screen, metrics: &Metrics, readiness: &Readiness) -> usize {
+pub fn load(
+    path: &Path,
+    screen: &Screen,
+    metrics: &Metrics,
+    readiness: &Readiness,
+    position: &LogPosition,
+) -> usize {
     let m = &metrics.snapshot;
     let mut failed = false;
     for (file, fallback) in [(path.to_path_buf(), false), (previous(path), true)] {
-        match read(&file, screen, metrics) {
+        match read(&file, screen, metrics, position) {
             Ok(Some(restored)) => {
                 tracing::info!(path = %file.display(), restored, "ban snapshot loaded");
                 m.restored.set(restored as i64);
@@ -114,12 +130,16 @@ pub fn load(path: &Path, screen: &Screen, metrics: &Metrics, readiness: &Readine
     0
 }
 
-/// Writes the current bans to `path`; returns the bans written. Only the
-/// snapshot task calls this while txgate runs.
-pub fn save(path: &Path, screen: &Screen) -> std::io::Result<usize> {
+/// Writes the current bans to `path`, with how far the fleet's ban log is
+/// read; returns the bans written. Only the snapshot task calls this while
+/// txgate runs.
+pub fn save(path: &Path, screen: &Screen, position: &LogPosition) -> std::io::Result<usize> {
+    // The position first: the bans taken after it include every one up to
+    // it (the reader applies an entry's bans before it moves past it).
+    let mark = position.get().map(Into::into);
     let now = screen.millis(tokio::time::Instant::now().into_std());
     let records = screen.export_bans(now);
-    let bytes = encode(&records);
+    let bytes = encode_with(&records, mark);
     let tmp = sibling(path, ".tmp");
     let prev_tmp = sibling(path, ".prev.tmp");
     let steps = || -> std::io::Result<()> {
@@ -162,11 +182,13 @@ async fn save_counted(
     path: &Path,
     screen: &Arc<Screen>,
     metrics: &Arc<Metrics>,
+    position: &LogPosition,
     failing: u64,
 ) -> u64 {
     let (path, screen, m) = (path.to_path_buf(), screen.clone(), metrics.clone());
+    let position = position.clone();
     let saved = tokio::task::spawn_blocking(move || {
-        let result = save(&path, &screen);
+        let result = save(&path, &screen, &position);
         (path, result)
     })
     .await;
@@ -210,6 +232,7 @@ pub async fn run(
     screen: Arc<Screen>,
     metrics: Arc<Metrics>,
     interval: Duration,
+    position: LogPosition,
     stop: CancellationToken,
 ) {
     metrics.snapshot.interval.set(interval.as_secs() as i64);
@@ -220,10 +243,10 @@ pub async fn run(
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
-            _ = tick.tick() => failing = save_counted(&path, &screen, &metrics, failing).await,
+            _ = tick.tick() => failing = save_counted(&path, &screen, &metrics, &position, failing).await,
         }
     }
-    save_counted(&path, &screen, &metrics, failing).await;
+    save_counted(&path, &screen, &metrics, &position, failing).await;
 }
 
 #[cfg(test)]
@@ -261,6 +284,27 @@ mod tests {
         (screen_with_bans(0), metrics, readiness)
     }
 
+    /// A restart reads the fleet's ban log on from where the snapshot's
+    /// bans end; a snapshot written before any read leaves it unread.
+    #[test]
+    fn the_log_position_is_saved_and_restored_with_the_bans() {
+        let dir = std::env::temp_dir().join(format!("txgate-snap-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_default();
+        let path = dir.join("bans.bin");
+        let read = LogPosition::default();
+        read.set("1764000000000-4".parse().unwrap());
+        assert_eq!(save(&path, &screen_with_bans(10), &read).unwrap_or(0), 10);
+        let (target, metrics, readiness) = fresh();
+        let restored = LogPosition::default();
+        assert_eq!(load(&path, &target, &metrics, &readiness, &restored), 10);
+        assert_eq!(restored.get(), read.get());
+        save(&path, &screen_with_bans(1), &LogPosition::default()).unwrap();
+        let none = LogPosition::default();
+        load(&path, &fresh().0, &metrics, &readiness, &none);
+        assert_eq!(none.get(), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// Defect: a corrupt newest snapshot lost every learned ban; now the
     /// previous generation is restored, counted and reported.
     #[test]
@@ -271,17 +315,32 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let _ = std::fs::remove_file(previous(&path));
         let screen = screen_with_bans(100);
-        assert_eq!(save(&path, &screen).unwrap_or(0), 100);
+        assert_eq!(
+            save(&path, &screen, &LogPosition::default()).unwrap_or(0),
+            100
+        );
         assert!(!previous(&path).exists(), "a first save has no previous");
         let more = screen_with_bans(150);
-        assert_eq!(save(&path, &more).unwrap_or(0), 150);
+        assert_eq!(
+            save(&path, &more, &LogPosition::default()).unwrap_or(0),
+            150
+        );
         // The newest is damaged; the generation before it is whole.
         let mut bytes = std::fs::read(&path).unwrap_or_default();
         let middle = bytes.len() / 2;
         bytes[middle] ^= 0xff;
         std::fs::write(&path, &bytes).unwrap_or_default();
         let (target, metrics, readiness) = fresh();
-        assert_eq!(load(&path, &target, &metrics, &readiness), 100);
+        assert_eq!(
+            load(
+                &path,
+                &target,
+                &metrics,
+                &readiness,
+                &LogPosition::default()
+            ),
+            100
+        );
         assert_eq!(metrics.snapshot.load_unusable.get(), 1);
         assert_eq!(metrics.snapshot.load_fallback.get(), 1);
         assert_eq!(metrics.snapshot.restored.get(), 100);
@@ -290,15 +349,36 @@ mod tests {
         // over the good previous generation.
         assert!(!path.exists());
         assert!(dir.join("bans.bin.unusable").exists());
-        assert_eq!(save(&path, &screen_with_bans(120)).unwrap_or(0), 120);
+        assert_eq!(
+            save(&path, &screen_with_bans(120), &LogPosition::default()).unwrap_or(0),
+            120
+        );
         let (target, metrics, readiness) = fresh();
-        assert_eq!(load(&previous(&path), &target, &metrics, &readiness), 100);
+        assert_eq!(
+            load(
+                &previous(&path),
+                &target,
+                &metrics,
+                &readiness,
+                &LogPosition::default()
+            ),
+            100
+        );
         // Both damaged: nothing restored, said so, both set aside, and the
         // saves that follow start afresh.
         std::fs::write(&path, b"junk").unwrap_or_default();
         std::fs::write(previous(&path), b"junk").unwrap_or_default();
         let (target, metrics, readiness) = fresh();
-        assert_eq!(load(&path, &target, &metrics, &readiness), 0);
+        assert_eq!(
+            load(
+                &path,
+                &target,
+                &metrics,
+                &readiness,
+                &LogPosition::default()
+            ),
+            0
+        );
         assert_eq!(metrics.snapshot.load_unusable.get(), 2);
         assert_eq!(readiness.snapshot(), SnapshotState::Failed);
         assert!(!path.exists() && !previous(&path).exists());
@@ -321,6 +401,7 @@ mod tests {
             screen.clone(),
             metrics.clone(),
             Duration::from_millis(1),
+            LogPosition::default(),
             stop.clone(),
         ));
         // Stop while periodic saves of 50k bans run back to back.
@@ -332,7 +413,10 @@ mod tests {
         assert!(metrics.snapshot.written.get() >= 1);
         assert!(!dir.join("bans.bin.tmp").exists());
         let (target, m, readiness) = fresh();
-        assert_eq!(load(&path, &target, &m, &readiness), 50_000);
+        assert_eq!(
+            load(&path, &target, &m, &readiness, &LogPosition::default()),
+            50_000
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

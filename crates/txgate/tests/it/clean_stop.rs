@@ -45,13 +45,13 @@ async fn sigterm_with_every_background_task_running_logs_no_warning() {
         .logs_until(Duration::from_secs(15), |lines| {
             lines
                 .iter()
-                .any(|l| l.contains("sharing bans with the fleet"))
+                .any(|l| l.contains("reading the fleet's ban log"))
         })
         .await;
     assert!(
         started
             .iter()
-            .any(|l| l.contains("sharing bans with the fleet")),
+            .any(|l| l.contains("reading the fleet's ban log")),
         "never joined the fleet's ban channel: {started:?}"
     );
     assert!(

@@ -65,6 +65,10 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     fn kill(&mut self) {
         if let Some(mut proc) = self.proc.take() {
             proc.kill();
@@ -358,7 +362,7 @@ async fn a_reported_ban_reaches_every_instance_through_redis(kind: NodeKind) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !logs
             .iter()
-            .any(|l: &String| l.contains("sharing bans with the fleet"))
+            .any(|l: &String| l.contains("reading the fleet's ban log"))
         {
             assert!(Instant::now() < deadline, "never subscribed: {logs:?}");
             logs.extend(t.drain_logs());
@@ -407,21 +411,21 @@ async fn a_reported_ban_reaches_every_instance_through_redis(kind: NodeKind) {
         -32003,
         "denied_fingerprint",
     );
-    // The publisher counts its ban once Redis has answered the PUBLISH,
-    // which can be after the other instance has it: waited for. The
-    // receiver counts it before queueing it, so before it refuses the
-    // copy: read at once.
+    // The appender counts its ban once Redis has answered the XADD, which
+    // can be after the other instance has it: waited for. The reader
+    // counts it before applying it, so before it refuses the copy: read at
+    // once.
     let published = eventually(Duration::from_secs(5), || async {
         metric(
             &heard.metrics().await,
-            "txgate_fleet_bans_total{event=\"published\"}",
+            "txgate_fleet_bans_total{event=\"appended\"}",
         ) == 1.0
     })
     .await;
     let (h, o) = (heard.metrics().await, other.metrics().await);
     assert!(published, "{h}");
     assert_eq!(
-        metric(&h, "txgate_fleet_bans_total{event=\"published\"}"),
+        metric(&h, "txgate_fleet_bans_total{event=\"appended\"}"),
         1.0,
         "{h}"
     );
@@ -430,7 +434,7 @@ async fn a_reported_ban_reaches_every_instance_through_redis(kind: NodeKind) {
         1.0,
         "{o}"
     );
-    // The publisher skips its own message.
+    // The appender skips its own entry.
     assert_eq!(
         metric(&h, "txgate_fleet_bans_total{event=\"received\"}"),
         0.0,

@@ -21,6 +21,7 @@ mod faults_sidecar;
 mod faults_snapshot;
 mod faults_upstream;
 mod fleet;
+mod fleet_ban_log;
 mod fleet_redis;
 mod geth;
 mod geth_diff;

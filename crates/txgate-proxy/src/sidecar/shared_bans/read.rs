@@ -1,0 +1,350 @@
+//! The reader: every other instance's entries, applied in order from the
+//! last one applied here.
+//!
+//! On each connect it asks where the log stands (`XINFO STREAM`) and
+//! resumes as [`txgate_fleet::resume`] says (after its own position; the
+//! whole log when fresh or ahead of the log), then reads with `XREAD`
+//! (blocking briefly, within the link's timeout) and applies each reply's
+//! bans as one batch before it moves its position past them: a snapshot
+//! never saves a position ahead of the bans it holds.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use redis::aio::MultiplexedConnection;
+use redis::streams::StreamReadReply;
+use tokio_util::sync::CancellationToken;
+use txgate_fleet::{LogPosition, LogState, StreamId, entry, resume};
+
+use super::{LONGEST_RETRY, LogSettings};
+use crate::fleet::{Backoff, Link};
+use crate::metrics::Metrics;
+use crate::screening::state::{Invalidations, wall_now};
+
+/// Entries per read at most.
+const PER_READ: usize = 64;
+/// How often the lag in entries is measured.
+const LAG_EVERY: Duration = Duration::from_secs(1);
+
+pub(super) async fn run(
+    link: &Link,
+    settings: &LogSettings,
+    origin: &str,
+    invalidations: &Invalidations,
+    position: &LogPosition,
+    metrics: &Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    let m = &metrics.sidecar.fleet_bans;
+    let key = settings.key();
+    let window = u64::try_from(settings.window.as_millis()).unwrap_or(u64::MAX);
+    // The read blocks at most half the link's timeout, so that a reply
+    // (empty or not) always comes within it.
+    let block = (settings.redis.timeout / 2).as_millis().max(1) as u64;
+    let mut backoff = Backoff::up_to(LONGEST_RETRY);
+    loop {
+        let connected = tokio::select! {
+            () = stop.cancelled() => return,
+            c = connect(link, &key) => c,
+        };
+        let (mut conn, state) = match connected {
+            Ok(pair) => {
+                backoff.succeeded();
+                pair
+            }
+            Err(e) => {
+                m.reconnects.inc();
+                tracing::debug!(error = %e, "ban log: the reader's connect failed");
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(backoff.failed()) => continue,
+                }
+            }
+        };
+        let start = resume(position.get(), state.log, wall_now(), window);
+        if start.gap {
+            m.gaps.inc();
+            tracing::warn!(after = %start.after, "ban log: entries this instance had not read were cut while live");
+        }
+        if start.reset {
+            m.resets.inc();
+            tracing::warn!(saved = ?position.get(), last = %state.log.last_generated,
+                "ban log: this instance had read past the log's end (a failover?): reading it all again");
+        }
+        tracing::info!(key, after = %start.after, "reading the fleet's ban log");
+        let mut reader = Reader {
+            after: start.after,
+            replay_until: state.log.last_generated,
+            // Reading from the start: every entry before the first kept
+            // was cut, so the count read so far is known.
+            ordinal: (start.after == StreamId::ZERO)
+                .then(|| state.entries_added.saturating_sub(state.length)),
+            measured: Instant::now(),
+        };
+        loop {
+            let read = tokio::select! {
+                () = stop.cancelled() => return,
+                r = reader.read(link, &mut conn, &key, block) => r,
+            };
+            let Ok(reply) = read else {
+                m.reconnects.inc();
+                break;
+            };
+            let full = reader.apply(reply, origin, invalidations, position, metrics);
+            let lag = if full {
+                wall_now().saturating_sub(reader.after.ms) as f64 / 1000.0
+            } else {
+                0.0
+            };
+            m.lag_seconds.set(lag);
+            if reader.measured.elapsed() >= LAG_EVERY {
+                reader.measured = Instant::now();
+                match link.within(info(&mut conn, &key)).await {
+                    Ok(now) => {
+                        if reader.ordinal.is_none() && !full {
+                            reader.ordinal = Some(now.entries_added);
+                        }
+                        let behind = reader
+                            .ordinal
+                            .map_or(0, |o| now.entries_added.saturating_sub(o));
+                        m.lag_entries.set(behind as i64);
+                    }
+                    Err(_) => {
+                        m.reconnects.inc();
+                        break;
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(backoff.failed()) => {}
+        }
+    }
+}
+
+/// One connection's reading state.
+struct Reader {
+    /// Read the entries after this one.
+    after: StreamId,
+    /// Entries up to this one were in the log when the reader connected:
+    /// what it reads of them is a replay.
+    replay_until: StreamId,
+    /// Entries appended to the log before `after`, when known (the lag in
+    /// entries is the log's count past it).
+    ordinal: Option<u64>,
+    measured: Instant,
+}
+
+impl Reader {
+    async fn read(
+        &self,
+        link: &Link,
+        conn: &mut MultiplexedConnection,
+        key: &str,
+        block_ms: u64,
+    ) -> redis::RedisResult<Option<StreamReadReply>> {
+        let mut xread = redis::cmd("XREAD");
+        xread
+            .arg("COUNT")
+            .arg(PER_READ)
+            .arg("BLOCK")
+            .arg(block_ms)
+            .arg("STREAMS")
+            .arg(key)
+            .arg(self.after.to_string());
+        link.within(xread.query_async(conn)).await
+    }
+
+    /// Applies the bans of the others' entries in `reply` as one batch,
+    /// then moves the position past them; true when the read was full
+    /// (more entries wait).
+    fn apply(
+        &mut self,
+        reply: Option<StreamReadReply>,
+        origin: &str,
+        invalidations: &Invalidations,
+        position: &LogPosition,
+        metrics: &Metrics,
+    ) -> bool {
+        let m = &metrics.sidecar.fleet_bans;
+        let entries: Vec<_> = reply
+            .into_iter()
+            .flat_map(|r| r.keys)
+            .flat_map(|k| k.ids)
+            .collect();
+        let mut bans = Vec::new();
+        let mut replayed = 0u64;
+        let mut last = None;
+        for e in &entries {
+            let Ok(id) = e.id.parse::<StreamId>() else {
+                m.malformed.inc();
+                continue;
+            };
+            last = Some(id);
+            if field(&e.map, "origin") == Some(origin.as_bytes()) {
+                continue;
+            }
+            match field(&e.map, "bans").map(entry::decode) {
+                Some(Ok(found)) => {
+                    if id <= self.replay_until {
+                        replayed += found.len() as u64;
+                    }
+                    bans.extend(found);
+                }
+                _ => m.malformed.inc(),
+            }
+        }
+        if !bans.is_empty() {
+            // Counted first: once a ban refuses here, it is counted.
+            m.received.inc_by(bans.len() as u64);
+            m.replayed.inc_by(replayed);
+            invalidations.apply(&bans);
+        }
+        if let Some(id) = last {
+            self.after = id;
+            position.set(id);
+        }
+        if let Some(o) = self.ordinal.as_mut() {
+            *o += entries.len() as u64;
+        }
+        entries.len() >= PER_READ
+    }
+}
+
+/// A field's bytes.
+fn field<'a>(map: &'a std::collections::HashMap<String, Value>, name: &str) -> Option<&'a [u8]> {
+    match map.get(name)? {
+        Value::BulkString(bytes) => Some(bytes),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+/// Where the log stands.
+#[derive(Debug, Clone, Copy)]
+struct Info {
+    log: LogState,
+    /// Entries ever appended (Redis 7).
+    entries_added: u64,
+    /// Entries kept.
+    length: u64,
+}
+
+/// A connection, and where the log stands.
+async fn connect(link: &Link, key: &str) -> redis::RedisResult<(MultiplexedConnection, Info)> {
+    let mut conn = link.connect().await?;
+    let state = link.within(info(&mut conn, key)).await?;
+    Ok((conn, state))
+}
+
+/// `XINFO STREAM`; a log that does not exist is empty and never written.
+async fn info(conn: &mut MultiplexedConnection, key: &str) -> redis::RedisResult<Info> {
+    let reply: redis::RedisResult<Value> = redis::cmd("XINFO")
+        .arg("STREAM")
+        .arg(key)
+        .query_async(conn)
+        .await;
+    let reply = match reply {
+        Ok(v) => v,
+        Err(e) if e.to_string().contains("no such key") => {
+            return Ok(Info {
+                log: LogState {
+                    first: None,
+                    last_generated: StreamId::ZERO,
+                },
+                entries_added: 0,
+                length: 0,
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    parse_info(&reply).ok_or_else(|| {
+        redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "XINFO STREAM reply"))
+    })
+}
+
+/// The fields of an `XINFO STREAM` reply (a map, or RESP2's flat array of
+/// names and values) that the reader uses.
+fn parse_info(reply: &Value) -> Option<Info> {
+    let pairs: Vec<(&Value, &Value)> = match reply {
+        Value::Map(pairs) => pairs.iter().map(|(k, v)| (k, v)).collect(),
+        Value::Array(flat) => flat
+            .chunks(2)
+            .filter_map(|p| Some((p.first()?, p.get(1)?)))
+            .collect(),
+        _ => return None,
+    };
+    let name = |v: &Value| match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok().map(str::to_owned),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    let text = |v: &Value| name(v);
+    let int = |v: &Value| match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        _ => None,
+    };
+    let (mut first, mut last, mut added, mut length) = (None, None, None, None);
+    for (k, v) in pairs {
+        match name(k)?.as_str() {
+            "first-entry" => {
+                first = match v {
+                    Value::Nil => Some(None),
+                    Value::Array(entry) => Some(Some(text(entry.first()?)?.parse().ok()?)),
+                    _ => return None,
+                }
+            }
+            "last-generated-id" => last = Some(text(v)?.parse().ok()?),
+            "entries-added" => added = int(v),
+            "length" => length = int(v),
+            _ => {}
+        }
+    }
+    Some(Info {
+        log: LogState {
+            first: first?,
+            last_generated: last?,
+        },
+        entries_added: added.unwrap_or(0),
+        length: length.unwrap_or(0),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn an_xinfo_reply_gives_where_the_log_stands() {
+        let flat = Value::Array(vec![
+            bulk("length"),
+            Value::Int(3),
+            bulk("last-generated-id"),
+            bulk("1700000000500-2"),
+            bulk("entries-added"),
+            Value::Int(10),
+            bulk("first-entry"),
+            Value::Array(vec![bulk("1700000000100-0"), Value::Array(vec![])]),
+        ]);
+        let info = parse_info(&flat).unwrap();
+        assert_eq!(info.log.first, Some("1700000000100-0".parse().unwrap()));
+        assert_eq!(info.log.last_generated, "1700000000500-2".parse().unwrap());
+        assert_eq!((info.entries_added, info.length), (10, 3));
+        let empty = Value::Map(vec![
+            (bulk("length"), Value::Int(0)),
+            (bulk("last-generated-id"), bulk("0-0")),
+            (bulk("first-entry"), Value::Nil),
+        ]);
+        let info = parse_info(&empty).unwrap();
+        assert_eq!(info.log.first, None);
+        assert_eq!(info.log.last_generated, StreamId::ZERO);
+        assert!(parse_info(&Value::Int(1)).is_none());
+        assert!(parse_info(&Value::Array(vec![bulk("length"), Value::Int(0)])).is_none());
+    }
+}

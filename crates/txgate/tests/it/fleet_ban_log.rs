@@ -1,0 +1,309 @@
+//! The fleet's ban log through a real redis-server: a ban reported to one
+//! instance while another's link to Redis is down (or while it restarts)
+//! reaches it when the link returns, its sender charged once; a fresh
+//! instance learns every live ban from the log alone.
+//!
+//! An instance's link to Redis is cut by a gate of the test's own: a TCP
+//! relay in front of redis-server that, closed, cuts what it carries and
+//! closes every new connection at once (what a partition does to a client
+//! whose connections reset).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use alloy_primitives::Address;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use crate::credible::{TIP, poke};
+use crate::fleet_redis::RedisServer;
+use crate::sidecar_loop::probe_until_denied;
+use crate::support::{
+    Anvil, Eoa, TempDir, TempFile, Txgate, eventually, free_port, fund, metric, post, rpc_json,
+};
+
+/// A relay to `upstream` on a port of its own that the test opens and
+/// closes.
+struct Gate {
+    port: u16,
+    open: Arc<AtomicBool>,
+    cut: watch::Sender<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Gate {
+    async fn start(upstream: u16) -> Gate {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open = Arc::new(AtomicBool::new(true));
+        let (cut, _) = watch::channel(0u64);
+        let (is_open, cuts) = (open.clone(), cut.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !is_open.load(Ordering::SeqCst) {
+                    continue; // dropped: closed at once
+                }
+                let mut cut = cuts.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        Gate {
+            port,
+            open,
+            cut,
+            task,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Cuts every connection through it and refuses new ones.
+    fn close(&self) {
+        self.open.store(false, Ordering::SeqCst);
+        self.cut.send_modify(|n| *n += 1);
+    }
+
+    fn open(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.cut.send_modify(|n| *n += 1);
+    }
+}
+
+/// A failure report of `caller`'s call `poke(arg)` to `target`, as the
+/// Credible Layer sidecar posts it.
+fn report(caller: Address, target: Address, arg: u64, hash_byte: u8, nonce: u64) -> String {
+    serde_json::json!([format!("0x{}", hex_byte(hash_byte).repeat(32)), {
+        "tx_type": 2, "caller": caller.to_string(), "gas_limit": 100000,
+        "gas_price": 2000000000u64, "kind": target.to_string(), "value": "0x0",
+        "data": format!("0x{}", alloy_primitives::hex::encode(poke(arg))), "nonce": nonce,
+        "chain_id": 31337, "access_list": [], "gas_priority_fee": 1000000000u64,
+        "blob_hashes": [], "max_fee_per_blob_gas": 0, "authorization_list": []
+    }])
+    .to_string()
+}
+
+fn hex_byte(b: u8) -> String {
+    format!("{b:02x}")
+}
+
+async fn post_report(aeges: u16, body: String) {
+    let (status, _, answer) = post(
+        &format!("http://127.0.0.1:{aeges}/report?token=t0k"),
+        Some("application/json"),
+        body,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+}
+
+/// Waits until `txgate` logs that it reads the log.
+async fn reading(txgate: &Txgate) {
+    let seen = txgate
+        .logs_until(Duration::from_secs(10), |lines| {
+            lines
+                .iter()
+                .any(|l| l.contains("reading the fleet's ban log"))
+        })
+        .await;
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("reading the fleet's ban log")),
+        "never read the ban log: {seen:?}"
+    );
+}
+
+async fn counted(txgate: &Txgate, series: &str) -> f64 {
+    metric(&txgate.metrics().await, series)
+}
+
+const CHARGED: &str = "txgate_invalidations_total{result=\"sender_charged\"}";
+const RECEIVED: &str = "txgate_fleet_bans_total{event=\"received\"}";
+const APPENDED: &str = "txgate_fleet_bans_total{event=\"appended\"}";
+
+/// A report posted to A while B's link to Redis is down for 10 s (B
+/// restarted meanwhile when `restart`): B refuses the reported calldata
+/// within 2 s of its link coming back, and neither charges the sender
+/// twice, however often the link drops after.
+async fn a_ban_reported_during_an_outage_reaches_the_instance_when_its_link_returns(restart: bool) {
+    let anvil = Anvil::start().await;
+    let redis = RedisServer::start(free_port());
+    let gate = Gate::start(redis.port()).await;
+    let aeges = free_port();
+    let a_config = TempFile::new(&format!(
+        "[redis]\nurl = \"{}\"\n[aeges]\nlisten = \"127.0.0.1:{aeges}\"\nreport_token = \"t0k\"\n",
+        redis.url()
+    ));
+    let dir = TempDir::new("ban-log");
+    let snapshot = dir.path.join("bans.bin");
+    let b_config = TempFile::new(&format!(
+        "[redis]\nurl = \"{}\"\n[screen]\nsnapshot_path = \"{}\"\n",
+        gate.url(),
+        snapshot.display()
+    ));
+    let a = Txgate::start(&anvil.url, &["-c", a_config.arg()]);
+    let mut b = Txgate::start(&anvil.url, &["-c", b_config.arg()]);
+    reading(&a).await;
+    reading(&b).await;
+
+    let outage = Instant::now();
+    gate.close();
+    let (attacker, copycat) = (Eoa::new(51), Eoa::new(52));
+    fund(&anvil.url, &[copycat.address]).await;
+    let target = Address::repeat_byte(0x42);
+    post_report(aeges, report(attacker.address, target, 91, 0xab, 0)).await;
+    let appended = eventually(Duration::from_secs(5), || async {
+        counted(&a, APPENDED).await == 1.0
+    })
+    .await;
+    assert!(appended, "A never appended the ban");
+    let copy = copycat.sign(0, target, &poke(91), 0, 50 * TIP);
+    if restart {
+        // B stops (its snapshot saved with its place in the log) and starts
+        // again while its link is still down.
+        b.proc.signal(libc::SIGTERM);
+        assert!(b.proc.wait_timeout(Duration::from_secs(15)).is_some());
+        b = Txgate::start(&anvil.url, &["-c", b_config.arg()]);
+    }
+    // Still cut off: B lets the copy through to its node.
+    let (_, answer) = crate::support::send_raw(&b.url, &copy).await;
+    assert!(answer["result"].is_string(), "{answer}");
+    tokio::time::sleep(Duration::from_secs(10).saturating_sub(outage.elapsed())).await;
+
+    let back = Instant::now();
+    gate.open();
+    let fresh = copycat.sign(1, target, &poke(91), 0, 50 * TIP);
+    let landed = probe_until_denied(
+        std::slice::from_ref(&b.url),
+        &fresh,
+        back,
+        Duration::from_secs(10),
+    )
+    .await;
+    let took = landed[0].first_refused_answered;
+    assert!(
+        took < Duration::from_secs(2),
+        "B refused the ban {took:?} after its link came back"
+    );
+    // Its link drops and returns again: B reads on from where it was.
+    gate.close();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    gate.open();
+    reading(&b).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for (name, instance) in [("A", &a), ("B", &b)] {
+        assert_eq!(
+            counted(instance, CHARGED).await,
+            1.0,
+            "{name} charged the sender"
+        );
+    }
+    assert_eq!(counted(&b, RECEIVED).await, 1.0);
+    assert_eq!(counted(&a, RECEIVED).await, 0.0, "A read its own entry");
+    let m = b.metrics().await;
+    assert_eq!(metric(&m, "txgate_fleet_bans_total{event=\"gap\"}"), 0.0);
+    assert_eq!(metric(&m, "txgate_fleet_ban_log_lag_seconds"), 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ban_reported_while_an_instance_is_cut_off_reaches_it_when_its_link_returns() {
+    a_ban_reported_during_an_outage_reaches_the_instance_when_its_link_returns(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ban_reported_while_an_instance_restarts_cut_off_reaches_it_when_its_link_returns() {
+    a_ban_reported_during_an_outage_reaches_the_instance_when_its_link_returns(true).await;
+}
+
+/// 1,000 reports to one instance; a fresh instance (no snapshot, no
+/// sidecar) refuses every one of them within 2 s of starting, from the
+/// log alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fresh_instance_learns_every_live_ban_from_the_log_within_2_s() {
+    const REPORTS: u64 = 1_000;
+    let anvil = Anvil::start().await;
+    let redis = RedisServer::start(free_port());
+    let aeges = free_port();
+    let a_config = TempFile::new(&format!(
+        "[redis]\nurl = \"{}\"\n[aeges]\nlisten = \"127.0.0.1:{aeges}\"\nreport_token = \"t0k\"\n",
+        redis.url()
+    ));
+    let a = Txgate::start(&anvil.url, &["-c", a_config.arg()]);
+    reading(&a).await;
+    let target = Address::repeat_byte(0x43);
+    let attacker = Eoa::new(61);
+    for i in 0..REPORTS {
+        let hash = u8::try_from(i % 250).unwrap();
+        let mut body = report(attacker.address, target, 1_000 + i, hash, i);
+        // Distinct hashes: the low bytes carry the index.
+        body = body.replacen(
+            &format!("0x{}", hex_byte(hash).repeat(32)),
+            &format!("0x{}{:016x}", "ee".repeat(24), i),
+            1,
+        );
+        post_report(aeges, body).await;
+    }
+    let appended = eventually(Duration::from_secs(10), || async {
+        counted(&a, APPENDED).await == REPORTS as f64
+    })
+    .await;
+    assert!(appended, "{}", a.metrics().await);
+
+    let c_config = TempFile::new(&format!("[redis]\nurl = \"{}\"\n", redis.url()));
+    let started = Instant::now();
+    let c = Txgate::start(&anvil.url, &["-c", c_config.arg()]);
+    let learned = eventually(Duration::from_secs(10), || async {
+        counted(&c, RECEIVED).await == REPORTS as f64
+    })
+    .await;
+    let took = started.elapsed();
+    assert!(learned, "{}", c.metrics().await);
+    // Every one refused: the same calldata from another sender, in batches.
+    let copycat = Eoa::new(62);
+    let mut refused = 0;
+    for chunk in (0..REPORTS).collect::<Vec<_>>().chunks(100) {
+        let calls: Vec<serde_json::Value> = chunk
+            .iter()
+            .map(|i| {
+                let raw = copycat.sign(*i, target, &poke(1_000 + i), 0, 50 * TIP);
+                serde_json::json!({"jsonrpc": "2.0", "id": i, "method": "eth_sendRawTransaction",
+                    "params": [raw]})
+            })
+            .collect();
+        let (_, answers) = rpc_json(&c.url, &serde_json::Value::Array(calls).to_string()).await;
+        for answer in answers.as_array().expect("a batch answer") {
+            assert_eq!(
+                answer["error"]["data"]["reason"], "denied_fingerprint",
+                "{answer}"
+            );
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, REPORTS);
+    assert!(
+        took < Duration::from_secs(2),
+        "the fresh instance took {took:?} to learn {REPORTS} bans"
+    );
+    let m = c.metrics().await;
+    assert_eq!(
+        metric(&m, "txgate_fleet_bans_total{event=\"replayed\"}"),
+        REPORTS as f64
+    );
+}
