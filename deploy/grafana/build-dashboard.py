@@ -3,8 +3,8 @@
 
 The dashboard is generated so that every panel has the same data source, the
 same instance filter and a unit, and the layout follows the request path:
-traffic, screening, sidecar, state, upstream, limits, conditional and sync
-calls, WebSocket, TLS, the Aeges listener.
+traffic, screening, sidecar, state, upstream, limits and the fleet,
+conditional and sync calls, WebSocket, TLS, the Aeges listener.
 Edit the panels here, then run:
 
     python3 deploy/grafana/build-dashboard.py          # rewrite txgate.json
@@ -546,7 +546,7 @@ def build():
         w=12,
     )
 
-    d.row("Limits")
+    d.row("Limits and fleet")
     d.timeseries(
         "Per-client refusals by limit",
         "Requests refused by a per-client limit per second: ip_rate, ip_tx_rate, key_rate, key_tx_rate, "
@@ -561,22 +561,6 @@ def build():
         "(signed conditional callers, bounded by conditional.max_callers).",
         "short",
         [(f"sum by (table) (txgate_limit_tracked_clients{{{I}}})", "{{table}}")],
-        w=6,
-    )
-    d.timeseries(
-        "Fleet Redis up",
-        "1 while syncs with the fleet's Redis succeed (limits are fleet-wide); 0: each instance enforces "
-        "its local share.",
-        "short",
-        [(f"txgate_redis_up{{{I}}}", "{{instance}}")],
-        max_=1,
-        w=6,
-    )
-    d.timeseries(
-        "Fleet bans over Redis",
-        "Bans shared with the fleet's other instances per second, by event.",
-        "short",
-        [(rate("txgate_fleet_bans_total", "event"), "{{event}}")],
         w=6,
     )
     d.timeseries(
@@ -598,6 +582,51 @@ def build():
             (f"sum(txgate_pacing_clients{{{I}}})", "clients on a streak"),
         ],
         w=6,
+    )
+
+    d.timeseries(
+        "Fleet Redis up",
+        "1 while syncs with the fleet's Redis succeed (limits are fleet-wide); 0: each instance enforces "
+        "its local share.",
+        "short",
+        [(f"txgate_redis_up{{{I}}}", "{{instance}}")],
+        max_=1,
+        w=6,
+    )
+    d.timeseries(
+        "Fleet ban log by event",
+        "Bans shared through the fleet's ban log in Redis (<key_prefix>:bans:log) per second, by event: "
+        "appended (Redis confirmed), append_failed (appends that failed, retried), dropped (not shared: "
+        "outbox full), received and replayed (read from the others' entries), malformed, reconnect, gap "
+        "(unread entries cut while live: bans possibly missed), reset (the log read again after a failover).",
+        "short",
+        [(rate("txgate_fleet_bans_total", "event"), "{{event}}")],
+        w=6,
+    )
+    d.timeseries(
+        "Ban log lag",
+        "How far behind the fleet's ban log each instance reads: the age of the last entry applied while "
+        "a backlog is read (64 entries a read), 0 when caught up.",
+        "s",
+        [(f"txgate_fleet_ban_log_lag_seconds{{{I}}}", "{{instance}}")],
+        w=4,
+    )
+    d.timeseries(
+        "Ban log entries unread",
+        "Entries of the fleet's ban log each instance has not read yet, measured each second (needs "
+        "Redis 7; 0 after a resume from a saved position until the reader first catches up).",
+        "short",
+        [(f"txgate_fleet_ban_log_lag_entries{{{I}}}", "{{instance}}")],
+        w=4,
+    )
+    d.timeseries(
+        "Ban log outbox",
+        "Bans each instance learned and has not yet appended to the fleet's ban log (Redis down or slow). "
+        "At 4096, further bans are not shared (dropped) and hold on that instance only.",
+        "short",
+        [(f"txgate_fleet_ban_log_outbox{{{I}}}", "{{instance}}")],
+        threshold=4096,
+        w=4,
     )
 
     d.row("Conditional and sync calls")
