@@ -2,7 +2,8 @@
 # Installs the Debian packages the tests use beyond the Rust toolchain:
 # faketime (the hash-seed test freezes the clock with it; setarch, from
 # util-linux, turns address randomisation off), the fleet's real parts:
-# HAProxy in front of several instances, redis-server for shared limits,
+# HAProxy in front of several instances, redis-server for shared limits
+# and redis-sentinel for a primary that fails over,
 # Prometheus (prometheus and promtool: the rule tests and the proof of
 # the dashboard's queries), and for the TLS tests nginx (an https://
 # upstream) and curl (an OpenSSL client); the daemons are installed without
@@ -20,6 +21,7 @@ command -v curl >/dev/null || need+=(curl)
 services=()
 command -v promtool >/dev/null || services+=(prometheus)
 { command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; } || services+=(nginx-light)
+command -v redis-sentinel >/dev/null || services+=(redis-sentinel)
 if [ ${#need[@]} -eq 0 ] && [ ${#services[@]} -eq 0 ]; then
   exit 0
 fi
@@ -38,7 +40,7 @@ listener_pid() {
 }
 
 # The packages' maintainer scripts start their daemons (Prometheus on port
-# 9090, nginx on 80) and enable them at boot. A policy-rc.d that forbids
+# 9090, nginx on 80, redis-sentinel on 26379) and enable them at boot. A policy-rc.d that forbids
 # starting services keeps them from starting during the install (one
 # already there, as in Docker images, is left as it is); whatever started
 # anyway is stopped by its pid.
@@ -53,13 +55,14 @@ if [ ! -e "$policy" ]; then
 fi
 before=$(listener_pid 9090)
 before_nginx=$(listener_pid 80)
+before_sentinel=$(listener_pid 26379)
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${services[@]}" >/dev/null
 if [ -n "$placed" ]; then
   $SUDO rm -f "$policy"
   trap - EXIT
 fi
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
-  $SUDO systemctl disable prometheus nginx >/dev/null 2>&1 || true
+  $SUDO systemctl disable prometheus nginx redis-sentinel >/dev/null 2>&1 || true
 fi
 after=$(listener_pid 9090)
 if [ -n "$after" ] && [ "$after" != "$before" ]; then
@@ -69,5 +72,10 @@ fi
 after=$(listener_pid 80)
 if [ -n "$after" ] && [ "$after" != "$before_nginx" ]; then
   echo "install-test-tools: stopping the nginx daemon the package started (pid $after)" >&2
+  $SUDO kill "$after"
+fi
+after=$(listener_pid 26379)
+if [ -n "$after" ] && [ "$after" != "$before_sentinel" ]; then
+  echo "install-test-tools: stopping the redis-sentinel daemon the package started (pid $after)" >&2
   $SUDO kill "$after"
 fi

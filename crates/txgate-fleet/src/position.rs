@@ -130,18 +130,20 @@ pub struct Resume {
 }
 
 /// Where a reader that had read up to `saved` (`None`: never, a fresh
-/// instance) resumes on a log in `state`, at `now_ms` (Unix ms), when an
-/// entry older than `window_ms` can no longer hold a live ban.
+/// instance) resumes on a log in `state` that keeps `length` entries of at
+/// most `cap` (the length cap; the log is also trimmed by age).
 ///
-/// - A fresh reader reads the whole window.
-/// - A reader behind the log resumes after its own id; if the oldest entry
-///   kept is younger than the window, entries after its id were cut by the
-///   length cap while live: a gap.
-/// - A reader ahead of the log's last id reads the whole window again.
+/// - A fresh reader reads the whole log (what is left is the live window).
+/// - A reader behind the log resumes after its own id. If entries after
+///   its id are gone (the oldest kept is past it) while the log is at its
+///   length cap, the cap may have cut them while live: a gap. Below the
+///   cap, only age trimmed the log, and what age trims can no longer hold
+///   a live ban.
+/// - A reader ahead of the log's last id reads the whole log again.
 ///
 /// Reading again what was read is harmless: a ban applied twice runs only
 /// its remaining time and charges its sender once.
-pub fn resume(saved: Option<StreamId>, state: LogState, now_ms: u64, window_ms: u64) -> Resume {
+pub fn resume(saved: Option<StreamId>, state: LogState, length: u64, cap: u64) -> Resume {
     let whole = Resume {
         after: StreamId::ZERO,
         gap: false,
@@ -156,15 +158,14 @@ pub fn resume(saved: Option<StreamId>, state: LogState, now_ms: u64, window_ms: 
             ..whole
         };
     }
-    let edge = now_ms.saturating_sub(window_ms);
-    let gap = match state.first {
-        Some(first) => saved < first && first.ms > edge,
-        // Empty: anything after `saved` was cut; live if the last was.
-        None => saved < state.last_generated && state.last_generated.ms > edge,
+    let cut_after_saved = match state.first {
+        Some(first) => saved < first && saved < state.last_generated,
+        // Empty: anything after `saved` was trimmed.
+        None => saved < state.last_generated,
     };
     Resume {
         after: saved,
-        gap,
+        gap: cut_after_saved && length >= cap,
         reset: false,
     }
 }
@@ -177,8 +178,8 @@ mod tests {
         StreamId { ms, seq }
     }
 
-    const WINDOW: u64 = 60_000;
     const NOW: u64 = 1_000_000;
+    const CAP: u64 = 4096;
 
     #[test]
     fn ids_parse_print_and_order_as_redis_does() {
@@ -203,13 +204,13 @@ mod tests {
     }
 
     #[test]
-    fn a_fresh_reader_reads_the_whole_window() {
+    fn a_fresh_reader_reads_the_whole_log() {
         let state = LogState {
             first: Some(id(NOW - 30_000, 0)),
             last_generated: id(NOW, 0),
         };
         assert_eq!(
-            resume(None, state, NOW, WINDOW),
+            resume(None, state, CAP, CAP),
             Resume {
                 after: StreamId::ZERO,
                 gap: false,
@@ -225,71 +226,62 @@ mod tests {
             last_generated: id(NOW, 4),
         };
         let saved = id(NOW - 10_000, 2);
-        let r = resume(Some(saved), state, NOW, WINDOW);
+        let r = resume(Some(saved), state, CAP, CAP);
         assert_eq!((r.after, r.gap, r.reset), (saved, false, false));
         // Up to date: the same.
-        let r = resume(Some(id(NOW, 4)), state, NOW, WINDOW);
+        let r = resume(Some(id(NOW, 4)), state, CAP, CAP);
         assert_eq!((r.after, r.gap, r.reset), (id(NOW, 4), false, false));
     }
 
     #[test]
-    fn entries_cut_by_age_are_no_gap_entries_cut_while_live_are() {
+    fn entries_cut_below_the_cap_are_no_gap_entries_cut_at_it_are() {
         let saved = id(NOW - 200_000, 0);
-        // The oldest entry kept is at the window's edge or older: what was
-        // cut before it had outlived every ban.
-        let aged = LogState {
-            first: Some(id(NOW - WINDOW, 0)),
+        let state = LogState {
+            first: Some(id(NOW - 1_000, 0)),
             last_generated: id(NOW, 0),
         };
-        assert!(!resume(Some(saved), aged, NOW, WINDOW).gap);
-        // Younger than the window: the length cap cut live entries.
-        let capped = LogState {
-            first: Some(id(NOW - WINDOW + 1, 0)),
-            last_generated: id(NOW, 0),
-        };
-        let r = resume(Some(saved), capped, NOW, WINDOW);
+        // Below the cap: only age trimmed it.
+        let r = resume(Some(saved), state, 10, CAP);
+        assert_eq!((r.after, r.gap, r.reset), (saved, false, false));
+        // At the cap: the cap may have cut live entries.
+        let r = resume(Some(saved), state, CAP, CAP);
         assert!(r.gap && !r.reset);
         assert_eq!(r.after, saved, "it reads on from the oldest kept");
+        // Its own entry is the oldest kept: nothing was cut after it.
+        let r = resume(Some(id(NOW - 1_000, 0)), state, CAP, CAP);
+        assert!(!r.gap);
     }
 
     #[test]
-    fn a_reader_ahead_of_the_log_reads_the_whole_window_again() {
+    fn a_reader_ahead_of_the_log_reads_the_whole_log_again() {
         // A promoted replica that missed the last entries.
         let behind = LogState {
             first: Some(id(NOW - 5_000, 0)),
             last_generated: id(NOW - 1_000, 0),
         };
-        let r = resume(Some(id(NOW - 500, 0)), behind, NOW, WINDOW);
+        let r = resume(Some(id(NOW - 500, 0)), behind, CAP, CAP);
         assert_eq!((r.after, r.gap, r.reset), (StreamId::ZERO, false, true));
         // A log that is gone (deleted, or a fresh primary).
         let gone = LogState {
             first: None,
             last_generated: StreamId::ZERO,
         };
-        let r = resume(Some(id(NOW - 500, 0)), gone, NOW, WINDOW);
+        let r = resume(Some(id(NOW - 500, 0)), gone, 0, CAP);
         assert_eq!((r.after, r.reset), (StreamId::ZERO, true));
     }
 
     #[test]
     fn an_empty_log_that_was_written_is_read_on_from_the_saved_id() {
-        // Every entry aged out; the reader had read them all.
         let empty = LogState {
             first: None,
             last_generated: id(NOW - 100_000, 0),
         };
-        let r = resume(Some(id(NOW - 100_000, 0)), empty, NOW, WINDOW);
+        let r = resume(Some(id(NOW - 100_000, 0)), empty, 0, CAP);
         assert_eq!(
             (r.after, r.gap, r.reset),
             (id(NOW - 100_000, 0), false, false)
         );
-        // Entries after its id, now all cut: a gap if the last was live.
-        let r = resume(Some(id(NOW - 200_000, 0)), empty, NOW, WINDOW);
-        assert!(!r.gap);
-        let cut = LogState {
-            first: None,
-            last_generated: id(NOW - 1_000, 0),
-        };
-        let r = resume(Some(id(NOW - 200_000, 0)), cut, NOW, WINDOW);
-        assert!(r.gap && !r.reset);
+        let r = resume(Some(id(NOW - 200_000, 0)), empty, 0, CAP);
+        assert!(!r.gap, "emptied by age");
     }
 }

@@ -1,17 +1,38 @@
 //! The connections to the fleet's Redis, each step within
 //! `redis.timeout_ms`.
+//!
+//! Redis is one URL (`redis://`, `rediss://` for TLS), or a primary found
+//! through Sentinel: each connect asks the sentinels for the primary,
+//! which must say it is one. A connection only ever talks to a primary:
+//! one that answers `ROLE` as anything else is refused, and a `READONLY`
+//! answer later (a managed Redis failing over behind one name) fails the
+//! step, which reconnects.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{MultiplexedConnection, PubSub};
-use redis::{AsyncConnectionConfig, RedisError, RedisResult};
+use redis::aio::MultiplexedConnection;
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{
+    AsyncConnectionConfig, ConnectionAddr, RedisError, RedisResult, TlsCertificates, TlsMode,
+};
+use tokio::sync::Mutex;
 use txgate_config::RedisConfig;
+
+/// Where the primary is.
+#[derive(Clone)]
+enum Target {
+    /// One URL.
+    Direct(Box<redis::Client>),
+    /// Asked of the sentinels at each connect.
+    Sentinel(Arc<Mutex<SentinelClient>>),
+}
 
 /// The fleet's Redis: where it is, and how long any step may take.
 #[derive(Clone)]
 pub struct Link {
-    client: redis::Client,
+    target: Target,
     connection: AsyncConnectionConfig,
     timeout: Duration,
 }
@@ -26,46 +47,63 @@ impl std::fmt::Debug for Link {
 }
 
 impl Link {
-    /// The link to `config.url`, each step within `config.timeout_ms`.
-    /// Connects to nothing yet; fails only on a URL the client refuses
-    /// (validated at start).
+    /// The link to `config`'s Redis, each step within `config.timeout_ms`.
+    /// Connects to nothing yet; fails on a URL the client refuses or a CA
+    /// file it cannot read (validated at start).
     pub fn new(config: &RedisConfig) -> RedisResult<Link> {
-        let client = redis::Client::open(config.url.as_str())?;
+        let certificates = certificates(config)?;
+        let target = if config.uses_sentinel() {
+            Target::Sentinel(Arc::new(Mutex::new(sentinel_client(config, certificates)?)))
+        } else {
+            Target::Direct(Box::new(match certificates {
+                Some(certs) => redis::Client::build_with_tls(config.url.as_str(), certs)?,
+                None => redis::Client::open(config.url.as_str())?,
+            }))
+        };
         let timeout = config.timeout;
         let connection = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
         Ok(Link {
-            client,
+            target,
             connection,
             timeout,
         })
     }
 
-    /// A connection that answered a PING, connect and PING together within
-    /// the timeout. Every command sent on it later fails after the timeout
-    /// too (and may be bounded with [`Link::within`] as well).
+    /// A connection to the primary that answered a PING, all within the
+    /// timeout (through Sentinel: asking the sentinels too). Every command
+    /// sent on it later fails after the timeout too (and may be bounded
+    /// with [`Link::within`] as well).
     pub async fn connect(&self) -> RedisResult<MultiplexedConnection> {
+        self.connect_with_slack(Duration::ZERO).await
+    }
+
+    /// [`Link::connect`], for a connection whose commands may take `slack`
+    /// beyond the timeout to answer (a blocking read).
+    pub async fn connect_with_slack(&self, slack: Duration) -> RedisResult<MultiplexedConnection> {
+        let config = self
+            .connection
+            .clone()
+            .set_response_timeout(Some(self.timeout + slack));
         self.within(async {
-            let mut conn = self
-                .client
-                .get_multiplexed_async_connection_with_config(&self.connection)
+            let client = match &self.target {
+                Target::Direct(client) => (**client).clone(),
+                // The sentinels name the primary, and it confirms its role.
+                Target::Sentinel(sentinels) => sentinels.lock().await.async_get_client().await?,
+            };
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&config)
                 .await?;
-            redis::cmd("PING").query_async::<()>(&mut conn).await?;
+            primary(&mut conn).await?;
             Ok(conn)
         })
         .await
     }
 
-    /// A connection subscribed to `channel`, connect and subscribe together
-    /// within the timeout.
-    pub async fn subscribe(&self, channel: &str) -> RedisResult<PubSub> {
-        self.within(async {
-            let mut pubsub = self.client.get_async_pubsub().await?;
-            pubsub.subscribe(channel).await?;
-            Ok(pubsub)
-        })
-        .await
+    /// How long any step may take.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// What `step` answers, or a timed-out error once the timeout has
@@ -75,6 +113,93 @@ impl Link {
             .await
             .unwrap_or_else(|_| Err(timed_out()))
     }
+}
+
+/// Ok when the server is a primary (`ROLE` says `master`; a server too old
+/// for `ROLE` answered PING and counts as one).
+async fn primary(conn: &mut MultiplexedConnection) -> RedisResult<()> {
+    let role: redis::Value = redis::cmd("ROLE").query_async(conn).await?;
+    let name = match &role {
+        redis::Value::Array(parts) => parts.first(),
+        _ => None,
+    };
+    match name {
+        Some(redis::Value::BulkString(b)) if b.as_slice() == b"master" => Ok(()),
+        Some(redis::Value::SimpleString(s)) if s == "master" => Ok(()),
+        _ => Err(RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+            "not a primary (ROLE)",
+        ))),
+    }
+}
+
+/// The CA to trust for TLS, from `tls_ca_file`; `None`: the system's roots
+/// (or no TLS).
+fn certificates(config: &RedisConfig) -> RedisResult<Option<TlsCertificates>> {
+    let tls = config.tls || config.url.starts_with("rediss://");
+    if !tls {
+        return Ok(None);
+    }
+    // One crypto provider for every TLS client of the process (rustls on
+    // aws-lc-rs); already installed is fine.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    if config.tls_ca_file.is_empty() {
+        return Ok(None);
+    }
+    let root = std::fs::read(&config.tls_ca_file).map_err(|e| {
+        RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "redis.tls_ca_file",
+            e.to_string(),
+        ))
+    })?;
+    Ok(Some(TlsCertificates {
+        client_tls: None,
+        root_cert: Some(root),
+    }))
+}
+
+/// The client that asks `config.sentinels` for `config.master_name`.
+fn sentinel_client(
+    config: &RedisConfig,
+    certificates: Option<TlsCertificates>,
+) -> RedisResult<SentinelClient> {
+    let addrs = config.sentinels.iter().map(|s| {
+        let (host, port) = s.rsplit_once(':').unwrap_or((s, "26379"));
+        let (host, port) = (host.to_string(), port.parse().unwrap_or(26379));
+        if config.tls {
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host, port)
+        }
+    });
+    let mut builder =
+        SentinelClientBuilder::new(addrs, &config.master_name, SentinelServerType::Master)?;
+    if !config.username.is_empty() {
+        builder = builder.set_client_to_redis_username(&config.username);
+    }
+    if !config.password.is_empty() {
+        builder = builder.set_client_to_redis_password(&config.password);
+    }
+    if !config.sentinel_password.is_empty() {
+        builder = builder.set_client_to_sentinel_password(&config.sentinel_password);
+    }
+    if config.tls {
+        builder = builder
+            .set_client_to_redis_tls_mode(TlsMode::Secure)
+            .set_client_to_sentinel_tls_mode(TlsMode::Secure);
+        if let Some(certs) = certificates {
+            builder = builder
+                .set_client_to_redis_certificates(certs.clone())
+                .set_client_to_sentinel_certificates(certs);
+        }
+    }
+    builder.build()
 }
 
 /// The error of a step that took longer than the timeout.
@@ -100,17 +225,13 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_redis_that_never_answers_times_out_connect_and_subscribe() {
+    async fn a_redis_that_never_answers_times_out_connect() {
         let (_listener, link) = silent();
         let started = Instant::now();
         let error = link.connect().await.unwrap_err();
         assert!(error.is_timeout(), "{error}");
-        let Err(error) = link.subscribe("txgate:bans").await else {
-            panic!("subscribed to a Redis that never answers");
-        };
-        assert!(error.is_timeout(), "{error}");
         let took = started.elapsed();
-        assert!(took >= Duration::from_millis(200), "{took:?}");
+        assert!(took >= Duration::from_millis(100), "{took:?}");
         assert!(took < Duration::from_secs(2), "{took:?}");
     }
 

@@ -114,6 +114,9 @@ pub struct FleetBanCounters {
     pub appended: IntCounter,
     /// Appends that failed (their bans stay in the outbox and are retried).
     pub append_failed: IntCounter,
+    /// Appends through Sentinel that no replica had yet when first asked
+    /// (`WAIT`): confirmed only once one has.
+    pub unreplicated: IntCounter,
     /// Not appended: the outbox full, or still waiting at stop (the ban
     /// holds here).
     pub dropped: IntCounter,
@@ -218,6 +221,7 @@ impl SidecarMetrics {
             fleet_bans: FleetBanCounters {
                 appended: event("appended"),
                 append_failed: event("append_failed"),
+                unreplicated: event("unreplicated"),
                 dropped: event("dropped"),
                 received: event("received"),
                 replayed: event("replayed"),

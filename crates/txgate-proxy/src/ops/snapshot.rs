@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use txgate_fleet::LogPosition;
 use txgate_screen::Screen;
-use txgate_screen::snapshot::{FORMAT, SnapshotError, decode, encode_with};
+use txgate_screen::snapshot::{SnapshotError, decode, encode_with};
 
 use crate::metrics::Metrics;
 use crate::ops::health::{Readiness, SnapshotState};
@@ -66,7 +66,9 @@ fn read(
         // The bans include the fleet's ban log up to here: read on after it.
         position.set(mark.into());
     }
-    if decoded.format < FORMAT {
+    // Format 1 is the older fingerprint rule (formats 2 and 3 share the
+    // current one; 3 adds the ban log's position).
+    if decoded.format < 2 {
         // See txgate_screen::snapshot: kept, not dropped; the ones the new
         // fingerprint rule no longer produces lapse with their time.
         metrics.snapshot.restored_old_format.set(restored as i64);

@@ -17,15 +17,26 @@ use crate::support::{
 
 const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
 
-/// A redis-server with no persistence.
+/// A redis-server with no persistence, in a directory of its own (a
+/// replica writes the primary's data there; a server started in a shared
+/// directory would load another's).
 pub struct RedisServer {
     proc: Option<Proc>,
     port: u16,
+    _dir: crate::support::TempDir,
 }
 
 impl RedisServer {
     pub fn start(port: u16) -> RedisServer {
+        RedisServer::start_with(port, &[])
+    }
+
+    /// A redis-server with `extra` arguments after the launcher's own (a
+    /// replica: `--replicaof 127.0.0.1 <port>`).
+    pub fn start_with(port: u16, extra: &[&str]) -> RedisServer {
+        let dir = crate::support::TempDir::new("redis");
         let child = Command::new("redis-server")
+            .current_dir(&dir.path)
             .args([
                 "--port",
                 &port.to_string(),
@@ -35,7 +46,10 @@ impl RedisServer {
                 "",
                 "--appendonly",
                 "no",
+                "--dir",
             ])
+            .arg(&dir.path)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -43,6 +57,7 @@ impl RedisServer {
         let server = RedisServer {
             proc: Some(Proc::new(child)),
             port,
+            _dir: dir,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         while !server.pong() {
@@ -52,7 +67,7 @@ impl RedisServer {
         server
     }
 
-    fn pong(&self) -> bool {
+    pub fn pong(&self) -> bool {
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
         };
@@ -69,7 +84,7 @@ impl RedisServer {
         self.port
     }
 
-    fn kill(&mut self) {
+    pub fn kill(&mut self) {
         if let Some(mut proc) = self.proc.take() {
             proc.kill();
         }
@@ -94,7 +109,7 @@ pub(crate) async fn all_links(admins: &[SocketAddr], want: &str) -> bool {
 
 /// `n` calls from `from`, one every `every`: how many were answered 200
 /// and how many 429 (nothing else is acceptable), and how long it took.
-async fn paced(url: &str, from: &str, n: usize, every: Duration) -> (usize, usize, f64) {
+pub(crate) async fn paced(url: &str, from: &str, n: usize, every: Duration) -> (usize, usize, f64) {
     let (mut ok, mut limited) = (0, 0);
     let start = Instant::now();
     for i in 0..n {

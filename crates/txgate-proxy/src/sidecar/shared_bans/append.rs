@@ -4,15 +4,20 @@
 //! Bans wait in the outbox (the [`Share`](super::Share) channel, then the
 //! batch in hand) until an `XADD` of their entry succeeds; a failed append
 //! keeps them, reconnects and tries again. Each append also trims the log:
-//! by age in the same command (`MINID ~`, entries older than the window),
-//! and by length (`XTRIM MAXLEN ~`) in the same round trip. At stop, what
-//! waits gets one last try.
+//! by age in the same command (`MINID ~`, entries older than the window on
+//! the primary's clock: the id of its previous append, else this host's
+//! clock), and by length (`XTRIM MAXLEN ~`) in the same round trip; only
+//! the append's own answer confirms it. Through
+//! Sentinel, an append is confirmed once one replica has it too (`WAIT`):
+//! a failover right after it cannot lose it. At stop, what waits gets one
+//! last try.
 
 use std::sync::Arc;
 
 use redis::aio::MultiplexedConnection;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use txgate_fleet::StreamId;
 use txgate_fleet::entry::{self, MAX_BANS_PER_ENTRY};
 use txgate_screen::Invalidation;
 
@@ -35,16 +40,18 @@ pub(super) async fn run(
     // Bans taken from the outbox, not yet confirmed, oldest first.
     let mut pending: Vec<Invalidation> = Vec::with_capacity(MAX_BANS_PER_ENTRY);
     let mut open = true;
+    // The primary's clock: the milliseconds of its last append's id.
+    let mut clock: Option<u64> = None;
     loop {
         let connected = tokio::select! {
             () = stop.cancelled() => break,
             c = link.connect() => c,
         };
+        // The backoff starts over once an append succeeds, not at the
+        // connect: a Redis that takes connections but refuses the appends
+        // is retried ever more slowly.
         let mut conn = match connected {
-            Ok(conn) => {
-                backoff.succeeded();
-                conn
-            }
+            Ok(conn) => conn,
             Err(e) => {
                 m.reconnects.inc();
                 tracing::debug!(error = %e, "ban log: the appender's connect failed");
@@ -72,11 +79,21 @@ pub(super) async fn run(
                 }
             }
             m.outbox.set((pending.len() + outbox.len()) as i64);
-            if append(link, &mut conn, settings, &key, origin, &pending)
-                .await
-                .is_err()
+            match append(link, &mut conn, settings, &key, origin, &pending, clock).await {
+                Ok(id) => {
+                    clock = Some(id.ms);
+                    backoff.succeeded();
+                }
+                Err(_) => {
+                    m.append_failed.inc();
+                    m.reconnects.inc();
+                    break;
+                }
+            }
+            if settings.redis.uses_sentinel() && !replicated(link, &mut conn, metrics, &stop).await
             {
-                m.append_failed.inc();
+                // The primary failed (its entry is re-appended to the next
+                // one), or the instance stops (one last try).
                 m.reconnects.inc();
                 break;
             }
@@ -121,15 +138,49 @@ async fn last_try(
         }
     };
     for chunk in pending.chunks(MAX_BANS_PER_ENTRY) {
-        match append(link, &mut conn, settings, key, origin, chunk).await {
-            Ok(()) => m.appended.inc_by(chunk.len() as u64),
+        match append(link, &mut conn, settings, key, origin, chunk, None).await {
+            Ok(_) => m.appended.inc_by(chunk.len() as u64),
             Err(_) => m.dropped.inc_by(chunk.len() as u64),
         }
     }
     m.outbox.set(0);
 }
 
-/// Appends one entry of `bans` and trims the log, within the timeout.
+/// Waits until a replica has every write of `conn` (`WAIT 1`): true once
+/// one has; false when the connection fails or `stop` comes first. Each
+/// wait lasts half the link's timeout; a primary with no replica to
+/// answer is asked again every 100 ms (counted once per append).
+async fn replicated(
+    link: &Link,
+    conn: &mut MultiplexedConnection,
+    metrics: &Metrics,
+    stop: &CancellationToken,
+) -> bool {
+    let wait_ms = (link.timeout() / 2).as_millis().max(1) as u64;
+    let mut counted = false;
+    loop {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(1).arg(wait_ms);
+        match link.within(wait.query_async::<i64>(conn)).await {
+            Ok(n) if n >= 1 => return true,
+            Ok(_) => {
+                if !counted {
+                    metrics.sidecar.fleet_bans.unreplicated.inc();
+                    counted = true;
+                }
+            }
+            Err(_) => return false,
+        }
+        tokio::select! {
+            () = stop.cancelled() => return false,
+            () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+        }
+    }
+}
+
+/// Appends one entry of `bans` and trims the log, within the timeout;
+/// returns the entry's id. `clock`: the primary's clock at its last append
+/// (`None`: this host's is used).
 async fn append(
     link: &Link,
     conn: &mut MultiplexedConnection,
@@ -137,9 +188,10 @@ async fn append(
     key: &str,
     origin: &str,
     bans: &[Invalidation],
-) -> redis::RedisResult<()> {
+    clock: Option<u64>,
+) -> redis::RedisResult<StreamId> {
     let window = u64::try_from(settings.window.as_millis()).unwrap_or(u64::MAX);
-    let edge = wall_now().saturating_sub(window);
+    let edge = clock.unwrap_or_else(wall_now).saturating_sub(window);
     let mut pipe = redis::pipe();
     pipe.cmd("XADD")
         .arg(key)
@@ -151,12 +203,15 @@ async fn append(
         .arg(origin)
         .arg("bans")
         .arg(entry::encode(bans))
-        .ignore()
         .cmd("XTRIM")
         .arg(key)
         .arg("MAXLEN")
         .arg("~")
         .arg(settings.redis.ban_log_max_entries)
         .ignore();
-    link.within(pipe.query_async::<()>(conn)).await
+    // The trim's failure does not undo the append: only the append's
+    // answer counts.
+    let (id,): (String,) = link.within(pipe.query_async(conn)).await?;
+    id.parse()
+        .map_err(|_| redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "XADD id")))
 }

@@ -4,23 +4,26 @@
 //! On each connect it asks where the log stands (`XINFO STREAM`) and
 //! resumes as [`txgate_fleet::resume`] says (after its own position; the
 //! whole log when fresh or ahead of the log), then reads with `XREAD`
-//! (blocking briefly, within the link's timeout) and applies each reply's
-//! bans as one batch before it moves its position past them: a snapshot
-//! never saves a position ahead of the bans it holds.
+//! (blocking at most half the link's timeout, answered within the timeout
+//! beyond that) and applies each reply's bans as one batch before it moves
+//! its position past them: a snapshot never saves a position ahead of the
+//! bans it holds. Its own entries are applied too (harmless: a ban runs
+//! from its start and charges once), so a ban this instance learned but
+//! had not applied when it stopped is not lost. An entry that does not
+//! parse is counted and passed over, never read again.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::Value;
 use redis::aio::MultiplexedConnection;
-use redis::streams::StreamReadReply;
 use tokio_util::sync::CancellationToken;
 use txgate_fleet::{LogPosition, LogState, StreamId, entry, resume};
 
 use super::{LONGEST_RETRY, LogSettings};
 use crate::fleet::{Backoff, Link};
 use crate::metrics::Metrics;
-use crate::screening::state::{Invalidations, wall_now};
+use crate::screening::state::Invalidations;
 
 /// Entries per read at most.
 const PER_READ: usize = 64;
@@ -38,21 +41,20 @@ pub(super) async fn run(
 ) {
     let m = &metrics.sidecar.fleet_bans;
     let key = settings.key();
-    let window = u64::try_from(settings.window.as_millis()).unwrap_or(u64::MAX);
     // The read blocks at most half the link's timeout, so that a reply
     // (empty or not) always comes within it.
-    let block = (settings.redis.timeout / 2).as_millis().max(1) as u64;
+    let block = settings.redis.timeout / 2;
     let mut backoff = Backoff::up_to(LONGEST_RETRY);
     loop {
         let connected = tokio::select! {
             () = stop.cancelled() => return,
-            c = connect(link, &key) => c,
+            c = connect(link, &key, block) => c,
         };
         let (mut conn, state) = match connected {
-            Ok(pair) => {
-                backoff.succeeded();
-                pair
-            }
+            // The backoff starts over once a read succeeds, not at the
+            // connect: a Redis that takes connections but fails the reads
+            // is retried ever more slowly.
+            Ok(pair) => pair,
             Err(e) => {
                 m.reconnects.inc();
                 tracing::debug!(error = %e, "ban log: the reader's connect failed");
@@ -62,7 +64,12 @@ pub(super) async fn run(
                 }
             }
         };
-        let start = resume(position.get(), state.log, wall_now(), window);
+        let start = resume(
+            position.get(),
+            state.log,
+            state.length,
+            settings.redis.ban_log_max_entries as u64,
+        );
         if start.gap {
             m.gaps.inc();
             tracing::warn!(after = %start.after, "ban log: entries this instance had not read were cut while live");
@@ -91,13 +98,8 @@ pub(super) async fn run(
                 m.reconnects.inc();
                 break;
             };
-            let full = reader.apply(reply, origin, invalidations, position, metrics);
-            let lag = if full {
-                wall_now().saturating_sub(reader.after.ms) as f64 / 1000.0
-            } else {
-                0.0
-            };
-            m.lag_seconds.set(lag);
+            backoff.succeeded();
+            let full = reader.apply(&reply, origin, invalidations, position, metrics);
             if reader.measured.elapsed() >= LAG_EVERY {
                 reader.measured = Instant::now();
                 match link.within(info(&mut conn, &key)).await {
@@ -109,6 +111,13 @@ pub(super) async fn run(
                             .ordinal
                             .map_or(0, |o| now.entries_added.saturating_sub(o));
                         m.lag_entries.set(behind as i64);
+                        // Both ends on the primary's clock: its last id
+                        // against the last one applied here.
+                        let lag = match now.log.last_generated > reader.after {
+                            true => now.log.last_generated.ms.saturating_sub(reader.after.ms),
+                            false => 0,
+                        };
+                        m.lag_seconds.set(lag as f64 / 1000.0);
                     }
                     Err(_) => {
                         m.reconnects.inc();
@@ -138,23 +147,32 @@ struct Reader {
 }
 
 impl Reader {
+    /// One `XREAD`: blocks at most `block`, answered within the link's
+    /// timeout beyond it.
     async fn read(
         &self,
         link: &Link,
         conn: &mut MultiplexedConnection,
         key: &str,
-        block_ms: u64,
-    ) -> redis::RedisResult<Option<StreamReadReply>> {
+        block: Duration,
+    ) -> redis::RedisResult<Value> {
         let mut xread = redis::cmd("XREAD");
         xread
             .arg("COUNT")
             .arg(PER_READ)
             .arg("BLOCK")
-            .arg(block_ms)
+            .arg(block.as_millis().max(1) as u64)
             .arg("STREAMS")
             .arg(key)
             .arg(self.after.to_string());
-        link.within(xread.query_async(conn)).await
+        let deadline = link.timeout() + block;
+        tokio::time::timeout(deadline, xread.query_async(conn))
+            .await
+            .unwrap_or_else(|_| {
+                Err(redis::RedisError::from(std::io::Error::from(
+                    std::io::ErrorKind::TimedOut,
+                )))
+            })
     }
 
     /// Applies the bans of the others' entries in `reply` as one batch,
@@ -162,34 +180,30 @@ impl Reader {
     /// (more entries wait).
     fn apply(
         &mut self,
-        reply: Option<StreamReadReply>,
+        reply: &Value,
         origin: &str,
         invalidations: &Invalidations,
         position: &LogPosition,
         metrics: &Metrics,
     ) -> bool {
         let m = &metrics.sidecar.fleet_bans;
-        let entries: Vec<_> = reply
-            .into_iter()
-            .flat_map(|r| r.keys)
-            .flat_map(|k| k.ids)
-            .collect();
+        let entries = entries(reply);
         let mut bans = Vec::new();
-        let mut replayed = 0u64;
+        let (mut received, mut replayed) = (0u64, 0u64);
         let mut last = None;
         for e in &entries {
-            let Ok(id) = e.id.parse::<StreamId>() else {
+            let Some(id) = e.id else {
                 m.malformed.inc();
                 continue;
             };
             last = Some(id);
-            if field(&e.map, "origin") == Some(origin.as_bytes()) {
-                continue;
-            }
-            match field(&e.map, "bans").map(entry::decode) {
+            match e.bans.map(entry::decode) {
                 Some(Ok(found)) => {
-                    if id <= self.replay_until {
-                        replayed += found.len() as u64;
+                    if e.origin != Some(origin.as_bytes()) {
+                        received += found.len() as u64;
+                        if id <= self.replay_until {
+                            replayed += found.len() as u64;
+                        }
                     }
                     bans.extend(found);
                 }
@@ -198,7 +212,7 @@ impl Reader {
         }
         if !bans.is_empty() {
             // Counted first: once a ban refuses here, it is counted.
-            m.received.inc_by(bans.len() as u64);
+            m.received.inc_by(received);
             m.replayed.inc_by(replayed);
             invalidations.apply(&bans);
         }
@@ -213,10 +227,72 @@ impl Reader {
     }
 }
 
-/// A field's bytes.
-fn field<'a>(map: &'a std::collections::HashMap<String, Value>, name: &str) -> Option<&'a [u8]> {
-    match map.get(name)? {
-        Value::BulkString(bytes) => Some(bytes),
+/// One entry of an `XREAD` reply, as far as it parses: an entry whose id
+/// does not parse is passed over; one whose fields do not is counted
+/// malformed (its id still moves the reader past it).
+struct Entry<'a> {
+    id: Option<StreamId>,
+    origin: Option<&'a [u8]>,
+    bans: Option<&'a [u8]>,
+}
+
+/// The entries of an `XREAD` reply (nil: none), read from the raw reply so
+/// that no field, however damaged, fails the whole read.
+fn entries(reply: &Value) -> Vec<Entry<'_>> {
+    let streams: &[Value] = match reply {
+        Value::Array(streams) => streams,
+        Value::Map(pairs) => {
+            return pairs.iter().flat_map(|(_, ids)| entries_of(ids)).collect();
+        }
+        _ => return Vec::new(),
+    };
+    streams
+        .iter()
+        .filter_map(|s| match s {
+            Value::Array(pair) => pair.get(1),
+            _ => None,
+        })
+        .flat_map(entries_of)
+        .collect()
+}
+
+fn entries_of(ids: &Value) -> Vec<Entry<'_>> {
+    let Value::Array(ids) = ids else {
+        return Vec::new();
+    };
+    ids.iter()
+        .map(|e| {
+            let parts = match e {
+                Value::Array(parts) => parts.as_slice(),
+                _ => &[],
+            };
+            let id = parts
+                .first()
+                .and_then(bytes)
+                .and_then(|b| std::str::from_utf8(b).ok()?.parse().ok());
+            let fields = match parts.get(1) {
+                Some(Value::Array(fields)) => fields.as_slice(),
+                _ => &[],
+            };
+            let field = |name: &[u8]| {
+                fields
+                    .chunks(2)
+                    .find(|p| p.first().and_then(bytes) == Some(name))
+                    .and_then(|p| p.get(1).and_then(bytes))
+            };
+            Entry {
+                id,
+                origin: field(b"origin"),
+                bans: field(b"bans"),
+            }
+        })
+        .collect()
+}
+
+/// A string value's bytes.
+fn bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
         Value::SimpleString(s) => Some(s.as_bytes()),
         _ => None,
     }
@@ -232,9 +308,14 @@ struct Info {
     length: u64,
 }
 
-/// A connection, and where the log stands.
-async fn connect(link: &Link, key: &str) -> redis::RedisResult<(MultiplexedConnection, Info)> {
-    let mut conn = link.connect().await?;
+/// A connection whose answers may take `block` beyond the link's timeout
+/// (a blocking read), and where the log stands.
+async fn connect(
+    link: &Link,
+    key: &str,
+    block: Duration,
+) -> redis::RedisResult<(MultiplexedConnection, Info)> {
+    let mut conn = link.connect_with_slack(block).await?;
     let state = link.within(info(&mut conn, key)).await?;
     Ok((conn, state))
 }
@@ -318,6 +399,34 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_damaged_entry_is_passed_over_never_failing_the_read() {
+        let entry = |id: Value, fields: Vec<Value>| Value::Array(vec![id, Value::Array(fields)]);
+        let reply = Value::Array(vec![Value::Array(vec![
+            bulk("txgate:bans:log"),
+            Value::Array(vec![
+                entry(
+                    bulk("5-0"),
+                    vec![bulk("origin"), bulk("a"), bulk("bans"), bulk("[]")],
+                ),
+                entry(bulk("6-0"), vec![Value::BulkString(vec![0xff]), bulk("x")]),
+                entry(bulk("not-an-id"), vec![]),
+                entry(Value::Int(3), vec![bulk("bans")]),
+            ]),
+        ])]);
+        let got = entries(&reply);
+        assert_eq!(got.len(), 4);
+        assert_eq!(got[0].id, Some("5-0".parse().unwrap()));
+        assert_eq!(
+            (got[0].origin, got[0].bans),
+            (Some(&b"a"[..]), Some(&b"[]"[..]))
+        );
+        assert_eq!(got[1].id, Some("6-0".parse().unwrap()));
+        assert_eq!((got[1].origin, got[1].bans), (None, None));
+        assert_eq!((got[2].id, got[3].id), (None, None));
+        assert!(entries(&Value::Nil).is_empty());
     }
 
     #[test]
