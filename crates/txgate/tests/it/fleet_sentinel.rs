@@ -270,6 +270,7 @@ async fn the_primary_killed_under_load_costs_no_call_and_the_fleet_follows_the_n
     let done = Arc::new(AtomicBool::new(false));
     let load = honest_load(haproxy.url.clone(), 2_000, 16, done.clone());
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let killed = Instant::now();
     primary.kill();
     // A report during the failover, to the one instance with the listener.
     let (attacker, copycat) = (Eoa::new(71), Eoa::new(72));
@@ -299,10 +300,12 @@ async fn the_primary_killed_under_load_costs_no_call_and_the_fleet_follows_the_n
     .await;
     assert!(promoted, "Sentinel never promoted a replica");
     let promoted_at = Instant::now();
+    eprintln!("promoted {:?} after the kill", killed.elapsed());
     // Every instance refuses the reported calldata.
     let copy = copycat.sign(0, target, &poke(93), 0, 50 * TIP);
     let urls: Vec<String> = fleet.iter().map(|t| t.url.clone()).collect();
-    probe_until_denied(&urls, &copy, promoted_at, Duration::from_secs(15)).await;
+    let landed = probe_until_denied(&urls, &copy, promoted_at, Duration::from_secs(15)).await;
+    eprintln!("the reported ban refused everywhere: {landed:?} after the promotion");
     // The fleet's limits are one again within 10 s of the promotion.
     assert!(
         eventually(Duration::from_secs(10), || all_links(&admins, "up")).await,
@@ -311,6 +314,7 @@ async fn the_primary_killed_under_load_costs_no_call_and_the_fleet_follows_the_n
     let (ok, limited, secs) =
         paced(&haproxy.url, "127.0.0.3", 200, Duration::from_millis(10)).await;
     let held_by = promoted_at.elapsed();
+    eprintln!("one limit again by {held_by:?} after the promotion: passed {ok} in {secs:.2} s");
     assert!(
         one_limit(ok, secs),
         "after: passed {ok}, refused {limited} in {secs:.2} s"
@@ -321,6 +325,7 @@ async fn the_primary_killed_under_load_costs_no_call_and_the_fleet_follows_the_n
     );
     done.store(true, Ordering::SeqCst);
     let (ok, failed, failures) = load.await.unwrap();
+    eprintln!("honest load: {ok} answered, {failed} failed");
     assert_eq!(
         failed, 0,
         "honest calls failed during the failover: {failures:?}"

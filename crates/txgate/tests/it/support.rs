@@ -16,7 +16,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
+mod hosts;
 mod nodes;
+pub use hosts::Hosts;
 pub use nodes::*;
 
 /// Anvil's first default account.
@@ -220,6 +222,11 @@ pub async fn receipt(url: &str, hash: &str, limit: Duration) -> serde_json::Valu
     }
 }
 
+/// The txgate binary under test.
+pub fn txgate_binary() -> &'static str {
+    env!("CARGO_BIN_EXE_txgate")
+}
+
 /// A running txgate binary.
 pub struct Txgate {
     pub proc: Proc,
@@ -248,8 +255,16 @@ impl Txgate {
     }
 
     pub fn spawn(args: &[&str]) -> Txgate {
-        let child = Command::new(env!("CARGO_BIN_EXE_txgate"))
-            .args(args)
+        let mut command = Command::new(txgate_binary());
+        command.args(args);
+        Txgate::spawn_command(command)
+    }
+
+    /// `command` (the txgate binary, or `ip netns exec … txgate`, with its
+    /// arguments), started and waited for until it reports listening. Its
+    /// `url` is on the address it listens on.
+    pub fn spawn_command(mut command: Command) -> Txgate {
+        let child = command
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -289,6 +304,22 @@ impl Txgate {
                 };
             }
         }
+    }
+
+    /// The same instance reached at `ip` (one started on a network host,
+    /// listening on every address: its client and admin URLs on that
+    /// host's address).
+    pub fn reached_at(mut self, ip: std::net::Ipv4Addr) -> Txgate {
+        let admin_port = self
+            .admin_url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok())
+            .expect("admin port");
+        self.rpc_addr = SocketAddr::from((ip, self.rpc_addr.port()));
+        self.url = format!("http://{}", self.rpc_addr);
+        self.admin_url = format!("http://{ip}:{admin_port}");
+        self
     }
 
     /// Log lines printed so far (the startup lines on the first call).

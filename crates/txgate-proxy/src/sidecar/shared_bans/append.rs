@@ -78,6 +78,14 @@ pub(super) async fn run(
                     }
                 }
             }
+            // A ban whose life is over by now (it waited out an outage)
+            // is not worth an entry.
+            let before = pending.len();
+            pending.retain(|ban| live(ban, settings));
+            m.dropped.inc_by((before - pending.len()) as u64);
+            if pending.is_empty() {
+                continue;
+            }
             m.outbox.set((pending.len() + outbox.len()) as i64);
             match append(link, &mut conn, settings, &key, origin, &pending, clock).await {
                 Ok(id) => {
@@ -112,8 +120,19 @@ pub(super) async fn run(
     last_try(link, settings, &key, origin, &mut outbox, pending, metrics).await;
 }
 
-/// At stop: one try (one connect, each entry within the timeout) to append
-/// what still waits; what fails is counted as dropped.
+/// Whether `ban` can still hold anywhere: its start is within the window.
+fn live(ban: &Invalidation, settings: &LogSettings) -> bool {
+    let window = u64::try_from(settings.window.as_millis()).unwrap_or(u64::MAX);
+    ban.started.saturating_add(window) > wall_now()
+}
+
+/// How long the last try at stop may take in all, within the task's own
+/// stop deadline.
+const LAST_TRY: std::time::Duration = std::time::Duration::from_millis(1500);
+
+/// At stop: one try (one connect, each entry within the timeout, all
+/// within [`LAST_TRY`]) to append what still waits; what fails or is left
+/// is counted as dropped.
 async fn last_try(
     link: &Link,
     settings: &LogSettings,
@@ -130,26 +149,37 @@ async fn last_try(
     if pending.is_empty() {
         return;
     }
-    let mut conn = match link.connect().await {
-        Ok(conn) => conn,
-        Err(_) => {
-            m.dropped.inc_by(pending.len() as u64);
-            return;
-        }
+    let deadline = tokio::time::Instant::now() + LAST_TRY;
+    pending.retain(|ban| live(ban, settings));
+    let tried = tokio::time::timeout_at(deadline, link.connect()).await;
+    let Ok(Ok(mut conn)) = tried else {
+        m.dropped.inc_by(pending.len() as u64);
+        m.outbox.set(0);
+        return;
     };
     for chunk in pending.chunks(MAX_BANS_PER_ENTRY) {
-        match append(link, &mut conn, settings, key, origin, chunk, None).await {
-            Ok(_) => m.appended.inc_by(chunk.len() as u64),
-            Err(_) => m.dropped.inc_by(chunk.len() as u64),
+        let sent = tokio::time::timeout_at(
+            deadline,
+            append(link, &mut conn, settings, key, origin, chunk, None),
+        )
+        .await;
+        match sent {
+            Ok(Ok(_)) => m.appended.inc_by(chunk.len() as u64),
+            _ => m.dropped.inc_by(chunk.len() as u64),
         }
     }
     m.outbox.set(0);
 }
 
+/// How long an append waits for a replica before it is taken as confirmed
+/// on the primary alone: a fleet whose replicas are all down keeps sharing
+/// bans (at the risk a failover then carries), rather than stop.
+const REPLICA_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Waits until a replica has every write of `conn` (`WAIT 1`): true once
-/// one has; false when the connection fails or `stop` comes first. Each
-/// wait lasts half the link's timeout; a primary with no replica to
-/// answer is asked again every 100 ms (counted once per append).
+/// one has, or after [`REPLICA_WAIT`] on the primary alone (counted once
+/// per append); false when the connection fails or `stop` comes first.
+/// Each wait lasts half the link's timeout, asked again every 100 ms.
 async fn replicated(
     link: &Link,
     conn: &mut MultiplexedConnection,
@@ -157,8 +187,12 @@ async fn replicated(
     stop: &CancellationToken,
 ) -> bool {
     let wait_ms = (link.timeout() / 2).as_millis().max(1) as u64;
+    let give_up = tokio::time::Instant::now() + REPLICA_WAIT;
     let mut counted = false;
     loop {
+        if counted && tokio::time::Instant::now() >= give_up {
+            return true;
+        }
         let mut wait = redis::cmd("WAIT");
         wait.arg(1).arg(wait_ms);
         match link.within(wait.query_async::<i64>(conn)).await {

@@ -50,8 +50,9 @@ use crate::screening::state::Invalidations;
 /// Bans waiting to be appended at most; beyond, an offer is dropped and
 /// counted.
 pub const OUTBOX: usize = 4096;
-/// The longest wait before reconnecting a link of the log.
-const LONGEST_RETRY: Duration = Duration::from_secs(1);
+/// The longest wait before reconnecting a link of the log, before its
+/// ±20% jitter: at most 1 s with it.
+const LONGEST_RETRY: Duration = Duration::from_millis(830);
 
 /// Where a source puts a ban the rest of the fleet should hear.
 #[derive(Debug, Clone)]

@@ -19,6 +19,7 @@ use redis::Value;
 use redis::aio::MultiplexedConnection;
 use tokio_util::sync::CancellationToken;
 use txgate_fleet::{LogPosition, LogState, StreamId, entry, resume};
+use txgate_screen::wall::MAX_CLOCK_SKEW;
 
 use super::{LONGEST_RETRY, LogSettings};
 use crate::fleet::{Backoff, Link};
@@ -198,7 +199,15 @@ impl Reader {
             };
             last = Some(id);
             match e.bans.map(entry::decode) {
-                Some(Ok(found)) => {
+                Some(Ok(mut found)) => {
+                    // A start ahead of the entry's own time (the primary's
+                    // clock) by more than the skew allowed is its host's
+                    // clock running ahead: taken as the entry's time, the
+                    // same at every read, so a replay never restarts it.
+                    let latest = id.ms.saturating_add(MAX_CLOCK_SKEW);
+                    for ban in &mut found {
+                        ban.started = ban.started.min(latest);
+                    }
                     if e.origin != Some(origin.as_bytes()) {
                         received += found.len() as u64;
                         if id <= self.replay_until {

@@ -1,0 +1,223 @@
+//! The fleet on separate network hosts: the node, Redis, HAProxy and each
+//! instance in a network namespace of its own, joined by veth pairs to one
+//! bridge (support/hosts.rs). Clients reach the instances only through
+//! HAProxy, which sends PROXY protocol v2. A partition is a host's link
+//! set down.
+//!
+//! Needs root for the namespaces (CI runs as root); where they are not
+//! allowed the test says so and passes without running.
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use alloy_primitives::Address;
+
+use crate::credible::{TIP, poke};
+use crate::sidecar_loop::probe_until_denied;
+use crate::support::{
+    Eoa, Hosts, Proc, TempDir, TempFile, Txgate, eventually, foundry_tool, fund, metric, post,
+    rpc_json, txgate_binary,
+};
+
+const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
+
+/// A process on a host, killed on drop.
+fn spawn(hosts: &Hosts, host: &str, program: &str, args: &[&str]) -> Proc {
+    let child = hosts
+        .command(host, program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{program} on {host}: {e}"));
+    Proc::new(child)
+}
+
+/// Waits until `addr` answers `eth_chainId`.
+async fn answers(url: &str) -> bool {
+    eventually(Duration::from_secs(20), || async {
+        let probe = crate::support::rpc(url, CHAIN_ID);
+        matches!(
+            tokio::time::timeout(Duration::from_secs(1), probe).await,
+            Ok(Ok((hyper::StatusCode::OK, _, _)))
+        )
+    })
+    .await
+}
+
+/// A txgate instance on `host`, listening on every address there.
+fn instance(hosts: &Hosts, host: &str, node: &str, config: &TempFile) -> Txgate {
+    let mut command = hosts.command(host, txgate_binary());
+    command.args([
+        "--listen",
+        "0.0.0.0:0",
+        "--admin-listen",
+        "0.0.0.0:0",
+        "--upstream",
+        node,
+        "--log-format",
+        "json",
+        "-c",
+        config.arg(),
+    ]);
+    Txgate::spawn_command(command).reached_at(hosts.addr(host))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ban_reported_across_hosts_reaches_a_partitioned_instance_when_it_heals() {
+    let Some(hosts) = Hosts::new(&["node", "redis", "lb", "a", "b"]) else {
+        return;
+    };
+    let node_url = format!("http://{}:8545", hosts.addr("node"));
+    let _anvil = spawn(
+        &hosts,
+        "node",
+        foundry_tool("anvil").to_str().unwrap(),
+        &["--host", "0.0.0.0", "--port", "8545", "--silent"],
+    );
+    let redis_dir = TempDir::new("hosts-redis");
+    let _redis = spawn(
+        &hosts,
+        "redis",
+        "redis-server",
+        &[
+            "--port",
+            "6379",
+            "--bind",
+            "0.0.0.0",
+            "--protected-mode",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            redis_dir.path.to_str().unwrap(),
+        ],
+    );
+    assert!(answers(&node_url).await, "anvil never answered on its host");
+    // The test reaches the instances' report listener from the bridge.
+    let shared = format!(
+        "[redis]\nurl = \"redis://{}:6379\"\n[server]\ntrusted_proxies = [\"{}\"]\n\
+         proxy_protocol = \"v2\"\n",
+        hosts.addr("redis"),
+        hosts.addr("lb")
+    );
+    let reported = TempFile::new(&format!(
+        "{shared}[aeges]\nlisten = \"0.0.0.0:9600\"\nreport_token = \"t0k\"\n\
+         report_allow = [\"10.77.0.0/16\"]\n"
+    ));
+    let plain = TempFile::new(&shared);
+    let a = instance(&hosts, "a", &node_url, &reported);
+    let b = instance(&hosts, "b", &node_url, &plain);
+    for t in [&a, &b] {
+        let linked = t
+            .logs_until(Duration::from_secs(15), |lines| {
+                lines
+                    .iter()
+                    .any(|l| l.contains("reading the fleet's ban log"))
+            })
+            .await;
+        assert!(
+            linked
+                .iter()
+                .any(|l| l.contains("reading the fleet's ban log")),
+            "an instance never reached Redis across hosts: {linked:?}"
+        );
+    }
+
+    // HAProxy on its own host, PROXY v2 to both instances.
+    let lb_addr = SocketAddr::from((hosts.addr("lb"), 8545));
+    let config = TempFile::new(&format!(
+        "global\n  maxconn 4096\ndefaults\n  mode http\n  timeout connect 2s\n  \
+         timeout client 30s\n  timeout server 30s\n  option http-keep-alive\n\
+         frontend rpc\n  bind {lb_addr}\n  default_backend txgate\n\
+         backend txgate\n  balance roundrobin\n  retries 3\n  option redispatch\n  \
+         option httpchk GET /readyz\n  http-check expect status 200\n\
+           server a {} send-proxy-v2 check port {} inter 100 fall 2 rise 1\n\
+           server b {} send-proxy-v2 check port {} inter 100 fall 2 rise 1\n",
+        a.rpc_addr,
+        admin_port(&a),
+        b.rpc_addr,
+        admin_port(&b)
+    ));
+    let _haproxy = spawn(&hosts, "lb", "haproxy", &["-db", "-f", config.arg()]);
+    let lb_url = format!("http://{lb_addr}");
+    assert!(answers(&lb_url).await, "HAProxy never served on its host");
+    // An instance serves no client that skips the balancer (no PROXY v2
+    // header from the balancer's address).
+    let direct = crate::support::rpc(&b.url, CHAIN_ID).await;
+    assert!(
+        !matches!(direct, Ok((hyper::StatusCode::OK, _, _))),
+        "an instance served a client that skipped HAProxy: {direct:?}"
+    );
+
+    // B's host is cut off for 10 s; a ban is reported to A meanwhile.
+    hosts.partition("b");
+    let cut = Instant::now();
+    let (attacker, copycat) = (Eoa::new(91), Eoa::new(92));
+    fund(&node_url, &[copycat.address]).await;
+    let target = Address::repeat_byte(0x46);
+    let report = serde_json::json!([format!("0x{}", "ef".repeat(32)), {
+        "tx_type": 2, "caller": attacker.address.to_string(), "gas_limit": 100000,
+        "gas_price": 2000000000u64, "kind": target.to_string(), "value": "0x0",
+        "data": format!("0x{}", alloy_primitives::hex::encode(poke(97))), "nonce": 0,
+        "chain_id": 31337, "access_list": [], "gas_priority_fee": 1000000000u64,
+        "blob_hashes": [], "max_fee_per_blob_gas": 0, "authorization_list": []
+    }])
+    .to_string();
+    let (status, _, _) = post(
+        &format!("http://{}:9600/report?token=t0k", hosts.addr("a")),
+        Some("application/json"),
+        report,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+    // Honest calls keep being answered through HAProxy (by A).
+    let (status, answer) = rpc_json(&lb_url, CHAIN_ID).await;
+    assert_eq!(status, 200, "{answer}");
+    tokio::time::sleep(Duration::from_secs(10).saturating_sub(cut.elapsed())).await;
+
+    hosts.heal("b");
+    let healed = Instant::now();
+    // The copy, sent through HAProxy (round robin: B gets every other
+    // call once its check passes again); B's own count of refusals says
+    // when B has the ban.
+    let copy = copycat.sign(0, target, &poke(97), 0, 50 * TIP);
+    let refused_by_b = eventually(Duration::from_secs(10), || async {
+        let _ = crate::support::send_raw(&lb_url, &copy).await;
+        metric(
+            &b.metrics().await,
+            "txgate_screen_decisions_total{decision=\"refused\",reason=\"denied_fingerprint\"}",
+        ) >= 1.0
+    })
+    .await;
+    let took = healed.elapsed();
+    assert!(
+        refused_by_b,
+        "B never refused the ban reported while it was cut off"
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "B refused it {took:?} after healing"
+    );
+    // Every client call through HAProxy is refused now, by either instance.
+    let landed = probe_until_denied(
+        std::slice::from_ref(&lb_url),
+        &copy,
+        Instant::now(),
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(landed[0].first_refused_answered < Duration::from_secs(1));
+}
+
+fn admin_port(t: &Txgate) -> u16 {
+    t.admin_url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("admin port")
+}

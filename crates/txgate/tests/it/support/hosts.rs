@@ -1,0 +1,189 @@
+//! Separate network hosts for the fleet tests: Linux network namespaces
+//! joined by veth pairs to one bridge, each host with its own address,
+//! made and torn down by the test itself.
+//!
+//! A [`Hosts`] is a bridge `txg<n>br` in the test's own namespace, with the
+//! address `10.77.<n>.1/24`, and one namespace per host, `txg<n>-<name>`,
+//! whose `eth0` (the far end of a veth pair whose near end is on the
+//! bridge) has `10.77.<n>.<2 + i>/24`. The test reaches every host through
+//! the bridge; the hosts reach each other through it. A partition sets a
+//! host's near end down (its processes keep running, cut off); healing sets
+//! it up again.
+//!
+//! Names carry the creating process's id: a run that died without cleaning
+//! up leaves namespaces whose process is gone, and the next run removes
+//! them before it makes its own. Namespaces need root (CI runs as root);
+//! where they are not allowed, [`Hosts::new`] returns `None` and the test
+//! says why it did not run.
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A set of network hosts on one bridge, removed on drop.
+pub struct Hosts {
+    tag: String,
+    subnet: u8,
+    names: Vec<String>,
+}
+
+/// `ip` with `args`; whether it succeeded.
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn run(args: &[&str]) {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("ip (iproute2)");
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Removes the namespaces and bridges of earlier runs whose process is gone.
+fn sweep() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or_default();
+        let Some(rest) = name.strip_prefix("txg") else {
+            continue;
+        };
+        let pid: Option<u32> = rest.split(['-', 'x']).next().and_then(|p| p.parse().ok());
+        if pid.is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists()) {
+            ip(&["netns", "del", name]);
+        }
+    }
+    if let Ok(out) = Command::new("ip")
+        .args(["-o", "link", "show", "type", "bridge"])
+        .output()
+    {
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let name = line.split(':').nth(1).unwrap_or_default().trim();
+            let Some(pid) = name
+                .strip_prefix("txg")
+                .and_then(|r| r.split('x').next())
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                ip(&["link", "del", name]);
+            }
+        }
+    }
+}
+
+impl Hosts {
+    /// One host per name on a new bridge; `None` (with the reason printed)
+    /// where namespaces cannot be made here.
+    pub fn new(names: &[&str]) -> Option<Hosts> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        sweep();
+        let pid = std::process::id();
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        // Interface names are at most 15 bytes: txg<pid>x<n>br.
+        let tag = format!("txg{}x{n}", pid % 100_000);
+        let subnet = ((pid + n) % 200 + 20) as u8;
+        let bridge = format!("{tag}br");
+        if !ip(&["link", "add", &bridge, "type", "bridge"]) {
+            eprintln!("network namespaces are not allowed here (needs root): test not run");
+            return None;
+        }
+        let hosts = Hosts {
+            tag: tag.clone(),
+            subnet,
+            names: names.iter().map(|s| s.to_string()).collect(),
+        };
+        run(&[
+            "addr",
+            "add",
+            &format!("10.77.{subnet}.1/24"),
+            "dev",
+            &bridge,
+        ]);
+        run(&["link", "set", &bridge, "up"]);
+        for (i, name) in names.iter().enumerate() {
+            let ns = hosts.namespace(name);
+            let (near, far) = (format!("{tag}n{i}"), format!("{tag}f{i}"));
+            run(&["netns", "add", &ns]);
+            run(&["link", "add", &near, "type", "veth", "peer", "name", &far]);
+            run(&["link", "set", &near, "master", &bridge]);
+            run(&["link", "set", &near, "up"]);
+            run(&["link", "set", &far, "netns", &ns]);
+            let addr = format!("{}/24", hosts.addr(name));
+            for args in [
+                vec!["link", "set", far.as_str(), "name", "eth0"],
+                vec!["addr", "add", addr.as_str(), "dev", "eth0"],
+                vec!["link", "set", "eth0", "up"],
+                vec!["link", "set", "lo", "up"],
+            ] {
+                let mut full = vec!["netns", "exec", ns.as_str(), "ip"];
+                full.extend(args);
+                run(&full);
+            }
+        }
+        Some(hosts)
+    }
+
+    /// The namespace of host `name`.
+    pub fn namespace(&self, name: &str) -> String {
+        format!("{}-{name}", self.tag)
+    }
+
+    fn index(&self, name: &str) -> usize {
+        self.names
+            .iter()
+            .position(|n| n == name)
+            .unwrap_or_else(|| panic!("no host {name}"))
+    }
+
+    /// Host `name`'s address.
+    pub fn addr(&self, name: &str) -> Ipv4Addr {
+        Ipv4Addr::new(10, 77, self.subnet, 2 + self.index(name) as u8)
+    }
+
+    /// `program` with `args`, run on host `name`.
+    pub fn command(&self, name: &str, program: &str) -> Command {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.namespace(name), program]);
+        command
+    }
+
+    /// Cuts host `name` off the network (its link to the bridge down).
+    pub fn partition(&self, name: &str) {
+        run(&[
+            "link",
+            "set",
+            &format!("{}n{}", self.tag, self.index(name)),
+            "down",
+        ]);
+    }
+
+    /// Joins host `name` to the network again.
+    pub fn heal(&self, name: &str) {
+        run(&[
+            "link",
+            "set",
+            &format!("{}n{}", self.tag, self.index(name)),
+            "up",
+        ]);
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for name in &self.names {
+            ip(&["netns", "del", &self.namespace(name)]);
+        }
+        ip(&["link", "del", &format!("{}br", self.tag)]);
+    }
+}
