@@ -3,9 +3,10 @@
 # faketime (the hash-seed test freezes the clock with it; setarch, from
 # util-linux, turns address randomisation off), the fleet's real parts:
 # HAProxy in front of several instances, redis-server for shared limits
-# and redis-sentinel for a primary that fails over,
-# Prometheus (prometheus and promtool: the rule tests and the proof of
-# the dashboard's queries), and for the TLS tests nginx (an https://
+# and redis-sentinel for a primary that fails over, iproute2 for the
+# network hosts (namespaces) the fleet tests make, Prometheus
+# (prometheus and promtool: the rule tests and the proof of the
+# dashboard's queries), and for the TLS tests nginx (an https://
 # upstream) and curl (an OpenSSL client); the daemons are installed without
 # starting.
 set -euo pipefail
@@ -16,6 +17,7 @@ command -v faketime >/dev/null || need+=(faketime)
 command -v setarch >/dev/null || need+=(util-linux)
 command -v haproxy >/dev/null || need+=(haproxy)
 command -v redis-server >/dev/null || need+=(redis-server)
+command -v ip >/dev/null || need+=(iproute2)
 command -v curl >/dev/null || need+=(curl)
 # Packages whose maintainer scripts start a daemon.
 services=()
@@ -63,6 +65,7 @@ if [ -n "$placed" ]; then
 fi
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
   $SUDO systemctl disable prometheus nginx redis-sentinel >/dev/null 2>&1 || true
+  $SUDO systemctl stop redis-sentinel >/dev/null 2>&1 || true
 fi
 after=$(listener_pid 9090)
 if [ -n "$after" ] && [ "$after" != "$before" ]; then

@@ -68,8 +68,7 @@ pub struct RedisConfig {
     )]
     pub sync_interval: Duration,
     /// Milliseconds a connect or a sync may take before Redis counts as
-    /// down; the ban channel's connect, subscribe and each publish keep to
-    /// it too.
+    /// down; the ban log's connects, appends and reads keep to it too.
     #[serde(rename = "timeout_ms", deserialize_with = "crate::duration::millis")]
     pub timeout: Duration,
     /// Share of each limit an instance enforces alone while Redis is down
@@ -171,6 +170,25 @@ impl RedisConfig {
                 "redis.tls_ca_file",
                 "names a CA, but Redis is reached without TLS (rediss:// or tls = true)",
             ));
+        }
+        if !self.tls_ca_file.is_empty() {
+            // Read here, so that a missing or empty CA fails the start
+            // (and check-config), not every connect later.
+            match std::fs::read_to_string(&self.tls_ca_file) {
+                Ok(pem) if pem.contains("-----BEGIN CERTIFICATE-----") => {}
+                Ok(_) => {
+                    return Err(ConfigError::new(
+                        "redis.tls_ca_file",
+                        format!("`{}` holds no PEM certificate", self.tls_ca_file),
+                    ));
+                }
+                Err(e) => {
+                    return Err(ConfigError::new(
+                        "redis.tls_ca_file",
+                        format!("`{}` cannot be read: {e}", self.tls_ca_file),
+                    ));
+                }
+            }
         }
         let prefix_ok = !self.key_prefix.is_empty()
             && self.key_prefix.len() <= 64
@@ -311,12 +329,26 @@ mod tests {
 
     #[test]
     fn a_url_or_a_sentinel_set_with_its_keys() {
+        let ca = std::env::temp_dir().join(format!("txgate-redis-ca-{}.pem", std::process::id()));
+        std::fs::write(
+            &ca,
+            "-----BEGIN CERTIFICATE-----\nMII=\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
         let tls = RedisConfig {
             url: "rediss://10.0.0.5:6380".into(),
-            tls_ca_file: "/etc/ca.pem".into(),
+            tls_ca_file: ca.display().to_string(),
             ..RedisConfig::default()
         };
         tls.validate().unwrap();
+        let missing = RedisConfig {
+            tls_ca_file: "/nonexistent/ca.pem".into(),
+            ..tls.clone()
+        };
+        assert_eq!(missing.validate().unwrap_err().key, "redis.tls_ca_file");
+        std::fs::write(&ca, "not a certificate").unwrap();
+        assert_eq!(tls.validate().unwrap_err().key, "redis.tls_ca_file");
+        let _ = std::fs::remove_file(&ca);
         let sentinel = RedisConfig {
             sentinels: vec!["10.0.0.1:26379".into(), "redis-s2:26379".into()],
             master_name: "txgate".into(),

@@ -2,11 +2,13 @@
 //! `redis.timeout_ms`.
 //!
 //! Redis is one URL (`redis://`, `rediss://` for TLS), or a primary found
-//! through Sentinel: each connect asks the sentinels for the primary,
-//! which must say it is one. A connection only ever talks to a primary:
-//! one that answers `ROLE` as anything else is refused, and a `READONLY`
-//! answer later (a managed Redis failing over behind one name) fails the
-//! step, which reconnects.
+//! through Sentinel: each connect asks every sentinel at once and takes the
+//! first that names a primary which says it is one (a sentinel that is
+//! down or slow delays nothing). A connection is only opened to a primary:
+//! one that answers `ROLE` as anything else is refused (a user not allowed
+//! `ROLE` is taken at its word), and a `READONLY` answer later (a managed
+//! Redis failing over behind one name, or a primary demoted under a
+//! connection) fails the step, which reconnects.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -25,8 +27,9 @@ use txgate_config::RedisConfig;
 enum Target {
     /// One URL.
     Direct(Box<redis::Client>),
-    /// Asked of the sentinels at each connect.
-    Sentinel(Arc<Mutex<SentinelClient>>),
+    /// Asked of each sentinel at each connect (one client per sentinel,
+    /// all asked at once).
+    Sentinel(Vec<Arc<Mutex<SentinelClient>>>),
 }
 
 /// The fleet's Redis: where it is, and how long any step may take.
@@ -53,7 +56,15 @@ impl Link {
     pub fn new(config: &RedisConfig) -> RedisResult<Link> {
         let certificates = certificates(config)?;
         let target = if config.uses_sentinel() {
-            Target::Sentinel(Arc::new(Mutex::new(sentinel_client(config, certificates)?)))
+            let clients = config
+                .sentinels
+                .iter()
+                .map(|s| {
+                    sentinel_client(config, s, certificates.clone())
+                        .map(|c| Arc::new(Mutex::new(c)))
+                })
+                .collect::<RedisResult<Vec<_>>>()?;
+            Target::Sentinel(clients)
         } else {
             Target::Direct(Box::new(match certificates {
                 Some(certs) => redis::Client::build_with_tls(config.url.as_str(), certs)?,
@@ -71,7 +82,7 @@ impl Link {
         })
     }
 
-    /// A connection to the primary that answered a PING, all within the
+    /// A connection to the primary (its `ROLE` checked), all within the
     /// timeout (through Sentinel: asking the sentinels too). Every command
     /// sent on it later fails after the timeout too (and may be bounded
     /// with [`Link::within`] as well).
@@ -89,8 +100,9 @@ impl Link {
         self.within(async {
             let client = match &self.target {
                 Target::Direct(client) => (**client).clone(),
-                // The sentinels name the primary, and it confirms its role.
-                Target::Sentinel(sentinels) => sentinels.lock().await.async_get_client().await?,
+                // The first sentinel to name a primary that confirms its
+                // role.
+                Target::Sentinel(sentinels) => first_primary(sentinels).await?,
             };
             let mut conn = client
                 .get_multiplexed_async_connection_with_config(&config)
@@ -115,10 +127,35 @@ impl Link {
     }
 }
 
-/// Ok when the server is a primary (`ROLE` says `master`; a server too old
-/// for `ROLE` answered PING and counts as one).
+/// Every sentinel asked at once; the first client for a primary that one
+/// of them names (and that confirms its role to it), else the last error.
+async fn first_primary(sentinels: &[Arc<Mutex<SentinelClient>>]) -> RedisResult<redis::Client> {
+    use futures_util::StreamExt;
+    let mut asked: futures_util::stream::FuturesUnordered<_> = sentinels
+        .iter()
+        .map(|s| async move { s.lock().await.async_get_client().await })
+        .collect();
+    let mut last = None;
+    while let Some(answer) = asked.next().await {
+        match answer {
+            Ok(client) => return Ok(client),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        RedisError::from((redis::ErrorKind::InvalidClientConfig, "no sentinel"))
+    }))
+}
+
+/// Ok when the server is a primary: `ROLE` says `master`. A user the ACL
+/// does not allow `ROLE` (a hardened user without `@dangerous`) is taken
+/// at its word: its writes would still fail on a replica (`READONLY`).
 async fn primary(conn: &mut MultiplexedConnection) -> RedisResult<()> {
-    let role: redis::Value = redis::cmd("ROLE").query_async(conn).await?;
+    let role: redis::Value = match redis::cmd("ROLE").query_async(conn).await {
+        Ok(role) => role,
+        Err(e) if e.code() == Some("NOPERM") => return Ok(()),
+        Err(e) => return Err(e),
+    };
     let name = match &role {
         redis::Value::Array(parts) => parts.first(),
         _ => None,
@@ -159,27 +196,30 @@ fn certificates(config: &RedisConfig) -> RedisResult<Option<TlsCertificates>> {
     }))
 }
 
-/// The client that asks `config.sentinels` for `config.master_name`.
+/// The client that asks `sentinel` for `config.master_name`.
 fn sentinel_client(
     config: &RedisConfig,
+    sentinel: &str,
     certificates: Option<TlsCertificates>,
 ) -> RedisResult<SentinelClient> {
-    let addrs = config.sentinels.iter().map(|s| {
-        let (host, port) = s.rsplit_once(':').unwrap_or((s, "26379"));
-        let (host, port) = (host.to_string(), port.parse().unwrap_or(26379));
-        if config.tls {
-            ConnectionAddr::TcpTls {
-                host,
-                port,
-                insecure: false,
-                tls_params: None,
-            }
-        } else {
-            ConnectionAddr::Tcp(host, port)
+    let (host, port) = sentinel.rsplit_once(':').unwrap_or((sentinel, "26379"));
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = port.parse().unwrap_or(26379);
+    let addr = if config.tls {
+        ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: false,
+            tls_params: None,
         }
-    });
+    } else {
+        ConnectionAddr::Tcp(host, port)
+    };
     let mut builder =
-        SentinelClientBuilder::new(addrs, &config.master_name, SentinelServerType::Master)?;
+        SentinelClientBuilder::new([addr], &config.master_name, SentinelServerType::Master)?;
     if !config.username.is_empty() {
         builder = builder.set_client_to_redis_username(&config.username);
     }

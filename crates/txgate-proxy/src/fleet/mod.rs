@@ -7,7 +7,8 @@
 //!   PING), a subscribe, and every round trip on a connection it made end
 //!   within that time, or fail as timed out; slower counts as Redis down.
 //! - [`Backoff`] is the one retry rule after a failure: 100 ms doubling to
-//!   5 s, each wait ±20% so a fleet does not reconnect in step.
+//!   a longest wait (2 s for the limits' sync, about 1 s for the ban log),
+//!   each wait ±20% so a fleet does not reconnect in step.
 //!
 //! What each user counts stays its own: `txgate_redis_*` for the sync,
 //! `txgate_fleet_bans_total` for the ban channel.

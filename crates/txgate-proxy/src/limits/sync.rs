@@ -25,7 +25,8 @@
 //! instance enforces `redis.local_share` of every limit alone, counts it
 //! (`txgate_redis_up` 0), says so in `/readyz`, drops the usage it cannot
 //! report and reconnects as the fleet's [`Backoff`] says (100 ms doubling
-//! to 5 s, ±20%). The connection and its timeout are the fleet's [`Link`].
+//! to 2 s, ±20%: after a failover it follows the new primary within a few
+//! seconds). The connection and its timeout are the fleet's [`Link`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -223,7 +224,10 @@ pub async fn run(
     let prefix = config.key_prefix.clone();
     let mut tick = tokio::time::interval(config.sync_interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let (mut conn, mut retry_at, mut backoff) = (None, Instant::now(), Backoff::default());
+    // Retries at most 2 s apart (before jitter): after a failover the
+    // limits follow the new primary within a few seconds of its promotion.
+    let (mut conn, mut retry_at, mut backoff) =
+        (None, Instant::now(), Backoff::up_to(Duration::from_secs(2)));
     let mut last_ok = Instant::now();
     let (mut batch, mut drained) = (Vec::new(), Vec::new());
     loop {

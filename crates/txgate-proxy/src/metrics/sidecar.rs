@@ -115,7 +115,8 @@ pub struct FleetBanCounters {
     /// Appends that failed (their bans stay in the outbox and are retried).
     pub append_failed: IntCounter,
     /// Appends through Sentinel that no replica had yet when first asked
-    /// (`WAIT`): confirmed only once one has.
+    /// (`WAIT`): confirmed once one has, or after 2 s on the primary
+    /// alone.
     pub unreplicated: IntCounter,
     /// Not appended: the outbox full, or still waiting at stop (the ban
     /// holds here).

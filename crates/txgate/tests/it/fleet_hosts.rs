@@ -16,8 +16,8 @@ use alloy_primitives::Address;
 use crate::credible::{TIP, poke};
 use crate::sidecar_loop::probe_until_denied;
 use crate::support::{
-    Eoa, Hosts, Proc, TempDir, TempFile, Txgate, eventually, foundry_tool, fund, metric, post,
-    rpc_json, txgate_binary,
+    Eoa, Hosts, Proc, TempDir, TempFile, Txgate, eventually, foundry_tool, fund, logged_at, metric,
+    post, rpc_json, txgate_binary,
 };
 
 const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
@@ -182,6 +182,9 @@ async fn a_ban_reported_across_hosts_reaches_a_partitioned_instance_when_it_heal
 
     hosts.heal("b");
     let healed = Instant::now();
+    let healed_wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
     // The copy, sent through HAProxy (round robin: B gets every other
     // call once its check passes again); B's own count of refusals says
     // when B has the ban.
@@ -194,11 +197,29 @@ async fn a_ban_reported_across_hosts_reaches_a_partitioned_instance_when_it_heal
         ) >= 1.0
     })
     .await;
-    let took = healed.elapsed();
     assert!(
         refused_by_b,
-        "B never refused the ban reported while it was cut off"
+        "B never refused the ban reported while it was cut off: {:?}",
+        healed.elapsed()
     );
+    // Timed on B's own clock (the hosts share the kernel's): from the heal
+    // to B's refusal line for the copy, without the metrics scrape.
+    let hash =
+        alloy_primitives::keccak256(alloy_primitives::hex::decode(&copy).unwrap()).to_string();
+    let is_refusal = |l: &String| {
+        serde_json::from_str::<serde_json::Value>(l)
+            .is_ok_and(|v| v["target"] == "txgate::refusal" && v["tx_hash"] == hash.as_str())
+    };
+    let lines = b
+        .logs_until(Duration::from_secs(5), |lines| lines.iter().any(is_refusal))
+        .await;
+    let refused_at = lines
+        .iter()
+        .find(|l| is_refusal(l))
+        .and_then(|l| logged_at(l))
+        .unwrap_or_else(|| panic!("no refusal line on B: {lines:#?}"));
+    let took = refused_at.saturating_sub(healed_wall);
+    eprintln!("B refused the ban {took:?} after its link came back");
     assert!(
         took < Duration::from_secs(2),
         "B refused it {took:?} after healing"

@@ -159,7 +159,7 @@ async fn a_fleet_shares_limits_and_bans_over_tls_directly_and_through_sentinel()
     two_instances_share_a_ban(
         &anvil,
         &format!(
-            "[redis]\nurl = \"rediss://127.0.0.1:{}\"\ntls_ca_file = \"{ca_file}\"\nkey_prefix = \"direct\"\n",
+            "[redis]\nurl = \"rediss://127.0.0.1:{}\"\ntls_ca_file = \"{ca_file}\"\nkey_prefix = \"direct\"\ntimeout_ms = 1000\n",
             primary.port
         ),
     )
@@ -177,7 +177,7 @@ async fn a_fleet_shares_limits_and_bans_over_tls_directly_and_through_sentinel()
         &anvil,
         &format!(
             "[redis]\nsentinels = [\"127.0.0.1:{}\"]\nmaster_name = \"txgate\"\ntls = true\n\
-             tls_ca_file = \"{ca_file}\"\nkey_prefix = \"sentinel\"\n",
+             tls_ca_file = \"{ca_file}\"\nkey_prefix = \"sentinel\"\ntimeout_ms = 1000\n",
             sentinel.port
         ),
     )

@@ -8,9 +8,11 @@
 //! the primary's clock: the id of its previous append, else this host's
 //! clock), and by length (`XTRIM MAXLEN ~`) in the same round trip; only
 //! the append's own answer confirms it. Through
-//! Sentinel, an append is confirmed once one replica has it too (`WAIT`):
-//! a failover right after it cannot lose it. At stop, what waits gets one
-//! last try.
+//! Sentinel, an append waits up to 2 s for one replica to have it too
+//! (`WAIT 1`), then counts as confirmed on the primary alone: a failover
+//! right after a replicated append keeps it if Sentinel promotes that
+//! replica (the one furthest along, at equal priority). At stop, what
+//! waits gets one last try.
 
 use std::sync::Arc;
 

@@ -6,8 +6,9 @@
 //! that forwarded the transaction can turn into a fingerprint. Both become
 //! invalidations there, and that instance appends them to the Redis stream
 //! `<redis.key_prefix>:bans:log` ([`append`]). Every instance reads the
-//! stream from the last entry it applied ([`read`]) and applies what the
-//! others appended, so a ban is never lost to a moment offline:
+//! stream from the last entry it applied ([`read`]) and applies what is
+//! there (its own entries too, harmlessly), so a ban is never lost to a
+//! moment offline:
 //!
 //! - a reconnect resumes after the last entry applied; a restart, after the
 //!   position saved in the ban snapshot with the bans it covers; a fresh
@@ -122,9 +123,8 @@ pub async fn run(
     );
 }
 
-/// This process's name in the log (its entries carry it, so it skips them
-/// while it runs): the PID and the start time. A restarted instance is a
-/// new origin, and reads its own earlier entries like any other's.
+/// This process's name in the log (its entries carry it, so that it does
+/// not count them as received): the PID and the start time.
 fn process_origin() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

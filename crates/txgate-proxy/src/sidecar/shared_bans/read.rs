@@ -1,5 +1,5 @@
-//! The reader: every other instance's entries, applied in order from the
-//! last one applied here.
+//! The reader: the log's entries (every instance's, its own too), applied
+//! in order from the last one applied here.
 //!
 //! On each connect it asks where the log stands (`XINFO STREAM`) and
 //! resumes as [`txgate_fleet::resume`] says (after its own position; the
@@ -176,7 +176,7 @@ impl Reader {
             })
     }
 
-    /// Applies the bans of the others' entries in `reply` as one batch,
+    /// Applies the bans of the entries in `reply` as one batch,
     /// then moves the position past them; true when the read was full
     /// (more entries wait).
     fn apply(

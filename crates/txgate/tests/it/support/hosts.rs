@@ -11,10 +11,12 @@
 //! it up again.
 //!
 //! Names carry the creating process's id: a run that died without cleaning
-//! up leaves namespaces whose process is gone, and the next run removes
-//! them before it makes its own. Namespaces need root (CI runs as root);
-//! where they are not allowed, [`Hosts::new`] returns `None` and the test
-//! says why it did not run.
+//! up leaves namespaces whose process is gone, and the next run stops what
+//! still runs in them (by the PIDs the kernel lists for each such
+//! namespace) and removes them before it makes its own. Namespaces need
+//! root (CI runs as root); where they are not allowed, [`Hosts::new`]
+//! returns `None` and the test says why it did not run, unless
+//! `TXGATE_REQUIRE_NETNS` is set (as `.ci/run` sets it): then it fails.
 
 use std::net::Ipv4Addr;
 use std::process::Command;
@@ -59,6 +61,20 @@ fn sweep() {
         };
         let pid: Option<u32> = rest.split(['-', 'x']).next().and_then(|p| p.parse().ok());
         if pid.is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists()) {
+            // What a dead run left running on its hosts: stopped by the
+            // PIDs in that namespace, then the namespace removed.
+            if let Ok(pids) = Command::new("ip").args(["netns", "pids", name]).output() {
+                for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+                    if let Ok(pid) = pid.parse::<i32>() {
+                        // SAFETY: kill(2) on a PID the kernel lists in a
+                        // namespace this harness made for a run now gone.
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            libc::kill(pid, libc::SIGKILL);
+                        }
+                    }
+                }
+            }
             ip(&["netns", "del", name]);
         }
     }
@@ -90,12 +106,18 @@ impl Hosts {
         sweep();
         let pid = std::process::id();
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        // Interface names are at most 15 bytes: txg<pid>x<n>br.
-        let tag = format!("txg{}x{n}", pid % 100_000);
+        // Interface names are at most 15 bytes: txg<pid>x<n>br, with a
+        // PID of up to 7 digits and n below 10.
+        let tag = format!("txg{pid}x{}", n % 10);
         let subnet = ((pid + n) % 200 + 20) as u8;
         let bridge = format!("{tag}br");
         if !ip(&["link", "add", &bridge, "type", "bridge"]) {
-            eprintln!("network namespaces are not allowed here (needs root): test not run");
+            let why = "network namespaces are not allowed here (needs root and iproute2)";
+            assert!(
+                std::env::var_os("TXGATE_REQUIRE_NETNS").is_none(),
+                "{why}, and TXGATE_REQUIRE_NETNS is set"
+            );
+            eprintln!("{why}: test not run");
             return None;
         }
         let hosts = Hosts {
