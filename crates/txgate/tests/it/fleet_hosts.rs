@@ -46,14 +46,15 @@ async fn answers(url: &str) -> bool {
     .await
 }
 
-/// A txgate instance on `host`, listening on every address there.
+/// A txgate instance on `host`, listening on every address there (its own
+/// network: the same ports on every host, and again after a restart).
 fn instance(hosts: &Hosts, host: &str, node: &str, config: &TempFile) -> Txgate {
     let mut command = hosts.command(host, txgate_binary());
     command.args([
         "--listen",
-        "0.0.0.0:0",
+        "0.0.0.0:8545",
         "--admin-listen",
-        "0.0.0.0:0",
+        "0.0.0.0:9545",
         "--upstream",
         node,
         "--log-format",
@@ -66,6 +67,18 @@ fn instance(hosts: &Hosts, host: &str, node: &str, config: &TempFile) -> Txgate 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_ban_reported_across_hosts_reaches_a_partitioned_instance_when_it_heals() {
+    ban_reported_across_hosts(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ban_reported_across_hosts_reaches_an_instance_restarted_while_partitioned() {
+    ban_reported_across_hosts(true).await;
+}
+
+/// A ban reported to A while B's host is cut off for 10 s (B restarted
+/// meanwhile, from its snapshot, when `restart`): B refuses it within 2 s
+/// of its link coming back.
+async fn ban_reported_across_hosts(restart: bool) {
     let Some(hosts) = Hosts::new(&["node", "redis", "lb", "a", "b"]) else {
         return;
     };
@@ -108,9 +121,13 @@ async fn a_ban_reported_across_hosts_reaches_a_partitioned_instance_when_it_heal
         "{shared}[aeges]\nlisten = \"0.0.0.0:9600\"\nreport_token = \"t0k\"\n\
          report_allow = [\"10.77.0.0/16\"]\n"
     ));
-    let plain = TempFile::new(&shared);
+    let snapshots = TempDir::new("hosts-snapshot");
+    let plain = TempFile::new(&format!(
+        "{shared}[screen]\nsnapshot_path = \"{}\"\n",
+        snapshots.path.join("b.bin").display()
+    ));
     let a = instance(&hosts, "a", &node_url, &reported);
-    let b = instance(&hosts, "b", &node_url, &plain);
+    let mut b = instance(&hosts, "b", &node_url, &plain);
     for t in [&a, &b] {
         let linked = t
             .logs_until(Duration::from_secs(15), |lines| {
@@ -178,6 +195,13 @@ async fn a_ban_reported_across_hosts_reaches_a_partitioned_instance_when_it_heal
     // Honest calls keep being answered through HAProxy (by A).
     let (status, answer) = rpc_json(&lb_url, CHAIN_ID).await;
     assert_eq!(status, 200, "{answer}");
+    if restart {
+        // B stops (its snapshot written with its place in the log) and
+        // starts again on its host, still cut off.
+        b.proc.signal(libc::SIGTERM);
+        assert!(b.proc.wait_timeout(Duration::from_secs(15)).is_some());
+        b = instance(&hosts, "b", &node_url, &plain);
+    }
     tokio::time::sleep(Duration::from_secs(10).saturating_sub(cut.elapsed())).await;
 
     hosts.heal("b");
@@ -241,4 +265,131 @@ fn admin_port(t: &Txgate) -> u16 {
         .next()
         .and_then(|p| p.parse().ok())
         .expect("admin port")
+}
+
+/// 1,000 reports to A; a fresh instance on a host of its own (no snapshot,
+/// no sidecar) refuses every one of them within 2 s of starting, from the
+/// log alone, read across the network.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fresh_instance_on_its_own_host_learns_every_live_ban_within_2_s() {
+    const REPORTS: u64 = 1_000;
+    let Some(hosts) = Hosts::new(&["node", "redis", "a", "c"]) else {
+        return;
+    };
+    let node_url = format!("http://{}:8545", hosts.addr("node"));
+    let _anvil = spawn(
+        &hosts,
+        "node",
+        foundry_tool("anvil").to_str().unwrap(),
+        &["--host", "0.0.0.0", "--port", "8545", "--silent"],
+    );
+    let redis_dir = TempDir::new("hosts-redis");
+    let _redis = spawn(
+        &hosts,
+        "redis",
+        "redis-server",
+        &[
+            "--port",
+            "6379",
+            "--bind",
+            "0.0.0.0",
+            "--protected-mode",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            redis_dir.path.to_str().unwrap(),
+        ],
+    );
+    assert!(answers(&node_url).await, "anvil never answered on its host");
+    let redis = format!("[redis]\nurl = \"redis://{}:6379\"\n", hosts.addr("redis"));
+    let reported = TempFile::new(&format!(
+        "{redis}[aeges]\nlisten = \"0.0.0.0:9600\"\nreport_token = \"t0k\"\n\
+         report_allow = [\"10.77.0.0/16\"]\n"
+    ));
+    let a = instance(&hosts, "a", &node_url, &reported);
+    let linked = a
+        .logs_until(Duration::from_secs(15), |lines| {
+            lines
+                .iter()
+                .any(|l| l.contains("reading the fleet's ban log"))
+        })
+        .await;
+    assert!(
+        linked
+            .iter()
+            .any(|l| l.contains("reading the fleet's ban log")),
+        "A never reached Redis across hosts: {linked:?}"
+    );
+    // The report listener answers before the reports start.
+    let report_url = format!("http://{}:9600/report?token=t0k", hosts.addr("a"));
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            post(&report_url, Some("application/json"), "[]")
+                .await
+                .is_ok()
+        })
+        .await,
+        "A's report listener never answered"
+    );
+    let appended = "txgate_fleet_bans_total{event=\"appended\"}";
+    let target = Address::repeat_byte(0x47);
+    let attacker = Eoa::new(93);
+    for i in 0..REPORTS {
+        let report = serde_json::json!([format!("0x{}{i:016x}", "dd".repeat(24)), {
+            "tx_type": 2, "caller": attacker.address.to_string(), "gas_limit": 100000,
+            "gas_price": 2000000000u64, "kind": target.to_string(), "value": "0x0",
+            "data": format!("0x{}", alloy_primitives::hex::encode(poke(2_000 + i))), "nonce": i,
+            "chain_id": 31337, "access_list": [], "gas_priority_fee": 1000000000u64,
+            "blob_hashes": [], "max_fee_per_blob_gas": 0, "authorization_list": []
+        }])
+        .to_string();
+        let (status, _, _) = post(&report_url, Some("application/json"), report)
+            .await
+            .unwrap();
+        assert_eq!(status, 200);
+    }
+    let all_appended = eventually(Duration::from_secs(10), || async {
+        metric(&a.metrics().await, appended) == REPORTS as f64
+    })
+    .await;
+    assert!(all_appended, "{}", a.metrics().await);
+
+    let plain = TempFile::new(&redis);
+    let started = Instant::now();
+    let c = instance(&hosts, "c", &node_url, &plain);
+    let received = "txgate_fleet_bans_total{event=\"received\"}";
+    let learned = eventually(Duration::from_secs(10), || async {
+        metric(&c.metrics().await, received) == REPORTS as f64
+    })
+    .await;
+    let took = started.elapsed();
+    assert!(learned, "{}", c.metrics().await);
+    eprintln!("the fresh instance learned {REPORTS} bans {took:?} after it was started");
+    // Every one refused (the calls go to C's own address: this instance
+    // has no balancer in front of it).
+    let copycat = Eoa::new(94);
+    for chunk in (0..REPORTS).collect::<Vec<_>>().chunks(100) {
+        let calls: Vec<serde_json::Value> = chunk
+            .iter()
+            .map(|i| {
+                let raw = copycat.sign(*i, target, &poke(2_000 + i), 0, 50 * TIP);
+                serde_json::json!({"jsonrpc": "2.0", "id": i, "method": "eth_sendRawTransaction",
+                    "params": [raw]})
+            })
+            .collect();
+        let (_, answers) = rpc_json(&c.url, &serde_json::Value::Array(calls).to_string()).await;
+        for answer in answers.as_array().expect("a batch answer") {
+            assert_eq!(
+                answer["error"]["data"]["reason"], "denied_fingerprint",
+                "{answer}"
+            );
+        }
+    }
+    assert!(
+        took < Duration::from_secs(2),
+        "the fresh instance took {took:?} to learn {REPORTS} bans"
+    );
 }
