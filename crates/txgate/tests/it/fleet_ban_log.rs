@@ -91,14 +91,13 @@ impl Drop for Gate {
 /// A failure report of `caller`'s call `poke(arg)` to `target`, as the
 /// Credible Layer sidecar posts it.
 fn report(caller: Address, target: Address, arg: u64, hash_byte: u8, nonce: u64) -> String {
-    serde_json::json!([format!("0x{}", hex_byte(hash_byte).repeat(32)), {
-        "tx_type": 2, "caller": caller.to_string(), "gas_limit": 100000,
-        "gas_price": 2000000000u64, "kind": target.to_string(), "value": "0x0",
-        "data": format!("0x{}", alloy_primitives::hex::encode(poke(arg))), "nonce": nonce,
-        "chain_id": 31337, "access_list": [], "gas_priority_fee": 1000000000u64,
-        "blob_hashes": [], "max_fee_per_blob_gas": 0, "authorization_list": []
-    }])
-    .to_string()
+    crate::support::failure_report(
+        &format!("0x{}", hex_byte(hash_byte).repeat(32)),
+        caller,
+        target,
+        &poke(arg),
+        nonce,
+    )
 }
 
 fn hex_byte(b: u8) -> String {

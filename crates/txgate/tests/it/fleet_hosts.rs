@@ -8,7 +8,6 @@
 //! allowed the test says so and passes without running.
 
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use alloy_primitives::Address;
@@ -16,23 +15,11 @@ use alloy_primitives::Address;
 use crate::credible::{TIP, poke};
 use crate::sidecar_loop::probe_until_denied;
 use crate::support::{
-    Eoa, Hosts, Proc, TempDir, TempFile, Txgate, eventually, foundry_tool, fund, logged_at, metric,
-    post, rpc_json, txgate_binary,
+    Eoa, Hosts, TempDir, TempFile, Txgate, eventually, foundry_tool, fund, logged_at, metric, post,
+    rpc_json,
 };
 
 const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
-
-/// A process on a host, killed on drop.
-fn spawn(hosts: &Hosts, host: &str, program: &str, args: &[&str]) -> Proc {
-    let child = hosts
-        .command(host, program)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{program} on {host}: {e}"));
-    Proc::new(child)
-}
 
 /// Waits until `addr` answers `eth_chainId`.
 async fn answers(url: &str) -> bool {
@@ -44,25 +31,6 @@ async fn answers(url: &str) -> bool {
         )
     })
     .await
-}
-
-/// A txgate instance on `host`, listening on every address there (its own
-/// network: the same ports on every host, and again after a restart).
-fn instance(hosts: &Hosts, host: &str, node: &str, config: &TempFile) -> Txgate {
-    let mut command = hosts.command(host, txgate_binary());
-    command.args([
-        "--listen",
-        "0.0.0.0:8545",
-        "--admin-listen",
-        "0.0.0.0:9545",
-        "--upstream",
-        node,
-        "--log-format",
-        "json",
-        "-c",
-        config.arg(),
-    ]);
-    Txgate::spawn_command(command).reached_at(hosts.addr(host))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -83,15 +51,13 @@ async fn ban_reported_across_hosts(restart: bool) {
         return;
     };
     let node_url = format!("http://{}:8545", hosts.addr("node"));
-    let _anvil = spawn(
-        &hosts,
+    let _anvil = hosts.spawn(
         "node",
         foundry_tool("anvil").to_str().unwrap(),
         &["--host", "0.0.0.0", "--port", "8545", "--silent"],
     );
     let redis_dir = TempDir::new("hosts-redis");
-    let _redis = spawn(
-        &hosts,
+    let _redis = hosts.spawn(
         "redis",
         "redis-server",
         &[
@@ -126,8 +92,8 @@ async fn ban_reported_across_hosts(restart: bool) {
         "{shared}[screen]\nsnapshot_path = \"{}\"\n",
         snapshots.path.join("b.bin").display()
     ));
-    let a = instance(&hosts, "a", &node_url, &reported);
-    let mut b = instance(&hosts, "b", &node_url, &plain);
+    let a = hosts.txgate("a", &node_url, &reported);
+    let mut b = hosts.txgate("b", &node_url, &plain);
     for t in [&a, &b] {
         let linked = t
             .logs_until(Duration::from_secs(15), |lines| {
@@ -159,7 +125,7 @@ async fn ban_reported_across_hosts(restart: bool) {
         b.rpc_addr,
         admin_port(&b)
     ));
-    let _haproxy = spawn(&hosts, "lb", "haproxy", &["-db", "-f", config.arg()]);
+    let _haproxy = hosts.spawn("lb", "haproxy", &["-db", "-f", config.arg()]);
     let lb_url = format!("http://{lb_addr}");
     assert!(answers(&lb_url).await, "HAProxy never served on its host");
     // An instance serves no client that skips the balancer (no PROXY v2
@@ -176,22 +142,18 @@ async fn ban_reported_across_hosts(restart: bool) {
     let (attacker, copycat) = (Eoa::new(91), Eoa::new(92));
     fund(&node_url, &[copycat.address]).await;
     let target = Address::repeat_byte(0x46);
-    let report = serde_json::json!([format!("0x{}", "ef".repeat(32)), {
-        "tx_type": 2, "caller": attacker.address.to_string(), "gas_limit": 100000,
-        "gas_price": 2000000000u64, "kind": target.to_string(), "value": "0x0",
-        "data": format!("0x{}", alloy_primitives::hex::encode(poke(97))), "nonce": 0,
-        "chain_id": 31337, "access_list": [], "gas_priority_fee": 1000000000u64,
-        "blob_hashes": [], "max_fee_per_blob_gas": 0, "authorization_list": []
-    }])
-    .to_string();
-    let (status, _, _) = post(
+    let report = crate::support::failure_report(
+        &format!("0x{}", "ef".repeat(32)),
+        attacker.address,
+        target,
+        &poke(97),
+        0,
+    );
+    crate::support::post_report(
         &format!("http://{}:9600/report?token=t0k", hosts.addr("a")),
-        Some("application/json"),
         report,
     )
-    .await
-    .unwrap();
-    assert_eq!(status, 200);
+    .await;
     // Honest calls keep being answered through HAProxy (by A).
     let (status, answer) = rpc_json(&lb_url, CHAIN_ID).await;
     assert_eq!(status, 200, "{answer}");
@@ -200,7 +162,7 @@ async fn ban_reported_across_hosts(restart: bool) {
         // starts again on its host, still cut off.
         b.proc.signal(libc::SIGTERM);
         assert!(b.proc.wait_timeout(Duration::from_secs(15)).is_some());
-        b = instance(&hosts, "b", &node_url, &plain);
+        b = hosts.txgate("b", &node_url, &plain);
     }
     tokio::time::sleep(Duration::from_secs(10).saturating_sub(cut.elapsed())).await;
 
@@ -277,15 +239,13 @@ async fn a_fresh_instance_on_its_own_host_learns_every_live_ban_within_2_s() {
         return;
     };
     let node_url = format!("http://{}:8545", hosts.addr("node"));
-    let _anvil = spawn(
-        &hosts,
+    let _anvil = hosts.spawn(
         "node",
         foundry_tool("anvil").to_str().unwrap(),
         &["--host", "0.0.0.0", "--port", "8545", "--silent"],
     );
     let redis_dir = TempDir::new("hosts-redis");
-    let _redis = spawn(
-        &hosts,
+    let _redis = hosts.spawn(
         "redis",
         "redis-server",
         &[
@@ -309,7 +269,7 @@ async fn a_fresh_instance_on_its_own_host_learns_every_live_ban_within_2_s() {
         "{redis}[aeges]\nlisten = \"0.0.0.0:9600\"\nreport_token = \"t0k\"\n\
          report_allow = [\"10.77.0.0/16\"]\n"
     ));
-    let a = instance(&hosts, "a", &node_url, &reported);
+    let a = hosts.txgate("a", &node_url, &reported);
     let linked = a
         .logs_until(Duration::from_secs(15), |lines| {
             lines
@@ -338,14 +298,13 @@ async fn a_fresh_instance_on_its_own_host_learns_every_live_ban_within_2_s() {
     let target = Address::repeat_byte(0x47);
     let attacker = Eoa::new(93);
     for i in 0..REPORTS {
-        let report = serde_json::json!([format!("0x{}{i:016x}", "dd".repeat(24)), {
-            "tx_type": 2, "caller": attacker.address.to_string(), "gas_limit": 100000,
-            "gas_price": 2000000000u64, "kind": target.to_string(), "value": "0x0",
-            "data": format!("0x{}", alloy_primitives::hex::encode(poke(2_000 + i))), "nonce": i,
-            "chain_id": 31337, "access_list": [], "gas_priority_fee": 1000000000u64,
-            "blob_hashes": [], "max_fee_per_blob_gas": 0, "authorization_list": []
-        }])
-        .to_string();
+        let report = crate::support::failure_report(
+            &format!("0x{}{i:016x}", "dd".repeat(24)),
+            attacker.address,
+            target,
+            &poke(2_000 + i),
+            i,
+        );
         let (status, _, _) = post(&report_url, Some("application/json"), report)
             .await
             .unwrap();
@@ -359,7 +318,7 @@ async fn a_fresh_instance_on_its_own_host_learns_every_live_ban_within_2_s() {
 
     let plain = TempFile::new(&redis);
     let started = Instant::now();
-    let c = instance(&hosts, "c", &node_url, &plain);
+    let c = hosts.txgate("c", &node_url, &plain);
     let received = "txgate_fleet_bans_total{event=\"received\"}";
     let learned = eventually(Duration::from_secs(10), || async {
         metric(&c.metrics().await, received) == REPORTS as f64

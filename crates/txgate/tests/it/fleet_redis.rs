@@ -12,7 +12,7 @@ use crate::credible::{TIP, poke};
 use crate::sidecar_loop::{a_ban_reaches_every_instance_within_100_ms, probe_until_denied};
 use crate::support::{
     ADDR1, Eoa, KEY0, Node, NodeKind, Proc, Sidecar, TempFile, Txgate, cast_send, eventually,
-    free_port, get, listening_to_refusal, metric, post, refused, rpc_from, send_raw,
+    free_port, get, listening_to_refusal, metric, refused, rpc_from, send_raw,
 };
 
 const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
@@ -387,23 +387,19 @@ async fn a_reported_ban_reaches_every_instance_through_redis(kind: NodeKind) {
 
     let (attacker, copycat) = (Eoa::new(31), Eoa::new(32));
     let target = alloy_primitives::Address::repeat_byte(0x42);
-    let report = serde_json::json!([format!("0x{}", "cd".repeat(32)), {
-        "tx_type": 2, "caller": attacker.address.to_string(), "gas_limit": 100000,
-        "gas_price": 2000000000u64, "kind": target.to_string(), "value": "0x0",
-        "data": format!("0x{}", alloy_primitives::hex::encode(poke(77))), "nonce": 0,
-        "chain_id": 31337, "access_list": [], "gas_priority_fee": 1000000000u64,
-        "blob_hashes": [], "max_fee_per_blob_gas": 0, "authorization_list": []
-    }])
-    .to_string();
+    let report = crate::support::failure_report(
+        &format!("0x{}", "cd".repeat(32)),
+        attacker.address,
+        target,
+        &poke(77),
+        0,
+    );
     let started = Instant::now();
-    let (status, _, _) = post(
+    crate::support::post_report(
         &format!("http://127.0.0.1:{aeges}/report?token=t0k"),
-        Some("application/json"),
         report,
     )
-    .await
-    .unwrap();
-    assert_eq!(status, 200);
+    .await;
     // The same calldata from another EOA, on the instance that never got
     // the report, probed in a tight loop (no pause: a pause would be the
     // test's time, not the ban's): the answer of its first refusal, from

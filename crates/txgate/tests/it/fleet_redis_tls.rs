@@ -12,7 +12,7 @@ use alloy_primitives::Address;
 use crate::credible::{TIP, poke};
 use crate::fleet_redis::all_links;
 use crate::sidecar_loop::probe_until_denied;
-use crate::support::{Anvil, Eoa, Proc, TempFile, Txgate, free_port, fund, post};
+use crate::support::{Anvil, Eoa, Proc, TempFile, Txgate, free_port, fund};
 use crate::tls_pki::{Ca, TempDir};
 
 /// A TLS-only redis-server or redis-sentinel, with its files.
@@ -112,23 +112,19 @@ async fn two_instances_share_a_ban(anvil: &Anvil, redis: &str) {
     let (attacker, copycat) = (Eoa::new(81), Eoa::new(82));
     fund(&anvil.url, &[copycat.address]).await;
     let target = Address::repeat_byte(0x45);
-    let report = serde_json::json!([format!("0x{}", "cd".repeat(32)), {
-        "tx_type": 2, "caller": attacker.address.to_string(), "gas_limit": 100000,
-        "gas_price": 2000000000u64, "kind": target.to_string(), "value": "0x0",
-        "data": format!("0x{}", alloy_primitives::hex::encode(poke(95))), "nonce": 0,
-        "chain_id": 31337, "access_list": [], "gas_priority_fee": 1000000000u64,
-        "blob_hashes": [], "max_fee_per_blob_gas": 0, "authorization_list": []
-    }])
-    .to_string();
+    let report = crate::support::failure_report(
+        &format!("0x{}", "cd".repeat(32)),
+        attacker.address,
+        target,
+        &poke(95),
+        0,
+    );
     let sent = Instant::now();
-    let (status, _, _) = post(
+    crate::support::post_report(
         &format!("http://127.0.0.1:{aeges}/report?token=t0k"),
-        Some("application/json"),
         report,
     )
-    .await
-    .unwrap();
-    assert_eq!(status, 200);
+    .await;
     let copy = copycat.sign(0, target, &poke(95), 0, 50 * TIP);
     let landed = probe_until_denied(
         std::slice::from_ref(&b.url),

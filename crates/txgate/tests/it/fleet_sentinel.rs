@@ -16,7 +16,7 @@ use crate::credible::{TIP, poke};
 use crate::fleet_redis::{RedisServer, all_links, allowed, paced};
 use crate::sidecar_loop::probe_until_denied;
 use crate::support::{
-    Anvil, Eoa, Proc, TempDir, TempFile, Txgate, eventually, free_port, fund, post, rpc_from,
+    Anvil, Eoa, Proc, TempDir, TempFile, Txgate, eventually, free_port, fund, rpc_from,
 };
 
 const MASTER: &str = "txgate";
@@ -105,14 +105,16 @@ impl Sentinel {
     }
 }
 
-/// One keep-alive client from 127.0.0.1 (a load that opened a connection
-/// per call would run the host out of ports, not test the fleet).
-fn lane_client() -> hyper_util::client::legacy::Client<
+/// One keep-alive client from `from` (a load that opened a connection per
+/// call would run the host out of ports, not test the fleet).
+fn lane_client(
+    from: std::net::IpAddr,
+) -> hyper_util::client::legacy::Client<
     hyper_util::client::legacy::connect::HttpConnector,
     http_body_util::Full<bytes::Bytes>,
 > {
     let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    connector.set_local_address(Some("127.0.0.1".parse().unwrap()));
+    connector.set_local_address(Some(from));
     hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build(connector)
 }
@@ -143,9 +145,10 @@ async fn call(
     Ok((status, body))
 }
 
-/// Honest calls from the exempt address at about `per_sec`, spread over
-/// `lanes` clients, until `done`: (answered 200, anything else).
-fn honest_load(
+/// Honest calls from the exempt address `from` at about `per_sec`, spread
+/// over `lanes` clients, until `done`: (answered 200, anything else).
+pub(crate) fn honest_load(
+    from: std::net::IpAddr,
     url: String,
     per_sec: u64,
     lanes: u64,
@@ -160,7 +163,7 @@ fn honest_load(
                 let (url, done) = (url.clone(), done.clone());
                 let (ok, failed, failures) = (ok.clone(), failed.clone(), failures.clone());
                 tokio::spawn(async move {
-                    let client = lane_client();
+                    let client = lane_client(from);
                     let mut next = tokio::time::Instant::now();
                     while !done.load(Ordering::SeqCst) {
                         match call(&client, &url).await {
@@ -297,7 +300,13 @@ async fn the_primary_killed_under_load_costs_no_call_and_the_fleet_follows_the_n
 
     // 2,000 honest calls a second through HAProxy while the primary dies.
     let done = Arc::new(AtomicBool::new(false));
-    let load = honest_load(haproxy.url.clone(), 2_000, 16, done.clone());
+    let load = honest_load(
+        "127.0.0.1".parse().unwrap(),
+        haproxy.url.clone(),
+        2_000,
+        16,
+        done.clone(),
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let killed = Instant::now();
     primary.kill();
@@ -305,22 +314,18 @@ async fn the_primary_killed_under_load_costs_no_call_and_the_fleet_follows_the_n
     let (attacker, copycat) = (Eoa::new(71), Eoa::new(72));
     fund(&anvil.url, &[copycat.address]).await;
     let target = alloy_primitives::Address::repeat_byte(0x44);
-    let report = serde_json::json!([format!("0x{}", "ab".repeat(32)), {
-        "tx_type": 2, "caller": attacker.address.to_string(), "gas_limit": 100000,
-        "gas_price": 2000000000u64, "kind": target.to_string(), "value": "0x0",
-        "data": format!("0x{}", alloy_primitives::hex::encode(poke(93))), "nonce": 0,
-        "chain_id": 31337, "access_list": [], "gas_priority_fee": 1000000000u64,
-        "blob_hashes": [], "max_fee_per_blob_gas": 0, "authorization_list": []
-    }])
-    .to_string();
-    let (status, _, _) = post(
+    let report = crate::support::failure_report(
+        &format!("0x{}", "ab".repeat(32)),
+        attacker.address,
+        target,
+        &poke(93),
+        0,
+    );
+    crate::support::post_report(
         &format!("http://127.0.0.1:{aeges}/report?token=t0k"),
-        Some("application/json"),
         report,
     )
-    .await
-    .unwrap();
-    assert_eq!(status, 200);
+    .await;
     let promoted = eventually(Duration::from_secs(30), || async {
         sentinels
             .iter()

@@ -23,6 +23,7 @@ mod faults_upstream;
 mod fleet;
 mod fleet_ban_log;
 mod fleet_hosts;
+mod fleet_hosts_sentinel;
 mod fleet_redis;
 mod fleet_redis_tls;
 mod fleet_sentinel;

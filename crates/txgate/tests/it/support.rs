@@ -1070,3 +1070,32 @@ pub fn deploy(url: &str, initcode: &str) -> alloy_primitives::Address {
         .parse()
         .expect("address")
 }
+
+/// A failure report as the Credible Layer sidecar posts it to the Aeges
+/// report endpoint: the transaction `tx_hash` (`0x`-hex) from `caller` to
+/// `target` with calldata `data`, EIP-1559 at 2 gwei, 100,000 gas.
+pub fn failure_report(
+    tx_hash: &str,
+    caller: alloy_primitives::Address,
+    target: alloy_primitives::Address,
+    data: &[u8],
+    nonce: u64,
+) -> String {
+    serde_json::json!([tx_hash, {
+        "tx_type": 2, "caller": caller.to_string(), "gas_limit": 100000,
+        "gas_price": 2000000000u64, "kind": target.to_string(), "value": "0x0",
+        "data": format!("0x{}", alloy_primitives::hex::encode(data)), "nonce": nonce,
+        "chain_id": 31337, "access_list": [], "gas_priority_fee": 1000000000u64,
+        "blob_hashes": [], "max_fee_per_blob_gas": 0, "authorization_list": []
+    }])
+    .to_string()
+}
+
+/// POSTs `report` (a [`failure_report`]) to the Aeges report endpoint at
+/// `url`; asserts it was taken (200).
+pub async fn post_report(url: &str, report: String) {
+    let (status, _, body) = post(url, Some("application/json"), report)
+        .await
+        .expect("the report listener answers");
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+}

@@ -19,7 +19,7 @@
 //! `TXGATE_REQUIRE_NETNS` is set (as `.ci/run` sets it): then it fails.
 
 use std::net::Ipv4Addr;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A set of network hosts on one bridge, removed on drop.
@@ -173,11 +173,60 @@ impl Hosts {
         Ipv4Addr::new(10, 77, self.subnet, 2 + self.index(name) as u8)
     }
 
+    /// The test's own address on the bridge.
+    pub fn bridge_addr(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, 77, self.subnet, 1)
+    }
+
+    /// One more address of the test's own on the bridge (`10.77.<n>.<last>`,
+    /// `last` from 200): a client distinct from the others.
+    pub fn client_addr(&self, last: u8) -> Ipv4Addr {
+        assert!(last >= 200, "client addresses start at .200");
+        let addr = Ipv4Addr::new(10, 77, self.subnet, last);
+        let bridge = format!("{}br", self.tag);
+        ip(&["addr", "add", &format!("{addr}/24"), "dev", &bridge]);
+        addr
+    }
+
     /// `program` with `args`, run on host `name`.
     pub fn command(&self, name: &str, program: &str) -> Command {
         let mut command = Command::new("ip");
         command.args(["netns", "exec", &self.namespace(name), program]);
         command
+    }
+
+    /// `program` with `args` on host `name`, its output discarded; stopped
+    /// (by its PID) when the handle drops.
+    pub fn spawn(&self, name: &str, program: &str, args: &[&str]) -> super::Proc {
+        let child = self
+            .command(name, program)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{program} on {name}: {e}"));
+        super::Proc::new(child)
+    }
+
+    /// A txgate instance on host `name` in front of `node` with `config`,
+    /// listening on every address there, on the same ports on every host
+    /// (each host its own network; a restarted one comes back where it
+    /// was): 8545 for clients, 9545 for the admin listener.
+    pub fn txgate(&self, name: &str, node: &str, config: &super::TempFile) -> super::Txgate {
+        let mut command = self.command(name, super::txgate_binary());
+        command.args([
+            "--listen",
+            "0.0.0.0:8545",
+            "--admin-listen",
+            "0.0.0.0:9545",
+            "--upstream",
+            node,
+            "--log-format",
+            "json",
+            "-c",
+            config.arg(),
+        ]);
+        super::Txgate::spawn_command(command).reached_at(self.addr(name))
     }
 
     /// Cuts host `name` off the network (its link to the bridge down).
