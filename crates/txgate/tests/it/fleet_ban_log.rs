@@ -294,25 +294,7 @@ async fn a_fresh_instance_learns_every_live_ban_from_the_log_within_2_s() {
     assert!(learned, "{}", c.metrics().await);
     // Every one refused: the same calldata from another sender, in batches.
     let copycat = Eoa::new(62);
-    let mut refused = 0;
-    for chunk in (0..REPORTS).collect::<Vec<_>>().chunks(100) {
-        let calls: Vec<serde_json::Value> = chunk
-            .iter()
-            .map(|i| {
-                let raw = copycat.sign(*i, target, &poke(1_000 + i), 0, 50 * TIP);
-                serde_json::json!({"jsonrpc": "2.0", "id": i, "method": "eth_sendRawTransaction",
-                    "params": [raw]})
-            })
-            .collect();
-        let (_, answers) = rpc_json(&c.url, &serde_json::Value::Array(calls).to_string()).await;
-        for answer in answers.as_array().expect("a batch answer") {
-            assert_eq!(
-                answer["error"]["data"]["reason"], "denied_fingerprint",
-                "{answer}"
-            );
-            refused += 1;
-        }
-    }
+    let refused = refuses_every_copy(&c.url, &copycat, target, 1_000, REPORTS).await;
     assert_eq!(refused, REPORTS);
     assert!(
         took < Duration::from_secs(2),
@@ -323,4 +305,36 @@ async fn a_fresh_instance_learns_every_live_ban_from_the_log_within_2_s() {
         metric(&m, "txgate_fleet_bans_total{event=\"replayed\"}"),
         REPORTS as f64
     );
+}
+
+/// Sends `copycat`'s copies of the `n` reported calls `poke(first + i)` to
+/// `target` through `url` in batches of 100, and asserts each is refused
+/// by fingerprint; returns how many were.
+pub(crate) async fn refuses_every_copy(
+    url: &str,
+    copycat: &Eoa,
+    target: Address,
+    first: u64,
+    n: u64,
+) -> u64 {
+    let mut refused = 0;
+    for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
+        let calls: Vec<serde_json::Value> = chunk
+            .iter()
+            .map(|i| {
+                let raw = copycat.sign(*i, target, &poke(first + i), 0, 50 * TIP);
+                serde_json::json!({"jsonrpc": "2.0", "id": i, "method": "eth_sendRawTransaction",
+                    "params": [raw]})
+            })
+            .collect();
+        let (_, answers) = rpc_json(url, &serde_json::Value::Array(calls).to_string()).await;
+        for answer in answers.as_array().expect("a batch answer") {
+            assert_eq!(
+                answer["error"]["data"]["reason"], "denied_fingerprint",
+                "{answer}"
+            );
+            refused += 1;
+        }
+    }
+    refused
 }

@@ -15,8 +15,7 @@ use alloy_primitives::Address;
 use crate::credible::{TIP, poke};
 use crate::sidecar_loop::probe_until_denied;
 use crate::support::{
-    Eoa, Hosts, TempDir, TempFile, Txgate, eventually, foundry_tool, fund, logged_at, metric, post,
-    rpc_json,
+    Eoa, Hosts, TempDir, TempFile, Txgate, eventually, fund, logged_at, metric, post, rpc_json,
 };
 
 const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
@@ -50,31 +49,9 @@ async fn ban_reported_across_hosts(restart: bool) {
     let Some(hosts) = Hosts::new(&["node", "redis", "lb", "a", "b"]) else {
         return;
     };
-    let node_url = format!("http://{}:8545", hosts.addr("node"));
-    let _anvil = hosts.spawn(
-        "node",
-        foundry_tool("anvil").to_str().unwrap(),
-        &["--host", "0.0.0.0", "--port", "8545", "--silent"],
-    );
+    let (_anvil, node_url) = hosts.anvil("node");
     let redis_dir = TempDir::new("hosts-redis");
-    let _redis = hosts.spawn(
-        "redis",
-        "redis-server",
-        &[
-            "--port",
-            "6379",
-            "--bind",
-            "0.0.0.0",
-            "--protected-mode",
-            "no",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            redis_dir.path.to_str().unwrap(),
-        ],
-    );
+    let _redis = hosts.redis("redis", &redis_dir.path, &[]);
     assert!(answers(&node_url).await, "anvil never answered on its host");
     // The test reaches the instances' report listener from the bridge.
     let shared = format!(
@@ -238,31 +215,9 @@ async fn a_fresh_instance_on_its_own_host_learns_every_live_ban_within_2_s() {
     let Some(hosts) = Hosts::new(&["node", "redis", "a", "c"]) else {
         return;
     };
-    let node_url = format!("http://{}:8545", hosts.addr("node"));
-    let _anvil = hosts.spawn(
-        "node",
-        foundry_tool("anvil").to_str().unwrap(),
-        &["--host", "0.0.0.0", "--port", "8545", "--silent"],
-    );
+    let (_anvil, node_url) = hosts.anvil("node");
     let redis_dir = TempDir::new("hosts-redis");
-    let _redis = hosts.spawn(
-        "redis",
-        "redis-server",
-        &[
-            "--port",
-            "6379",
-            "--bind",
-            "0.0.0.0",
-            "--protected-mode",
-            "no",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            redis_dir.path.to_str().unwrap(),
-        ],
-    );
+    let _redis = hosts.redis("redis", &redis_dir.path, &[]);
     assert!(answers(&node_url).await, "anvil never answered on its host");
     let redis = format!("[redis]\nurl = \"redis://{}:6379\"\n", hosts.addr("redis"));
     let reported = TempFile::new(&format!(
@@ -330,23 +285,9 @@ async fn a_fresh_instance_on_its_own_host_learns_every_live_ban_within_2_s() {
     // Every one refused (the calls go to C's own address: this instance
     // has no balancer in front of it).
     let copycat = Eoa::new(94);
-    for chunk in (0..REPORTS).collect::<Vec<_>>().chunks(100) {
-        let calls: Vec<serde_json::Value> = chunk
-            .iter()
-            .map(|i| {
-                let raw = copycat.sign(*i, target, &poke(2_000 + i), 0, 50 * TIP);
-                serde_json::json!({"jsonrpc": "2.0", "id": i, "method": "eth_sendRawTransaction",
-                    "params": [raw]})
-            })
-            .collect();
-        let (_, answers) = rpc_json(&c.url, &serde_json::Value::Array(calls).to_string()).await;
-        for answer in answers.as_array().expect("a batch answer") {
-            assert_eq!(
-                answer["error"]["data"]["reason"], "denied_fingerprint",
-                "{answer}"
-            );
-        }
-    }
+    let refused =
+        crate::fleet_ban_log::refuses_every_copy(&c.url, &copycat, target, 2_000, REPORTS).await;
+    assert_eq!(refused, REPORTS);
     assert!(
         took < Duration::from_secs(2),
         "the fresh instance took {took:?} to learn {REPORTS} bans"

@@ -18,9 +18,7 @@ use crate::credible::{TIP, poke};
 use crate::fleet_redis::{allowed, paced};
 use crate::fleet_sentinel::honest_load;
 use crate::sidecar_loop::probe_until_denied;
-use crate::support::{
-    Eoa, Hosts, Proc, TempDir, TempFile, Txgate, eventually, foundry_tool, fund, get,
-};
+use crate::support::{Eoa, Hosts, Proc, TempDir, TempFile, Txgate, eventually, fund, get};
 
 const MASTER: &str = "txgate";
 const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
@@ -53,12 +51,7 @@ async fn the_primary_killed_on_its_own_host_costs_no_call_and_the_fleet_follows(
     let Some(hosts) = Hosts::new(&names) else {
         return;
     };
-    let node_url = format!("http://{}:8545", hosts.addr("node"));
-    let _anvil = hosts.spawn(
-        "node",
-        foundry_tool("anvil").to_str().unwrap(),
-        &["--host", "0.0.0.0", "--port", "8545", "--silent"],
-    );
+    let (_anvil, node_url) = hosts.anvil("node");
     // Redis: r1 the primary, r2 and r3 its replicas; a sentinel on each.
     let primary = hosts.addr("r1");
     let dirs: Vec<TempDir> = (0..3).map(|_| TempDir::new("hosts-sentinel")).collect();
@@ -67,24 +60,12 @@ async fn the_primary_killed_on_its_own_host_costs_no_call_and_the_fleet_follows(
     for (i, host) in ["r1", "r2", "r3"].iter().enumerate() {
         let dir = dirs[i].path.to_str().unwrap().to_string();
         let primary_ip = primary.to_string();
-        let mut args = vec![
-            "--port",
-            "6379",
-            "--bind",
-            "0.0.0.0",
-            "--protected-mode",
-            "no",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            &dir,
-        ];
-        if i > 0 {
-            args.extend(["--replicaof", &primary_ip, "6379"]);
-        }
-        redis.push(Some(hosts.spawn(host, "redis-server", &args)));
+        let replica: &[&str] = if i > 0 {
+            &["--replicaof", &primary_ip, "6379"]
+        } else {
+            &[]
+        };
+        redis.push(Some(hosts.redis(host, &dirs[i].path, replica)));
         let conf = dirs[i].path.join("sentinel.conf");
         std::fs::write(
             &conf,

@@ -208,6 +208,40 @@ impl Hosts {
         super::Proc::new(child)
     }
 
+    /// anvil on host `name`, port 8545 on every address; its URL.
+    pub fn anvil(&self, name: &str) -> (super::Proc, String) {
+        let anvil = super::foundry_tool("anvil");
+        let proc = self.spawn(
+            name,
+            anvil.to_str().expect("a UTF-8 path"),
+            &["--host", "0.0.0.0", "--port", "8545", "--silent"],
+        );
+        (proc, format!("http://{}:8545", self.addr(name)))
+    }
+
+    /// A redis-server on host `name`, port 6379 on every address, no
+    /// persistence, working in `dir`; `extra` after the launcher's own
+    /// arguments (a replica: `--replicaof <ip> 6379`).
+    pub fn redis(&self, name: &str, dir: &std::path::Path, extra: &[&str]) -> super::Proc {
+        let dir = dir.to_str().expect("a UTF-8 path");
+        let mut args = vec![
+            "--port",
+            "6379",
+            "--bind",
+            "0.0.0.0",
+            "--protected-mode",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            dir,
+        ];
+        args.extend_from_slice(extra);
+        self.spawn(name, "redis-server", &args)
+    }
+
     /// A txgate instance on host `name` in front of `node` with `config`,
     /// listening on every address there, on the same ports on every host
     /// (each host its own network; a restarted one comes back where it
