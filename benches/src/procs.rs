@@ -99,15 +99,23 @@ pub fn restartable_port() -> u16 {
 /// Starts a child; with `TXGATE_BENCH_LOGS=DIR`, its stderr goes to
 /// `DIR/<name>.log` at info level.
 pub fn spawn(program: &Path, args: &[&str]) -> Proc {
+    let name = program
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .to_string();
     let mut command = Command::new(program);
-    command.args(args).stdout(Stdio::null());
+    command.args(args);
+    spawn_command(command, &name)
+}
+
+/// Starts `command` (a program made ready elsewhere: on a network host, for
+/// one); with `TXGATE_BENCH_LOGS=DIR`, its stderr goes to `DIR/<name>.log`
+/// at info level.
+pub fn spawn_command(mut command: Command, name: &str) -> Proc {
+    command.stdout(Stdio::null());
     match std::env::var_os("TXGATE_BENCH_LOGS") {
         Some(dir) => {
-            let name = program
-                .file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .to_string();
             let file = std::fs::File::create(Path::new(&dir).join(format!("{name}.log")))
                 .unwrap_or_else(|e| panic!("log file: {e}"));
             let level = std::env::var("TXGATE_BENCH_RUST_LOG").unwrap_or_else(|_| "info".into());
@@ -120,7 +128,7 @@ pub fn spawn(program: &Path, args: &[&str]) -> Proc {
     Proc(
         command
             .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e}", program.display())),
+            .unwrap_or_else(|e| panic!("{name}: {e}")),
     )
 }
 

@@ -1,0 +1,327 @@
+//! The long run across hosts: reports posted at a steady rate to the
+//! instances that can be reached, while one host at a time (an instance or
+//! Redis, in turn) is cut off the network for a while every few minutes.
+//! Every report is checked on every instance: from the moment the ban can
+//! reach it (the report posted, and the reporter's, Redis's and the
+//! instance's own links up, the latest of those), it must be refused
+//! within 2 s. Memory of each instance and the ban log's length are
+//! sampled throughout.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use txgate_benches::procs::{HttpClient, get_text, metric};
+use txgate_benches::stats::{Sample, median};
+
+use crate::fleet::{Fleet, LOG_KEY, rss_kib};
+use crate::probe::{Reported, refused, report};
+
+/// The run's shape.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    pub(crate) minutes: u64,
+    pub(crate) every: Duration,
+    pub(crate) cut: Duration,
+    pub(crate) rate: f64,
+    pub(crate) warmup: Duration,
+}
+
+/// Which host is cut off, and when each was last joined again.
+#[derive(Default)]
+struct Links {
+    cut: Option<&'static str>,
+    healed: HashMap<&'static str, Instant>,
+}
+
+type Shared = Arc<Mutex<Links>>;
+
+fn links(shared: &Shared) -> std::sync::MutexGuard<'_, Links> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How one check ended.
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    /// Refused, this long after the ban could reach the instance; whether
+    /// that moment was a heal (the ban waited out a partition).
+    Refused { ms: f64, after_heal: bool },
+    /// Not refused within 10 s of the moment it could be.
+    Lost,
+}
+
+/// One report on one instance: waits while a link it needs is cut, then
+/// submits the copy every 5 ms until refused.
+async fn check(
+    client: HttpClient,
+    shared: Shared,
+    rpc: String,
+    name: &'static str,
+    reporter: &'static str,
+    posted: Instant,
+    copy: String,
+) -> Outcome {
+    let needs: Vec<&str> = if name == reporter {
+        vec![name]
+    } else {
+        vec![name, reporter, "redis"]
+    };
+    loop {
+        let ready = {
+            let l = links(&shared);
+            if l.cut.is_some_and(|c| needs.contains(&c)) {
+                None
+            } else {
+                let heals = needs.iter().filter_map(|n| l.healed.get(n).copied());
+                Some(heals.fold(posted, Instant::max))
+            }
+        };
+        let Some(ready) = ready else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        loop {
+            if links(&shared).cut.is_some_and(|c| needs.contains(&c)) {
+                break;
+            }
+            if refused(&client, &rpc, &copy).await {
+                return Outcome::Refused {
+                    ms: ready.elapsed().as_secs_f64() * 1e3,
+                    after_heal: ready > posted,
+                };
+            }
+            if ready.elapsed() > Duration::from_secs(10) {
+                return Outcome::Lost;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// One sample of memory and of the log.
+struct Row {
+    at_s: f64,
+    rss_kib: Vec<Option<f64>>,
+    log_len: Option<u64>,
+    redis_bytes: Option<u64>,
+}
+
+fn redis_used_memory(fleet: &Fleet) -> Option<u64> {
+    let info = fleet.redis_cli(&["INFO", "memory"])?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Runs the plan on `fleet` (laid out on hosts); prints what it found, and
+/// writes the samples to `csv` where given.
+pub(crate) async fn run(client: &HttpClient, fleet: &Fleet, plan: Plan, csv: Option<&std::path::Path>) {
+    let hosts = fleet.hosts().expect("the partition run needs the namespaced layout");
+    let shared: Shared = Arc::default();
+    let started = Instant::now();
+    let end = started + Duration::from_secs(plan.minutes * 60);
+    let order = ["a", "b", "c", "redis"];
+    let mut checks = Vec::new();
+    let mut rows = Vec::new();
+    let (mut next_cut, mut turn, mut cuts) = (started + plan.every / 2, 0usize, Vec::new());
+    let mut heal_at: Option<Instant> = None;
+    let (mut next_sample, mut next_report, mut n, mut refused_reports) =
+        (started, started, 0u64, 0u64);
+    let gap = Duration::from_secs_f64(1.0 / plan.rate);
+    while Instant::now() < end {
+        let now = Instant::now();
+        if heal_at.is_some_and(|h| now >= h) {
+            let name = links(&shared).cut.take().unwrap_or_else(|| unreachable!());
+            hosts.heal(name);
+            links(&shared).healed.insert(name, Instant::now());
+            heal_at = None;
+        } else if heal_at.is_none() && now >= next_cut && now + plan.cut < end {
+            let name = order[turn % order.len()];
+            turn += 1;
+            links(&shared).cut = Some(name);
+            hosts.partition(name);
+            cuts.push((name, now.duration_since(started)));
+            heal_at = Some(now + plan.cut);
+            next_cut += plan.every;
+        }
+        if now >= next_sample {
+            rows.push(Row {
+                at_s: now.duration_since(started).as_secs_f64(),
+                rss_kib: fleet.instances.iter().map(|i| rss_kib(i.pid())).collect(),
+                log_len: fleet
+                    .redis_cli(&["XLEN", LOG_KEY])
+                    .and_then(|v| v.parse().ok()),
+                redis_bytes: redis_used_memory(fleet),
+            });
+            next_sample += Duration::from_secs(10);
+        }
+        if now >= next_report {
+            next_report += gap;
+            let cut = links(&shared).cut;
+            let reachable: Vec<usize> = (0..fleet.instances.len())
+                .filter(|&i| Some(fleet.instances[i].name) != cut)
+                .collect();
+            let reporter = reachable[n as usize % reachable.len()];
+            let ban = Reported::new(0x70, n);
+            n += 1;
+            let posted = Instant::now();
+            if !report(client, &fleet.instances[reporter].report, &ban.report).await {
+                refused_reports += 1;
+                continue;
+            }
+            for instance in &fleet.instances {
+                checks.push((
+                    instance.name,
+                    posted.duration_since(started),
+                    tokio::spawn(check(
+                        client.clone(),
+                        shared.clone(),
+                        instance.rpc.clone(),
+                        instance.name,
+                        fleet.instances[reporter].name,
+                        posted,
+                        ban.copy.clone(),
+                    )),
+                ));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if let Some(name) = links(&shared).cut.take() {
+        hosts.heal(name);
+        links(&shared).healed.insert(name, Instant::now());
+    }
+    let mut outcomes = Vec::new();
+    for (name, at, handle) in checks {
+        outcomes.push((name, at, handle.await.unwrap_or(Outcome::Lost)));
+    }
+    let mut counters = Vec::new();
+    for instance in &fleet.instances {
+        let text = get_text(client, &format!("{}/metrics", instance.admin))
+            .await
+            .unwrap_or_default();
+        let count = |event: &str| {
+            metric(&text, &format!("txgate_fleet_bans_total{{event=\"{event}\"}}")).unwrap_or(0.0)
+        };
+        counters.push((
+            instance.name,
+            ["appended", "received", "gap", "reconnect", "dropped", "append_failed"]
+                .map(|e| (e, count(e))),
+        ));
+    }
+    summary(plan, n, refused_reports, &cuts, &outcomes, &rows, &counters);
+    if let Some(path) = csv {
+        let mut text = String::from("seconds,rss_kib_a,rss_kib_b,rss_kib_c,log_entries,redis_used_bytes\n");
+        for row in &rows {
+            let cell = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_default();
+            text.push_str(&format!(
+                "{:.0},{},{},{},{},{}\n",
+                row.at_s,
+                cell(row.rss_kib[0]),
+                cell(row.rss_kib[1]),
+                cell(row.rss_kib[2]),
+                cell(row.log_len.map(|v| v as f64)),
+                cell(row.redis_bytes.map(|v| v as f64)),
+            ));
+        }
+        std::fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+}
+
+type Counters = Vec<(&'static str, [(&'static str, f64); 6])>;
+
+fn summary(
+    plan: Plan,
+    reports: u64,
+    not_taken: u64,
+    cuts: &[(&str, Duration)],
+    outcomes: &[(&str, Duration, Outcome)],
+    rows: &[Row],
+    counters: &Counters,
+) {
+    println!(
+        "partition run: {} min, a host cut off every {} s for {} s (in turn a, b, c, redis), \
+         {} reports/s",
+        plan.minutes,
+        plan.every.as_secs(),
+        plan.cut.as_secs(),
+        plan.rate
+    );
+    let cut_list: Vec<String> = cuts
+        .iter()
+        .map(|(n, at)| format!("{n}@{}s", at.as_secs()))
+        .collect();
+    println!("cuts: {}", cut_list.join(" "));
+    println!("reports posted: {reports} ({not_taken} not taken)");
+    let (mut direct, mut healed, mut lost, mut late) = (Vec::new(), Vec::new(), 0, 0);
+    for (_, _, outcome) in outcomes {
+        match *outcome {
+            Outcome::Refused { ms, after_heal } => {
+                if ms > 2_000.0 {
+                    late += 1;
+                }
+                if after_heal {
+                    healed.push(ms);
+                } else {
+                    direct.push(ms);
+                }
+            }
+            Outcome::Lost => lost += 1,
+        }
+    }
+    println!(
+        "checks (report × instance): {}; refused later than 2 s after the ban could arrive: {late}; \
+         never refused (10 s): {lost}",
+        outcomes.len()
+    );
+    for (what, sample) in [
+        ("no partition in the way, from the report", direct),
+        ("waited out a partition, from the heal", healed),
+    ] {
+        if sample.is_empty() {
+            continue;
+        }
+        let s = Sample::new(sample);
+        println!(
+            "  {what}: {} checks, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (5 ms probes)",
+            s.len(),
+            s.median(),
+            s.quantile(0.99),
+            s.max()
+        );
+    }
+    let warm = plan.warmup.as_secs_f64();
+    let last = rows.last().map_or(0.0, |r| r.at_s);
+    for (i, name) in ["a", "b", "c"].iter().enumerate() {
+        let window = |from: f64, to: f64| {
+            let v: Vec<f64> = rows
+                .iter()
+                .filter(|r| r.at_s >= from && r.at_s < to)
+                .filter_map(|r| r.rss_kib[i])
+                .collect();
+            median(&v)
+        };
+        let (early, late) = (window(warm, warm + 300.0), window(last - 300.0, last + 1.0));
+        println!(
+            "  instance {name}: RSS {:.1} MiB (minutes {:.0}–{:.0}) → {:.1} MiB (last 5 minutes): {:+.1}%",
+            early / 1024.0,
+            warm / 60.0,
+            warm / 60.0 + 5.0,
+            late / 1024.0,
+            (late / early - 1.0) * 100.0
+        );
+    }
+    let lens: Vec<u64> = rows.iter().filter_map(|r| r.log_len).collect();
+    let bytes: Vec<u64> = rows.iter().filter_map(|r| r.redis_bytes).collect();
+    println!(
+        "  ban log: at most {} entries (last {}), Redis used_memory at most {:.1} MiB ({} samples)",
+        lens.iter().max().copied().unwrap_or(0),
+        lens.last().copied().unwrap_or(0),
+        bytes.iter().max().copied().unwrap_or(0) as f64 / 1048576.0,
+        lens.len()
+    );
+    for (name, events) in counters {
+        let line: Vec<String> = events.iter().map(|(e, v)| format!("{e} {v:.0}")).collect();
+        println!("  {name}: txgate_fleet_bans_total {}", line.join(", "));
+    }
+}
