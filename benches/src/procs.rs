@@ -125,11 +125,7 @@ pub fn spawn_command(mut command: Command, name: &str) -> Proc {
             command.env("RUST_LOG", "warn").stderr(Stdio::null());
         }
     }
-    Proc(
-        command
-            .spawn()
-            .unwrap_or_else(|e| panic!("{name}: {e}")),
-    )
+    Proc(command.spawn().unwrap_or_else(|e| panic!("{name}: {e}")))
 }
 
 /// CPU time a process has used (user + system), in ms, from

@@ -63,7 +63,12 @@ impl Drop for Relay {
         if let Some(accept) = self.accept.take() {
             let _ = accept.join();
         }
-        for stream in self.open.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
+        for stream in self
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
             let _ = stream.shutdown(Shutdown::Both);
         }
     }

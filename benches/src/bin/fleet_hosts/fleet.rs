@@ -151,8 +151,9 @@ impl Fleet {
             let link = match layout {
                 Layout::Delayed(one_way) => {
                     let hosts = hosts.as_ref().unwrap_or_else(|| unreachable!());
-                    let relay = Relay::start(SocketAddr::from((hosts.bridge_addr(), 0)), redis, one_way)
-                        .unwrap_or_else(|e| panic!("relay: {e}"));
+                    let relay =
+                        Relay::start(SocketAddr::from((hosts.bridge_addr(), 0)), redis, one_way)
+                            .unwrap_or_else(|e| panic!("relay: {e}"));
                     let addr = relay.addr();
                     relays.push(relay);
                     addr
@@ -167,7 +168,12 @@ impl Fleet {
                 }
                 Some(hosts) => {
                     let at = |port| SocketAddr::from((hosts.addr(name), port));
-                    (at(8545), at(9545), at(9600), hosts.command(name, arg(&txgate)))
+                    (
+                        at(8545),
+                        at(9545),
+                        at(9600),
+                        hosts.command(name, arg(&txgate)),
+                    )
                 }
             };
             let config = scratch.write(
@@ -215,19 +221,6 @@ impl Fleet {
     pub(crate) fn hosts(&self) -> Option<&Hosts> {
         self.hosts.as_ref()
     }
-
-    /// A number Redis gives (`XLEN` of the ban log, say): `args` through
-    /// `redis-cli`, `None` while Redis cannot be reached.
-    pub(crate) fn redis_cli(&self, args: &[&str]) -> Option<String> {
-        let out = Command::new("redis-cli")
-            .args(["-h", &self.redis.ip().to_string(), "-p", &self.redis.port().to_string()])
-            .args(["-t", "1"])
-            .args(args)
-            .output()
-            .ok()?;
-        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        (out.status.success() && !text.is_empty() && !text.starts_with("ERR")).then_some(text)
-    }
 }
 
 /// Waits (up to 30 s) until `url` answers a JSON-RPC call.
@@ -242,6 +235,26 @@ async fn wait_answers(client: &HttpClient, url: &str) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("{url} never answered");
+}
+
+/// What Redis at `redis` answers to `args` (`XLEN` of the ban log, say),
+/// through `redis-cli`; `None` while Redis cannot be reached.
+pub(crate) fn redis_cli(redis: SocketAddr, args: &[&str]) -> Option<String> {
+    // Bounded by `timeout` (redis-cli 7.0 has no timeout of its own): a
+    // cut-off Redis is not waited for.
+    let out = Command::new("timeout")
+        .args(["2", "redis-cli"])
+        .args([
+            "-h",
+            &redis.ip().to_string(),
+            "-p",
+            &redis.port().to_string(),
+        ])
+        .args(args)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !text.is_empty() && !text.starts_with("ERR")).then_some(text)
 }
 
 /// The resident memory of `pid`, in KiB.

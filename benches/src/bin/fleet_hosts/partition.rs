@@ -8,13 +8,14 @@
 //! sampled throughout.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use txgate_benches::procs::{HttpClient, get_text, metric};
 use txgate_benches::stats::{Sample, median};
 
-use crate::fleet::{Fleet, LOG_KEY, rss_kib};
+use crate::fleet::{Fleet, LOG_KEY, redis_cli, rss_kib};
 use crate::probe::{Reported, refused, report};
 
 /// The run's shape.
@@ -43,11 +44,16 @@ fn links(shared: &Shared) -> std::sync::MutexGuard<'_, Links> {
 /// How one check ended.
 #[derive(Debug, Clone, Copy)]
 enum Outcome {
-    /// Refused, this long after the ban could reach the instance; whether
-    /// that moment was a heal (the ban waited out a partition).
-    Refused { ms: f64, after_heal: bool },
-    /// Not refused within 10 s of the moment it could be.
-    Lost,
+    /// Refused, this long after the ban could reach the instance (at
+    /// `ready`); whether that moment was a heal (the ban waited out a
+    /// partition).
+    Refused {
+        ms: f64,
+        ready: Instant,
+        after_heal: bool,
+    },
+    /// Not refused within 10 s of `ready`, the moment it could be.
+    Lost { ready: Instant },
 }
 
 /// One report on one instance: waits while a link it needs is cut, then
@@ -87,11 +93,12 @@ async fn check(
             if refused(&client, &rpc, &copy).await {
                 return Outcome::Refused {
                     ms: ready.elapsed().as_secs_f64() * 1e3,
+                    ready,
                     after_heal: ready > posted,
                 };
             }
             if ready.elapsed() > Duration::from_secs(10) {
-                return Outcome::Lost;
+                return Outcome::Lost { ready };
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -106,8 +113,8 @@ struct Row {
     redis_bytes: Option<u64>,
 }
 
-fn redis_used_memory(fleet: &Fleet) -> Option<u64> {
-    let info = fleet.redis_cli(&["INFO", "memory"])?;
+fn redis_used_memory(redis: SocketAddr) -> Option<u64> {
+    let info = redis_cli(redis, &["INFO", "memory"])?;
     info.lines()
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
@@ -115,25 +122,59 @@ fn redis_used_memory(fleet: &Fleet) -> Option<u64> {
 
 /// Runs the plan on `fleet` (laid out on hosts); prints what it found, and
 /// writes the samples to `csv` where given.
-pub(crate) async fn run(client: &HttpClient, fleet: &Fleet, plan: Plan, csv: Option<&std::path::Path>) {
-    let hosts = fleet.hosts().expect("the partition run needs the namespaced layout");
+pub(crate) async fn run(
+    client: &HttpClient,
+    fleet: &Fleet,
+    plan: Plan,
+    csv: Option<&std::path::Path>,
+) {
+    let hosts = fleet
+        .hosts()
+        .expect("the partition run needs the namespaced layout");
     let shared: Shared = Arc::default();
     let started = Instant::now();
     let end = started + Duration::from_secs(plan.minutes * 60);
     let order = ["a", "b", "c", "redis"];
     let mut checks = Vec::new();
-    let mut rows = Vec::new();
     let (mut next_cut, mut turn, mut cuts) = (started + plan.every / 2, 0usize, Vec::new());
     let mut heal_at: Option<Instant> = None;
-    let (mut next_sample, mut next_report, mut n, mut refused_reports) =
-        (started, started, 0u64, 0u64);
+    let (mut next_report, mut n, mut refused_reports) = (started, 0u64, 0u64);
+    // Samples on a task of their own: a sample waits for a cut-off Redis
+    // (up to 2 s a question), which must not hold the cuts and reports.
+    let sampler = {
+        let pids: Vec<u32> = fleet.instances.iter().map(|i| i.pid()).collect();
+        let redis = fleet.redis;
+        tokio::spawn(async move {
+            let mut rows = Vec::new();
+            let mut next = started;
+            while next < end {
+                tokio::time::sleep_until(next.into()).await;
+                let pids = pids.clone();
+                let row = tokio::task::spawn_blocking(move || Row {
+                    at_s: started.elapsed().as_secs_f64(),
+                    rss_kib: pids.iter().map(|&p| rss_kib(p)).collect(),
+                    log_len: redis_cli(redis, &["XLEN", LOG_KEY]).and_then(|v| v.parse().ok()),
+                    redis_bytes: redis_used_memory(redis),
+                })
+                .await;
+                rows.extend(row.ok());
+                next += Duration::from_secs(10);
+            }
+            rows
+        })
+    };
     let gap = Duration::from_secs_f64(1.0 / plan.rate);
     while Instant::now() < end {
         let now = Instant::now();
         if heal_at.is_some_and(|h| now >= h) {
-            let name = links(&shared).cut.take().unwrap_or_else(|| unreachable!());
+            let name = links(&shared).cut.unwrap_or_else(|| unreachable!());
             hosts.heal(name);
-            links(&shared).healed.insert(name, Instant::now());
+            // The host counts as cut until its heal time is known, in one
+            // step: a check never sees it up with an older heal time.
+            let mut l = links(&shared);
+            l.cut = None;
+            l.healed.insert(name, Instant::now());
+            drop(l);
             heal_at = None;
         } else if heal_at.is_none() && now >= next_cut && now + plan.cut < end {
             let name = order[turn % order.len()];
@@ -143,17 +184,6 @@ pub(crate) async fn run(client: &HttpClient, fleet: &Fleet, plan: Plan, csv: Opt
             cuts.push((name, now.duration_since(started)));
             heal_at = Some(now + plan.cut);
             next_cut += plan.every;
-        }
-        if now >= next_sample {
-            rows.push(Row {
-                at_s: now.duration_since(started).as_secs_f64(),
-                rss_kib: fleet.instances.iter().map(|i| rss_kib(i.pid())).collect(),
-                log_len: fleet
-                    .redis_cli(&["XLEN", LOG_KEY])
-                    .and_then(|v| v.parse().ok()),
-                redis_bytes: redis_used_memory(fleet),
-            });
-            next_sample += Duration::from_secs(10);
         }
         if now >= next_report {
             next_report += gap;
@@ -172,6 +202,7 @@ pub(crate) async fn run(client: &HttpClient, fleet: &Fleet, plan: Plan, csv: Opt
             for instance in &fleet.instances {
                 checks.push((
                     instance.name,
+                    fleet.instances[reporter].name,
                     posted.duration_since(started),
                     tokio::spawn(check(
                         client.clone(),
@@ -187,13 +218,22 @@ pub(crate) async fn run(client: &HttpClient, fleet: &Fleet, plan: Plan, csv: Opt
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    if let Some(name) = links(&shared).cut.take() {
+    if let Some(name) = links(&shared).cut {
         hosts.heal(name);
-        links(&shared).healed.insert(name, Instant::now());
+        let mut l = links(&shared);
+        l.cut = None;
+        l.healed.insert(name, Instant::now());
     }
+    let rows = sampler.await.unwrap_or_default();
     let mut outcomes = Vec::new();
-    for (name, at, handle) in checks {
-        outcomes.push((name, at, handle.await.unwrap_or(Outcome::Lost)));
+    for (name, reporter, at, handle) in checks {
+        let outcome = handle.await.unwrap_or(Outcome::Lost { ready: started });
+        outcomes.push(Check {
+            instance: name,
+            reporter,
+            posted: at,
+            outcome,
+        });
     }
     let mut counters = Vec::new();
     for instance in &fleet.instances {
@@ -201,17 +241,38 @@ pub(crate) async fn run(client: &HttpClient, fleet: &Fleet, plan: Plan, csv: Opt
             .await
             .unwrap_or_default();
         let count = |event: &str| {
-            metric(&text, &format!("txgate_fleet_bans_total{{event=\"{event}\"}}")).unwrap_or(0.0)
+            metric(
+                &text,
+                &format!("txgate_fleet_bans_total{{event=\"{event}\"}}"),
+            )
+            .unwrap_or(0.0)
         };
         counters.push((
             instance.name,
-            ["appended", "received", "gap", "reconnect", "dropped", "append_failed"]
-                .map(|e| (e, count(e))),
+            [
+                "appended",
+                "received",
+                "gap",
+                "reconnect",
+                "dropped",
+                "append_failed",
+            ]
+            .map(|e| (e, count(e))),
         ));
     }
-    summary(plan, n, refused_reports, &cuts, &outcomes, &rows, &counters);
+    summary(
+        plan,
+        started,
+        n,
+        refused_reports,
+        &cuts,
+        &outcomes,
+        &rows,
+        &counters,
+    );
     if let Some(path) = csv {
-        let mut text = String::from("seconds,rss_kib_a,rss_kib_b,rss_kib_c,log_entries,redis_used_bytes\n");
+        let mut text =
+            String::from("seconds,rss_kib_a,rss_kib_b,rss_kib_c,log_entries,redis_used_bytes\n");
         for row in &rows {
             let cell = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_default();
             text.push_str(&format!(
@@ -228,14 +289,25 @@ pub(crate) async fn run(client: &HttpClient, fleet: &Fleet, plan: Plan, csv: Opt
     }
 }
 
+/// One report on one instance, as it ended.
+struct Check {
+    instance: &'static str,
+    reporter: &'static str,
+    /// When the report was posted, from the start.
+    posted: Duration,
+    outcome: Outcome,
+}
+
 type Counters = Vec<(&'static str, [(&'static str, f64); 6])>;
 
+#[allow(clippy::too_many_arguments)]
 fn summary(
     plan: Plan,
+    started: Instant,
     reports: u64,
     not_taken: u64,
     cuts: &[(&str, Duration)],
-    outcomes: &[(&str, Duration, Outcome)],
+    outcomes: &[Check],
     rows: &[Row],
     counters: &Counters,
 ) {
@@ -254,11 +326,22 @@ fn summary(
     println!("cuts: {}", cut_list.join(" "));
     println!("reports posted: {reports} ({not_taken} not taken)");
     let (mut direct, mut healed, mut lost, mut late) = (Vec::new(), Vec::new(), 0, 0);
-    for (_, _, outcome) in outcomes {
-        match *outcome {
-            Outcome::Refused { ms, after_heal } => {
+    let at = |t: Instant| t.duration_since(started).as_secs_f64();
+    for check in outcomes {
+        let (name, to, posted) = (check.instance, check.reporter, check.posted.as_secs_f64());
+        match check.outcome {
+            Outcome::Refused {
+                ms,
+                ready,
+                after_heal,
+            } => {
                 if ms > 2_000.0 {
                     late += 1;
+                    println!(
+                        "  late: instance {name}, reported to {to} at {posted:.2} s, could arrive \
+                         at {:.2} s, refused {ms:.0} ms after",
+                        at(ready)
+                    );
                 }
                 if after_heal {
                     healed.push(ms);
@@ -266,7 +349,14 @@ fn summary(
                     direct.push(ms);
                 }
             }
-            Outcome::Lost => lost += 1,
+            Outcome::Lost { ready } => {
+                lost += 1;
+                println!(
+                    "  lost: instance {name}, reported to {to} at {posted:.2} s, could arrive at \
+                     {:.2} s, not refused within 10 s",
+                    at(ready)
+                );
+            }
         }
     }
     println!(

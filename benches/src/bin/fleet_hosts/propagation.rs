@@ -2,7 +2,9 @@
 //! the first refusal of the same calldata (from another account) on each
 //! of the other two, for each layout in interleaved rounds. The floor, in
 //! the same rounds: one report POST and one submission the instance
-//! refuses at once (its ban already there), the figure's resolution.
+//! refuses at once (its ban already there), the figure's resolution. Each
+//! measured report follows a pause in which every reader of the log is
+//! waiting on its next read.
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +14,10 @@ use txgate_benches::stats::Sample;
 
 use crate::fleet::Fleet;
 use crate::probe::{Reported, refused, report};
+
+/// The pause before each measured report: longer than any layout's round
+/// trip to Redis.
+const SETTLE: Duration = Duration::from_millis(25);
 
 /// What one layout measured.
 #[derive(Default)]
@@ -66,7 +72,10 @@ pub(crate) async fn run(client: &HttpClient, fleets: &[Fleet], reports: u64, rou
         for n in 0..20 {
             let ban = Reported::new(series, n);
             let took = to_refusals(client, fleet, &ban).await;
-            assert!(took.iter().all(Option::is_some), "warm-up: a ban never arrived");
+            assert!(
+                took.iter().all(Option::is_some),
+                "warm-up: a ban never arrived"
+            );
         }
         denied.push(Reported::new(series, 19));
     }
@@ -78,6 +87,20 @@ pub(crate) async fn run(client: &HttpClient, fleets: &[Fleet], reports: u64, rou
             let series = f as u8;
             for i in 0..per_round {
                 let n = 1_000 + 2 * (round * per_round + i);
+                let t = floor(
+                    client,
+                    &fleets[f],
+                    &Reported::new(series, n + 1),
+                    &denied[f],
+                )
+                .await;
+                figures[f].floor.push(t);
+                // Every reader waits on its next read again before the
+                // measured report (an entry that lands while a reader's
+                // next read is still on its way waits for that read: one
+                // more round trip to Redis, which is the layouts' own
+                // difference, but not what this measures).
+                tokio::time::sleep(SETTLE).await;
                 let took = to_refusals(client, &fleets[f], &Reported::new(series, n)).await;
                 for t in took {
                     match t {
@@ -85,8 +108,6 @@ pub(crate) async fn run(client: &HttpClient, fleets: &[Fleet], reports: u64, rou
                         None => figures[f].missed += 1,
                     }
                 }
-                let t = floor(client, &fleets[f], &Reported::new(series, n + 1), &denied[f]).await;
-                figures[f].floor.push(t);
             }
         }
     }
