@@ -35,6 +35,9 @@ pub const DEFAULT_SIDECAR_CONNECT_TIMEOUT_MS: u64 = 1_000;
 pub const DEFAULT_SIDECAR_RECONNECT_INITIAL_MS: u64 = 100;
 /// Default: longest reconnect delay.
 pub const DEFAULT_SIDECAR_RECONNECT_MAX_MS: u64 = 5_000;
+/// Default: an HTTP/2 PING to each sidecar connection this often, and the
+/// connection counted dead when one is not answered within as long.
+pub const DEFAULT_SIDECAR_KEEPALIVE_MS: u64 = 1_000;
 /// Default: largest sidecar message accepted (1 MiB; an invalidation is a
 /// few hundred bytes).
 pub const DEFAULT_SIDECAR_MAX_MESSAGE_BYTES: usize = 1 << 20;
@@ -198,6 +201,13 @@ pub struct SidecarConfig {
         deserialize_with = "crate::duration::millis"
     )]
     pub reconnect_max: Duration,
+    /// An HTTP/2 PING on each connection to a sidecar this often (the
+    /// stream and the ShouldForward channel), idle or not; a PING not
+    /// answered within as long closes the connection: a sidecar whose
+    /// host went silent (a partition, a dead host: no reset ever comes)
+    /// is found within twice this, and the stream reconnects.
+    #[serde(rename = "keepalive_ms", deserialize_with = "crate::duration::millis")]
+    pub keepalive: Duration,
     /// Largest message accepted on a stream. A larger one is refused from
     /// its length prefix, before it is read, and breaks the stream
     /// (`txgate_sidecar_stream_ends_total{reason="too_large"}`).
@@ -331,6 +341,7 @@ impl SidecarConfig {
         require_positive(&[
             ("sidecar.connect_timeout_ms", &self.connect_timeout),
             ("sidecar.reconnect_initial_ms", &self.reconnect_initial),
+            ("sidecar.keepalive_ms", &self.keepalive),
             ("sidecar.max_message_bytes", &self.max_message_bytes),
             ("sidecar.channel_capacity", &self.channel_capacity),
             ("sidecar.batch_max", &self.batch_max),
@@ -384,6 +395,7 @@ impl Default for SidecarConfig {
             connect_timeout: Duration::from_millis(DEFAULT_SIDECAR_CONNECT_TIMEOUT_MS),
             reconnect_initial: Duration::from_millis(DEFAULT_SIDECAR_RECONNECT_INITIAL_MS),
             reconnect_max: Duration::from_millis(DEFAULT_SIDECAR_RECONNECT_MAX_MS),
+            keepalive: Duration::from_millis(DEFAULT_SIDECAR_KEEPALIVE_MS),
             max_message_bytes: DEFAULT_SIDECAR_MAX_MESSAGE_BYTES,
             channel_capacity: DEFAULT_SIDECAR_CHANNEL_CAPACITY,
             batch_max: DEFAULT_SIDECAR_BATCH_MAX,

@@ -70,6 +70,7 @@ impl MakeService for Stack {
                 let channel = sidecar::channel(
                     &format!("http://{}", source.url.authority()),
                     config.sidecar.connect_timeout,
+                    config.sidecar.keepalive,
                 )
                 .map_err(io::Error::other)?;
                 ProbeClient::new(

@@ -224,6 +224,7 @@ impl Proxy {
                 protocol: source.protocol,
                 url,
                 connect_timeout: config.sidecar.connect_timeout,
+                keepalive: config.sidecar.keepalive,
                 reconnect_initial: config.sidecar.reconnect_initial,
                 reconnect_max: config.sidecar.reconnect_max,
                 max_message_bytes: config.sidecar.max_message_bytes,

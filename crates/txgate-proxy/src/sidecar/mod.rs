@@ -44,10 +44,29 @@ use tonic::transport::{Channel, Endpoint};
 
 /// A lazily connected channel to the sidecar (connects on first use and
 /// reconnects by itself). Must run inside a tokio runtime.
-pub fn channel(url: &str, connect_timeout: Duration) -> Result<Channel, String> {
+pub fn channel(
+    url: &str,
+    connect_timeout: Duration,
+    keepalive: Duration,
+) -> Result<Channel, String> {
+    Ok(endpoint(url, connect_timeout, keepalive)?.connect_lazy())
+}
+
+/// The endpoint of a sidecar at `url`: connects within `connect_timeout`,
+/// and PINGs every `keepalive`, idle or not, closing a connection whose
+/// PING goes unanswered that long (a silent host sends no reset: without
+/// it, a stream from a partitioned or dead sidecar would wait for TCP's
+/// own retries, or forever).
+pub fn endpoint(
+    url: &str,
+    connect_timeout: Duration,
+    keepalive: Duration,
+) -> Result<Endpoint, String> {
     Ok(Endpoint::from_shared(url.to_string())
         .map_err(|e| format!("sidecar url: {e}"))?
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
-        .connect_lazy())
+        .http2_keep_alive_interval(keepalive)
+        .keep_alive_timeout(keepalive)
+        .keep_alive_while_idle(true))
 }

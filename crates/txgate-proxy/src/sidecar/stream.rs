@@ -7,7 +7,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures_util::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Endpoint;
 use tonic::{Code, Status};
 use txgate_config::Protocol;
 use txgate_proto::results::{Outcome, Status as ResultStatus};
@@ -30,6 +29,8 @@ pub struct StreamSettings {
     pub url: String,
     /// Connect timeout.
     pub connect_timeout: Duration,
+    /// PING interval, and how long a PING may go unanswered.
+    pub keepalive: Duration,
     /// First reconnect delay.
     pub reconnect_initial: Duration,
     /// Longest reconnect delay.
@@ -98,10 +99,12 @@ pub async fn run(
     let protocol = settings.protocol.as_str();
     let mut retries = Reconnect::new(settings.reconnect_initial, settings.reconnect_max);
     loop {
-        let endpoint = match Endpoint::from_shared(settings.url.clone()) {
-            Ok(endpoint) => endpoint
-                .connect_timeout(settings.connect_timeout)
-                .tcp_nodelay(true),
+        let endpoint = match super::endpoint(
+            &settings.url,
+            settings.connect_timeout,
+            settings.keepalive,
+        ) {
+            Ok(endpoint) => endpoint,
             Err(e) => {
                 tracing::error!(protocol, error = %e, "sidecar url is not usable; nothing learned from it");
                 return;

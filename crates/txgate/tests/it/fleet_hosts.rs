@@ -293,3 +293,116 @@ async fn a_fresh_instance_on_its_own_host_learns_every_live_ban_within_2_s() {
         "the fresh instance took {took:?} to learn {REPORTS} bans"
     );
 }
+
+/// The sidecar on a host of its own: an instance cut off from it for 10 s
+/// while the sidecar learns a ban refuses that ban within 2 s of its link
+/// coming back. Nothing tells a cut-off instance its stream is dead (no
+/// reset crosses a partition): its HTTP/2 PINGs (`sidecar.keepalive_ms`)
+/// find it, the stream reconnects once the link is back, and the sidecar
+/// replays its live bans on the new subscription. The other instance
+/// refuses the ban meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_instance_cut_off_from_the_sidecars_host_learns_its_bans_when_it_heals() {
+    let Some(hosts) = Hosts::new(&["node", "sidecar", "a", "b"]) else {
+        return;
+    };
+    let (_anvil, node_url) = hosts.anvil("node");
+    assert!(answers(&node_url).await, "anvil never answered on its host");
+    let sidecar_config = crate::support::example_sidecar_config();
+    let sidecar_bin = crate::support::sidecar_binary();
+    let _sidecar = hosts.spawn(
+        "sidecar",
+        sidecar_bin.to_str().expect("a UTF-8 path"),
+        &[
+            "--listen",
+            "0.0.0.0:50051",
+            "--admin-listen",
+            "0.0.0.0:9700",
+            "--node",
+            &node_url,
+            "--config",
+            sidecar_config.arg(),
+        ],
+    );
+    let sidecar_admin = format!("http://{}:9700", hosts.addr("sidecar"));
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            crate::support::try_get(&format!("{sidecar_admin}/healthz"))
+                .await
+                .is_ok_and(|(status, _, _)| status == hyper::StatusCode::OK)
+        })
+        .await,
+        "the sidecar never answered on its host"
+    );
+    // Reconnects at most 1 s apart (5 s by default): the 2 s asked for
+    // here is the PINGs' detection and one reconnect.
+    let config = TempFile::new(&format!(
+        "[sidecar]\nurl = \"http://{}:50051\"\nreconnect_initial_ms = 100\n\
+         reconnect_max_ms = 1000\n",
+        hosts.addr("sidecar")
+    ));
+    let a = hosts.txgate("a", &node_url, &config);
+    let b = hosts.txgate("b", &node_url, &config);
+    for t in [&a, &b] {
+        let subscribed = eventually(Duration::from_secs(20), || async {
+            crate::support::try_get(&format!("{}/readyz", t.admin_url))
+                .await
+                .is_ok_and(|(_, _, body)| {
+                    serde_json::from_slice::<serde_json::Value>(&body)
+                        .is_ok_and(|v| v["sidecar"] == "up")
+                })
+        })
+        .await;
+        assert!(subscribed, "{} never subscribed across hosts", t.url);
+    }
+
+    hosts.partition("b");
+    let cut = Instant::now();
+    // The sidecar learns a ban while B is cut off; A refuses it.
+    let target = Address::repeat_byte(0x48);
+    let banned = Eoa::new(95).sign(0, target, &poke(98), 0, TIP);
+    let copy = Eoa::new(96).sign(0, target, &poke(98), 0, TIP);
+    let (status, _, body) = post(
+        &format!("{sidecar_admin}/invalidations"),
+        Some("application/json"),
+        serde_json::json!({
+            "raw_tx": banned,
+            "assertion_id": format!("0x{}", "e9".repeat(32)),
+            "assertion_version": 1
+        })
+        .to_string(),
+    )
+    .await
+    .expect("the sidecar's admin listener answers");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    probe_until_denied(
+        std::slice::from_ref(&a.url),
+        &copy,
+        Instant::now(),
+        Duration::from_secs(5),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(10).saturating_sub(cut.elapsed())).await;
+
+    hosts.heal("b");
+    let healed = Instant::now();
+    let landed = probe_until_denied(
+        std::slice::from_ref(&b.url),
+        &copy,
+        healed,
+        Duration::from_secs(10),
+    )
+    .await;
+    let took = landed[0].first_refused_answered;
+    eprintln!("B refused the sidecar's ban {took:?} after its link came back");
+    assert!(
+        took < Duration::from_secs(2),
+        "B refused the sidecar's ban {took:?} after healing"
+    );
+    // B found its stream dead by itself (its PINGs), not from a reset.
+    let ends = metric(
+        &b.metrics().await,
+        "txgate_sidecar_stream_ends_total{reason=\"broken\"}",
+    );
+    assert!(ends >= 1.0, "B's stream never counted as broken");
+}
