@@ -35,9 +35,11 @@ pub const DEFAULT_SIDECAR_CONNECT_TIMEOUT_MS: u64 = 1_000;
 pub const DEFAULT_SIDECAR_RECONNECT_INITIAL_MS: u64 = 100;
 /// Default: longest reconnect delay.
 pub const DEFAULT_SIDECAR_RECONNECT_MAX_MS: u64 = 5_000;
-/// Default: an HTTP/2 PING to each sidecar connection this often, and the
-/// connection counted dead when one is not answered within as long.
+/// Default: an HTTP/2 PING to each sidecar connection after this long
+/// without a frame from it.
 pub const DEFAULT_SIDECAR_KEEPALIVE_MS: u64 = 1_000;
+/// Default: a connection whose PING goes unanswered this long is closed.
+pub const DEFAULT_SIDECAR_KEEPALIVE_TIMEOUT_MS: u64 = 3_000;
 /// Default: largest sidecar message accepted (1 MiB; an invalidation is a
 /// few hundred bytes).
 pub const DEFAULT_SIDECAR_MAX_MESSAGE_BYTES: usize = 1 << 20;
@@ -201,13 +203,19 @@ pub struct SidecarConfig {
         deserialize_with = "crate::duration::millis"
     )]
     pub reconnect_max: Duration,
-    /// An HTTP/2 PING on each connection to a sidecar this often (the
-    /// stream and the ShouldForward channel), idle or not; a PING not
-    /// answered within as long closes the connection: a sidecar whose
-    /// host went silent (a partition, a dead host: no reset ever comes)
-    /// is found within twice this, and the stream reconnects.
+    /// An HTTP/2 PING on each connection to a sidecar (the stream and the
+    /// ShouldForward channel) after this long without a frame from it,
+    /// idle or not; 0: none. A sidecar whose host went silent (a
+    /// partition, a dead host: no reset ever comes) is found within this
+    /// plus `keepalive_timeout`, and the stream reconnects.
     #[serde(rename = "keepalive_ms", deserialize_with = "crate::duration::millis")]
     pub keepalive: Duration,
+    /// A PING unanswered this long closes its connection.
+    #[serde(
+        rename = "keepalive_timeout_ms",
+        deserialize_with = "crate::duration::millis"
+    )]
+    pub keepalive_timeout: Duration,
     /// Largest message accepted on a stream. A larger one is refused from
     /// its length prefix, before it is read, and breaks the stream
     /// (`txgate_sidecar_stream_ends_total{reason="too_large"}`).
@@ -341,7 +349,7 @@ impl SidecarConfig {
         require_positive(&[
             ("sidecar.connect_timeout_ms", &self.connect_timeout),
             ("sidecar.reconnect_initial_ms", &self.reconnect_initial),
-            ("sidecar.keepalive_ms", &self.keepalive),
+            ("sidecar.keepalive_timeout_ms", &self.keepalive_timeout),
             ("sidecar.max_message_bytes", &self.max_message_bytes),
             ("sidecar.channel_capacity", &self.channel_capacity),
             ("sidecar.batch_max", &self.batch_max),
@@ -396,6 +404,7 @@ impl Default for SidecarConfig {
             reconnect_initial: Duration::from_millis(DEFAULT_SIDECAR_RECONNECT_INITIAL_MS),
             reconnect_max: Duration::from_millis(DEFAULT_SIDECAR_RECONNECT_MAX_MS),
             keepalive: Duration::from_millis(DEFAULT_SIDECAR_KEEPALIVE_MS),
+            keepalive_timeout: Duration::from_millis(DEFAULT_SIDECAR_KEEPALIVE_TIMEOUT_MS),
             max_message_bytes: DEFAULT_SIDECAR_MAX_MESSAGE_BYTES,
             channel_capacity: DEFAULT_SIDECAR_CHANNEL_CAPACITY,
             batch_max: DEFAULT_SIDECAR_BATCH_MAX,

@@ -7,7 +7,8 @@
 //! pump's writer, which sleeps until then and writes it: the delay holds
 //! for every byte whatever the rate, and bytes keep their order. An end of
 //! stream travels the same way (the far side's write half is shut when it
-//! is due). Threads, not a runtime: the relay runs beside whatever runtime
+//! is due), and at most a few chunks wait in between, so a sender still
+//! feels the receiver's backpressure. Threads, not a runtime: the relay runs beside whatever runtime
 //! its user has, and its connections are few (a fleet's links to Redis).
 
 use std::io::{self, Read, Write};
@@ -79,7 +80,7 @@ fn accept_loop(
     target: SocketAddr,
     one_way: Duration,
     stop: &AtomicBool,
-    open: &Mutex<Vec<TcpStream>>,
+    open: &Arc<Mutex<Vec<TcpStream>>>,
 ) {
     while !stop.load(Ordering::Relaxed) {
         let client = match listener.accept() {
@@ -90,7 +91,12 @@ fn accept_loop(
                 continue;
             }
         };
-        let _ = relay(client, target, one_way, open);
+        // Connected on a thread of its own: a slow target holds neither
+        // the next accept nor a stop.
+        let open = open.clone();
+        let _ = std::thread::Builder::new()
+            .name("relay-connect".into())
+            .spawn(move || relay(client, target, one_way, &open));
     }
 }
 
@@ -121,9 +127,14 @@ fn relay(
 /// A chunk read, or the end of the stream, and when it is due at the far side.
 type Due = (Instant, Option<Vec<u8>>);
 
+/// Chunks read but not yet due, per direction: beyond them the reader
+/// waits, and the sender feels TCP's backpressure as it would without the
+/// relay (up to 1 MiB held).
+const HELD_CHUNKS: usize = 16;
+
 /// Bytes from `from` to `to`, each held `delay`.
 fn pump(mut from: TcpStream, mut to: TcpStream, delay: Duration) -> io::Result<()> {
-    let (tx, rx) = mpsc::channel::<Due>();
+    let (tx, rx) = mpsc::sync_channel::<Due>(HELD_CHUNKS);
     std::thread::Builder::new()
         .name("relay-read".into())
         .spawn(move || {

@@ -70,7 +70,10 @@ impl MakeService for Stack {
                 let channel = sidecar::channel(
                     &format!("http://{}", source.url.authority()),
                     config.sidecar.connect_timeout,
-                    config.sidecar.keepalive,
+                    sidecar::Keepalive {
+                        interval: config.sidecar.keepalive,
+                        timeout: config.sidecar.keepalive_timeout,
+                    },
                 )
                 .map_err(io::Error::other)?;
                 ProbeClient::new(

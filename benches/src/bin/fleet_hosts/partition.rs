@@ -51,6 +51,9 @@ enum Outcome {
         ms: f64,
         ready: Instant,
         after_heal: bool,
+        /// More than 2 s had passed since `ready` when a cut it needed
+        /// began (the clock then started again from the next heal).
+        late_before_cut: bool,
     },
     /// Not refused within 10 s of `ready`, the moment it could be.
     Lost { ready: Instant },
@@ -72,7 +75,11 @@ async fn check(
     } else {
         vec![name, reporter, "redis"]
     };
+    // Already late when a cut it needs began: late, whatever follows.
+    let mut late_before_cut = false;
     loop {
+        // The moment the ban could reach the instance, recomputed at each
+        // probe (a cut shorter than one probe still moves it).
         let ready = {
             let l = links(&shared);
             if l.cut.is_some_and(|c| needs.contains(&c)) {
@@ -86,22 +93,25 @@ async fn check(
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        loop {
-            if links(&shared).cut.is_some_and(|c| needs.contains(&c)) {
-                break;
-            }
-            if refused(&client, &rpc, &copy).await {
-                return Outcome::Refused {
-                    ms: ready.elapsed().as_secs_f64() * 1e3,
-                    ready,
-                    after_heal: ready > posted,
-                };
-            }
-            if ready.elapsed() > Duration::from_secs(10) {
-                return Outcome::Lost { ready };
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        if refused(&client, &rpc, &copy).await {
+            // A cut may have begun during the probe: the moment is the one
+            // the probe was sent after, which is no later.
+            return Outcome::Refused {
+                ms: ready.elapsed().as_secs_f64() * 1e3,
+                ready,
+                after_heal: ready > posted,
+                late_before_cut,
+            };
         }
+        if ready.elapsed() > Duration::from_secs(10) {
+            return Outcome::Lost { ready };
+        }
+        if links(&shared).cut.is_some_and(|c| needs.contains(&c))
+            && ready.elapsed() > Duration::from_secs(2)
+        {
+            late_before_cut = true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
@@ -218,7 +228,9 @@ pub(crate) async fn run(
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    if let Some(name) = links(&shared).cut {
+    // The guard dropped before the heal locks again.
+    let cut = links(&shared).cut;
+    if let Some(name) = cut {
         hosts.heal(name);
         let mut l = links(&shared);
         l.cut = None;
@@ -334,8 +346,9 @@ fn summary(
                 ms,
                 ready,
                 after_heal,
+                late_before_cut,
             } => {
-                if ms > 2_000.0 {
+                if ms > 2_000.0 || late_before_cut {
                     late += 1;
                     println!(
                         "  late: instance {name}, reported to {to} at {posted:.2} s, could arrive \

@@ -2,7 +2,10 @@
 //! the first refusal of the same calldata (from another account) on each
 //! of the other two, for each layout in interleaved rounds. The floor, in
 //! the same rounds: one report POST and one submission the instance
-//! refuses at once (its ban already there), the figure's resolution. Each
+//! refuses at once (the ban of the last measured report), the figure's
+//! resolution. Before a ban arrives, each probe is forwarded to the node
+//! (which refuses it: the account is unfunded), so the figure holds up to
+//! one node round trip more than the floor. Each
 //! measured report follows a pause in which every reader of the log is
 //! waiting on its next read.
 
@@ -12,11 +15,11 @@ use futures_util::future::join_all;
 use txgate_benches::procs::HttpClient;
 use txgate_benches::stats::Sample;
 
-use crate::fleet::Fleet;
+use crate::fleet::{Fleet, Layout};
 use crate::probe::{Reported, refused, report};
 
-/// The pause before each measured report: longer than any layout's round
-/// trip to Redis.
+/// The pause before each measured report, beyond three times the relay's
+/// delay where there is one: longer than a reader's round trip to Redis.
 const SETTLE: Duration = Duration::from_millis(25);
 
 /// What one layout measured.
@@ -100,13 +103,24 @@ pub(crate) async fn run(client: &HttpClient, fleets: &[Fleet], reports: u64, rou
                 // next read is still on its way waits for that read: one
                 // more round trip to Redis, which is the layouts' own
                 // difference, but not what this measures).
-                tokio::time::sleep(SETTLE).await;
-                let took = to_refusals(client, &fleets[f], &Reported::new(series, n)).await;
+                let relay = match fleets[f].layout {
+                    Layout::Delayed(one_way) => 3 * one_way,
+                    _ => Duration::ZERO,
+                };
+                tokio::time::sleep(SETTLE + relay).await;
+                let measured = Reported::new(series, n);
+                let took = to_refusals(client, &fleets[f], &measured).await;
+                let arrived = took.iter().all(Option::is_some);
                 for t in took {
                     match t {
                         Some(ms) => figures[f].took.push(ms),
                         None => figures[f].missed += 1,
                     }
+                }
+                // The next floor's copy: a ban just learned (a ban lives
+                // 128 s; one from the warm-up would end in a long run).
+                if arrived {
+                    denied[f] = measured;
                 }
             }
         }

@@ -254,3 +254,18 @@ fn protocols_are_read_by_name() {
     assert!(toml::from_str::<SourceConfig>("url = \"http://h:1\"\nprotocol = \"grpc\"\n").is_err());
     assert!(toml::from_str::<SourceConfig>("url = \"http://h:1\"\n").is_err());
 }
+
+#[test]
+fn keepalive_pings_may_be_turned_off_but_their_timeout_is_positive() {
+    let mut c = SidecarConfig::default();
+    assert_eq!(c.keepalive, Duration::from_millis(1_000));
+    assert_eq!(c.keepalive_timeout, Duration::from_millis(3_000));
+    c.keepalive = Duration::ZERO;
+    c.validate().unwrap();
+    c.keepalive_timeout = Duration::ZERO;
+    let e = c.validate().unwrap_err();
+    assert!(
+        e.to_string().contains("sidecar.keepalive_timeout_ms"),
+        "{e}"
+    );
+}

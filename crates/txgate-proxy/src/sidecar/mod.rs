@@ -42,31 +42,45 @@ use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
 
+/// How txgate finds a silent sidecar connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Keepalive {
+    /// A PING after this long without a frame from the sidecar (zero:
+    /// none).
+    pub interval: Duration,
+    /// A PING unanswered this long closes the connection.
+    pub timeout: Duration,
+}
+
 /// A lazily connected channel to the sidecar (connects on first use and
 /// reconnects by itself). Must run inside a tokio runtime.
 pub fn channel(
     url: &str,
     connect_timeout: Duration,
-    keepalive: Duration,
+    keepalive: Keepalive,
 ) -> Result<Channel, String> {
     Ok(endpoint(url, connect_timeout, keepalive)?.connect_lazy())
 }
 
 /// The endpoint of a sidecar at `url`: connects within `connect_timeout`,
-/// and PINGs every `keepalive`, idle or not, closing a connection whose
-/// PING goes unanswered that long (a silent host sends no reset: without
-/// it, a stream from a partitioned or dead sidecar would wait for TCP's
-/// own retries, or forever).
+/// and PINGs after `keepalive.interval` without a frame, idle or not,
+/// closing a connection whose PING goes unanswered `keepalive.timeout` (a
+/// silent host sends no reset: without it, a stream from a partitioned or
+/// dead sidecar would wait for TCP's own retries, or for ever).
 pub fn endpoint(
     url: &str,
     connect_timeout: Duration,
-    keepalive: Duration,
+    keepalive: Keepalive,
 ) -> Result<Endpoint, String> {
-    Ok(Endpoint::from_shared(url.to_string())
+    let endpoint = Endpoint::from_shared(url.to_string())
         .map_err(|e| format!("sidecar url: {e}"))?
         .connect_timeout(connect_timeout)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(keepalive)
-        .keep_alive_timeout(keepalive)
-        .keep_alive_while_idle(true))
+        .tcp_nodelay(true);
+    Ok(match keepalive.interval.is_zero() {
+        true => endpoint,
+        false => endpoint
+            .http2_keep_alive_interval(keepalive.interval)
+            .keep_alive_timeout(keepalive.timeout)
+            .keep_alive_while_idle(true),
+    })
 }

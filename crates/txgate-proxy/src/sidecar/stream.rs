@@ -29,8 +29,8 @@ pub struct StreamSettings {
     pub url: String,
     /// Connect timeout.
     pub connect_timeout: Duration,
-    /// PING interval, and how long a PING may go unanswered.
-    pub keepalive: Duration,
+    /// PINGs that find a silent sidecar.
+    pub keepalive: super::Keepalive,
     /// First reconnect delay.
     pub reconnect_initial: Duration,
     /// Longest reconnect delay.
