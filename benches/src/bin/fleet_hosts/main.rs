@@ -77,6 +77,9 @@ enum Run {
         /// Reports a second.
         #[arg(long, default_value_t = 2.0)]
         rate: f64,
+        /// The hosts cut off, in turn (of a, b, c, redis).
+        #[arg(long, value_delimiter = ',', default_value = "a,b,c,redis")]
+        order: Vec<String>,
         /// Minutes of warm-up before memory is compared.
         #[arg(long, default_value_t = 5)]
         warmup: u64,
@@ -111,16 +114,27 @@ async fn main() {
             every,
             cut,
             rate,
+            order,
             warmup,
             max_entries,
             csv,
         } => {
+            let order: Vec<&'static str> = order
+                .iter()
+                .map(|name| {
+                    ["a", "b", "c", "redis"]
+                        .into_iter()
+                        .find(|known| known == name)
+                        .unwrap_or_else(|| panic!("--order: no host {name} (a, b, c, redis)"))
+                })
+                .collect();
             let fleet = Fleet::start(&client, Layout::Hosts, max_entries).await;
             let plan = partition::Plan {
                 minutes,
                 every: Duration::from_secs(every),
                 cut: Duration::from_secs(cut),
                 rate,
+                order,
                 warmup: Duration::from_secs(warmup * 60),
             };
             partition::run(&client, &fleet, plan, csv.as_deref()).await;

@@ -19,12 +19,13 @@ use crate::fleet::{Fleet, LOG_KEY, redis_cli, rss_kib};
 use crate::probe::{Reported, refused, report};
 
 /// The run's shape.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Plan {
     pub(crate) minutes: u64,
     pub(crate) every: Duration,
     pub(crate) cut: Duration,
     pub(crate) rate: f64,
+    pub(crate) order: Vec<&'static str>,
     pub(crate) warmup: Duration,
 }
 
@@ -50,7 +51,9 @@ enum Outcome {
     Refused {
         ms: f64,
         ready: Instant,
-        after_heal: bool,
+        /// The host whose heal that moment was, if any (the ban waited out
+        /// its partition).
+        healed_by: Option<&'static str>,
         /// More than 2 s had passed since `ready` when a cut it needed
         /// began (the clock then started again from the next heal).
         late_before_cut: bool,
@@ -70,7 +73,7 @@ async fn check(
     posted: Instant,
     copy: String,
 ) -> Outcome {
-    let needs: Vec<&str> = if name == reporter {
+    let needs: Vec<&'static str> = if name == reporter {
         vec![name]
     } else {
         vec![name, reporter, "redis"]
@@ -85,11 +88,16 @@ async fn check(
             if l.cut.is_some_and(|c| needs.contains(&c)) {
                 None
             } else {
-                let heals = needs.iter().filter_map(|n| l.healed.get(n).copied());
-                Some(heals.fold(posted, Instant::max))
+                let mut moment = (posted, None);
+                for n in &needs {
+                    if let Some(&t) = l.healed.get(n).filter(|&&t| t > moment.0) {
+                        moment = (t, Some(*n));
+                    }
+                }
+                Some(moment)
             }
         };
-        let Some(ready) = ready else {
+        let Some((ready, healed_by)) = ready else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
@@ -99,7 +107,7 @@ async fn check(
             return Outcome::Refused {
                 ms: ready.elapsed().as_secs_f64() * 1e3,
                 ready,
-                after_heal: ready > posted,
+                healed_by,
                 late_before_cut,
             };
         }
@@ -144,7 +152,7 @@ pub(crate) async fn run(
     let shared: Shared = Arc::default();
     let started = Instant::now();
     let end = started + Duration::from_secs(plan.minutes * 60);
-    let order = ["a", "b", "c", "redis"];
+    let order = plan.order.clone();
     let mut checks = Vec::new();
     let (mut next_cut, mut turn, mut cuts) = (started + plan.every / 2, 0usize, Vec::new());
     let mut heal_at: Option<Instant> = None;
@@ -273,7 +281,7 @@ pub(crate) async fn run(
         ));
     }
     summary(
-        plan,
+        &plan,
         started,
         n,
         refused_reports,
@@ -314,7 +322,7 @@ type Counters = Vec<(&'static str, [(&'static str, f64); 6])>;
 
 #[allow(clippy::too_many_arguments)]
 fn summary(
-    plan: Plan,
+    plan: &Plan,
     started: Instant,
     reports: u64,
     not_taken: u64,
@@ -324,11 +332,11 @@ fn summary(
     counters: &Counters,
 ) {
     println!(
-        "partition run: {} min, a host cut off every {} s for {} s (in turn a, b, c, redis), \
-         {} reports/s",
+        "partition run: {} min, a host cut off every {} s for {} s (in turn {}), {} reports/s",
         plan.minutes,
         plan.every.as_secs(),
         plan.cut.as_secs(),
+        plan.order.join(", "),
         plan.rate
     );
     let cut_list: Vec<String> = cuts
@@ -337,7 +345,9 @@ fn summary(
         .collect();
     println!("cuts: {}", cut_list.join(" "));
     println!("reports posted: {reports} ({not_taken} not taken)");
-    let (mut direct, mut healed, mut lost, mut late) = (Vec::new(), Vec::new(), 0, 0);
+    let (mut direct, mut own, mut reporter, mut redis) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut lost, mut late) = (0, 0);
     let at = |t: Instant| t.duration_since(started).as_secs_f64();
     for check in outcomes {
         let (name, to, posted) = (check.instance, check.reporter, check.posted.as_secs_f64());
@@ -345,7 +355,7 @@ fn summary(
             Outcome::Refused {
                 ms,
                 ready,
-                after_heal,
+                healed_by,
                 late_before_cut,
             } => {
                 if ms > 2_000.0 || late_before_cut {
@@ -356,10 +366,11 @@ fn summary(
                         at(ready)
                     );
                 }
-                if after_heal {
-                    healed.push(ms);
-                } else {
-                    direct.push(ms);
+                match healed_by {
+                    None => direct.push(ms),
+                    Some(host) if host == name => own.push(ms),
+                    Some("redis") => redis.push(ms),
+                    Some(_) => reporter.push(ms),
                 }
             }
             Outcome::Lost { ready } => {
@@ -379,7 +390,9 @@ fn summary(
     );
     for (what, sample) in [
         ("no partition in the way, from the report", direct),
-        ("waited out a partition, from the heal", healed),
+        ("waited out its own partition, from the heal", own),
+        ("waited out the reporter's partition, from the heal", reporter),
+        ("waited out Redis's partition, from the heal", redis),
     ] {
         if sample.is_empty() {
             continue;
