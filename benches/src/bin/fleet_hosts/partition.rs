@@ -4,13 +4,16 @@
 //! Every report is checked on every instance: from the moment the ban can
 //! reach it (the report posted, and the reporter's, Redis's and the
 //! instance's own links up, the latest of those), it must be refused
-//! within 2 s. Memory of each instance and the ban log's length are
+//! within 2 s. Each instance's checks are one probe loop (one client, one
+//! connection). Memory of each instance and the ban log's length are
 //! sampled throughout.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
 
 use txgate_benches::procs::{HttpClient, get_text, metric};
 use txgate_benches::stats::{Sample, median};
@@ -62,65 +65,121 @@ enum Outcome {
     Lost { ready: Instant },
 }
 
-/// One report on one instance: waits while a link it needs is cut, then
-/// submits the copy every 5 ms until refused.
-async fn check(
+/// How long one probe may take: a probe sent just as a host is cut off (or
+/// on a connection the cut left stale) is given up soon, and the next one
+/// opens a new connection, so a heal is not followed by a wait for TCP's
+/// own retry (1 s for a lost SYN).
+const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// A report to check on one instance.
+struct Pending {
+    reporter: &'static str,
+    posted: Instant,
+    copy: String,
+    /// The hosts whose links the ban needs: the instance's own, and unless
+    /// it is the reporter, the reporter's and Redis's.
+    needs: Vec<&'static str>,
+    /// The moment the ban could arrive, as last seen.
+    last_ready: Option<Instant>,
+    /// More than 2 s had passed since that moment when a cut it needed
+    /// began (the clock then starts again from that cut's heal).
+    late_before_cut: bool,
+}
+
+/// When `p`'s ban could reach the instance, and whose heal that was (if
+/// any); `None` while a link it needs is cut.
+fn moment(shared: &Shared, p: &Pending) -> Option<(Instant, Option<&'static str>)> {
+    let l = links(shared);
+    if l.cut.is_some_and(|c| p.needs.contains(&c)) {
+        return None;
+    }
+    let mut moment = (p.posted, None);
+    for n in &p.needs {
+        if let Some(&t) = l.healed.get(n).filter(|&&t| t > moment.0) {
+            moment = (t, Some(*n));
+        }
+    }
+    Some(moment)
+}
+
+/// The checks of instance `name`: every pending report's copy submitted
+/// in turn, a sweep every 5 ms, skipping those a cut holds, until each is
+/// refused or 10 s have passed since its ban could arrive. One probe at a
+/// time: the bench's own load on an instance stays one client on one
+/// connection, also when a heal releases a backlog. Ends once `queue`
+/// closes and nothing waits.
+async fn checker(
     client: HttpClient,
     shared: Shared,
     rpc: String,
     name: &'static str,
-    reporter: &'static str,
-    posted: Instant,
-    copy: String,
-) -> Outcome {
-    let needs: Vec<&'static str> = if name == reporter {
-        vec![name]
-    } else {
-        vec![name, reporter, "redis"]
-    };
-    // Already late when a cut it needs began: late, whatever follows.
-    let mut late_before_cut = false;
-    loop {
-        // The moment the ban could reach the instance, recomputed at each
-        // probe (a cut shorter than one probe still moves it).
-        let ready = {
-            let l = links(&shared);
-            if l.cut.is_some_and(|c| needs.contains(&c)) {
-                None
-            } else {
-                let mut moment = (posted, None);
-                for n in &needs {
-                    if let Some(&t) = l.healed.get(n).filter(|&&t| t > moment.0) {
-                        moment = (t, Some(*n));
-                    }
+    mut queue: mpsc::UnboundedReceiver<Pending>,
+    started: Instant,
+) -> Vec<Check> {
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut done = Vec::new();
+    let mut open = true;
+    while open || !pending.is_empty() {
+        loop {
+            match queue.try_recv() {
+                Ok(p) => pending.push(p),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
                 }
-                Some(moment)
             }
-        };
-        let Some((ready, healed_by)) = ready else {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if pending.is_empty() {
+            match queue.recv().await {
+                Some(p) => pending.push(p),
+                None => open = false,
+            }
             continue;
-        };
-        if refused(&client, &rpc, &copy).await {
-            // A cut may have begun during the probe: the moment is the one
-            // the probe was sent after, which is no later.
-            return Outcome::Refused {
-                ms: ready.elapsed().as_secs_f64() * 1e3,
-                ready,
-                healed_by,
-                late_before_cut,
+        }
+        let mut i = 0;
+        while i < pending.len() {
+            let Some((ready, healed_by)) = moment(&shared, &pending[i]) else {
+                let p = &mut pending[i];
+                if p.last_ready
+                    .is_some_and(|r| r.elapsed() > Duration::from_secs(2))
+                {
+                    p.late_before_cut = true;
+                }
+                i += 1;
+                continue;
             };
-        }
-        if ready.elapsed() > Duration::from_secs(10) {
-            return Outcome::Lost { ready };
-        }
-        if links(&shared).cut.is_some_and(|c| needs.contains(&c))
-            && ready.elapsed() > Duration::from_secs(2)
-        {
-            late_before_cut = true;
+            pending[i].last_ready = Some(ready);
+            let outcome = if refused(&client, &rpc, &pending[i].copy, PROBE_TIMEOUT).await {
+                // A cut may have begun during the probe: the moment is the
+                // one the probe was sent after, which is no later.
+                Some(Outcome::Refused {
+                    ms: ready.elapsed().as_secs_f64() * 1e3,
+                    ready,
+                    healed_by,
+                    late_before_cut: pending[i].late_before_cut,
+                })
+            } else if ready.elapsed() > Duration::from_secs(10) {
+                Some(Outcome::Lost { ready })
+            } else {
+                None
+            };
+            match outcome {
+                Some(outcome) => {
+                    let p = pending.swap_remove(i);
+                    done.push(Check {
+                        instance: name,
+                        reporter: p.reporter,
+                        posted: p.posted.duration_since(started),
+                        outcome,
+                    });
+                }
+                None => i += 1,
+            }
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    done
 }
 
 /// One sample of memory and of the log.
@@ -153,7 +212,19 @@ pub(crate) async fn run(
     let started = Instant::now();
     let end = started + Duration::from_secs(plan.minutes * 60);
     let order = plan.order.clone();
-    let mut checks = Vec::new();
+    let (mut queues, mut checkers) = (Vec::new(), Vec::new());
+    for instance in &fleet.instances {
+        let (queue, checks) = mpsc::unbounded_channel();
+        queues.push(queue);
+        checkers.push(tokio::spawn(checker(
+            client.clone(),
+            shared.clone(),
+            instance.rpc.clone(),
+            instance.name,
+            checks,
+            started,
+        )));
+    }
     let (mut next_cut, mut turn, mut cuts) = (started + plan.every / 2, 0usize, Vec::new());
     let mut heal_at: Option<Instant> = None;
     let (mut next_report, mut n, mut refused_reports) = (started, 0u64, 0u64);
@@ -217,21 +288,20 @@ pub(crate) async fn run(
                 refused_reports += 1;
                 continue;
             }
-            for instance in &fleet.instances {
-                checks.push((
-                    instance.name,
-                    fleet.instances[reporter].name,
-                    posted.duration_since(started),
-                    tokio::spawn(check(
-                        client.clone(),
-                        shared.clone(),
-                        instance.rpc.clone(),
-                        instance.name,
-                        fleet.instances[reporter].name,
-                        posted,
-                        ban.copy.clone(),
-                    )),
-                ));
+            let to = fleet.instances[reporter].name;
+            for (instance, queue) in fleet.instances.iter().zip(&queues) {
+                let needs = match instance.name == to {
+                    true => vec![to],
+                    false => vec![instance.name, to, "redis"],
+                };
+                let _ = queue.send(Pending {
+                    reporter: to,
+                    posted,
+                    copy: ban.copy.clone(),
+                    needs,
+                    last_ready: None,
+                    late_before_cut: false,
+                });
             }
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -244,16 +314,11 @@ pub(crate) async fn run(
         l.cut = None;
         l.healed.insert(name, Instant::now());
     }
+    drop(queues);
     let rows = sampler.await.unwrap_or_default();
     let mut outcomes = Vec::new();
-    for (name, reporter, at, handle) in checks {
-        let outcome = handle.await.unwrap_or(Outcome::Lost { ready: started });
-        outcomes.push(Check {
-            instance: name,
-            reporter,
-            posted: at,
-            outcome,
-        });
+    for checker in checkers {
+        outcomes.extend(checker.await.unwrap_or_default());
     }
     let mut counters = Vec::new();
     for instance in &fleet.instances {
@@ -391,7 +456,10 @@ fn summary(
     for (what, sample) in [
         ("no partition in the way, from the report", direct),
         ("waited out its own partition, from the heal", own),
-        ("waited out the reporter's partition, from the heal", reporter),
+        (
+            "waited out the reporter's partition, from the heal",
+            reporter,
+        ),
         ("waited out Redis's partition, from the heal", redis),
     ] {
         if sample.is_empty() {

@@ -53,13 +53,13 @@ pub(crate) async fn report(client: &HttpClient, url: &str, report: &str) -> bool
 }
 
 /// Submits `copy` to `rpc` once; whether the instance refused it for its
-/// banned fingerprint (an answer within a second; a refusal for another
+/// banned fingerprint (an answer within `within`; a refusal for another
 /// reason, such as a node's error for an earlier try remembered by hash,
 /// does not count).
-pub(crate) async fn refused(client: &HttpClient, rpc: &str, copy: &str) -> bool {
+pub(crate) async fn refused(client: &HttpClient, rpc: &str, copy: &str, within: Duration) -> bool {
     let sent = post(client, rpc, copy.to_string());
     matches!(
-        tokio::time::timeout(Duration::from_secs(1), sent).await,
+        tokio::time::timeout(within, sent).await,
         Ok(Ok((_, answer))) if answer["error"]["data"]["reason"] == "denied_fingerprint"
     )
 }

@@ -43,7 +43,7 @@ async fn to_refusals(client: &HttpClient, fleet: &Fleet, ban: &Reported) -> Vec<
     );
     join_all(fleet.instances[1..].iter().map(|other| async {
         while started.elapsed() < Duration::from_secs(5) {
-            if refused(client, &other.rpc, &ban.copy).await {
+            if refused(client, &other.rpc, &ban.copy, Duration::from_secs(1)).await {
                 return Some(started.elapsed().as_secs_f64() * 1e3);
             }
         }
@@ -57,7 +57,13 @@ async fn floor(client: &HttpClient, fleet: &Fleet, unused: &Reported, denied: &R
     let started = Instant::now();
     assert!(report(client, &fleet.instances[0].report, &unused.report).await);
     assert!(
-        refused(client, &fleet.instances[1].rpc, &denied.copy).await,
+        refused(
+            client,
+            &fleet.instances[1].rpc,
+            &denied.copy,
+            Duration::from_secs(1)
+        )
+        .await,
         "the floor's copy was not refused"
     );
     started.elapsed().as_secs_f64() * 1e3
