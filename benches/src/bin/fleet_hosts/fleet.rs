@@ -257,12 +257,31 @@ pub(crate) fn redis_cli(redis: SocketAddr, args: &[&str]) -> Option<String> {
     (out.status.success() && !text.is_empty() && !text.starts_with("ERR")).then_some(text)
 }
 
-/// The resident memory of `pid`, in KiB.
-pub(crate) fn rss_kib(pid: u32) -> Option<f64> {
+/// What a process holds in memory, in KiB.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Resident {
+    /// All of it (`VmRSS`).
+    pub(crate) all: f64,
+    /// Its anonymous memory (`RssAnon`): the heap, stacks.
+    pub(crate) anon: f64,
+    /// Pages of files (`RssFile`): the binary's code and data as they are
+    /// touched, the libraries'.
+    pub(crate) file: f64,
+}
+
+/// The resident memory of `pid`.
+pub(crate) fn resident(pid: u32) -> Option<Resident> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
+    let field = |name: &str| -> Option<f64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+    };
+    Some(Resident {
+        all: field("VmRSS:")?,
+        anon: field("RssAnon:")?,
+        file: field("RssFile:")?,
+    })
 }

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use txgate_benches::procs::{HttpClient, get_text, metric};
 use txgate_benches::stats::{Sample, median};
 
-use crate::fleet::{Fleet, LOG_KEY, redis_cli, rss_kib};
+use crate::fleet::{Fleet, LOG_KEY, Resident, redis_cli, resident};
 use crate::probe::{Reported, refused, report};
 
 /// The run's shape.
@@ -185,7 +185,9 @@ async fn checker(
 /// One sample of memory and of the log.
 struct Row {
     at_s: f64,
-    rss_kib: Vec<Option<f64>>,
+    resident: Vec<Option<Resident>>,
+    /// What jemalloc says each instance holds (`allocated`), in KiB.
+    allocated_kib: Vec<Option<f64>>,
     log_len: Option<u64>,
     redis_bytes: Option<u64>,
 }
@@ -232,16 +234,28 @@ pub(crate) async fn run(
     // (up to 2 s a question), which must not hold the cuts and reports.
     let sampler = {
         let pids: Vec<u32> = fleet.instances.iter().map(|i| i.pid()).collect();
+        let admins: Vec<String> = fleet.instances.iter().map(|i| i.admin.clone()).collect();
         let redis = fleet.redis;
+        let client = client.clone();
         tokio::spawn(async move {
             let mut rows = Vec::new();
             let mut next = started;
             while next < end {
                 tokio::time::sleep_until(next.into()).await;
                 let pids = pids.clone();
+                let mut allocated_kib = Vec::new();
+                for admin in &admins {
+                    let url = format!("{admin}/metrics");
+                    let scrape = get_text(&client, &url);
+                    let text = tokio::time::timeout(Duration::from_millis(500), scrape).await;
+                    allocated_kib.push(text.ok().flatten().and_then(|t| {
+                        metric(&t, "txgate_allocator_bytes{kind=\"allocated\"}").map(|b| b / 1024.0)
+                    }));
+                }
                 let row = tokio::task::spawn_blocking(move || Row {
                     at_s: started.elapsed().as_secs_f64(),
-                    rss_kib: pids.iter().map(|&p| rss_kib(p)).collect(),
+                    resident: pids.iter().map(|&p| resident(p)).collect(),
+                    allocated_kib,
                     log_len: redis_cli(redis, &["XLEN", LOG_KEY]).and_then(|v| v.parse().ok()),
                     redis_bytes: redis_used_memory(redis),
                 })
@@ -356,16 +370,24 @@ pub(crate) async fn run(
         &counters,
     );
     if let Some(path) = csv {
-        let mut text =
-            String::from("seconds,rss_kib_a,rss_kib_b,rss_kib_c,log_entries,redis_used_bytes\n");
+        let mut text = String::from("seconds");
+        for name in ["a", "b", "c"] {
+            for what in ["rss", "anon", "file", "allocated"] {
+                text.push_str(&format!(",{what}_kib_{name}"));
+            }
+        }
+        text.push_str(",log_entries,redis_used_bytes\n");
         for row in &rows {
             let cell = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_default();
+            text.push_str(&format!("{:.0}", row.at_s));
+            for (r, a) in row.resident.iter().zip(&row.allocated_kib) {
+                for v in [r.map(|r| r.all), r.map(|r| r.anon), r.map(|r| r.file), *a] {
+                    text.push(',');
+                    text.push_str(&cell(v));
+                }
+            }
             text.push_str(&format!(
-                "{:.0},{},{},{},{},{}\n",
-                row.at_s,
-                cell(row.rss_kib[0]),
-                cell(row.rss_kib[1]),
-                cell(row.rss_kib[2]),
+                ",{},{}\n",
                 cell(row.log_len.map(|v| v as f64)),
                 cell(row.redis_bytes.map(|v| v as f64)),
             ));
@@ -476,23 +498,37 @@ fn summary(
     }
     let warm = plan.warmup.as_secs_f64();
     let last = rows.last().map_or(0.0, |r| r.at_s);
+    type Pick = fn(&Row, usize) -> Option<f64>;
+    let kinds: [(&str, Pick); 4] = [
+        ("RSS", |r, i| r.resident[i].map(|m| m.all)),
+        ("anonymous RSS", |r, i| r.resident[i].map(|m| m.anon)),
+        ("file RSS", |r, i| r.resident[i].map(|m| m.file)),
+        ("jemalloc allocated", |r, i| r.allocated_kib[i]),
+    ];
     for (i, name) in ["a", "b", "c"].iter().enumerate() {
-        let window = |from: f64, to: f64| {
-            let v: Vec<f64> = rows
-                .iter()
-                .filter(|r| r.at_s >= from && r.at_s < to)
-                .filter_map(|r| r.rss_kib[i])
-                .collect();
-            median(&v)
-        };
-        let (early, late) = (window(warm, warm + 300.0), window(last - 300.0, last + 1.0));
+        let mut line = Vec::new();
+        for (what, pick) in kinds {
+            let window = |from: f64, to: f64| {
+                let v: Vec<f64> = rows
+                    .iter()
+                    .filter(|r| r.at_s >= from && r.at_s < to)
+                    .filter_map(|r| pick(r, i))
+                    .collect();
+                median(&v)
+            };
+            let (early, late) = (window(warm, warm + 300.0), window(last - 300.0, last + 1.0));
+            line.push(format!(
+                "{what} {:.1} → {:.1} MiB ({:+.1}%)",
+                early / 1024.0,
+                late / 1024.0,
+                (late / early - 1.0) * 100.0
+            ));
+        }
         println!(
-            "  instance {name}: RSS {:.1} MiB (minutes {:.0}–{:.0}) → {:.1} MiB (last 5 minutes): {:+.1}%",
-            early / 1024.0,
+            "  instance {name}, minutes {:.0}–{:.0} → the last 5: {}",
             warm / 60.0,
             warm / 60.0 + 5.0,
-            late / 1024.0,
-            (late / early - 1.0) * 100.0
+            line.join("; ")
         );
     }
     let lens: Vec<u64> = rows.iter().filter_map(|r| r.log_len).collect();
