@@ -117,18 +117,7 @@ async fn post_report(aeges: u16, body: String) {
 
 /// Waits until `txgate` logs that it reads the log.
 async fn reading(txgate: &Txgate) {
-    let seen = txgate
-        .logs_until(Duration::from_secs(10), |lines| {
-            lines
-                .iter()
-                .any(|l| l.contains("reading the fleet's ban log"))
-        })
-        .await;
-    assert!(
-        seen.iter()
-            .any(|l| l.contains("reading the fleet's ban log")),
-        "never read the ban log: {seen:?}"
-    );
+    txgate.assert_reads_ban_log(Duration::from_secs(10)).await;
 }
 
 async fn counted(txgate: &Txgate, series: &str) -> f64 {

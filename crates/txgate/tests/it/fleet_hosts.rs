@@ -72,19 +72,7 @@ async fn ban_reported_across_hosts(restart: bool) {
     let a = hosts.txgate("a", &node_url, &reported);
     let mut b = hosts.txgate("b", &node_url, &plain);
     for t in [&a, &b] {
-        let linked = t
-            .logs_until(Duration::from_secs(15), |lines| {
-                lines
-                    .iter()
-                    .any(|l| l.contains("reading the fleet's ban log"))
-            })
-            .await;
-        assert!(
-            linked
-                .iter()
-                .any(|l| l.contains("reading the fleet's ban log")),
-            "an instance never reached Redis across hosts: {linked:?}"
-        );
+        t.assert_reads_ban_log(Duration::from_secs(15)).await;
     }
 
     // HAProxy on its own host, PROXY v2 to both instances.
@@ -225,19 +213,7 @@ async fn a_fresh_instance_on_its_own_host_learns_every_live_ban_within_2_s() {
          report_allow = [\"10.77.0.0/16\"]\n"
     ));
     let a = hosts.txgate("a", &node_url, &reported);
-    let linked = a
-        .logs_until(Duration::from_secs(15), |lines| {
-            lines
-                .iter()
-                .any(|l| l.contains("reading the fleet's ban log"))
-        })
-        .await;
-    assert!(
-        linked
-            .iter()
-            .any(|l| l.contains("reading the fleet's ban log")),
-        "A never reached Redis across hosts: {linked:?}"
-    );
+    a.assert_reads_ban_log(Duration::from_secs(15)).await;
     // The report listener answers before the reports start.
     let report_url = format!("http://{}:9600/report?token=t0k", hosts.addr("a"));
     assert!(

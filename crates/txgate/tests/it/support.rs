@@ -351,6 +351,21 @@ impl Txgate {
         }
     }
 
+    /// Waits up to `limit` for the line that marks each (re)connect of the
+    /// fleet's ban log reader; fails the test, with the lines seen, if it
+    /// never comes.
+    pub async fn assert_reads_ban_log(&self, limit: Duration) {
+        const LINE: &str = "reading the fleet's ban log";
+        let seen = self
+            .logs_until(limit, |lines| lines.iter().any(|l| l.contains(LINE)))
+            .await;
+        assert!(
+            seen.iter().any(|l| l.contains(LINE)),
+            "{} never read the fleet's ban log: {seen:?}",
+            self.url
+        );
+    }
+
     /// The Prometheus text from `/metrics`.
     pub async fn metrics(&self) -> String {
         let (status, _, body) = get(&format!("{}/metrics", self.admin_url)).await;
