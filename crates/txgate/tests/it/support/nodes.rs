@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use hyper::StatusCode;
 
 use super::{
-    Eoa, KEY0, Proc, TempDir, foundry_tool, free_port, receipt, rpc, rpc_json, send_raw,
-    workspace_root,
+    Eoa, KEY0, Proc, TempDir, eventually, foundry_tool, free_port, receipt, rpc, rpc_json,
+    send_raw, workspace_root,
 };
 
 /// A running anvil on a free loopback port.
@@ -458,4 +458,22 @@ async fn transfer_from_funder(url: &str, transfers: &[(alloy_primitives::Address
         let mined = receipt(url, &hash, Duration::from_secs(20)).await;
         assert_eq!(mined["status"], "0x1", "{mined}");
     }
+    // A receipt is readable as soon as its block is on the chain, a moment
+    // before geth's pool has taken that block in: until then the pool still
+    // holds the transfers and judges the funded accounts by their old
+    // balances ("insufficient funds"). Done when the pool has let go of them.
+    let held = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "txpool_contentFrom",
+        "params": [format!("{}", funder.address)]})
+    .to_string();
+    let settled = eventually(Duration::from_secs(10), || async {
+        let (_, answer) = rpc_json(url, &held).await;
+        let empty = |part: &str| {
+            answer["result"][part]
+                .as_object()
+                .is_some_and(|txs| txs.is_empty())
+        };
+        empty("pending") && empty("queued")
+    })
+    .await;
+    assert!(settled, "geth's pool still holds the funder's transfers");
 }
