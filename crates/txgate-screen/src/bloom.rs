@@ -18,6 +18,8 @@ use crate::keyed::KeyState;
 const PROBES: u64 = 5;
 /// Counters per entry of the configured bound (a power of two is taken).
 const COUNTERS_PER_ENTRY: usize = 8;
+/// Counters per 4 KiB page, the smallest page the kernel maps.
+const PAGE: usize = 4096;
 
 /// See the module docs.
 pub struct CountingBloom {
@@ -39,8 +41,16 @@ impl CountingBloom {
     /// counters per entry, rounded up to a power of two.
     pub fn new(max_entries: usize) -> CountingBloom {
         let len = (max_entries.max(1024) * COUNTERS_PER_ENTRY).next_power_of_two();
-        // Zeroed pages are mapped lazily: an idle bloom costs no RSS.
-        let counters = (0..len).map(|_| AtomicU8::new(0)).collect();
+        let counters: Box<[AtomicU8]> = (0..len).map(|_| AtomicU8::new(0)).collect();
+        // Zeroed pages would be mapped lazily, as keys first touch them:
+        // resident memory would then creep up with the bans seen, for as
+        // long as it takes random keys to reach every page (about 25
+        // minutes at 2 bans a second at the default bound). Written once
+        // here, the filter is resident from the start, at the size it
+        // will have under a flood, and no ban waits on a page fault.
+        for counter in counters.iter().step_by(PAGE) {
+            counter.store(0, Ordering::Relaxed);
+        }
         CountingBloom {
             counters,
             mask: len as u64 - 1,
