@@ -14,6 +14,10 @@
 //! /proc), the load client's own CPU per request, errors; and the same-run
 //! baseline: one libsecp256k1 sender recovery, timed in this process on the
 //! same transactions (the hook recovers none: proxyd sent the sender).
+//! Before each round txgate is left idle as long as the round lasts: its
+//! CPU then (timers, the background sweep, the metrics) is reported too,
+//! and the CPU per transaction is given both whole and above that idle
+//! cost, which no transaction causes.
 //! Targets (issue 39): ≤ 3 µs of txgate CPU per transaction at 100 a
 //! request, ≤ 40 µs per 1-transaction request, p99 ≤ 2 ms at 5 000
 //! requests/s.
@@ -35,7 +39,7 @@ use clap::Parser;
 use secp256k1::{Message, SECP256K1, SecretKey};
 use txgate_benches::CargoBench;
 use txgate_benches::open_loop::OpenLoop;
-use txgate_benches::procs::{client, free_port, post};
+use txgate_benches::procs::{client, cpu_ms, free_port, post};
 use txgate_benches::start::{Scratch, Txgate, arg, release};
 use txgate_benches::stats::median;
 
@@ -126,6 +130,10 @@ struct Round {
     p99: f64,
     server_per_request: f64,
     server_per_tx: f64,
+    /// `server_per_tx` less what txgate spent idle over as long.
+    server_per_tx_busy: f64,
+    /// txgate's CPU while idle, ms per second.
+    idle_ms_per_s: f64,
     client_per_request: f64,
     rate: f64,
     errors: usize,
@@ -148,6 +156,10 @@ fn verdict(_status: u16, body: &[u8]) -> Result<bool, String> {
 /// [`CONNECTIONS`] keep-alive connections.
 async fn round(port: u16, pid: u32, rate: u64, txs: usize, bodies: Vec<Bytes>) -> Round {
     let count = bodies.len();
+    let idle_for = Duration::from_secs_f64(count as f64 / rate as f64);
+    let idle0 = (cpu_ms(pid), Instant::now());
+    tokio::time::sleep(idle_for).await;
+    let idle_ms_per_s = (cpu_ms(pid) - idle0.0) / idle0.1.elapsed().as_secs_f64();
     let load = OpenLoop {
         port,
         path: "/proxyd/validate",
@@ -164,6 +176,9 @@ async fn round(port: u16, pid: u32, rate: u64, txs: usize, bodies: Vec<Bytes>) -
         p99: l.quantile(0.99),
         server_per_request: out.server_cpu_ms * 1000.0 / count as f64,
         server_per_tx: out.server_cpu_ms * 1000.0 / (count * txs) as f64,
+        server_per_tx_busy: (out.server_cpu_ms - idle_ms_per_s * out.elapsed) * 1000.0
+            / (count * txs) as f64,
+        idle_ms_per_s,
         client_per_request: out.client_cpu_ms * 1000.0 / count as f64,
         rate: count as f64 / out.elapsed,
         errors: out.failed(),
@@ -197,6 +212,16 @@ fn summary(name: &str, rounds: &[Round], recovery: f64) {
         .map(|r| format!("{:.2}", r.server_per_tx))
         .collect();
     println!("  {name}: txgate µs/tx per round: {}", per_tx.join(", "));
+    let busy: Vec<String> = rounds
+        .iter()
+        .map(|r| format!("{:.2}", r.server_per_tx_busy))
+        .collect();
+    println!(
+        "  {name}: above idle ({:.1} ms/s idle, median), µs/tx per round: {}; median {:.2}",
+        m(|r| r.idle_ms_per_s),
+        busy.join(", "),
+        m(|r| r.server_per_tx_busy),
+    );
     println!(
         "  {name}: {:>7.0} req/s  p50 {:6.3} ms  p99 {:6.3} ms  txgate {:7.2} µs/request \
          {:6.2} µs/tx ({:.2}× one recovery)  client {:6.1} µs/request  refused {:4.1}%  \

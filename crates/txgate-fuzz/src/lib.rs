@@ -18,6 +18,7 @@
 //! | `config` | the config loader and its validation |
 //! | `identity` | the PROXY protocol v1/v2 parser and `X-Forwarded-For`/`Forwarded` resolution |
 //! | `conditional` | the condition of a conditional transaction, and the caller's `X-Optimism-Signature` |
+//! | `proxyd_hook` | proxyd's validation-hook body: txgate's own JSON reader against serde_json (never accepting what is not JSON), each hash recomputed |
 
 use std::net::IpAddr;
 
@@ -29,7 +30,7 @@ use prost::Message;
 pub type Body = fn(&[u8]);
 
 /// Every target: its name and its body.
-pub const TARGETS: [(&str, Body); 9] = [
+pub const TARGETS: [(&str, Body); 10] = [
     ("jsonrpc", jsonrpc),
     ("raw_tx", raw_tx),
     ("raw_tx_differential", raw_tx_differential),
@@ -39,6 +40,7 @@ pub const TARGETS: [(&str, Body); 9] = [
     ("config", config),
     ("identity", identity),
     ("conditional", conditional),
+    ("proxyd_hook", proxyd_hook),
 ];
 
 /// A request body: framed, each call rewritten for the upstream, an
@@ -249,5 +251,28 @@ pub fn conditional(data: &[u8]) {
     }
     if let (Some(header), Some(body)) = (parts.next(), parts.next()) {
         let _ = txgate_conditional::caller::verify(header, body);
+    }
+}
+
+/// proxyd's hook body. txgate reads it with a JSON reader of its own:
+/// whatever it accepts must be JSON to serde_json too, hold a `txs` object
+/// with exactly the transactions parsed (each key once, each the hash the
+/// parser recomputed).
+pub fn proxyd_hook(data: &[u8]) {
+    use txgate_proto::proxyd::{MAX_TXS, parse};
+    let Ok(request) = parse(data, MAX_TXS) else {
+        return;
+    };
+    let json: serde_json::Value = serde_json::from_slice(data)
+        .unwrap_or_else(|e| panic!("accepted a body serde_json refuses: {e}"));
+    let txs = json["txs"]
+        .as_object()
+        .expect("accepted without a txs object");
+    assert_eq!(txs.len(), request.txs.len(), "each transaction once");
+    assert!(request.txs.len() <= MAX_TXS);
+    for tx in &request.txs {
+        assert!(txs.contains_key(tx.key), "a key not in the body");
+        let key: alloy_primitives::B256 = tx.key.parse().expect("a key that is not a hash");
+        assert_eq!(key, tx.hash, "a key that is not the recomputed hash");
     }
 }

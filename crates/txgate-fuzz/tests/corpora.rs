@@ -54,6 +54,10 @@ fn the_seeds_are_valid_inputs() {
         let text = String::from_utf8(text).unwrap();
         txgate_screen::decode(&txgate_screen::decode_hex(&text).unwrap()).unwrap();
     }
+    for body in seeds("proxyd_hook") {
+        let parsed = txgate_proto::proxyd::parse(&body, txgate_proto::proxyd::MAX_TXS);
+        assert!(parsed.is_ok_and(|r| !r.txs.is_empty()));
+    }
     for body in seeds("jsonrpc") {
         let parsed = txgate_jsonrpc::parse(&body, 100);
         let answers = txgate_jsonrpc::encode::parse_upstream_batch(&body);

@@ -113,6 +113,26 @@ fn main() {
             .as_bytes(),
     );
 
+    // proxyd's hook: each transaction alone, all of them in one body, and
+    // one written with whitespace, escapes and keys the reader skips.
+    for (name, raw) in &txs {
+        let body = txgate_proto::proxyd::encode::request(&[raw]).unwrap();
+        write("proxyd_hook", name, &body);
+    }
+    let all: Vec<&[u8]> = txs.iter().map(|(_, raw)| raw.as_slice()).collect();
+    let body = txgate_proto::proxyd::encode::request(&all).unwrap();
+    write("proxyd_hook", "bundle", &body);
+    let odd = String::from_utf8(body)
+        .unwrap()
+        .replacen(
+            "\"txs\":",
+            "\"extra\": [1, -2.5e3, {\"a\": null}, true], \"txs\" : ",
+            1,
+        )
+        .replace(":\"0x", ":\"\\u0030x")
+        .replace(",\"", " ,\n \"");
+    write("proxyd_hook", "unusual", odd.as_bytes());
+
     let raw = hex(&txs[2].1);
     for (name, body) in [
         ("single", format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["{raw}"]}}"#)),

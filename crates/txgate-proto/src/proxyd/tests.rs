@@ -4,6 +4,7 @@
 //! refusals, each with its reason, the RLP writer, and the answer's shape.
 
 mod fixtures;
+mod mutations;
 mod types;
 
 use alloy_eips::eip2718::Encodable2718;

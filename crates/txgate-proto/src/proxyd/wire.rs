@@ -1,19 +1,17 @@
-//! The request body as serde reads it: flat, borrowed, no value buffered.
+//! The request body as read: flat, borrowed, no value buffered.
 //!
 //! Every field of a transaction is an optional string (`null` reads as
 //! absent); the lists are the only nested shapes. Unknown keys (`blobs`,
 //! `commitments`, `proofs`, op-geth's deposit keys, anything newer) are
-//! skipped without being kept. A key repeated inside a transaction, or a
-//! value of the wrong JSON type, fails the parse. The `txs` map is visited
-//! entry by entry: each transaction is checked and hashed as soon as it is
-//! read, and the count is enforced before the next one is parsed.
+//! checked as JSON and skipped without being kept. A key repeated inside a
+//! transaction, or a value of the wrong JSON type, fails the parse. The
+//! `txs` map is read entry by entry: each transaction is checked and
+//! hashed as soon as it is read, and the count is enforced before the
+//! next one is read. The JSON itself is read by [`Scanner`].
 
 use std::borrow::Cow;
-use std::fmt;
 
-use serde::Deserialize;
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
-
+use super::scan::{Bad, Scanner};
 use super::{HookTx, Invalid, build, rlp::Writer};
 
 /// A JSON string, borrowed from the body unless it holds escapes (geth
@@ -29,37 +27,9 @@ impl std::ops::Deref for Text<'_> {
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Str;
-        impl<'de> Visitor<'de> for Str {
-            type Value = Text<'de>;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Borrowed(v)))
-            }
-
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Owned(v.to_owned())))
-            }
-
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Owned(v)))
-            }
-        }
-        deserializer.deserialize_str(Str)
-    }
-}
-
 /// One transaction object: go-ethereum's JSON plus proxyd's `from`.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", bound(deserialize = "'de: 'a"))]
+#[derive(Debug, Default)]
 pub(super) struct Fields<'a> {
-    #[serde(rename = "type")]
     pub(super) ty: Option<Text<'a>>,
     pub(super) chain_id: Option<Text<'a>>,
     pub(super) nonce: Option<Text<'a>>,
@@ -82,43 +52,32 @@ pub(super) struct Fields<'a> {
     pub(super) from: Option<Text<'a>>,
 }
 
-/// `{"address", "storageKeys"}`; both required. A key missing fails the
-/// parse at that entry (`deserialize_with` makes an `Option` field
-/// required; `null` still reads as absent, refused when hashed): no list
-/// of empty entries is collected, so a list holds at most about 8 times
-/// its bytes in memory (a 24-byte reference per 3-byte `"",` element).
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", bound(deserialize = "'de: 'a"))]
+/// `{"address", "storageKeys"}`; both keys required (`null` still reads
+/// as absent, refused when hashed), others skipped. A key missing fails
+/// the parse at that entry: no list of empty entries is collected, so a
+/// list holds at most about 8 times its bytes in memory (a 24-byte
+/// reference per 3-byte `"",` element).
+#[derive(Debug, Default)]
 pub(super) struct AccessTuple<'a> {
-    #[serde(deserialize_with = "Option::deserialize")]
     pub(super) address: Option<Text<'a>>,
-    #[serde(deserialize_with = "Option::deserialize")]
     pub(super) storage_keys: Option<Vec<Text<'a>>>,
 }
 
-/// An EIP-7702 authorization; every field required.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", bound(deserialize = "'de: 'a"))]
+/// An EIP-7702 authorization; every key required, as for
+/// [`AccessTuple`].
+#[derive(Debug, Default)]
 pub(super) struct Authorization<'a> {
-    #[serde(deserialize_with = "Option::deserialize")]
     pub(super) chain_id: Option<Text<'a>>,
-    #[serde(deserialize_with = "Option::deserialize")]
     pub(super) address: Option<Text<'a>>,
-    #[serde(deserialize_with = "Option::deserialize")]
     pub(super) nonce: Option<Text<'a>>,
-    #[serde(deserialize_with = "Option::deserialize")]
     pub(super) y_parity: Option<Text<'a>>,
-    #[serde(deserialize_with = "Option::deserialize")]
     pub(super) r: Option<Text<'a>>,
-    #[serde(deserialize_with = "Option::deserialize")]
     pub(super) s: Option<Text<'a>>,
 }
 
-/// What the visit collects, and why it stopped when the reason is not
-/// bad JSON.
+/// What the read collects.
 pub(super) struct State<'a> {
     pub(super) txs: Vec<HookTx<'a>>,
-    pub(super) failure: Option<Invalid>,
     max_txs: usize,
     rlp: Writer,
 }
@@ -129,82 +88,187 @@ impl<'a> State<'a> {
     pub(super) fn new(max_txs: usize, body_len: usize) -> Self {
         State {
             txs: Vec::with_capacity(max_txs.min(body_len / 800 + 1)),
-            failure: None,
             max_txs,
             rlp: Writer::default(),
         }
     }
+}
 
-    /// Records why the visit stops, as a serde error that carries nothing.
-    fn fail<E: de::Error>(&mut self, why: Invalid) -> E {
-        self.failure = Some(why);
-        E::custom(why.code())
+impl From<Bad> for Invalid {
+    fn from(_: Bad) -> Self {
+        Invalid::Malformed
     }
 }
 
-/// The body: an object with exactly one `txs` (other keys skipped).
-pub(super) struct Body<'s, 'a>(pub(super) &'s mut State<'a>);
+/// Containers around a transaction's values: the body, `txs`, the
+/// transaction.
+const TX_DEPTH: usize = 3;
 
-impl<'a> Visitor<'a> for Body<'_, 'a> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object with txs")
-    }
-
-    fn visit_map<A: MapAccess<'a>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut seen = false;
-        while let Some(key) = map.next_key::<Text<'a>>()? {
-            if &*key != "txs" {
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            }
-            if seen {
-                return Err(de::Error::duplicate_field("txs"));
-            }
-            seen = true;
-            map.next_value_seed(Txs(&mut *self.0))?;
+/// The body: an object with exactly one `txs` (other keys skipped), and
+/// nothing after it.
+pub(super) fn body<'a>(text: &'a str, state: &mut State<'a>) -> Result<(), Invalid> {
+    let mut s = Scanner::new(text);
+    s.expect(b'{')?;
+    let (mut first, mut seen) = (true, false);
+    while s.next_member(b'}', &mut first)? {
+        if s.key()? != "txs" {
+            s.skip_at(1)?;
+            continue;
         }
         if seen {
-            Ok(())
-        } else {
-            Err(de::Error::missing_field("txs"))
+            return Err(Invalid::Malformed);
         }
+        seen = true;
+        txs(&mut s, state)?;
+    }
+    s.end()?;
+    if seen {
+        Ok(())
+    } else {
+        Err(Invalid::Malformed)
     }
 }
 
 /// The `txs` map, checked entry by entry.
-struct Txs<'s, 'a>(&'s mut State<'a>);
-
-impl<'a> DeserializeSeed<'a> for Txs<'_, 'a> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'a>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_map(self)
+fn txs<'a>(s: &mut Scanner<'a>, state: &mut State<'a>) -> Result<(), Invalid> {
+    s.expect(b'{')?;
+    let mut first = true;
+    while s.next_member(b'}', &mut first)? {
+        // The key is answered as sent, so it is borrowed: a key written
+        // with escapes is refused (no hash needs one).
+        let Cow::Borrowed(key) = s.key()? else {
+            return Err(Invalid::Malformed);
+        };
+        if state.txs.len() == state.max_txs {
+            return Err(Invalid::TooMany);
+        }
+        let fields = transaction(s)?;
+        state.txs.push(build(key, &fields, &mut state.rlp)?);
     }
+    Ok(())
 }
 
-impl<'a> Visitor<'a> for Txs<'_, 'a> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object of transactions by hash")
+/// Reads a string-or-null into `slot`, which must still be empty (a key
+/// given twice is malformed, even when the first was `null`).
+fn text<'a>(s: &mut Scanner<'a>, slot: &mut Option<Text<'a>>, seen: &mut bool) -> Result<(), Bad> {
+    if std::mem::replace(seen, true) {
+        return Err(Bad);
     }
+    *slot = if s.null()? {
+        None
+    } else {
+        Some(Text(s.string()?))
+    };
+    Ok(())
+}
 
-    fn visit_map<A: MapAccess<'a>>(self, mut map: A) -> Result<(), A::Error> {
-        let state = self.0;
-        // The key is answered as sent, so it is borrowed: a key written
-        // with escapes fails here (no hash needs one).
-        while let Some(key) = map.next_key::<&'a str>()? {
-            if state.txs.len() == state.max_txs {
-                return Err(state.fail(Invalid::TooMany));
+/// A list-or-null of `item`s into `slot`, once.
+fn list<'a, T>(
+    s: &mut Scanner<'a>,
+    slot: &mut Option<Vec<T>>,
+    seen: &mut bool,
+    mut item: impl FnMut(&mut Scanner<'a>) -> Result<T, Bad>,
+) -> Result<(), Bad> {
+    if std::mem::replace(seen, true) {
+        return Err(Bad);
+    }
+    if s.null()? {
+        *slot = None;
+        return Ok(());
+    }
+    s.expect(b'[')?;
+    let mut items = Vec::new();
+    let mut first = true;
+    while s.next_member(b']', &mut first)? {
+        items.push(item(s)?);
+    }
+    *slot = Some(items);
+    Ok(())
+}
+
+/// A string in a list (`null` is not one).
+fn list_text<'a>(s: &mut Scanner<'a>) -> Result<Text<'a>, Bad> {
+    s.string().map(Text)
+}
+
+/// One transaction object.
+fn transaction<'a>(s: &mut Scanner<'a>) -> Result<Fields<'a>, Bad> {
+    let mut f = Fields::default();
+    // One flag per field, in the order of the match below.
+    let mut seen = [false; 20];
+    s.expect(b'{')?;
+    let mut first = true;
+    while s.next_member(b'}', &mut first)? {
+        let key = s.key()?;
+        match &*key {
+            "type" => text(s, &mut f.ty, &mut seen[0])?,
+            "chainId" => text(s, &mut f.chain_id, &mut seen[1])?,
+            "nonce" => text(s, &mut f.nonce, &mut seen[2])?,
+            "gasPrice" => text(s, &mut f.gas_price, &mut seen[3])?,
+            "maxPriorityFeePerGas" => text(s, &mut f.max_priority_fee_per_gas, &mut seen[4])?,
+            "maxFeePerGas" => text(s, &mut f.max_fee_per_gas, &mut seen[5])?,
+            "maxFeePerBlobGas" => text(s, &mut f.max_fee_per_blob_gas, &mut seen[6])?,
+            "gas" => text(s, &mut f.gas, &mut seen[7])?,
+            "to" => text(s, &mut f.to, &mut seen[8])?,
+            "value" => text(s, &mut f.value, &mut seen[9])?,
+            "input" => text(s, &mut f.input, &mut seen[10])?,
+            "accessList" => list(s, &mut f.access_list, &mut seen[11], access_tuple)?,
+            "blobVersionedHashes" => {
+                list(s, &mut f.blob_versioned_hashes, &mut seen[12], list_text)?;
             }
-            let fields: Fields<'a> = map.next_value()?;
-            match build(key, &fields, &mut state.rlp) {
-                Ok(tx) => state.txs.push(tx),
-                Err(why) => return Err(state.fail(why)),
+            "authorizationList" => {
+                list(s, &mut f.authorization_list, &mut seen[13], authorization)?;
             }
+            "v" => text(s, &mut f.v, &mut seen[14])?,
+            "r" => text(s, &mut f.r, &mut seen[15])?,
+            "s" => text(s, &mut f.s, &mut seen[16])?,
+            "yParity" => text(s, &mut f.y_parity, &mut seen[17])?,
+            "hash" => text(s, &mut f.hash, &mut seen[18])?,
+            "from" => text(s, &mut f.from, &mut seen[19])?,
+            _ => s.skip_at(TX_DEPTH)?,
         }
-        Ok(())
     }
+    Ok(f)
+}
+
+/// `{"address", "storageKeys"}`.
+fn access_tuple<'a>(s: &mut Scanner<'a>) -> Result<AccessTuple<'a>, Bad> {
+    let mut t = AccessTuple::default();
+    let mut seen = [false; 2];
+    s.expect(b'{')?;
+    let mut first = true;
+    while s.next_member(b'}', &mut first)? {
+        match &*s.key()? {
+            "address" => text(s, &mut t.address, &mut seen[0])?,
+            "storageKeys" => list(s, &mut t.storage_keys, &mut seen[1], list_text)?,
+            _ => s.skip_at(TX_DEPTH + 2)?,
+        }
+    }
+    if seen.contains(&false) {
+        return Err(Bad);
+    }
+    Ok(t)
+}
+
+/// `{"chainId", "address", "nonce", "yParity", "r", "s"}`.
+fn authorization<'a>(s: &mut Scanner<'a>) -> Result<Authorization<'a>, Bad> {
+    let mut a = Authorization::default();
+    let mut seen = [false; 6];
+    s.expect(b'{')?;
+    let mut first = true;
+    while s.next_member(b'}', &mut first)? {
+        match &*s.key()? {
+            "chainId" => text(s, &mut a.chain_id, &mut seen[0])?,
+            "address" => text(s, &mut a.address, &mut seen[1])?,
+            "nonce" => text(s, &mut a.nonce, &mut seen[2])?,
+            "yParity" => text(s, &mut a.y_parity, &mut seen[3])?,
+            "r" => text(s, &mut a.r, &mut seen[4])?,
+            "s" => text(s, &mut a.s, &mut seen[5])?,
+            _ => s.skip_at(TX_DEPTH + 2)?,
+        }
+    }
+    if seen.contains(&false) {
+        return Err(Bad);
+    }
+    Ok(a)
 }
