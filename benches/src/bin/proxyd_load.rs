@@ -40,7 +40,7 @@ use secp256k1::{Message, SECP256K1, SecretKey};
 use txgate_benches::CargoBench;
 use txgate_benches::open_loop::OpenLoop;
 use txgate_benches::procs::{client, cpu_ms, free_port, post};
-use txgate_benches::start::{Scratch, Txgate, arg, release};
+use txgate_benches::start::{Scratch, Txgate, arg, txgate_bin};
 use txgate_benches::stats::median;
 
 /// proxyd's hook over loopback: 1 and 100 transactions a request.
@@ -257,7 +257,7 @@ async fn run(a: Args) {
         "[aeges]\nproxyd_txs_per_sec = 100000000\nproxyd_burst = 100000000\n",
     );
     let txgate = Txgate::spawn(
-        &release("txgate"),
+        &txgate_bin(),
         &format!("http://127.0.0.1:{dead}"),
         &[
             "--config",

@@ -18,8 +18,6 @@ use crate::keyed::KeyState;
 const PROBES: u64 = 5;
 /// Counters per entry of the configured bound (a power of two is taken).
 const COUNTERS_PER_ENTRY: usize = 8;
-/// Counters per 4 KiB page, the smallest page the kernel maps.
-const PAGE: usize = 4096;
 
 /// See the module docs.
 pub struct CountingBloom {
@@ -41,16 +39,15 @@ impl CountingBloom {
     /// counters per entry, rounded up to a power of two.
     pub fn new(max_entries: usize) -> CountingBloom {
         let len = (max_entries.max(1024) * COUNTERS_PER_ENTRY).next_power_of_two();
-        let counters: Box<[AtomicU8]> = (0..len).map(|_| AtomicU8::new(0)).collect();
-        // Zeroed pages would be mapped lazily, as keys first touch them:
-        // resident memory would then creep up with the bans seen, for as
-        // long as it takes random keys to reach every page (about 25
-        // minutes at 2 bans a second at the default bound). Written once
-        // here, the filter is resident from the start, at the size it
-        // will have under a flood, and no ban waits on a page fault.
-        for counter in counters.iter().step_by(PAGE) {
-            counter.store(0, Ordering::Relaxed);
-        }
+        // Zeroed pages are mapped lazily: until a key first writes to a
+        // page, a probe there reads the kernel's one shared zero page,
+        // always in cache. So a filter holding few bans costs no RSS and
+        // its probes no cache or TLB miss. Writing every page at start
+        // (tried, to keep RSS flat from the first minute) made each probe
+        // a miss into 8 MiB: about +0.6 µs per transaction on the proxyd
+        // hook's load (PERFORMANCE.md, issue 40). RSS grows instead as
+        // bans touch pages, up to the filter's size.
+        let counters = (0..len).map(|_| AtomicU8::new(0)).collect();
         CountingBloom {
             counters,
             mask: len as u64 - 1,
