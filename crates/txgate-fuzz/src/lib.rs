@@ -255,23 +255,26 @@ pub fn conditional(data: &[u8]) {
 }
 
 /// proxyd's hook body. txgate reads it with a JSON reader of its own:
-/// whatever it accepts must be JSON to serde_json too, hold a `txs` object
-/// with exactly the transactions parsed (each key once, each the hash the
-/// parser recomputed).
+/// whatever it accepts must be JSON to serde_json too (checked as serde_json
+/// checks what it skips, so a number out of f64's range is JSON), with a
+/// `txs` object holding exactly the transactions parsed (each key once,
+/// each the hash the parser recomputed).
 pub fn proxyd_hook(data: &[u8]) {
     use txgate_proto::proxyd::{MAX_TXS, parse};
+    /// The body's shape as serde_json reads it, values unread.
+    #[derive(serde::Deserialize)]
+    struct Shape {
+        txs: std::collections::BTreeMap<String, serde::de::IgnoredAny>,
+    }
     let Ok(request) = parse(data, MAX_TXS) else {
         return;
     };
-    let json: serde_json::Value = serde_json::from_slice(data)
+    let shape: Shape = serde_json::from_slice(data)
         .unwrap_or_else(|e| panic!("accepted a body serde_json refuses: {e}"));
-    let txs = json["txs"]
-        .as_object()
-        .expect("accepted without a txs object");
-    assert_eq!(txs.len(), request.txs.len(), "each transaction once");
+    assert_eq!(shape.txs.len(), request.txs.len(), "each transaction once");
     assert!(request.txs.len() <= MAX_TXS);
     for tx in &request.txs {
-        assert!(txs.contains_key(tx.key), "a key not in the body");
+        assert!(shape.txs.contains_key(tx.key), "a key not in the body");
         let key: alloy_primitives::B256 = tx.key.parse().expect("a key that is not a hash");
         assert_eq!(key, tx.hash, "a key that is not the recomputed hash");
     }

@@ -42,7 +42,9 @@ impl CountingBloom {
         // Zeroed pages are mapped lazily: until a key first writes to a
         // page, a probe there reads the kernel's one shared zero page,
         // always in cache. So a filter holding few bans costs no RSS and
-        // its probes no cache or TLB miss. Writing every page at start
+        // its probes no cache miss. (This counts on the collect becoming
+        // a zeroed allocation, which optimised builds do; a debug build
+        // writes every page.) Writing every page at start
         // (tried, to keep RSS flat from the first minute) made each probe
         // a miss into 8 MiB: about +0.6 µs per transaction on the proxyd
         // hook's load (PERFORMANCE.md, issue 40). RSS grows instead as

@@ -334,6 +334,7 @@ async fn a_storm_of_100k_invalidations_while_honest_calls_keep_succeeding(kind: 
                 nonce += 1;
             } else {
                 failed.push(format!("submission of nonce {nonce}: {status} {body}"));
+                failed.truncate(20);
             }
             let (status, _, bytes) = rpc(
                 &url,
@@ -348,6 +349,7 @@ async fn a_storm_of_100k_invalidations_while_honest_calls_keep_succeeding(kind: 
                     "eth_blockNumber: {status} {}",
                     String::from_utf8_lossy(&bytes)
                 ));
+                failed.truncate(20);
             }
         }
         (ok, failed)

@@ -54,8 +54,9 @@ pub const OUTBOX: usize = 4096;
 /// The longest wait before reconnecting a link of the log, before its
 /// ±20% jitter: at most 480 ms with it. A host cut off on its link may
 /// still be resolving its peer's address (ARP retries once a second) for
-/// up to a second after the link is back; the log's 2 s from heal to ban
-/// leaves the retry less than half of what remains.
+/// up to a second after the link is back, and an attempt under way may
+/// take `redis.timeout_ms` to give up: the retry must fit the log's 2 s
+/// from heal to ban beside both.
 const LONGEST_RETRY: Duration = Duration::from_millis(400);
 
 /// Where a source puts a ban the rest of the fleet should hear.

@@ -465,8 +465,10 @@ async fn transfer_from_funder(url: &str, transfers: &[(alloy_primitives::Address
     let held = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "txpool_contentFrom",
         "params": [format!("{}", funder.address)]})
     .to_string();
+    let last = std::sync::Mutex::new(serde_json::Value::Null);
     let settled = eventually(Duration::from_secs(10), || async {
         let (_, answer) = rpc_json(url, &held).await;
+        *last.lock().unwrap() = answer.clone();
         let empty = |part: &str| {
             answer["result"][part]
                 .as_object()
@@ -475,5 +477,9 @@ async fn transfer_from_funder(url: &str, transfers: &[(alloy_primitives::Address
         empty("pending") && empty("queued")
     })
     .await;
-    assert!(settled, "geth's pool still holds the funder's transfers");
+    assert!(
+        settled,
+        "geth's pool still holds the funder's transfers: {}",
+        last.lock().unwrap()
+    );
 }
