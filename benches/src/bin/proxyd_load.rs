@@ -252,9 +252,12 @@ async fn run(a: Args) {
     let (aeges_port, dead) = (free_port(), free_port());
     let scratch = Scratch::new("proxyd_load");
     // The rate cap far above the load: the bench measures the verdicts.
+    // The bans outlive the longest run (their default life is 128 s):
+    // every round judges the same share of banned transactions.
     let config = scratch.write(
         "txgate.toml",
-        "[aeges]\nproxyd_txs_per_sec = 100000000\nproxyd_burst = 100000000\n",
+        "[aeges]\nproxyd_txs_per_sec = 100000000\nproxyd_burst = 100000000\n\
+         [screen]\ndenied_ttl_secs = 86400\n",
     );
     let txgate = Txgate::spawn(
         &txgate_bin(),
