@@ -9,7 +9,7 @@
 //! (PERFORMANCE.md, issue 39).
 //!
 //! It accepts only JSON (RFC 8259): any whitespace between tokens, any
-//! escape in a string (`\uXXXX` surrogate pairs included), no raw control
+//! escape in a string (`\u` and four hex digits, surrogate pairs included), no raw control
 //! character in a string, numbers in JSON's grammar (of any size: they are
 //! only skipped), nothing but whitespace after the body. It is stricter
 //! than serde_json's own skipping of unknown values in two ways, neither of

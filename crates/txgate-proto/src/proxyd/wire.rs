@@ -191,16 +191,28 @@ fn list_text<'a>(s: &mut Scanner<'a>) -> Result<Text<'a>, Bad> {
     s.string().map(Text)
 }
 
+/// An object's members, each handed to `member` with its key (after the
+/// colon, before the value, which `member` reads).
+fn object<'a>(
+    s: &mut Scanner<'a>,
+    mut member: impl FnMut(&mut Scanner<'a>, &str) -> Result<(), Bad>,
+) -> Result<(), Bad> {
+    s.expect(b'{')?;
+    let mut first = true;
+    while s.next_member(b'}', &mut first)? {
+        let key = s.key()?;
+        member(s, &key)?;
+    }
+    Ok(())
+}
+
 /// One transaction object.
 fn transaction<'a>(s: &mut Scanner<'a>) -> Result<Fields<'a>, Bad> {
     let mut f = Fields::default();
     // One flag per field, in the order of the match below.
     let mut seen = [false; 20];
-    s.expect(b'{')?;
-    let mut first = true;
-    while s.next_member(b'}', &mut first)? {
-        let key = s.key()?;
-        match &*key {
+    object(s, |s, key| {
+        match key {
             "type" => text(s, &mut f.ty, &mut seen[0])?,
             "chainId" => text(s, &mut f.chain_id, &mut seen[1])?,
             "nonce" => text(s, &mut f.nonce, &mut seen[2])?,
@@ -227,7 +239,8 @@ fn transaction<'a>(s: &mut Scanner<'a>) -> Result<Fields<'a>, Bad> {
             "from" => text(s, &mut f.from, &mut seen[19])?,
             _ => s.skip_at(TX_DEPTH)?,
         }
-    }
+        Ok(())
+    })?;
     Ok(f)
 }
 
@@ -235,15 +248,14 @@ fn transaction<'a>(s: &mut Scanner<'a>) -> Result<Fields<'a>, Bad> {
 fn access_tuple<'a>(s: &mut Scanner<'a>) -> Result<AccessTuple<'a>, Bad> {
     let mut t = AccessTuple::default();
     let mut seen = [false; 2];
-    s.expect(b'{')?;
-    let mut first = true;
-    while s.next_member(b'}', &mut first)? {
-        match &*s.key()? {
+    object(s, |s, key| {
+        match key {
             "address" => text(s, &mut t.address, &mut seen[0])?,
             "storageKeys" => list(s, &mut t.storage_keys, &mut seen[1], list_text)?,
             _ => s.skip_at(TX_DEPTH + 2)?,
         }
-    }
+        Ok(())
+    })?;
     if seen.contains(&false) {
         return Err(Bad);
     }
@@ -254,10 +266,8 @@ fn access_tuple<'a>(s: &mut Scanner<'a>) -> Result<AccessTuple<'a>, Bad> {
 fn authorization<'a>(s: &mut Scanner<'a>) -> Result<Authorization<'a>, Bad> {
     let mut a = Authorization::default();
     let mut seen = [false; 6];
-    s.expect(b'{')?;
-    let mut first = true;
-    while s.next_member(b'}', &mut first)? {
-        match &*s.key()? {
+    object(s, |s, key| {
+        match key {
             "chainId" => text(s, &mut a.chain_id, &mut seen[0])?,
             "address" => text(s, &mut a.address, &mut seen[1])?,
             "nonce" => text(s, &mut a.nonce, &mut seen[2])?,
@@ -266,7 +276,8 @@ fn authorization<'a>(s: &mut Scanner<'a>) -> Result<Authorization<'a>, Bad> {
             "s" => text(s, &mut a.s, &mut seen[5])?,
             _ => s.skip_at(TX_DEPTH + 2)?,
         }
-    }
+        Ok(())
+    })?;
     if seen.contains(&false) {
         return Err(Bad);
     }
