@@ -35,6 +35,16 @@ then both run one worker per CPU of the list (nginx's "auto" would count
 the machine's CPUs, txgate's default the allowed ones). Unbound runs are
 the targets' measurement; a bound run says how much of a gap is placement.
 
+With --ws-node, the node is rpc_echo (benches/src/bin/rpc_echo.rs), which
+answers over HTTP/1.1 and WebSocket with each call's own id, in place of
+nginx's static `return 200`: txgate's HTTP clients' calls then travel on
+its lanes (websocket.http_lanes, the default), and a second txgate target,
+"pool", runs the same binary with http_lanes = false (each call on a pooled
+HTTP connection, as nginx sends it). Each target's CPU per call (utime +
+stime of its process tree, nginx's workers included, over the measured
+part of the 50-connection run) is printed beside its rate, with the ratio
+txgate/nginx: issue 41's "CPU per proxied call <= 0.75x nginx's".
+
 With --baseline-bin PATH, a second txgate binary (for example the build
 of the previous commit) runs beside the current one as target "before", in
 the same interleaved rounds, and the ratios current/before are printed:
@@ -42,7 +52,7 @@ the same-run comparison a change is kept or dropped by.
 
 Usage: benches/load/passthrough.py [--rounds 3] [--duration 5] [--warmup 1]
                                    [--json results.json] [--baseline-bin PATH]
-                                   [--limits] [--redis] [--cpu LIST]
+                                   [--limits] [--redis] [--cpu LIST] [--ws-node]
 Needs: nginx and h2load (Debian: nginx-light, nghttp2-client), and
 redis-server for --redis; scripts/install-bench-tools.sh and
 scripts/install-test-tools.sh install them.
@@ -163,6 +173,41 @@ def h2load(port, connections, duration, warmup, log):
     }
 
 
+def tree_cpu_ms(pid):
+    """CPU (user + system) of a process and its descendants, in ms, from
+    /proc (10 ms ticks); threads included, exited children not."""
+    total = 0.0
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = stat.rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) * 10.0
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            children = (task / "children").read_text().split()
+            total += sum(tree_cpu_ms(int(c)) for c in children)
+    except (OSError, IndexError, ValueError):
+        pass
+    return total
+
+
+def h2load_cpu(port, connections, duration, warmup, log, pid):
+    """h2load as h2load() does, and the CPU of process tree `pid` over the
+    measured part (from the end of the warm-up to h2load's end), per call."""
+    box = {}
+
+    def sample():
+        time.sleep(warmup)
+        box["cpu0"] = tree_cpu_ms(pid)
+
+    import threading
+    t = threading.Thread(target=sample)
+    t.start()
+    r = h2load(port, connections, duration, warmup, log)
+    cpu1 = tree_cpu_ms(pid)
+    t.join()
+    r["cpu_us_per_call"] = (cpu1 - box["cpu0"]) * 1000.0 / max(1, r["requests"] - r["errors"])
+    return r
+
+
 def wait_redis_link(admin_port, name, timeout=10.0):
     """Waits until the instance's /readyz says its Redis link is up."""
     deadline = time.time() + timeout
@@ -191,6 +236,8 @@ def main():
     ap.add_argument("--limits", action="store_true", help="also measure txgate with per-client limits on")
     ap.add_argument("--redis", action="store_true", help="also with the limits shared through redis-server")
     ap.add_argument("--cpu", help="bind every process to these CPUs (taskset list, e.g. 0)")
+    ap.add_argument("--ws-node", action="store_true",
+                    help="node: rpc_echo over HTTP and WebSocket; adds target 'pool' (lanes off) and CPU per call")
     args = ap.parse_args()
     if args.cpu:
         if not shutil.which("taskset"):
@@ -204,7 +251,8 @@ def main():
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
 
     if not args.no_build:
-        subprocess.run(["cargo", "build", "--release", "-q", "-p", "txgate"], cwd=ROOT, check=True)
+        packages = ["-p", "txgate"] + (["-p", "txgate-benches"] if args.ws_node else [])
+        subprocess.run(["cargo", "build", "--release", "-q"] + packages, cwd=ROOT, check=True)
     txgate_bin = ROOT / "target/release/txgate"
 
     work = Path(tempfile.mkdtemp(prefix="txgate-load-"))
@@ -212,6 +260,9 @@ def main():
     ports = {"direct": free_port(), "nginx": free_port(), "txgate": free_port()}
     if args.baseline_bin:
         ports["before"] = free_port()
+    if args.ws_node:
+        ports["pool"] = free_port()
+        ports["direct_ws"] = free_port()
     args.limits = args.limits or args.redis
     limited = ["ip_lim", "key_lim"] if args.limits else []
     if args.redis:
@@ -242,7 +293,7 @@ def main():
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             procs.append(r)
             wait_port(ports["redis"], r, "redis-server")
-        responder = nginx_conf(
+        responder = None if args.ws_node else nginx_conf(
             work, "responder", 1,
             f"""server {{ listen 127.0.0.1:{ports['direct']} reuseport;
                 location / {{ default_type application/json; return 200 '{ANSWER}'; }} }}""")
@@ -252,20 +303,34 @@ def main():
                 location / {{ proxy_pass http://rpc; proxy_http_version 1.1;
                               proxy_set_header Connection ""; }} }}""",
             f"upstream rpc {{ server 127.0.0.1:{ports['direct']}; keepalive 256; }}")
+        started = {}
         for name, conf in (("responder", responder), ("nginx", proxy)):
-            p = subprocess.Popen(PIN + [nginx, "-c", str(conf), "-p", str(work)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if conf is None:
+                p = subprocess.Popen(PIN + [str(ROOT / "target/release/rpc_echo"),
+                                            "--http", f"127.0.0.1:{ports['direct']}",
+                                            "--ws", f"127.0.0.1:{ports['direct_ws']}"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            else:
+                p = subprocess.Popen(PIN + [nginx, "-c", str(conf), "-p", str(work)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             procs.append(p)
-        wait_port(ports["direct"], procs[0], "responder")
-        wait_port(ports["nginx"], procs[1], "nginx")
+            started[name] = p
+        wait_port(ports["direct"], started["responder"], "responder")
+        wait_port(ports["nginx"], started["nginx"], "nginx")
+        pids = {"nginx": started["nginx"].pid}
         bins = {"txgate": txgate_bin}
         if args.baseline_bin:
             bins["before"] = Path(args.baseline_bin)
+        if args.ws_node:
+            bins["pool"] = txgate_bin
         for name in limited:
             bins[name] = txgate_bin
         for name, binary in bins.items():
             extra = []
             text = (f"[server]\nworkers = {workers}\n" if workers else "") + limit_confs.get(name, "")
+            if args.ws_node:
+                text += (f"[websocket]\nupstream_url = \"ws://127.0.0.1:{ports['direct_ws']}\"\n"
+                         f"http_lanes = {'false' if name == 'pool' else 'true'}\n")
             if text:
                 conf = work / f"{name}.toml"
                 conf.write_text(text)
@@ -277,6 +342,7 @@ def main():
                  "--upstream", f"http://127.0.0.1:{ports['direct']}", "--log-level", "warn"] + extra,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             procs.append(tx)
+            pids[name] = tx.pid
             wait_port(ports[name], tx, name)
         for name in limited:
             if name.endswith("_redis"):
@@ -287,7 +353,8 @@ def main():
         if args.cpu:
             print(f"every process bound to CPU {args.cpu}")
         print(f"h2load HTTP/1.1, {args.duration}s measured + {args.warmup}s warm-up per run, {args.rounds} rounds\n")
-        order = ["direct", "nginx", "txgate"] + (["before"] if args.baseline_bin else []) + limited
+        order = (["direct", "nginx", "txgate"] + (["pool"] if args.ws_node else [])
+                 + (["before"] if args.baseline_bin else []) + limited)
         results = []
         for rnd in range(args.rounds):
             # Rotate the order so no target always runs first or last.
@@ -296,7 +363,11 @@ def main():
             row = {}
             for mode, conns in (("throughput", 50), ("latency", 1)):
                 for target in rot:
-                    r = h2load(ports[target], conns, args.duration, args.warmup, work / "h2load.log")
+                    if args.ws_node and mode == "throughput" and target in pids:
+                        r = h2load_cpu(ports[target], conns, args.duration, args.warmup,
+                                       work / "h2load.log", pids[target])
+                    else:
+                        r = h2load(ports[target], conns, args.duration, args.warmup, work / "h2load.log")
                     row[(mode, target)] = r
             results.append(row)
             t, l = "throughput", "latency"
@@ -310,6 +381,11 @@ def main():
             hop_n = row[(l, "nginx")]["p50_us"] - row[(l, "direct")]["p50_us"]
             hop_t = row[(l, "txgate")]["p50_us"] - row[(l, "direct")]["p50_us"]
             print(f"  txgate/nginx throughput {ratio:.2f}x; added p50 per hop: nginx {hop_n} us, txgate {hop_t} us")
+            if args.ws_node:
+                cpu = {tg: row[(t, tg)]["cpu_us_per_call"] for tg in pids}
+                print("  CPU per call at 50c: " + ", ".join(f"{tg} {v:.2f} us" for tg, v in cpu.items())
+                      + f"; txgate/nginx {cpu['txgate'] / cpu['nginx']:.2f}x, pool/nginx {cpu['pool'] / cpu['nginx']:.2f}x,"
+                      f" txgate/pool throughput {row[(t, 'txgate')]['rps'] / row[(t, 'pool')]['rps']:.2f}x")
             for name in limited:
                 hop_x = row[(l, name)]["p50_us"] - row[(l, "direct")]["p50_us"]
                 print(f"  {name}/txgate throughput {row[(t, name)]['rps'] / row[(t, 'txgate')]['rps']:.2f}x;"
@@ -362,6 +438,19 @@ def main():
             summary[f"{name}_minus_txgate_p50_us_median"] = statistics.median(extra)
             print(f"  {name}/txgate throughput (median of per-round ratios): {statistics.median(over):.2f}x;"
                   f" p50 {name} - txgate (median): {statistics.median(extra):+.0f} us")
+        if args.ws_node:
+            for tg in pids:
+                summary["targets"][tg]["cpu_us_per_call_50c"] = med("throughput", tg, "cpu_us_per_call")
+            cpu_ratio = [r[("throughput", "txgate")]["cpu_us_per_call"] / r[("throughput", "nginx")]["cpu_us_per_call"]
+                         for r in results]
+            pool_ratio = [r[("throughput", "txgate")]["rps"] / r[("throughput", "pool")]["rps"] for r in results]
+            summary["txgate_over_nginx_cpu_per_call_median"] = statistics.median(cpu_ratio)
+            summary["txgate_over_pool_throughput_median"] = statistics.median(pool_ratio)
+            print("  CPU per call at 50c (medians): " + ", ".join(
+                f"{tg} {summary['targets'][tg]['cpu_us_per_call_50c']:.2f} us" for tg in pids))
+            print(f"  txgate/nginx CPU per call (median of per-round ratios): {statistics.median(cpu_ratio):.2f}x;"
+                  f" txgate (lanes)/pool throughput: {statistics.median(pool_ratio):.2f}x;"
+                  f" added p50 per hop: pool {summary['added_p50_us_median']['pool']:.0f} us")
         print(f"  non-2xx answers: {summary['errors']}")
         if args.json:
             Path(args.json).write_text(json.dumps(summary, indent=2))

@@ -42,6 +42,8 @@ pub const DEFAULT_WEBSOCKET_IDLE_TIMEOUT_MS: u64 = 300_000;
 pub const DEFAULT_WEBSOCKET_PING_INTERVAL_MS: u64 = 30_000;
 /// Default: plain calls of every socket on a worker share one node socket.
 pub const DEFAULT_WEBSOCKET_SHARED_UPSTREAM: bool = true;
+/// Default: HTTP clients' plain calls go on the workers' lanes too.
+pub const DEFAULT_WEBSOCKET_HTTP_LANES: bool = true;
 
 /// JSON-RPC over WebSocket.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -102,6 +104,12 @@ pub struct WebSocketConfig {
     /// large answers and larger batches keep each client's own socket.
     /// false: every call on the client's own socket.
     pub shared_upstream: bool,
+    /// Whether the plain calls of HTTP clients (the same methods, single
+    /// calls with an id) travel on the worker's lane as well, in place of a
+    /// pooled HTTP/1.1 connection each: many clients' calls written and
+    /// read in one go. A node whose WebSocket endpoint cannot be opened
+    /// gets them over HTTP. Needs `enabled` (the lanes belong to it).
+    pub http_lanes: bool,
 }
 
 impl Default for WebSocketConfig {
@@ -120,6 +128,7 @@ impl Default for WebSocketConfig {
             idle_timeout: Duration::from_millis(DEFAULT_WEBSOCKET_IDLE_TIMEOUT_MS),
             ping_interval: crate::duration::ms_or_off(DEFAULT_WEBSOCKET_PING_INTERVAL_MS),
             shared_upstream: DEFAULT_WEBSOCKET_SHARED_UPSTREAM,
+            http_lanes: DEFAULT_WEBSOCKET_HTTP_LANES,
         }
     }
 }

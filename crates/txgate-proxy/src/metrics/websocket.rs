@@ -104,6 +104,8 @@ pub struct WebSocketMetrics {
     pub lane_failed: IntCounter,
     /// A message's calls refused: its lane's queue was over its bound.
     pub lane_queue_full: IntCounter,
+    /// HTTP clients' calls on lanes, by result.
+    pub http_lane: HttpLaneCalls,
     /// Sessions by the node they read from (their home).
     by_home: IntGaugeVec,
     /// Messages refused while their socket to a node was opening: more
@@ -177,6 +179,7 @@ impl WebSocketMetrics {
             lane_opened: lanes.with_label_values(&["opened"]),
             lane_failed: lanes.with_label_values(&["failed"]),
             lane_queue_full: lanes.with_label_values(&["queue_full"]),
+            http_lane: HttpLaneCalls::new(r),
             opening_full: r.counter(
                 "ws_opening_full_total",
                 "WebSocket messages answered -32603 while their session's socket to a node was \
@@ -217,5 +220,43 @@ impl WebSocketMetrics {
     /// Counts a session's end.
     pub fn closed(&self, reason: WsClose) {
         self.closes[reason as usize].inc();
+    }
+}
+
+/// `txgate_http_lane_calls_total{result}`: HTTP clients' calls sent on a
+/// worker's lane, and those that went over the pool instead.
+#[derive(Debug, Clone)]
+pub struct HttpLaneCalls {
+    /// Answered by the node on the lane.
+    pub answered: IntCounter,
+    /// The lane failed after it was written: answered -32603.
+    pub failed: IntCounter,
+    /// No answer within the call's deadline.
+    pub timeout: IntCounter,
+    /// The answer was over `upstream.max_response_bytes`: refused alone.
+    pub too_large: IntCounter,
+    /// Sent over the pool: the lane's socket could not be opened (lately),
+    /// its queue was full, or the worker is draining.
+    pub pooled: IntCounter,
+}
+
+impl HttpLaneCalls {
+    fn new(r: &Registrar<'_>) -> HttpLaneCalls {
+        let calls = r.counter_vec(
+            "http_lane_calls_total",
+            "HTTP clients' calls on a worker's shared node socket (websocket.http_lanes): \
+             answered, failed (the socket failed after the call was written: -32603), timeout, \
+             too_large (answer over upstream.max_response_bytes), pooled (sent over a pooled \
+             HTTP connection instead: the socket could not be opened, its queue was full, or \
+             the worker is draining)",
+            &["result"],
+        );
+        HttpLaneCalls {
+            answered: calls.with_label_values(&["answered"]),
+            failed: calls.with_label_values(&["failed"]),
+            timeout: calls.with_label_values(&["timeout"]),
+            too_large: calls.with_label_values(&["too_large"]),
+            pooled: calls.with_label_values(&["pooled"]),
+        }
     }
 }

@@ -37,15 +37,16 @@ use txgate_screen::{Reason, Screen};
 
 use crate::limits::clients::Charged;
 use crate::limits::pacing::{Pace, PaceMark, Pacer, answered_with_result, batch_pace};
-use crate::metrics::{ClearedAs, Metrics, Outcome, UpstreamFailure};
+use crate::metrics::{ClearedAs, Failover, Metrics, Outcome, UpstreamFailure};
 use crate::request::{Body, Client, Refuse, json_response, no_content};
 use crate::rpc::plan::{Plan, Route, frame_cost, frame_refusal};
 use crate::rpc::policy::MethodPolicy;
 use crate::rpc::rescue::Refusal;
 use crate::screening::{self, Stack};
 use crate::upstream::group::{CallError, Nodes, is_submission};
-use crate::upstream::is_json_content_type;
-use txgate_nodes::Role;
+use crate::upstream::{Reply, is_json_content_type};
+use txgate_nodes::{Passive, Role};
+use websocket::http_lane::LaneCall;
 
 /// Screening of the raw-transaction methods, when enabled.
 #[derive(Debug)]
@@ -514,16 +515,27 @@ impl Shared {
         };
         let submission = is_submission(&call.method);
         let started = Instant::now();
-        let result = self
-            .upstream
-            .call(
-                role,
-                !submission,
-                at_head,
-                body,
-                self.sync.timeout(usize::from(sync.is_some())),
-            )
-            .await;
+        let timeout = self.sync.timeout(usize::from(sync.is_some()));
+        let params = pinned.as_deref().or(call.params.map(|p| p.get()));
+        let result = match self.on_lane(call, role, at_head, params, timeout).await {
+            // A read the lane lost after writing it is asked once more over
+            // the pool, as the group asks a read again on another node
+            // (the short form has none: it answers as the pool would).
+            Some(Err(CallError::Upstream(UpstreamFailure::Io)))
+                if !submission && !self.upstream.state().is_short_form() =>
+            {
+                self.metrics.nodes.failover(Failover::ReadRetry);
+                self.upstream
+                    .call(role, false, at_head, body, timeout)
+                    .await
+            }
+            Some(result) => result,
+            None => {
+                self.upstream
+                    .call(role, !submission, at_head, body, timeout)
+                    .await
+            }
+        };
         let took = started.elapsed();
         if result.is_ok() {
             self.metrics
@@ -577,6 +589,42 @@ impl Shared {
             Err(failure) => self.refuse(upstream_refusal(failure), call.id),
         };
         self.paced(answer, from, accepted.then_some(Pace::Cleared))
+    }
+
+    /// A lone call sent on the worker's lane to its node (with `params`),
+    /// when lanes carry it ([`websocket::http_lane`]); `None`: send it over
+    /// the pool.
+    async fn on_lane(
+        &self,
+        call: &Call<'_>,
+        role: Role,
+        at_head: bool,
+        params: Option<&str>,
+        timeout: Option<Duration>,
+    ) -> Option<Result<Reply, CallError>> {
+        let ws = self.websockets.as_ref()?;
+        if call.is_notification() || !ws.http_lane_carries(&call.method) {
+            return None;
+        }
+        let node = self.upstream.pick(role, at_head)?;
+        let state = self.upstream.state();
+        let sent = {
+            let _in_flight = state.begin(node);
+            ws.http_call(node, call, params, timeout, &self.metrics)
+                .await
+        };
+        match sent {
+            LaneCall::Answered(reply) => Some(Ok(reply)),
+            LaneCall::Failed(failure) => {
+                self.metrics.upstream.failure(failure);
+                if failure == UpstreamFailure::Io && !state.is_short_form() {
+                    // As a broken pooled connection counts against its node.
+                    state.passive(node, Passive::Failed);
+                }
+                Some(Err(CallError::Upstream(failure)))
+            }
+            LaneCall::Unsent => None,
+        }
     }
 
     /// A batch: refusals answered here, the rest forwarded as one upstream

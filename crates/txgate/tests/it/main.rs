@@ -30,6 +30,7 @@ mod fleet_sentinel;
 mod geth;
 mod geth_diff;
 mod hostile_http;
+mod http_lanes;
 mod node_group;
 mod node_group_conductor;
 mod node_group_ws;

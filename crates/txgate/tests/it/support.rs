@@ -18,6 +18,7 @@ use hyper_util::rt::TokioExecutor;
 
 mod hosts;
 mod nodes;
+pub mod relay;
 pub use hosts::Hosts;
 pub use nodes::*;
 
@@ -652,9 +653,10 @@ impl Drop for SlowUpstream {
     }
 }
 
-/// An upstream that records every body it receives and answers each
+/// An upstream that records every body POSTed to it and answers each
 /// call (or batch) with a result per id: what reached the node, byte for
-/// byte.
+/// byte. Anything else (a lane's WebSocket upgrade: this node has no
+/// WebSocket) is answered 405 and not recorded: it carries no call.
 pub struct RecordingUpstream {
     pub url: String,
     pub bodies: std::sync::Arc<std::sync::Mutex<Vec<Bytes>>>,
@@ -680,6 +682,11 @@ impl RecordingUpstream {
                         hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                             let seen = seen.clone();
                             async move {
+                                if req.method() != hyper::Method::POST {
+                                    let mut refused = hyper::Response::new(Full::new(Bytes::new()));
+                                    *refused.status_mut() = hyper::StatusCode::METHOD_NOT_ALLOWED;
+                                    return Ok::<_, std::convert::Infallible>(refused);
+                                }
                                 let body = req
                                     .into_body()
                                     .collect()
@@ -774,7 +781,10 @@ impl InProcess {
         config.upstream.url = upstream.to_string();
         config.server.listen = "127.0.0.1:0".parse().unwrap();
         config.admin.listen = "127.0.0.1:0".parse().unwrap();
-        config.server.workers = 2;
+        // Two workers unless the test names its count.
+        if config.server.workers == 0 {
+            config.server.workers = 2;
+        }
         config.shutdown.grace_period = std::time::Duration::from_secs(1);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready_tx, ready_rx) = mpsc::channel();

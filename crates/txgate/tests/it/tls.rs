@@ -351,8 +351,9 @@ async fn an_https_upstream_handshakes_once_per_pooled_connection() {
     let dir = TempDir::new("tls-upstream");
     std::fs::write(dir.file("ca.pem"), &ca.pem).unwrap();
     let nginx = Nginx::start(&anvil.url, &ca.leaf(&["localhost"], 30)).await;
-    // Two workers, each with its own pool, whatever the machine's cores.
-    let config = TempFile::new("[server]\nworkers = 2\n");
+    // Two workers, each with its own pool, whatever the machine's cores;
+    // every call on the pool (not on a lane over nginx's WebSocket).
+    let config = TempFile::new("[server]\nworkers = 2\n[websocket]\nhttp_lanes = false\n");
     let txgate = Txgate::start(
         &format!("https://localhost:{}", nginx.port),
         &[

@@ -74,6 +74,10 @@ pub(super) const MIN_MESSAGE_CAP: usize = 128 * 1024 * 1024;
 /// The pause after a lane's socket failed to open, before the next try.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 
+/// How long HTTP calls keep to the pool after a node's lane failed to
+/// open (WebSocket sessions, which have no pool, wait only the pause).
+pub(super) const UNREACHABLE_FOR: Duration = Duration::from_secs(10);
+
 /// A lane's liveness check when `websocket.ping_interval_ms` is 0: a
 /// half-open socket must not time every call of the worker out for ever.
 const DEFAULT_PING: Duration = Duration::from_secs(30);
@@ -117,9 +121,18 @@ pub(super) fn carries(method: &str) -> bool {
 pub(super) enum Event {
     /// A message from the node for this session's calls.
     Answer(Utf8Bytes),
-    /// The socket to node `.0` failed: the calls queued for it in
-    /// generation `.1` or an earlier one are owed an error.
-    Down(usize, u64),
+    /// The socket to `node` failed: the calls queued for it in
+    /// `generation` or an earlier one are owed an error. `written: false`
+    /// when it never opened: none of those calls reached the node, so a
+    /// caller that has another way to it may send them there.
+    Down {
+        /// The node's index.
+        node: usize,
+        /// The generation that failed.
+        generation: u64,
+        /// Whether the failed socket had opened.
+        written: bool,
+    },
     /// The answer to the call with this id was over
     /// `upstream.max_response_bytes`: its message is owed an error.
     TooLarge(u64),
@@ -145,7 +158,17 @@ impl Lanes {
         if stop.is_cancelled() {
             return None;
         }
-        let lane = lock(&self.by_thread)
+        self.here(settings, stop, metrics).seat()
+    }
+
+    /// This thread's lanes, made on first use.
+    pub(super) fn here(
+        &self,
+        settings: &Arc<Settings>,
+        stop: &CancellationToken,
+        metrics: &Arc<Metrics>,
+    ) -> Arc<Lane> {
+        lock(&self.by_thread)
             .entry(std::thread::current().id())
             .or_insert_with(|| {
                 Arc::new(Lane::new(
@@ -157,8 +180,7 @@ impl Lanes {
                     }),
                 ))
             })
-            .clone();
-        lane.seat()
+            .clone()
     }
 
     /// Ends this thread's lanes before its runtime is dropped: each writes
@@ -212,6 +234,11 @@ pub(super) struct Lane {
     seq: AtomicU64,
     /// The worker is ending: close the sockets now, seats or not.
     closing: AtomicBool,
+    /// Per node: when its socket last failed to open (ms since `epoch`,
+    /// 0: it has not, or it opened since). HTTP calls keep to the pool
+    /// for a while after ([`Lane::reachable`]).
+    refused_at: Vec<AtomicU64>,
+    epoch: std::time::Instant,
     /// `None` in unit tests: nothing is started.
     driver: Option<Driver>,
 }
@@ -258,11 +285,13 @@ impl Lane {
             started: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
             seq: AtomicU64::new(0),
             closing: AtomicBool::new(false),
+            refused_at: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            epoch: std::time::Instant::now(),
             driver,
         }
     }
 
-    fn seat(self: &Arc<Self>) -> Option<(Seat, mpsc::UnboundedReceiver<Event>)> {
+    pub(super) fn seat(self: &Arc<Self>) -> Option<(Seat, mpsc::UnboundedReceiver<Event>)> {
         let mut state = lock(&self.state);
         let slot = match state.free.pop() {
             Some(slot) => slot,
@@ -281,6 +310,23 @@ impl Lane {
             },
             rx,
         ))
+    }
+
+    /// Whether an HTTP call should try node `node`'s lane: its socket did
+    /// not fail to open within the last [`UNREACHABLE_FOR`] (a node
+    /// without a WebSocket endpoint then costs one try per worker that
+    /// often, each answered over the pool).
+    pub(super) fn reachable(&self, node: usize) -> bool {
+        let at = self
+            .refused_at
+            .get(node)
+            .map_or(0, |a| a.load(Ordering::Relaxed));
+        at == 0 || self.millis().saturating_sub(at) >= UNREACHABLE_FOR.as_millis() as u64
+    }
+
+    fn millis(&self) -> u64 {
+        // Never 0: 0 means "not refused".
+        (self.epoch.elapsed().as_millis() as u64).max(1)
     }
 
     fn wake_all(&self) {
@@ -413,13 +459,19 @@ async fn drive(
                 } else {
                     tracing::warn!(error = %e, node = %endpoint.name, "upstream WebSocket lane unavailable");
                 }
-                down(&lane, node, &metrics);
+                if let Some(at) = lane.refused_at.get(node) {
+                    at.store(lane.millis(), Ordering::Relaxed);
+                }
+                down(&lane, node, false, &metrics);
                 tokio::time::sleep(RECONNECT_PAUSE).await;
                 continue;
             }
         };
         ws.lane_opened.inc();
         ws.lanes_open.inc();
+        if let Some(at) = lane.refused_at.get(node) {
+            at.store(0, Ordering::Relaxed);
+        }
         let mut ping =
             tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -481,7 +533,7 @@ async fn drive(
         // At most once a pause per worker and node.
         tracing::warn!(why, node = %endpoint.name, "upstream WebSocket lane failed: its calls answered -32603");
         ws.lanes_open.dec();
-        down(&lane, node, &metrics);
+        down(&lane, node, true, &metrics);
         // A node that closes each new socket at once (a cap on connections
         // per peer) is not hammered.
         tokio::time::sleep(RECONNECT_PAUSE).await;
@@ -511,11 +563,11 @@ fn route(lane: &Lane, text: Utf8Bytes, max_bytes: usize) {
     }
 }
 
-/// Node `node`'s socket failed: every seated session is told which of its
-/// generations failed, and what was queued for it is dropped (its calls
-/// are among those the sessions answer); what is queued from now on is the
-/// next generation's.
-fn down(lane: &Lane, node: usize, metrics: &Metrics) {
+/// Node `node`'s socket failed (`written`: after it opened): every seated
+/// session is told which of its generations failed, and what was queued
+/// for it is dropped (its calls are among those the sessions answer); what
+/// is queued from now on is the next generation's.
+fn down(lane: &Lane, node: usize, written: bool, metrics: &Metrics) {
     metrics.websocket.lane_failed.inc();
     let mut state = lock(&lane.state);
     let Some(queue) = state.queues.get_mut(node) else {
@@ -526,7 +578,11 @@ fn down(lane: &Lane, node: usize, metrics: &Metrics) {
     let failed = queue.generation;
     queue.generation += 1;
     for tx in state.routes.values() {
-        let _ = tx.send(Event::Down(node, failed));
+        let _ = tx.send(Event::Down {
+            node,
+            generation: failed,
+            written,
+        });
     }
 }
 
@@ -607,10 +663,20 @@ mod tests {
         // generation failed, and what is queued next is the next one's.
         assert_eq!(first.send(0, Utf8Bytes::from_static("{}"), 1024), Some(0));
         assert_eq!(first.send(1, Utf8Bytes::from_static("{}"), 1024), Some(0));
-        down(&lane, 0, &Metrics::new());
+        down(&lane, 0, true, &Metrics::new());
         assert!(lock(&lane.state).queues[0].out.is_empty());
-        assert!(matches!(first_events.try_recv(), Ok(Event::Down(0, 0))));
-        assert!(matches!(second_events.try_recv(), Ok(Event::Down(0, 0))));
+        let down_0 = |e| {
+            matches!(
+                e,
+                Ok(Event::Down {
+                    node: 0,
+                    generation: 0,
+                    written: true
+                })
+            )
+        };
+        assert!(down_0(first_events.try_recv()));
+        assert!(down_0(second_events.try_recv()));
         assert_eq!(second.send(0, Utf8Bytes::from_static("{}"), 1024), Some(1));
         // The other node's queue and generation are its own.
         assert_eq!(lock(&lane.state).queues[1].out.len(), 1);

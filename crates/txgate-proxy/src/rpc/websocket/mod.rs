@@ -14,6 +14,7 @@
 //! relayed as the node sent them, in the node's order.
 
 mod check;
+pub(crate) mod http_lane;
 mod io;
 mod lane;
 mod nodes;
@@ -94,6 +95,9 @@ struct Settings {
     /// Plain calls go on the worker's lane ([`lane`]), not the session's
     /// own socket.
     shared_upstream: bool,
+    /// HTTP clients' plain calls go on the worker's lane too
+    /// ([`http_lane`]).
+    http_lanes: bool,
     frame_rate: Option<Rate>,
     max_subscriptions_per_connection: usize,
     max_subscriptions: usize,
@@ -190,6 +194,7 @@ impl WebSockets {
                 lane_queue_bytes,
                 max_response_bytes: upstream.max_response_bytes,
                 shared_upstream: ws.shared_upstream,
+                http_lanes: ws.http_lanes,
                 frame_rate: Rate::new(ws.max_frames_per_sec, ws.frame_burst),
                 max_subscriptions_per_connection: ws.max_subscriptions_per_connection,
                 max_subscriptions: ws.max_subscriptions,

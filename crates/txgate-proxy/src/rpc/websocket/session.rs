@@ -236,7 +236,7 @@ impl Session {
                 Some(event) = lane_event(&mut self.lane) => {
                     let done = match event {
                         Event::Answer(text) => self.upstream_text(text, None),
-                        Event::Down(node, generation) => self.fail_lane(node, generation),
+                        Event::Down { node, generation, .. } => self.fail_lane(node, generation),
                         Event::TooLarge(id) => self.too_large(id),
                     };
                     if let Err(reason) = done {

@@ -157,6 +157,27 @@ impl Nodes {
         }
     }
 
+    /// The node a call of `role` would go to first ([`Nodes::call`]'s
+    /// choice, without its failover): for a call sent another way (an
+    /// HTTP client's call on a WebSocket lane). `None`: no node of the role
+    /// (nor, for a read, the sequencer) is in.
+    pub fn pick(&self, role: Role, at_head: bool) -> Option<usize> {
+        if self.state.is_short_form() {
+            return Some(0);
+        }
+        let snapshot = self.state.snapshot();
+        let first = |role, at_head| {
+            let candidates = txgate_nodes::route(role, &snapshot, at_head)
+                .map(|i| (i, snapshot.weight(i), self.state.outstanding(i)));
+            txgate_nodes::choose(candidates, &[], self.state.tiebreak())
+        };
+        first(role, at_head).or_else(|| {
+            (role == Role::Replica)
+                .then(|| first(Role::Sequencer, false))
+                .flatten()
+        })
+    }
+
     /// Posts `body` to a node of `role` and reads the answer within
     /// `timeout` (`None`: the call timeout), failing over as the module
     /// doc says; `resend` says whether the body may be sent again after it

@@ -1,0 +1,226 @@
+//! HTTP clients on the lanes (`websocket.http_lanes`): the plain calls of
+//! many HTTP clients share one node socket per worker, each answer goes
+//! to its own client with its own id, a lane that fails answers its calls
+//! -32603 and the next call opens a new one, an oversize answer is refused
+//! alone, and a node whose WebSocket cannot be opened gets the calls over
+//! HTTP. The node's WebSocket is reached through a relay the test can
+//! watch, stall and cut.
+
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::support::relay::Relay;
+use crate::support::{InProcess, Node, NodeKind, eventually, metric, rpc_json};
+
+const ANSWERED: &str = "txgate_http_lane_calls_total{result=\"answered\"}";
+const FAILED: &str = "txgate_http_lane_calls_total{result=\"failed\"}";
+const POOLED: &str = "txgate_http_lane_calls_total{result=\"pooled\"}";
+const TOO_LARGE: &str = "txgate_http_lane_calls_total{result=\"too_large\"}";
+
+fn lanes_through(relay: &Relay, extra: &str) -> String {
+    format!("[websocket]\nupstream_url = \"{}\"\n{extra}", relay.url)
+}
+
+/// `web3_sha3` of `input` with `id`, and the result it must get.
+fn sha3(id: &Value, input: &[u8]) -> (String, String) {
+    let hex = format!("0x{}", alloy_primitives::hex::encode(input));
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "web3_sha3", "params": [hex]});
+    (
+        call.to_string(),
+        alloy_primitives::keccak256(input).to_string(),
+    )
+}
+
+async fn many_http_clients_share_a_node_socket_per_worker(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    for lanes in [true, false] {
+        let relay = Relay::start(&node.url).await;
+        let txgate = InProcess::start(
+            &node.url,
+            &lanes_through(&relay, &format!("http_lanes = {lanes}\n")),
+        );
+        // 40 clients at once, 5 calls each, every client using the same
+        // ids (1, "a", null-free strings and big numbers): each answer must
+        // be its own caller's, with its id as the caller wrote it.
+        let ids = [
+            json!(1),
+            json!("a"),
+            json!(9007199254740991u64),
+            json!("x\"y"),
+            json!(0),
+        ];
+        let mut tasks = Vec::new();
+        for client in 0..40u8 {
+            let url = txgate.url.clone();
+            let ids = ids.clone();
+            tasks.push(tokio::spawn(async move {
+                for (n, id) in ids.iter().enumerate() {
+                    let (call, expected) = sha3(id, &[client, n as u8]);
+                    let (status, answer) = rpc_json(&url, &call).await;
+                    assert_eq!(status, StatusCode::OK, "{answer}");
+                    assert_eq!(answer["id"], *id, "{answer}");
+                    assert_eq!(answer["result"], expected.as_str(), "{answer}");
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        // A call the lanes do not carry (its answer can be large) and a
+        // notification go over HTTP.
+        let (_, block) = rpc_json(
+            &txgate.url,
+            &json!({"jsonrpc": "2.0", "id": 7, "method": "eth_getBlockByNumber",
+                "params": ["latest", false]})
+            .to_string(),
+        )
+        .await;
+        assert!(block["result"]["number"].is_string(), "{block}");
+        let metrics = txgate.metrics().await;
+        if lanes {
+            // Two workers: one socket each at most, for 200 calls.
+            assert!((1..=2).contains(&relay.count()), "{}", relay.count());
+            assert_eq!(metric(&metrics, ANSWERED), 200.0);
+            assert_eq!(metric(&metrics, POOLED), 0.0);
+        } else {
+            assert_eq!(relay.count(), 0);
+            assert_eq!(metric(&metrics, ANSWERED), 0.0);
+        }
+        assert_eq!(metric(&metrics, FAILED), 0.0);
+    }
+}
+
+async fn a_lane_that_fails_answers_its_http_call_and_the_next_call_opens_another(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let relay = Relay::start(&node.url).await;
+    // One worker: one lane. A call timeout far above the test's waits: the
+    // call must be answered by the lane's failure, not by its timeout.
+    let txgate = InProcess::start(
+        &node.url,
+        &format!(
+            "[server]\nworkers = 1\n[upstream]\ncall_timeout_ms = 60000\n{}",
+            lanes_through(&relay, "")
+        ),
+    );
+    let chain_id = |id: u32| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []}).to_string()
+    };
+    let (_, first) = rpc_json(&txgate.url, &chain_id(1)).await;
+    assert_eq!(first["result"], "0x7a69", "{first}");
+    assert_eq!(relay.count(), 1);
+    let lane = relay.conn(0);
+    lane.stall.store(true, SeqCst);
+    let before = lane.up.load(SeqCst);
+    let url = txgate.url.clone();
+    let held = tokio::spawn(async move { rpc_json(&url, &chain_id(2)).await });
+    let sent = eventually(Duration::from_secs(10), || async {
+        lane.up.load(SeqCst) > before
+    })
+    .await;
+    assert!(sent, "the call never reached the lane");
+    lane.cut.send_replace(true);
+    let (status, failed) = held.await.unwrap();
+    assert_eq!(failed["id"], 2, "{failed}");
+    assert_eq!(failed["error"]["code"], -32603, "{failed}");
+    assert_eq!(
+        failed["error"]["message"], "upstream unavailable",
+        "{failed}"
+    );
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    // The next call opens a new lane (after the lane's pause).
+    let (_, next) = rpc_json(
+        &txgate.url,
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "eth_chainId", "params": []}).to_string(),
+    )
+    .await;
+    assert_eq!(next["result"], "0x7a69", "{next}");
+    assert_eq!(next["id"], 3, "{next}");
+    let reopened = eventually(Duration::from_secs(5), || async { relay.count() >= 2 }).await;
+    assert!(reopened, "no new lane: {} sockets", relay.count());
+    let metrics = txgate.metrics().await;
+    assert_eq!(metric(&metrics, FAILED), 1.0);
+    assert_eq!(
+        metric(&metrics, "txgate_ws_lane_events_total{event=\"failed\"}"),
+        1.0
+    );
+}
+
+async fn an_answer_too_large_for_an_http_call_on_the_lane_fails_it_alone(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let relay = Relay::start(&node.url).await;
+    let txgate = InProcess::start(
+        &node.url,
+        &format!(
+            "[server]\nworkers = 1\n[upstream]\nmax_response_bytes = 1000\n{}",
+            lanes_through(&relay, "")
+        ),
+    );
+    // One worker: one lane. A creation call whose code returns 1024 zero bytes: about 2 KiB of
+    // answer, over the 1000-byte bound.
+    let (status, refused) = rpc_json(
+        &txgate.url,
+        &json!({"jsonrpc": "2.0", "id": "big", "method": "eth_call",
+            "params": [{"data": "0x6104006000f3"}, "latest"]})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(refused["error"]["code"], -32603, "{refused}");
+    assert_eq!(refused["id"], "big", "{refused}");
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    let (_, small) = rpc_json(
+        &txgate.url,
+        &json!({"jsonrpc": "2.0", "id": "small", "method": "eth_call",
+            "params": [{"data": "0x6100206000f3"}, "latest"]})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(
+        small["result"].as_str().map(str::len),
+        Some(2 + 64),
+        "{small}"
+    );
+    let metrics = txgate.metrics().await;
+    assert_eq!(metric(&metrics, TOO_LARGE), 1.0);
+    assert_eq!(metric(&metrics, ANSWERED), 1.0);
+    assert_eq!(
+        metric(&metrics, "txgate_ws_lane_events_total{event=\"failed\"}"),
+        0.0
+    );
+    assert_eq!(relay.count(), 1, "the lane stayed up");
+}
+
+async fn a_node_whose_websocket_cannot_be_opened_gets_http_calls_over_the_pool(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    // A port nobody listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("ws://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let txgate = InProcess::start(
+        &node.url,
+        &format!("[websocket]\nupstream_url = \"{dead}\"\n"),
+    );
+    for id in 0..20u32 {
+        let (status, answer) = rpc_json(
+            &txgate.url,
+            &json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []}).to_string(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_eq!(answer["result"], "0x7a69", "{answer}");
+        assert_eq!(answer["id"], id, "{answer}");
+    }
+    let metrics = txgate.metrics().await;
+    assert_eq!(metric(&metrics, ANSWERED), 0.0);
+    assert_eq!(metric(&metrics, FAILED), 0.0);
+    assert_eq!(metric(&metrics, POOLED), 20.0);
+}
+
+crate::support::on_each_node!(
+    many_http_clients_share_a_node_socket_per_worker,
+    a_lane_that_fails_answers_its_http_call_and_the_next_call_opens_another,
+    an_answer_too_large_for_an_http_call_on_the_lane_fails_it_alone,
+    a_node_whose_websocket_cannot_be_opened_gets_http_calls_over_the_pool,
+);
