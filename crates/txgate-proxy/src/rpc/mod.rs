@@ -45,7 +45,7 @@ use crate::rpc::rescue::Refusal;
 use crate::screening::{self, Stack};
 use crate::upstream::group::{CallError, Nodes, is_submission};
 use crate::upstream::{Reply, is_json_content_type};
-use txgate_nodes::{Passive, Role};
+use txgate_nodes::Role;
 use websocket::http_lane::LaneCall;
 
 /// Screening of the raw-transaction methods, when enabled.
@@ -517,22 +517,32 @@ impl Shared {
         let started = Instant::now();
         let timeout = self.sync.timeout(usize::from(sync.is_some()));
         let params = pinned.as_deref().or(call.params.map(|p| p.get()));
-        let result = match self.on_lane(call, role, at_head, params, timeout).await {
+        let lane = self.on_lane(call, role, at_head, params, timeout).await;
+        // What is left of the call's deadline after time spent on a lane.
+        let left = || {
+            let whole = timeout.unwrap_or(self.upstream.call_timeout());
+            match started.elapsed() {
+                spent if spent.is_zero() => timeout,
+                spent => Some(whole.saturating_sub(spent)),
+            }
+        };
+        let result = match lane {
             // A read the lane lost after writing it is asked once more over
-            // the pool, as the group asks a read again on another node
-            // (the short form has none: it answers as the pool would).
-            Some(Err(CallError::Upstream(UpstreamFailure::Io)))
+            // the pool within its deadline, as the group asks a read again
+            // on another node (the short form has none: the call fails, as
+            // a call on a broken pooled connection does there).
+            Some((Err(CallError::Upstream(UpstreamFailure::Io)), node))
                 if !submission && !self.upstream.state().is_short_form() =>
             {
                 self.metrics.nodes.failover(Failover::ReadRetry);
                 self.upstream
-                    .call(role, false, at_head, body, timeout)
+                    .call_avoiding(role, false, at_head, body, left(), Some(node))
                     .await
             }
-            Some(result) => result,
+            Some((result, _)) => result,
             None => {
                 self.upstream
-                    .call(role, !submission, at_head, body, timeout)
+                    .call(role, !submission, at_head, body, left())
                     .await
             }
         };
@@ -592,8 +602,8 @@ impl Shared {
     }
 
     /// A lone call sent on the worker's lane to its node (with `params`),
-    /// when lanes carry it ([`websocket::http_lane`]); `None`: send it over
-    /// the pool.
+    /// when lanes carry it ([`websocket::http_lane`]): its result and the
+    /// node; `None`: send it over the pool.
     async fn on_lane(
         &self,
         call: &Call<'_>,
@@ -601,30 +611,30 @@ impl Shared {
         at_head: bool,
         params: Option<&str>,
         timeout: Option<Duration>,
-    ) -> Option<Result<Reply, CallError>> {
+    ) -> Option<(Result<Reply, CallError>, usize)> {
         let ws = self.websockets.as_ref()?;
         if call.is_notification() || !ws.http_lane_carries(&call.method) {
             return None;
         }
+        let id = call.id.as_ref()?;
         let node = self.upstream.pick(role, at_head)?;
-        let state = self.upstream.state();
-        let sent = {
-            let _in_flight = state.begin(node);
-            ws.http_call(node, call, params, timeout, &self.metrics)
-                .await
+        let sent = ws.http_send(node, call, params, &self.metrics)?;
+        let answer = {
+            let _in_flight = self.upstream.state().begin(node);
+            sent.answer(id.as_str(), timeout, &self.metrics).await
         };
-        match sent {
-            LaneCall::Answered(reply) => Some(Ok(reply)),
+        let result = match answer {
+            LaneCall::Answered(reply) => Ok(reply),
+            // Not counted against the node: a lane fails for all its calls
+            // at once, and may fail by one client's doing (an answer over
+            // its read cap), as WebSocket sessions' lanes are not.
             LaneCall::Failed(failure) => {
                 self.metrics.upstream.failure(failure);
-                if failure == UpstreamFailure::Io && !state.is_short_form() {
-                    // As a broken pooled connection counts against its node.
-                    state.passive(node, Passive::Failed);
-                }
-                Some(Err(CallError::Upstream(failure)))
+                Err(CallError::Upstream(failure))
             }
-            LaneCall::Unsent => None,
-        }
+            LaneCall::Unsent => return None,
+        };
+        Some((result, node))
     }
 
     /// A batch: refusals answered here, the rest forwarded as one upstream

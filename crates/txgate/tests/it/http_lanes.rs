@@ -20,6 +20,23 @@ const FAILED: &str = "txgate_http_lane_calls_total{result=\"failed\"}";
 const POOLED: &str = "txgate_http_lane_calls_total{result=\"pooled\"}";
 const TOO_LARGE: &str = "txgate_http_lane_calls_total{result=\"too_large\"}";
 
+const LANES_OPEN: &str = "txgate_ws_lanes_open";
+
+/// Sends `eth_chainId` on new connections until `lanes` lanes are open:
+/// a lane opens in the background on an HTTP call that finds it closed
+/// (that call goes over the pool), and each worker has its own.
+async fn open_lanes(txgate: &InProcess, lanes: f64) {
+    let call =
+        json!({"jsonrpc": "2.0", "id": 0, "method": "eth_chainId", "params": []}).to_string();
+    let opened = eventually(Duration::from_secs(20), || async {
+        let (_, answer) = rpc_json(&txgate.url, &call).await;
+        assert_eq!(answer["result"], "0x7a69", "{answer}");
+        metric(&txgate.metrics().await, LANES_OPEN) >= lanes
+    })
+    .await;
+    assert!(opened, "fewer than {lanes} lanes opened");
+}
+
 fn lanes_through(relay: &Relay, extra: &str) -> String {
     format!("[websocket]\nupstream_url = \"{}\"\n{extra}", relay.url)
 }
@@ -42,6 +59,10 @@ async fn many_http_clients_share_a_node_socket_per_worker(kind: NodeKind) {
             &node.url,
             &lanes_through(&relay, &format!("http_lanes = {lanes}\n")),
         );
+        if lanes {
+            open_lanes(&txgate, 2.0).await;
+        }
+        let before = txgate.metrics().await;
         // 40 clients at once, 5 calls each, every client using the same
         // ids (1, "a", null-free strings and big numbers): each answer must
         // be its own caller's, with its id as the caller wrote it.
@@ -80,11 +101,12 @@ async fn many_http_clients_share_a_node_socket_per_worker(kind: NodeKind) {
         .await;
         assert!(block["result"]["number"].is_string(), "{block}");
         let metrics = txgate.metrics().await;
+        let delta = |series| metric(&metrics, series) - metric(&before, series);
         if lanes {
-            // Two workers: one socket each at most, for 200 calls.
-            assert!((1..=2).contains(&relay.count()), "{}", relay.count());
-            assert_eq!(metric(&metrics, ANSWERED), 200.0);
-            assert_eq!(metric(&metrics, POOLED), 0.0);
+            // Two workers: one socket each, for 200 calls.
+            assert_eq!(relay.count(), 2);
+            assert_eq!(delta(ANSWERED), 200.0);
+            assert_eq!(delta(POOLED), 0.0);
         } else {
             assert_eq!(relay.count(), 0);
             assert_eq!(metric(&metrics, ANSWERED), 0.0);
@@ -108,9 +130,13 @@ async fn a_lane_that_fails_answers_its_http_call_and_the_next_call_opens_another
     let chain_id = |id: u32| {
         json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []}).to_string()
     };
+    open_lanes(&txgate, 1.0).await;
+    let before = txgate.metrics().await;
     let (_, first) = rpc_json(&txgate.url, &chain_id(1)).await;
     assert_eq!(first["result"], "0x7a69", "{first}");
     assert_eq!(relay.count(), 1);
+    let answered = metric(&txgate.metrics().await, ANSWERED);
+    assert_eq!(answered - metric(&before, ANSWERED), 1.0);
     let lane = relay.conn(0);
     lane.stall.store(true, SeqCst);
     let before = lane.up.load(SeqCst);
@@ -130,7 +156,8 @@ async fn a_lane_that_fails_answers_its_http_call_and_the_next_call_opens_another
         "{failed}"
     );
     assert_eq!(status, StatusCode::BAD_GATEWAY);
-    // The next call opens a new lane (after the lane's pause).
+    // The next call goes over the pool and opens a new lane (after the
+    // lane's pause), which the calls after it take.
     let (_, next) = rpc_json(
         &txgate.url,
         &json!({"jsonrpc": "2.0", "id": 3, "method": "eth_chainId", "params": []}).to_string(),
@@ -138,9 +165,16 @@ async fn a_lane_that_fails_answers_its_http_call_and_the_next_call_opens_another
     .await;
     assert_eq!(next["result"], "0x7a69", "{next}");
     assert_eq!(next["id"], 3, "{next}");
-    let reopened = eventually(Duration::from_secs(5), || async { relay.count() >= 2 }).await;
-    assert!(reopened, "no new lane: {} sockets", relay.count());
+    open_lanes(&txgate, 1.0).await;
+    assert_eq!(relay.count(), 2);
+    let (_, last) = rpc_json(&txgate.url, &chain_id(4)).await;
+    assert_eq!(
+        (&last["result"], &last["id"]),
+        (&json!("0x7a69"), &json!(4)),
+        "{last}"
+    );
     let metrics = txgate.metrics().await;
+    assert!(metric(&metrics, ANSWERED) >= answered + 1.0);
     assert_eq!(metric(&metrics, FAILED), 1.0);
     assert_eq!(
         metric(&metrics, "txgate_ws_lane_events_total{event=\"failed\"}"),
@@ -158,6 +192,8 @@ async fn an_answer_too_large_for_an_http_call_on_the_lane_fails_it_alone(kind: N
             lanes_through(&relay, "")
         ),
     );
+    open_lanes(&txgate, 1.0).await;
+    let before = txgate.metrics().await;
     // One worker: one lane. A creation call whose code returns 1024 zero bytes: about 2 KiB of
     // answer, over the 1000-byte bound.
     let (status, refused) = rpc_json(
@@ -184,7 +220,7 @@ async fn an_answer_too_large_for_an_http_call_on_the_lane_fails_it_alone(kind: N
     );
     let metrics = txgate.metrics().await;
     assert_eq!(metric(&metrics, TOO_LARGE), 1.0);
-    assert_eq!(metric(&metrics, ANSWERED), 1.0);
+    assert_eq!(metric(&metrics, ANSWERED) - metric(&before, ANSWERED), 1.0);
     assert_eq!(
         metric(&metrics, "txgate_ws_lane_events_total{event=\"failed\"}"),
         0.0
@@ -194,10 +230,10 @@ async fn an_answer_too_large_for_an_http_call_on_the_lane_fails_it_alone(kind: N
 
 async fn a_node_whose_websocket_cannot_be_opened_gets_http_calls_over_the_pool(kind: NodeKind) {
     let node = Node::start(kind).await;
-    // A port nobody listens on.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = format!("ws://{}", closed.local_addr().unwrap());
-    drop(closed);
+    // A port held but not listening: every connect is refused.
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dead = format!("ws://{}", held.local_addr().unwrap());
     let txgate = InProcess::start(
         &node.url,
         &format!("[websocket]\nupstream_url = \"{dead}\"\n"),
@@ -216,6 +252,9 @@ async fn a_node_whose_websocket_cannot_be_opened_gets_http_calls_over_the_pool(k
     assert_eq!(metric(&metrics, ANSWERED), 0.0);
     assert_eq!(metric(&metrics, FAILED), 0.0);
     assert_eq!(metric(&metrics, POOLED), 20.0);
+    // One try to open per worker (two), then none for 10 s.
+    let tries = metric(&metrics, "txgate_ws_lane_events_total{event=\"failed\"}");
+    assert!((1.0..=2.0).contains(&tries), "{tries} tries to open a lane");
 }
 
 crate::support::on_each_node!(

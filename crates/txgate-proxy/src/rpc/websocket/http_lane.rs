@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::StatusCode;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 use txgate_jsonrpc::Call;
@@ -37,14 +38,14 @@ use super::lane::{self, Event};
 use crate::metrics::{Metrics, UpstreamFailure};
 use crate::upstream::Reply;
 
-/// What became of a call offered to a lane.
+/// What became of a call queued on a lane.
 #[derive(Debug)]
 pub(crate) enum LaneCall {
     /// The node's answer, the caller's id in it.
     Answered(Reply),
     /// Written, then failed: the answer is this failure.
     Failed(UpstreamFailure),
-    /// Not sent: send it over the pool.
+    /// The lane failed before it was written: send it over the pool.
     Unsent,
 }
 
@@ -54,51 +55,93 @@ impl WebSockets {
         self.settings.http_lanes && lane::carries(method)
     }
 
-    /// Sends `call` (with `params` in place of its own) to node `node` on
-    /// this worker's lane and waits for its answer until `timeout` (`None`:
-    /// `upstream.call_timeout`).
-    pub(crate) async fn http_call(
+    /// Queues `call` (with `params` in place of its own) for node `node`
+    /// on this worker's lane; `None` (counted as pooled): send it over the
+    /// pool, because the worker is draining, the lane is not open (it is
+    /// then opened in the background), it has no free seat, the message is
+    /// over `websocket.max_message_bytes`, or the lane's queue is full.
+    pub(crate) fn http_send(
         &self,
         node: usize,
         call: &Call<'_>,
         params: Option<&str>,
-        timeout: Option<Duration>,
         metrics: &Arc<Metrics>,
-    ) -> LaneCall {
+    ) -> Option<Sent> {
         let m = &metrics.websocket.http_lane;
-        let Some(id) = &call.id else {
-            return LaneCall::Unsent;
-        };
+        let sent = self.try_send(node, call, params, metrics);
+        if sent.is_none() {
+            m.pooled.inc();
+        }
+        sent
+    }
+
+    fn try_send(
+        &self,
+        node: usize,
+        call: &Call<'_>,
+        params: Option<&str>,
+        metrics: &Arc<Metrics>,
+    ) -> Option<Sent> {
+        call.id.as_ref()?;
         // Draining: a new call opens no lane.
         if self.stop.is_cancelled() {
-            m.pooled.inc();
-            return LaneCall::Unsent;
+            return None;
         }
         let here = self.lanes.here(&self.settings, &self.stop, metrics);
-        if !here.reachable(node) {
-            m.pooled.inc();
-            return LaneCall::Unsent;
+        if !here.ready_for_http(node) {
+            return None;
         }
-        let Some((seat, mut events)) = here.seat() else {
-            m.pooled.inc();
-            return LaneCall::Unsent;
-        };
+        let (seat, events) = here.seat()?;
         let upstream_id = seat.next_id();
         let mut out = Vec::with_capacity(64 + call.method.len() + params.map_or(0, str::len));
         encode::write_upstream_call_params(&mut out, call, upstream_id, params);
+        // The lane's write buffer holds a message up to a client's largest
+        // (and its queue): a larger one would fail every call on it.
+        if out.len() > self.settings.lane_message_bytes {
+            return None;
+        }
         // Written from UTF-8 pieces: never refused.
-        let Ok(text) = Utf8Bytes::try_from(Bytes::from(out)) else {
-            m.pooled.inc();
-            return LaneCall::Unsent;
-        };
+        let text = Utf8Bytes::try_from(Bytes::from(out)).ok()?;
         let Some(generation) = seat.send(node, text, self.settings.lane_queue_bytes) else {
             metrics.websocket.lane_queue_full.inc();
-            m.pooled.inc();
-            return LaneCall::Unsent;
+            return None;
         };
-        let deadline = Instant::now() + timeout.unwrap_or(self.settings.call_timeout);
+        Some(Sent {
+            _seat: seat,
+            events,
+            upstream_id,
+            generation,
+            node,
+            call_timeout: self.settings.call_timeout,
+        })
+    }
+}
+
+/// A call queued on a lane: its seat (held until it is answered) and what
+/// the lane tells it.
+#[derive(Debug)]
+pub(crate) struct Sent {
+    _seat: lane::Seat,
+    events: mpsc::UnboundedReceiver<Event>,
+    upstream_id: usize,
+    generation: u64,
+    node: usize,
+    call_timeout: Duration,
+}
+
+impl Sent {
+    /// Waits for the node's answer, with the caller's `id` in it, until
+    /// `timeout` (`None`: `upstream.call_timeout`).
+    pub(crate) async fn answer(
+        mut self,
+        id: &str,
+        timeout: Option<Duration>,
+        metrics: &Metrics,
+    ) -> LaneCall {
+        let m = &metrics.websocket.http_lane;
+        let deadline = Instant::now() + timeout.unwrap_or(self.call_timeout);
         loop {
-            let event = match tokio::time::timeout_at(deadline, events.recv()).await {
+            let event = match tokio::time::timeout_at(deadline, self.events.recv()).await {
                 Ok(Some(event)) => event,
                 // The seat's route lives as long as the seat: not reached.
                 Ok(None) => {
@@ -114,24 +157,24 @@ impl WebSockets {
                 Event::Answer(text) => {
                     // An answer for this seat's slot under another
                     // sequence is a late one for an earlier holder.
-                    if let Some(body) = with_caller_id(&text, upstream_id, id.as_str()) {
+                    if let Some(body) = with_caller_id(&text, self.upstream_id, id) {
                         m.answered.inc();
                         return LaneCall::Answered(Reply {
                             status: StatusCode::OK,
                             body,
-                            node,
+                            node: self.node,
                         });
                     }
                 }
-                Event::TooLarge(got) if got == upstream_id as u64 => {
+                Event::TooLarge(got) if got == self.upstream_id as u64 => {
                     m.too_large.inc();
                     return LaneCall::Failed(UpstreamFailure::TooLarge);
                 }
                 Event::Down {
-                    node: down,
-                    generation: failed,
+                    node,
+                    generation,
                     written,
-                } if down == node && generation <= failed => {
+                } if node == self.node && self.generation <= generation => {
                     if written {
                         m.failed.inc();
                         return LaneCall::Failed(UpstreamFailure::Io);

@@ -239,6 +239,11 @@ pub(super) struct Lane {
     /// for a while after ([`Lane::reachable`]).
     refused_at: Vec<AtomicU64>,
     epoch: std::time::Instant,
+    /// Per node: its socket is open (HTTP calls go on it only then).
+    open: Vec<AtomicBool>,
+    /// Per node: an HTTP call found the socket closed: open it, with
+    /// nothing queued (the calls meanwhile go over the pool).
+    wanted: Vec<AtomicBool>,
     /// `None` in unit tests: nothing is started.
     driver: Option<Driver>,
 }
@@ -287,6 +292,8 @@ impl Lane {
             closing: AtomicBool::new(false),
             refused_at: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             epoch: std::time::Instant::now(),
+            open: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
+            wanted: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
             driver,
         }
     }
@@ -312,16 +319,27 @@ impl Lane {
         ))
     }
 
-    /// Whether an HTTP call should try node `node`'s lane: its socket did
-    /// not fail to open within the last [`UNREACHABLE_FOR`] (a node
-    /// without a WebSocket endpoint then costs one try per worker that
-    /// often, each answered over the pool).
-    pub(super) fn reachable(&self, node: usize) -> bool {
-        let at = self
-            .refused_at
-            .get(node)
-            .map_or(0, |a| a.load(Ordering::Relaxed));
-        at == 0 || self.millis().saturating_sub(at) >= UNREACHABLE_FOR.as_millis() as u64
+    /// Whether an HTTP call may go on node `node`'s lane: its socket is
+    /// open. When it is not, it is opened in the background (unless it
+    /// failed to open within the last [`UNREACHABLE_FOR`]: a node without
+    /// a WebSocket endpoint costs one try per worker that often), and the
+    /// call goes over the pool: an HTTP call never waits for a lane to
+    /// open.
+    pub(super) fn ready_for_http(self: &Arc<Self>, node: usize) -> bool {
+        let Some(open) = self.open.get(node) else {
+            return false;
+        };
+        if open.load(Ordering::Acquire) {
+            return true;
+        }
+        let at = self.refused_at[node].load(Ordering::Relaxed);
+        let refused_lately =
+            at != 0 && self.millis().saturating_sub(at) < UNREACHABLE_FOR.as_millis() as u64;
+        if !refused_lately && !self.wanted[node].swap(true, Ordering::AcqRel) {
+            self.start(node);
+            self.wakes[node].notify_one();
+        }
+        false
     }
 
     fn millis(&self) -> u64 {
@@ -408,8 +426,16 @@ impl Drop for Seat {
             state.free.push(self.slot);
         }
         drop(state);
-        // A stopping lane ends with its last session.
-        self.lane.wake_all();
+        // A stopping lane ends with its last session (otherwise nothing to
+        // tell its tasks: an HTTP call's seat lasts one call).
+        let stopping = self
+            .lane
+            .driver
+            .as_ref()
+            .is_some_and(|d| d.stop.is_cancelled());
+        if stopping || self.lane.closing.load(Ordering::Relaxed) {
+            self.lane.wake_all();
+        }
     }
 }
 
@@ -433,9 +459,11 @@ async fn drive(
             || (stop.is_cancelled() && lock(&lane.state).routes.is_empty())
     };
     let queued = || lock(&lane.state).queues[node].out.is_empty();
+    let wanted = || lane.wanted[node].load(Ordering::Acquire);
     loop {
-        // Nothing to send: no socket to open.
-        while queued() {
+        // Nothing to send and no HTTP call asking for it: no socket to
+        // open.
+        while queued() && !wanted() {
             if ended() {
                 return;
             }
@@ -451,6 +479,7 @@ async fn drive(
         let mut socket = match connect_upstream(&settings, node, settings.lane_codec).await {
             Ok(socket) => Socket::new(socket),
             Err((failure, e)) => {
+                lane.wanted[node].store(false, Ordering::Release);
                 metrics.upstream.failure(failure);
                 // At most once a pause per worker and node: clients cannot
                 // fill the log (a TLS failure is logged by the connector).
@@ -472,12 +501,15 @@ async fn drive(
         if let Some(at) = lane.refused_at.get(node) {
             at.store(0, Ordering::Relaxed);
         }
+        lane.open[node].store(true, Ordering::Release);
+        lane.wanted[node].store(false, Ordering::Release);
         let mut ping =
             tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut silent = false;
         let why = loop {
             if ended() {
+                lane.open[node].store(false, Ordering::Release);
                 let _ = tokio::time::timeout(CLOSE_FLUSH, socket.close(None)).await;
                 ws.lanes_open.dec();
                 return;
@@ -532,6 +564,7 @@ async fn drive(
         };
         // At most once a pause per worker and node.
         tracing::warn!(why, node = %endpoint.name, "upstream WebSocket lane failed: its calls answered -32603");
+        lane.open[node].store(false, Ordering::Release);
         ws.lanes_open.dec();
         down(&lane, node, true, &metrics);
         // A node that closes each new socket at once (a cap on connections

@@ -98,6 +98,10 @@ struct Settings {
     /// HTTP clients' plain calls go on the worker's lane too
     /// ([`http_lane`]).
     http_lanes: bool,
+    /// An HTTP call's message larger than this goes over the pool
+    /// (`websocket.max_message_bytes`: what the lane's write buffer is
+    /// sized for).
+    lane_message_bytes: usize,
     frame_rate: Option<Rate>,
     max_subscriptions_per_connection: usize,
     max_subscriptions: usize,
@@ -195,6 +199,7 @@ impl WebSockets {
                 max_response_bytes: upstream.max_response_bytes,
                 shared_upstream: ws.shared_upstream,
                 http_lanes: ws.http_lanes,
+                lane_message_bytes: ws.max_message_bytes,
                 frame_rate: Rate::new(ws.max_frames_per_sec, ws.frame_burst),
                 max_subscriptions_per_connection: ws.max_subscriptions_per_connection,
                 max_subscriptions: ws.max_subscriptions,

@@ -157,6 +157,11 @@ impl Nodes {
         }
     }
 
+    /// `upstream.call_timeout`: a call's deadline when it names none.
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+
     /// The node a call of `role` would go to first ([`Nodes::call`]'s
     /// choice, without its failover): for a call sent another way (an
     /// HTTP client's call on a WebSocket lane). `None`: no node of the role
@@ -190,6 +195,21 @@ impl Nodes {
         body: Bytes,
         timeout: Option<Duration>,
     ) -> Result<Reply, CallError> {
+        self.call_avoiding(role, resend, at_head, body, timeout, None)
+            .await
+    }
+
+    /// [`Nodes::call`], trying node `avoid` last (a read another way lost
+    /// there: asked again on another node, as the failover does).
+    pub async fn call_avoiding(
+        &self,
+        role: Role,
+        resend: bool,
+        at_head: bool,
+        body: Bytes,
+        timeout: Option<Duration>,
+        mut avoid: Option<usize>,
+    ) -> Result<Reply, CallError> {
         if self.state.is_short_form() {
             let only = &self.clients[0];
             return only
@@ -200,6 +220,7 @@ impl Nodes {
         let deadline = Instant::now() + timeout.unwrap_or(self.call_timeout);
         let metrics = &self.metrics;
         let mut tried: Vec<usize> = Vec::with_capacity(2);
+        tried.extend(avoid);
         let mut resent = false;
         let mut last = None;
         let mut role = role;
@@ -214,6 +235,13 @@ impl Nodes {
                 // the sequencer, as when none is healthy, as it stands.
                 role = Role::Sequencer;
                 at_head = false;
+                continue;
+            }
+            // No other node: the one to avoid is asked after all.
+            if chosen.is_none()
+                && let Some(node) = avoid.take()
+            {
+                tried.retain(|&t| t != node);
                 continue;
             }
             let Some(i) = chosen else {
