@@ -7,19 +7,8 @@
 //! reaches 255 sticks there, which can only add false positives. Blocked:
 //! the five counters of a key are in one 64-counter block (one cache
 //! line), so a probe or an update touches one line.
-//!
-//! In front of the counters, one bit per block: whether any held key falls
-//! in it. A probe reads it first and stops at zero. The counters span
-//! 8 MiB at the default bound: a probe there is a cache and TLB miss, and
-//! on a filter holding little (the usual case) nearly every probe was one
-//! (10% of the proxyd hook's CPU, PERFORMANCE.md). The bits are 16 KiB at
-//! that bound: a clean probe stays in the nearest cache; on a full filter
-//! it costs one more near read. Each block's count of held keys, behind a
-//! lock taken only by adds and removes (bans, not probes), keeps its bit
-//! exact: set from the first key, cleared with the last.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use alloy_primitives::B256;
 
@@ -33,10 +22,6 @@ const COUNTERS_PER_ENTRY: usize = 8;
 /// See the module docs.
 pub struct CountingBloom {
     counters: Box<[AtomicU8]>,
-    /// Bit `b`: block `b` holds a key.
-    occupied: Box<[AtomicU64]>,
-    /// Held keys per 64-counter block; its lock orders the bits' changes.
-    held: Mutex<Vec<u32>>,
     mask: u64,
     keys: KeyState,
 }
@@ -65,100 +50,53 @@ impl CountingBloom {
         // hook's load (PERFORMANCE.md, issue 40). RSS grows instead as
         // bans touch pages, up to the filter's size.
         let counters = (0..len).map(|_| AtomicU8::new(0)).collect();
-        let blocks = len / 64;
         CountingBloom {
             counters,
-            occupied: (0..blocks.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
-            held: Mutex::new(vec![0; blocks]),
             mask: len as u64 - 1,
             keys: KeyState::new(),
         }
     }
 
-    /// One keyed hash of `key`: its 64-counter block from the high bits
-    /// (the block's index), five counters within it from the low bits.
+    /// One 64-counter block chosen by the high bits of one keyed hash,
+    /// and five counters within it by the low bits.
     #[inline]
-    fn locate(&self, key: &B256) -> (usize, impl Iterator<Item = usize> + use<>) {
+    fn positions(&self, key: &B256) -> impl Iterator<Item = usize> + use<'_> {
         let h = self.keys.hash_bytes(key.as_slice());
-        let block = (h >> 32) & (self.mask >> 6);
-        let base = block << 6;
-        let positions = (0..PROBES).map(move |i| (base | ((h >> (6 * i)) & 63)) as usize);
-        (block as usize, positions)
+        let block = ((h >> 32) & (self.mask >> 6)) << 6;
+        (0..PROBES).map(move |i| (block | ((h >> (6 * i)) & 63)) as usize)
     }
 
     /// False only if `key` is not held.
     #[inline]
     pub fn may_contain(&self, key: &B256) -> bool {
-        let (block, mut positions) = self.locate(key);
-        self.occupied(block) && positions.all(|p| self.counters[p].load(Ordering::Relaxed) != 0)
-    }
-
-    #[inline]
-    fn occupied(&self, block: usize) -> bool {
-        self.occupied[block / 64].load(Ordering::Relaxed) & (1 << (block % 64)) != 0
-    }
-
-    /// Counts a key in or out of `block`, its bit following.
-    fn count(&self, block: usize, delta: i32) {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(n) = held.get_mut(block) else {
-            return;
-        };
-        let before = *n;
-        *n = n.saturating_add_signed(delta);
-        let bit = 1u64 << (block % 64);
-        match (before, *n) {
-            (0, 1..) => {
-                self.occupied[block / 64].fetch_or(bit, Ordering::Relaxed);
-            }
-            (1.., 0) => {
-                self.occupied[block / 64].fetch_and(!bit, Ordering::Relaxed);
-            }
-            _ => {}
-        }
+        self.positions(key)
+            .all(|p| self.counters[p].load(Ordering::Relaxed) != 0)
     }
 
     /// `key` is now held (call once per key that starts being held).
     pub fn add(&self, key: &B256) {
-        let (block, positions) = self.locate(key);
-        // The block's bit first: a probe that finds the counters set finds
-        // the bit set.
-        self.count(block, 1);
-        for p in positions {
-            increment(&self.counters[p]);
+        for p in self.positions(key) {
+            let _ = self.counters[p].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                (c != u8::MAX).then(|| c + 1)
+            });
         }
     }
 
     /// `key` is no longer held (call once per key that stops being held).
     pub fn remove(&self, key: &B256) {
-        let (block, positions) = self.locate(key);
-        for p in positions {
-            decrement(&self.counters[p]);
+        for p in self.positions(key) {
+            // A saturated counter has lost count: it stays (false positives
+            // only, never a false negative).
+            let _ = self.counters[p].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                (c != u8::MAX && c != 0).then(|| c - 1)
+            });
         }
-        self.count(block, -1);
     }
 
-    /// Bytes of counters, the blocks' bits and counts included.
+    /// Bytes of counters.
     pub fn bytes(&self) -> usize {
-        self.counters.len() + self.occupied.len() * 8 + self.counters.len() / 64 * 4
+        self.counters.len()
     }
-}
-
-/// One more, unless saturated.
-fn increment(counter: &AtomicU8) {
-    let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
-        (c != u8::MAX).then(|| c + 1)
-    });
-}
-
-/// One fewer, unless zero or saturated: a saturated counter has lost count
-/// and stays (false positives only, never a false negative).
-fn decrement(counter: &AtomicU8) {
-    let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
-        (c != u8::MAX && c != 0).then(|| c - 1)
-    });
 }
 
 #[cfg(test)]
@@ -178,55 +116,5 @@ mod tests {
         }
         let hits = (0..1000).filter(|&i| bloom.may_contain(&key(i))).count();
         assert_eq!(hits, 0, "every counter went back to zero");
-    }
-
-    #[test]
-    fn block_counts_follow_the_held_keys_and_stop_clean_probes() {
-        let bloom = CountingBloom::new(1024);
-        let held = |b: &CountingBloom| {
-            b.held
-                .lock()
-                .unwrap()
-                .iter()
-                .map(|&n| u64::from(n))
-                .sum::<u64>()
-        };
-        let bits = |b: &CountingBloom| {
-            b.occupied
-                .iter()
-                .map(|w| w.load(Ordering::Relaxed).count_ones() as usize)
-                .sum::<usize>()
-        };
-        let key = |i: u64| alloy_primitives::keccak256(i.to_be_bytes());
-        for i in 0..50 {
-            bloom.add(&key(i));
-        }
-        assert_eq!(held(&bloom), 50, "one count per held key");
-        // Few keys in 128 blocks: a bit for each block with a key, no more.
-        let occupied = bloom
-            .held
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|&&n| n > 0)
-            .count();
-        assert_eq!(bits(&bloom), occupied);
-        assert!(occupied < 64, "{occupied} of 128 blocks hold a key");
-        // A key whose block holds none is absent whatever its counters say.
-        let (block, positions) = bloom.locate(&key(1));
-        bloom.remove(&key(1));
-        if bloom.held.lock().unwrap()[block] == 0 {
-            for p in positions {
-                bloom.counters[p].store(1, Ordering::Relaxed);
-            }
-            assert!(!bloom.may_contain(&key(1)));
-        }
-        bloom.add(&key(1));
-        for i in 0..50 {
-            bloom.remove(&key(i));
-        }
-        assert_eq!(held(&bloom), 0);
-        assert_eq!(bits(&bloom), 0, "the last key out clears its block's bit");
-        assert!((0..50).all(|i| !bloom.may_contain(&key(i))));
     }
 }
