@@ -104,8 +104,9 @@ pub struct WebSocketConfig {
     /// large answers and larger batches keep each client's own socket.
     /// false: every call on the client's own socket.
     pub shared_upstream: bool,
-    /// Whether the plain calls of HTTP clients (the same methods, single
-    /// calls with an id) travel on the worker's lane as well, in place of a
+    /// Whether the plain calls of HTTP clients (the same methods, with an
+    /// id, alone or in batches of at most 4) travel on the worker's lane as
+    /// well, in place of a
     /// pooled HTTP/1.1 connection each: many clients' calls written and
     /// read in one go. A node whose WebSocket endpoint cannot be opened
     /// gets them over HTTP. Needs `enabled` (the lanes belong to it).

@@ -9,6 +9,7 @@
 
 pub mod bundle;
 pub mod conditional;
+mod lanes;
 mod latest;
 mod plan;
 pub mod policy;
@@ -44,9 +45,8 @@ use crate::rpc::policy::MethodPolicy;
 use crate::rpc::rescue::Refusal;
 use crate::screening::{self, Stack};
 use crate::upstream::group::{CallError, Nodes, is_submission};
-use crate::upstream::{Reply, is_json_content_type};
+use crate::upstream::is_json_content_type;
 use txgate_nodes::Role;
-use websocket::http_lane::LaneCall;
 
 /// Screening of the raw-transaction methods, when enabled.
 #[derive(Debug)]
@@ -601,42 +601,6 @@ impl Shared {
         self.paced(answer, from, accepted.then_some(Pace::Cleared))
     }
 
-    /// A lone call sent on the worker's lane to its node (with `params`),
-    /// when lanes carry it ([`websocket::http_lane`]): its result and the
-    /// node; `None`: send it over the pool.
-    async fn on_lane(
-        &self,
-        call: &Call<'_>,
-        role: Role,
-        at_head: bool,
-        params: Option<&str>,
-        timeout: Option<Duration>,
-    ) -> Option<(Result<Reply, CallError>, usize)> {
-        let ws = self.websockets.as_ref()?;
-        if call.is_notification() || !ws.http_lane_carries(&call.method) {
-            return None;
-        }
-        let id = call.id.as_ref()?;
-        let node = self.upstream.pick(role, at_head)?;
-        let sent = ws.http_send(node, call, params, &self.metrics)?;
-        let answer = {
-            let _in_flight = self.upstream.state().begin(node);
-            sent.answer(id.as_str(), timeout, &self.metrics).await
-        };
-        let result = match answer {
-            LaneCall::Answered(reply) => Ok(reply),
-            // Not counted against the node: a lane fails for all its calls
-            // at once, and may fail by one client's doing (an answer over
-            // its read cap), as WebSocket sessions' lanes are not.
-            LaneCall::Failed(failure) => {
-                self.metrics.upstream.failure(failure);
-                Err(CallError::Upstream(failure))
-            }
-            LaneCall::Unsent => return None,
-        };
-        Some((result, node))
-    }
-
     /// A batch: refusals answered here, the rest forwarded as one upstream
     /// batch with positions as ids, answers put back in the caller's order.
     async fn batch(
@@ -712,10 +676,32 @@ impl Shared {
                 .first()
                 .map_or((Role::Replica, false), |p| (p.role, p.submits));
             let started = Instant::now();
-            let result = self
-                .upstream
-                .call(role, !submits, plan.at_head, Bytes::from(body), timeout)
-                .await;
+            let lane = self.batch_on_lane(entries, &plan, role, timeout).await;
+            let left = || match started.elapsed() {
+                spent if spent.is_zero() => timeout,
+                spent => Some(
+                    timeout
+                        .unwrap_or(self.upstream.call_timeout())
+                        .saturating_sub(spent),
+                ),
+            };
+            let result = match lane {
+                // As for a lone read: asked again on another node.
+                Some((Err(CallError::Upstream(UpstreamFailure::Io)), node))
+                    if !submits && !self.upstream.state().is_short_form() =>
+                {
+                    self.metrics.nodes.failover(Failover::ReadRetry);
+                    self.upstream
+                        .call_avoiding(role, false, false, Bytes::from(body), left(), Some(node))
+                        .await
+                }
+                Some((result, _)) => result,
+                None => {
+                    self.upstream
+                        .call(role, !submits, plan.at_head, Bytes::from(body), left())
+                        .await
+                }
+            };
             let took = started.elapsed();
             if result.is_ok() {
                 self.metrics.nodes.batch().observe(took.as_secs_f64());

@@ -85,13 +85,30 @@ async fn many_http_clients_share_a_node_socket_per_worker(kind: NodeKind) {
                     assert_eq!(answer["id"], *id, "{answer}");
                     assert_eq!(answer["result"], expected.as_str(), "{answer}");
                 }
+                // A small batch travels on the lane too, its answers in
+                // the caller's order under the caller's ids.
+                let (first, first_expected) = sha3(&json!("a"), &[client, 9]);
+                let (second, second_expected) = sha3(&json!(7), &[client, 10]);
+                let batch = format!(
+                    r#"[{first},{{"jsonrpc":"2.0","id":null,"method":"eth_chainId","params":[]}},{second}]"#
+                );
+                let (status, answer) = rpc_json(&url, &batch).await;
+                assert_eq!(status, StatusCode::OK, "{answer}");
+                let answers = answer.as_array().expect("a batch's answer");
+                assert_eq!(answers.len(), 3, "{answer}");
+                assert_eq!(answers[0]["id"], "a");
+                assert_eq!(answers[0]["result"], first_expected.as_str(), "{answer}");
+                assert_eq!(answers[1]["id"], Value::Null);
+                assert_eq!(answers[1]["result"], "0x7a69", "{answer}");
+                assert_eq!(answers[2]["id"], 7);
+                assert_eq!(answers[2]["result"], second_expected.as_str(), "{answer}");
             }));
         }
         for task in tasks {
             task.await.unwrap();
         }
-        // A call the lanes do not carry (its answer can be large) and a
-        // notification go over HTTP.
+        // A call the lanes do not carry (its answer can be large), and a
+        // batch of more than four, go over HTTP.
         let (_, block) = rpc_json(
             &txgate.url,
             &json!({"jsonrpc": "2.0", "id": 7, "method": "eth_getBlockByNumber",
@@ -100,12 +117,18 @@ async fn many_http_clients_share_a_node_socket_per_worker(kind: NodeKind) {
         )
         .await;
         assert!(block["result"]["number"].is_string(), "{block}");
+        let five: Vec<Value> = (0..5)
+            .map(|id| json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []}))
+            .collect();
+        let (_, answers) = rpc_json(&txgate.url, &Value::Array(five).to_string()).await;
+        assert_eq!(answers.as_array().map(Vec::len), Some(5), "{answers}");
         let metrics = txgate.metrics().await;
         let delta = |series| metric(&metrics, series) - metric(&before, series);
         if lanes {
-            // Two workers: one socket each, for 200 calls.
+            // Two workers: one socket each, for 200 calls and 40 batches
+            // (the large call and the batch of five: not offered).
             assert_eq!(relay.count(), 2);
-            assert_eq!(delta(ANSWERED), 200.0);
+            assert_eq!(delta(ANSWERED), 240.0);
             assert_eq!(delta(POOLED), 0.0);
         } else {
             assert_eq!(relay.count(), 0);

@@ -1,6 +1,6 @@
 //! HTTP clients on the lanes (`websocket.http_lanes`): a single plain call
-//! of an HTTP client ([`lane::carries`], with an id) goes to its node on
-//! the worker's lane, where the calls of every client the worker serves in
+//! of an HTTP client ([`lane::carries`], with an id), or a batch of at most
+//! [`MAX_CALLS`] of them, goes to its node on the worker's lane, where the calls of every client the worker serves in
 //! one turn are written together and their answers read together, in
 //! place of a pooled HTTP/1.1 connection per call in flight, each paying a
 //! send and a receive on both sides. A generic HTTP proxy cannot do this:
@@ -8,18 +8,25 @@
 //!
 //! The call takes a seat for as long as it waits: its upstream id names
 //! the seat (and the lane's sequence), and the node's answer comes back to
-//! it alone. The answer is the node's message with the caller's id spliced
-//! in where the node wrote txgate's: every other byte is the node's.
+//! it alone. A lone call's answer is the node's message with the caller's
+//! id spliced in where the node wrote txgate's: every other byte is the
+//! node's. A batch's answers are put under the calls' positions, as the
+//! pool's answer to the batch would be, for the batch path to settle.
 //!
 //! The rules are the lane's, with one difference where an HTTP call has a
 //! way a WebSocket session does not, the pool:
-//! - a lane that fails after the call was written answers it -32603
-//!   (it may have reached the node: never sent twice);
-//! - a lane whose socket could not be opened had written nothing: the call
-//!   goes over the pool, and so do the worker's calls to that node for
-//!   [`lane::UNREACHABLE_FOR`] (a node without a WebSocket endpoint);
+//! - a call takes the lane only while its socket is open; otherwise it
+//!   goes over the pool and the lane is opened in the background (not for
+//!   [`lane::UNREACHABLE_FOR`] after a failed open: a node without a
+//!   WebSocket endpoint), so no call waits for a connect;
+//! - a lane that fails after the call was queued on its open socket
+//!   answers it -32603 (it may have reached the node: a submission is
+//!   never sent twice; the caller asks a read again elsewhere);
+//! - one queued on a socket that then failed to open had been written
+//!   nowhere: it goes over the pool;
 //! - a lane whose queue is over its bound (the node has not taken the last
-//!   batch) and a worker that is draining send over the pool too;
+//!   batch), a message over `websocket.max_message_bytes` and a worker that
+//!   is draining send over the pool too;
 //! - an answer over `upstream.max_response_bytes` is refused alone.
 
 use std::sync::Arc;
@@ -38,6 +45,9 @@ use super::lane::{self, Event};
 use crate::metrics::{Metrics, UpstreamFailure};
 use crate::upstream::Reply;
 
+/// Calls a batch may hold to go on a lane (the lanes' own bound).
+pub(crate) const MAX_CALLS: usize = lane::MAX_BATCH;
+
 /// What became of a call queued on a lane.
 #[derive(Debug)]
 pub(crate) enum LaneCall {
@@ -55,22 +65,24 @@ impl WebSockets {
         self.settings.http_lanes && lane::carries(method)
     }
 
-    /// Queues `call` (with `params` in place of its own) for node `node`
-    /// on this worker's lane; `None` (counted as pooled): send it over the
+    /// Queues `calls` for node `node` on this worker's lane, each with its
+    /// params (`None`: its own) and the id the caller's answer must carry
+    /// (the caller's own for a lone call, the call's position in a batch);
+    /// one call is sent alone, several as a batch of at most
+    /// [`lane::MAX_BATCH`]. `None` (counted as pooled): send them over the
     /// pool, because the worker is draining, the lane is not open (it is
     /// then opened in the background), it has no free seat, the message is
-    /// over `websocket.max_message_bytes`, or the lane's queue is full.
+    /// over `websocket.max_message_bytes`, the lane's queue is full, or a
+    /// call is a notification.
     pub(crate) fn http_send(
         &self,
         node: usize,
-        call: &Call<'_>,
-        params: Option<&str>,
+        calls: &[(&Call<'_>, Option<&str>, String)],
         metrics: &Arc<Metrics>,
     ) -> Option<Sent> {
-        let m = &metrics.websocket.http_lane;
-        let sent = self.try_send(node, call, params, metrics);
+        let sent = self.try_send(node, calls, metrics);
         if sent.is_none() {
-            m.pooled.inc();
+            metrics.websocket.http_lane.pooled.inc();
         }
         sent
     }
@@ -78,11 +90,15 @@ impl WebSockets {
     fn try_send(
         &self,
         node: usize,
-        call: &Call<'_>,
-        params: Option<&str>,
+        calls: &[(&Call<'_>, Option<&str>, String)],
         metrics: &Arc<Metrics>,
     ) -> Option<Sent> {
-        call.id.as_ref()?;
+        if calls.is_empty()
+            || calls.len() > lane::MAX_BATCH
+            || calls.iter().any(|(call, ..)| call.is_notification())
+        {
+            return None;
+        }
         // Draining: a new call opens no lane.
         if self.stop.is_cancelled() {
             return None;
@@ -92,9 +108,24 @@ impl WebSockets {
             return None;
         }
         let (seat, events) = here.seat()?;
-        let upstream_id = seat.next_id();
-        let mut out = Vec::with_capacity(64 + call.method.len() + params.map_or(0, str::len));
-        encode::write_upstream_call_params(&mut out, call, upstream_id, params);
+        let batch = calls.len() > 1;
+        let mut out = Vec::with_capacity(96 * calls.len());
+        let mut ids = Vec::with_capacity(calls.len());
+        if batch {
+            out.push(b'[');
+        }
+        for (n, (call, params, answer_id)) in calls.iter().enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            let upstream_id = seat.next_id();
+            let params = params.or(call.params.map(|p| p.get()));
+            encode::write_upstream_call_params(&mut out, call, upstream_id, params);
+            ids.push((upstream_id, answer_id.clone()));
+        }
+        if batch {
+            out.push(b']');
+        }
         // The lane's write buffer holds a message up to a client's largest
         // (and its queue): a larger one would fail every call on it.
         if out.len() > self.settings.lane_message_bytes {
@@ -109,7 +140,8 @@ impl WebSockets {
         Some(Sent {
             _seat: seat,
             events,
-            upstream_id,
+            ids,
+            batch,
             generation,
             node,
             call_timeout: self.settings.call_timeout,
@@ -117,29 +149,29 @@ impl WebSockets {
     }
 }
 
-/// A call queued on a lane: its seat (held until it is answered) and what
-/// the lane tells it.
+/// Calls queued on a lane: their seat (held until they are answered) and
+/// what the lane tells it.
 #[derive(Debug)]
 pub(crate) struct Sent {
     _seat: lane::Seat,
     events: mpsc::UnboundedReceiver<Event>,
-    upstream_id: usize,
+    /// Each call's upstream id and the id its answer carries.
+    ids: Vec<(usize, String)>,
+    batch: bool,
     generation: u64,
     node: usize,
     call_timeout: Duration,
 }
 
 impl Sent {
-    /// Waits for the node's answer, with the caller's `id` in it, until
-    /// `timeout` (`None`: `upstream.call_timeout`).
-    pub(crate) async fn answer(
-        mut self,
-        id: &str,
-        timeout: Option<Duration>,
-        metrics: &Metrics,
-    ) -> LaneCall {
+    /// Waits for the node's answer until `timeout` (`None`:
+    /// `upstream.call_timeout`): a lone call's answer with the caller's
+    /// id in it; a batch's with each call's answer id in place of its
+    /// upstream id (the node's error for the whole batch as it came).
+    pub(crate) async fn answer(mut self, timeout: Option<Duration>, metrics: &Metrics) -> LaneCall {
         let m = &metrics.websocket.http_lane;
         let deadline = Instant::now() + timeout.unwrap_or(self.call_timeout);
+        let ours = |id: u64| self.ids.iter().any(|(upstream, _)| *upstream as u64 == id);
         loop {
             let event = match tokio::time::timeout_at(deadline, self.events.recv()).await {
                 Ok(Some(event)) => event,
@@ -157,7 +189,11 @@ impl Sent {
                 Event::Answer(text) => {
                     // An answer for this seat's slot under another
                     // sequence is a late one for an earlier holder.
-                    if let Some(body) = with_caller_id(&text, self.upstream_id, id) {
+                    let body = match (self.batch, self.ids.first()) {
+                        (false, Some((upstream, id))) => with_caller_id(&text, *upstream, id),
+                        _ => with_batch_ids(&text, &self.ids),
+                    };
+                    if let Some(body) = body {
                         m.answered.inc();
                         return LaneCall::Answered(Reply {
                             status: StatusCode::OK,
@@ -166,7 +202,7 @@ impl Sent {
                         });
                     }
                 }
-                Event::TooLarge(got) if got == self.upstream_id as u64 => {
+                Event::TooLarge(got) if ours(got) => {
                     m.too_large.inc();
                     return LaneCall::Failed(UpstreamFailure::TooLarge);
                 }
@@ -184,6 +220,44 @@ impl Sent {
                 }
                 _ => {}
             }
+        }
+    }
+}
+
+/// The node's answer `text` to a batch sent under `ids` (upstream id,
+/// answer id): an array of its answers to these calls, each under its
+/// answer id, or its error for the whole batch as it came; `None` when it
+/// answers none of them.
+fn with_batch_ids(text: &str, ids: &[(usize, String)]) -> Option<Bytes> {
+    match encode::parse_upstream_batch(text.as_bytes())? {
+        UpstreamBatch::Responses(responses) => {
+            let mut out = Vec::with_capacity(text.len() + 8 * ids.len());
+            out.push(b'[');
+            let mut any = false;
+            for response in &responses {
+                let Some((_, id)) = response
+                    .index()
+                    .and_then(|i| ids.iter().find(|(upstream, _)| *upstream == i))
+                else {
+                    continue;
+                };
+                if any {
+                    out.push(b',');
+                }
+                response.write_with_id(&mut out, Some(id));
+                any = true;
+            }
+            out.push(b']');
+            any.then(|| Bytes::from(out))
+        }
+        UpstreamBatch::Whole(response) => {
+            // One of our ids: the node's error for the whole batch (one
+            // with a null id names no seat: the lane cannot route it, and
+            // the calls time out, as on a WebSocket session's lane).
+            let ours = response
+                .index()
+                .is_some_and(|i| ids.iter().any(|(upstream, _)| *upstream == i));
+            ours.then(|| Bytes::copy_from_slice(text.as_bytes()))
         }
     }
 }
