@@ -223,8 +223,9 @@ impl WebSocketMetrics {
     }
 }
 
-/// `txgate_http_lane_calls_total{result}`: HTTP clients' calls sent on a
-/// worker's lane, and those that went over the pool instead.
+/// `txgate_http_lane_calls_total{result}`: HTTP clients' calls (a batch's
+/// each) sent on a worker's lane, and those that went over the pool
+/// instead.
 #[derive(Debug, Clone)]
 pub struct HttpLaneCalls {
     /// Answered by the node on the lane.

@@ -2,7 +2,7 @@
 //! calls and batches are offered to a lane ([`websocket::http_lane`]), to
 //! which node, and their answers as the pool's would be.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use txgate_jsonrpc::{Call, Entry};
 use txgate_nodes::Role;
@@ -13,10 +13,45 @@ use super::websocket::{self, http_lane::LaneCall};
 use crate::upstream::Reply;
 use crate::upstream::group::CallError;
 
+/// What became of calls offered to a lane.
+#[derive(Debug)]
+pub(super) enum OnLane {
+    /// Send them over the pool: not offered (`waited` false), or queued on
+    /// a socket that then failed to open (`waited`: part of the deadline
+    /// is spent).
+    Pool {
+        /// Whether they waited on the lane first.
+        waited: bool,
+    },
+    /// The lane's answer (or failure), and the node it went to.
+    Done(Result<Reply, CallError>, usize),
+}
+
+const NOT_OFFERED: OnLane = OnLane::Pool { waited: false };
+
 impl Shared {
+    /// The timeout left for the pool after calls started at `started` were
+    /// offered to a lane: `timeout` itself when they did not wait there (a
+    /// call with none keeps none: its timeout then counts against the
+    /// node), else what is left of it.
+    pub(super) fn left_after(
+        &self,
+        lane: &OnLane,
+        timeout: Option<Duration>,
+        started: Instant,
+    ) -> Option<Duration> {
+        match lane {
+            OnLane::Pool { waited: false } => timeout,
+            _ => Some(
+                timeout
+                    .unwrap_or(self.upstream.call_timeout())
+                    .saturating_sub(started.elapsed()),
+            ),
+        }
+    }
+
     /// A lone call sent on the worker's lane to its node (with `params`),
-    /// when lanes carry it ([`websocket::http_lane`]): its result and the
-    /// node; `None`: send it over the pool.
+    /// when lanes carry it ([`websocket::http_lane`]).
     pub(super) async fn on_lane(
         &self,
         call: &Call<'_>,
@@ -24,34 +59,45 @@ impl Shared {
         at_head: bool,
         params: Option<&str>,
         timeout: Option<Duration>,
-    ) -> Option<(Result<Reply, CallError>, usize)> {
-        let ws = self.websockets.as_ref()?;
-        if call.is_notification() || !ws.http_lane_carries(&call.method) {
-            return None;
+    ) -> OnLane {
+        let Some(ws) = &self.websockets else {
+            return NOT_OFFERED;
+        };
+        let Some(id) = &call.id else {
+            return NOT_OFFERED;
+        };
+        if !ws.http_lane_carries(&call.method) {
+            return NOT_OFFERED;
         }
-        let id = call.id.as_ref()?.as_str().to_string();
-        let node = self.upstream.pick(role, at_head)?;
-        let sent = ws.http_send(node, &[(call, params, id)], &self.metrics)?;
+        let Some(node) = self.upstream.pick(role, at_head) else {
+            return NOT_OFFERED;
+        };
+        let calls = [(call, params, id.as_str().to_string())];
+        let Some(sent) = ws.http_send(node, &calls, false, &self.metrics) else {
+            return NOT_OFFERED;
+        };
         self.lane_answer(sent, node, timeout).await
     }
 
     /// A batch's calls sent on the worker's lane to the node of `role`,
     /// when lanes carry every one (at most four, none pinned to the agreed
-    /// head, none a notification): the node's answer with the positions as
-    /// ids, as the pool's would be, and the node; `None`: over the pool.
+    /// head, none a notification), always as an array: the node's answer
+    /// with the positions as ids, as the pool's would be.
     pub(super) async fn batch_on_lane(
         &self,
         entries: &[Entry<'_>],
         plan: &Plan,
         role: Role,
         timeout: Option<Duration>,
-    ) -> Option<(Result<Reply, CallError>, usize)> {
-        let ws = self.websockets.as_ref()?;
+    ) -> OnLane {
+        let Some(ws) = &self.websockets else {
+            return NOT_OFFERED;
+        };
         if plan.at_head
             || plan.forwarded_at.is_empty()
             || plan.forwarded_at.len() > websocket::http_lane::MAX_CALLS
         {
-            return None;
+            return NOT_OFFERED;
         }
         let mut calls = Vec::with_capacity(plan.forwarded_at.len());
         for &index in &plan.forwarded_at {
@@ -61,11 +107,15 @@ impl Shared {
                 {
                     calls.push((call, None, index.to_string()));
                 }
-                _ => return None,
+                _ => return NOT_OFFERED,
             }
         }
-        let node = self.upstream.pick(role, false)?;
-        let sent = ws.http_send(node, &calls, &self.metrics)?;
+        let Some(node) = self.upstream.pick(role, false) else {
+            return NOT_OFFERED;
+        };
+        let Some(sent) = ws.http_send(node, &calls, true, &self.metrics) else {
+            return NOT_OFFERED;
+        };
         self.lane_answer(sent, node, timeout).await
     }
 
@@ -75,7 +125,7 @@ impl Shared {
         sent: websocket::http_lane::Sent,
         node: usize,
         timeout: Option<Duration>,
-    ) -> Option<(Result<Reply, CallError>, usize)> {
+    ) -> OnLane {
         let answer = {
             let _in_flight = self.upstream.state().begin(node);
             sent.answer(timeout, &self.metrics).await
@@ -89,8 +139,8 @@ impl Shared {
                 self.metrics.upstream.failure(failure);
                 Err(CallError::Upstream(failure))
             }
-            LaneCall::Unsent => return None,
+            LaneCall::Unsent => return OnLane::Pool { waited: true },
         };
-        Some((result, node))
+        OnLane::Done(result, node)
     }
 }

@@ -46,6 +46,7 @@ use crate::rpc::rescue::Refusal;
 use crate::screening::{self, Stack};
 use crate::upstream::group::{CallError, Nodes, is_submission};
 use crate::upstream::is_json_content_type;
+use lanes::OnLane;
 use txgate_nodes::Role;
 
 /// Screening of the raw-transaction methods, when enabled.
@@ -518,31 +519,24 @@ impl Shared {
         let timeout = self.sync.timeout(usize::from(sync.is_some()));
         let params = pinned.as_deref().or(call.params.map(|p| p.get()));
         let lane = self.on_lane(call, role, at_head, params, timeout).await;
-        // What is left of the call's deadline after time spent on a lane.
-        let left = || {
-            let whole = timeout.unwrap_or(self.upstream.call_timeout());
-            match started.elapsed() {
-                spent if spent.is_zero() => timeout,
-                spent => Some(whole.saturating_sub(spent)),
-            }
-        };
+        let left = self.left_after(&lane, timeout, started);
         let result = match lane {
             // A read the lane lost after writing it is asked once more over
             // the pool within its deadline, as the group asks a read again
             // on another node (the short form has none: the call fails, as
             // a call on a broken pooled connection does there).
-            Some((Err(CallError::Upstream(UpstreamFailure::Io)), node))
+            OnLane::Done(Err(CallError::Upstream(UpstreamFailure::Io)), node)
                 if !submission && !self.upstream.state().is_short_form() =>
             {
                 self.metrics.nodes.failover(Failover::ReadRetry);
                 self.upstream
-                    .call_avoiding(role, false, at_head, body, left(), Some(node))
+                    .call_avoiding(role, false, at_head, body, left, Some(node))
                     .await
             }
-            Some((result, _)) => result,
-            None => {
+            OnLane::Done(result, _) => result,
+            OnLane::Pool { .. } => {
                 self.upstream
-                    .call(role, !submission, at_head, body, left())
+                    .call(role, !submission, at_head, body, left)
                     .await
             }
         };
@@ -677,28 +671,28 @@ impl Shared {
                 .map_or((Role::Replica, false), |p| (p.role, p.submits));
             let started = Instant::now();
             let lane = self.batch_on_lane(entries, &plan, role, timeout).await;
-            let left = || match started.elapsed() {
-                spent if spent.is_zero() => timeout,
-                spent => Some(
-                    timeout
-                        .unwrap_or(self.upstream.call_timeout())
-                        .saturating_sub(spent),
-                ),
-            };
+            let left = self.left_after(&lane, timeout, started);
             let result = match lane {
                 // As for a lone read: asked again on another node.
-                Some((Err(CallError::Upstream(UpstreamFailure::Io)), node))
+                OnLane::Done(Err(CallError::Upstream(UpstreamFailure::Io)), node)
                     if !submits && !self.upstream.state().is_short_form() =>
                 {
                     self.metrics.nodes.failover(Failover::ReadRetry);
                     self.upstream
-                        .call_avoiding(role, false, false, Bytes::from(body), left(), Some(node))
+                        .call_avoiding(
+                            role,
+                            false,
+                            plan.at_head,
+                            Bytes::from(body),
+                            left,
+                            Some(node),
+                        )
                         .await
                 }
-                Some((result, _)) => result,
-                None => {
+                OnLane::Done(result, _) => result,
+                OnLane::Pool { .. } => {
                     self.upstream
-                        .call(role, !submits, plan.at_head, Bytes::from(body), left())
+                        .call(role, !submits, plan.at_head, Bytes::from(body), left)
                         .await
                 }
             };

@@ -102,6 +102,17 @@ async fn many_http_clients_share_a_node_socket_per_worker(kind: NodeKind) {
                 assert_eq!(answers[1]["result"], "0x7a69", "{answer}");
                 assert_eq!(answers[2]["id"], 7);
                 assert_eq!(answers[2]["result"], second_expected.as_str(), "{answer}");
+                // One call forwarded, at position 1 (txgate answers the
+                // invalid entry): still a batch, answered in place.
+                let (solo, solo_expected) = sha3(&json!("solo"), &[client, 11]);
+                let (status, answer) =
+                    rpc_json(&url, &format!(r#"[{{"jsonrpc":"2.0","id":9}},{solo}]"#)).await;
+                assert_eq!(status, StatusCode::OK, "{answer}");
+                let answers = answer.as_array().expect("a batch's answer");
+                assert_eq!(answers.len(), 2, "{answer}");
+                assert_eq!(answers[0]["error"]["code"], -32600, "{answer}");
+                assert_eq!(answers[1]["id"], "solo", "{answer}");
+                assert_eq!(answers[1]["result"], solo_expected.as_str(), "{answer}");
             }));
         }
         for task in tasks {
@@ -120,15 +131,24 @@ async fn many_http_clients_share_a_node_socket_per_worker(kind: NodeKind) {
         let five: Vec<Value> = (0..5)
             .map(|id| json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []}))
             .collect();
-        let (_, answers) = rpc_json(&txgate.url, &Value::Array(five).to_string()).await;
-        assert_eq!(answers.as_array().map(Vec::len), Some(5), "{answers}");
+        let (status, answers) = rpc_json(&txgate.url, &Value::Array(five).to_string()).await;
+        assert_eq!(status, StatusCode::OK);
+        let answers = answers.as_array().expect("a batch's answer").clone();
+        assert_eq!(answers.len(), 5);
+        for (n, answer) in answers.iter().enumerate() {
+            assert_eq!(
+                (&answer["id"], &answer["result"]),
+                (&json!(n), &json!("0x7a69"))
+            );
+        }
         let metrics = txgate.metrics().await;
         let delta = |series| metric(&metrics, series) - metric(&before, series);
         if lanes {
-            // Two workers: one socket each, for 200 calls and 40 batches
-            // (the large call and the batch of five: not offered).
+            // Two workers: one socket each, for 200 lone calls and 80
+            // batches of 3 and 1 calls (the large call and the batch of
+            // five: not offered).
             assert_eq!(relay.count(), 2);
-            assert_eq!(delta(ANSWERED), 240.0);
+            assert_eq!(delta(ANSWERED), 360.0);
             assert_eq!(delta(POOLED), 0.0);
         } else {
             assert_eq!(relay.count(), 0);

@@ -67,9 +67,9 @@ impl WebSockets {
 
     /// Queues `calls` for node `node` on this worker's lane, each with its
     /// params (`None`: its own) and the id the caller's answer must carry
-    /// (the caller's own for a lone call, the call's position in a batch);
-    /// one call is sent alone, several as a batch of at most
-    /// [`lane::MAX_BATCH`]. `None` (counted as pooled): send them over the
+    /// (the caller's own for a lone call, the call's position in a batch):
+    /// one call alone, or (`batch`) an array of at most
+    /// [`lane::MAX_BATCH`], one call included. `None` (counted as pooled): send them over the
     /// pool, because the worker is draining, the lane is not open (it is
     /// then opened in the background), it has no free seat, the message is
     /// over `websocket.max_message_bytes`, the lane's queue is full, or a
@@ -78,11 +78,16 @@ impl WebSockets {
         &self,
         node: usize,
         calls: &[(&Call<'_>, Option<&str>, String)],
+        batch: bool,
         metrics: &Arc<Metrics>,
     ) -> Option<Sent> {
-        let sent = self.try_send(node, calls, metrics);
+        let sent = self.try_send(node, calls, batch, metrics);
         if sent.is_none() {
-            metrics.websocket.http_lane.pooled.inc();
+            metrics
+                .websocket
+                .http_lane
+                .pooled
+                .inc_by(calls.len() as u64);
         }
         sent
     }
@@ -91,10 +96,12 @@ impl WebSockets {
         &self,
         node: usize,
         calls: &[(&Call<'_>, Option<&str>, String)],
+        batch: bool,
         metrics: &Arc<Metrics>,
     ) -> Option<Sent> {
         if calls.is_empty()
             || calls.len() > lane::MAX_BATCH
+            || (!batch && calls.len() > 1)
             || calls.iter().any(|(call, ..)| call.is_notification())
         {
             return None;
@@ -108,7 +115,6 @@ impl WebSockets {
             return None;
         }
         let (seat, events) = here.seat()?;
-        let batch = calls.len() > 1;
         let mut out = Vec::with_capacity(96 * calls.len());
         let mut ids = Vec::with_capacity(calls.len());
         if batch {
@@ -170,6 +176,7 @@ impl Sent {
     /// upstream id (the node's error for the whole batch as it came).
     pub(crate) async fn answer(mut self, timeout: Option<Duration>, metrics: &Metrics) -> LaneCall {
         let m = &metrics.websocket.http_lane;
+        let calls = self.ids.len() as u64;
         let deadline = Instant::now() + timeout.unwrap_or(self.call_timeout);
         let ours = |id: u64| self.ids.iter().any(|(upstream, _)| *upstream as u64 == id);
         loop {
@@ -177,11 +184,11 @@ impl Sent {
                 Ok(Some(event)) => event,
                 // The seat's route lives as long as the seat: not reached.
                 Ok(None) => {
-                    m.failed.inc();
+                    m.failed.inc_by(calls);
                     return LaneCall::Failed(UpstreamFailure::Io);
                 }
                 Err(_) => {
-                    m.timeout.inc();
+                    m.timeout.inc_by(calls);
                     return LaneCall::Failed(UpstreamFailure::Timeout);
                 }
             };
@@ -194,7 +201,7 @@ impl Sent {
                         _ => with_batch_ids(&text, &self.ids),
                     };
                     if let Some(body) = body {
-                        m.answered.inc();
+                        m.answered.inc_by(calls);
                         return LaneCall::Answered(Reply {
                             status: StatusCode::OK,
                             body,
@@ -203,7 +210,7 @@ impl Sent {
                     }
                 }
                 Event::TooLarge(got) if ours(got) => {
-                    m.too_large.inc();
+                    m.too_large.inc_by(calls);
                     return LaneCall::Failed(UpstreamFailure::TooLarge);
                 }
                 Event::Down {
@@ -212,10 +219,10 @@ impl Sent {
                     written,
                 } if node == self.node && self.generation <= generation => {
                     if written {
-                        m.failed.inc();
+                        m.failed.inc_by(calls);
                         return LaneCall::Failed(UpstreamFailure::Io);
                     }
-                    m.pooled.inc();
+                    m.pooled.inc_by(calls);
                     return LaneCall::Unsent;
                 }
                 _ => {}
@@ -309,5 +316,31 @@ mod tests {
         assert!(with_caller_id(text, 8, "1").is_none());
         assert!(with_caller_id("[{\"id\":7,\"result\":1}]", 7, "1").is_none());
         assert!(with_caller_id("nope", 7, "1").is_none());
+    }
+
+    #[test]
+    fn a_batchs_answers_go_back_under_their_positions_and_no_one_elses() {
+        let ids = vec![(1_048_577, "0".to_string()), (2_097_153, "3".to_string())];
+        // In any order, with an answer that is not ours and one missing.
+        let text = r#"[{"jsonrpc":"2.0","id":2097153,"result":"0xb"},
+            {"jsonrpc":"2.0","id":99,"result":"0xz"},
+            {"jsonrpc":"2.0","id":1048577,"error":{"code":3,"message":"reverted"}}]"#;
+        let out = with_batch_ids(text, &ids).unwrap();
+        let out: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            out,
+            serde_json::json!([
+                {"jsonrpc": "2.0", "id": 3, "result": "0xb"},
+                {"jsonrpc": "2.0", "id": 0, "error": {"code": 3, "message": "reverted"}}
+            ])
+        );
+        // None of ours: not this batch's answer.
+        assert!(with_batch_ids(r#"[{"jsonrpc":"2.0","id":5,"result":1}]"#, &ids).is_none());
+        // The node's error for the whole batch, under one of our ids: as it
+        // came, for the batch path to give every call.
+        let whole = r#"{"jsonrpc":"2.0","id":1048577,"error":{"code":-32600,"message":"no"}}"#;
+        assert_eq!(&with_batch_ids(whole, &ids).unwrap()[..], whole.as_bytes());
+        assert!(with_batch_ids(r#"{"jsonrpc":"2.0","id":7,"error":{}}"#, &ids).is_none());
+        assert!(with_batch_ids("nope", &ids).is_none());
     }
 }
