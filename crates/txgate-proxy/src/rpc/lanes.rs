@@ -4,12 +4,15 @@
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use txgate_jsonrpc::{Call, Entry};
 use txgate_nodes::Role;
 
 use super::Shared;
 use super::plan::Plan;
 use super::websocket::{self, http_lane::LaneCall};
+use crate::metrics::{Failover, UpstreamFailure};
 use crate::upstream::Reply;
 use crate::upstream::group::CallError;
 
@@ -30,23 +33,53 @@ pub(super) enum OnLane {
 const NOT_OFFERED: OnLane = OnLane::Pool { waited: false };
 
 impl Shared {
-    /// The timeout left for the pool after calls started at `started` were
-    /// offered to a lane: `timeout` itself when they did not wait there (a
-    /// call with none keeps none: its timeout then counts against the
-    /// node), else what is left of it.
-    pub(super) fn left_after(
+    /// The answer to calls first offered to a lane (`lane`), started at
+    /// `started` with `timeout` (`None`: the call timeout): the lane's, or
+    /// the pool's with `body`. A read (`resend`) the lane lost after it was
+    /// queued is asked once more over the pool on another node, as the
+    /// group asks a read again (the short form has none: the call fails,
+    /// as one on a broken pooled connection does there). The pool gets
+    /// `timeout` itself when the calls did not wait on the lane (none
+    /// named stays none: its timeout then counts against the node), else
+    /// what is left of it.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn after_lane(
         &self,
-        lane: &OnLane,
+        lane: OnLane,
+        role: Role,
+        resend: bool,
+        at_head: bool,
+        body: Bytes,
         timeout: Option<Duration>,
         started: Instant,
-    ) -> Option<Duration> {
-        match lane {
-            OnLane::Pool { waited: false } => timeout,
-            _ => Some(
+    ) -> Result<Reply, CallError> {
+        let left = || {
+            Some(
                 timeout
                     .unwrap_or(self.upstream.call_timeout())
                     .saturating_sub(started.elapsed()),
-            ),
+            )
+        };
+        match lane {
+            OnLane::Done(Err(CallError::Upstream(UpstreamFailure::Io)), node)
+                if resend && !self.upstream.state().is_short_form() =>
+            {
+                self.metrics.nodes.failover(Failover::ReadRetry);
+                self.upstream
+                    .call_avoiding(role, false, at_head, body, left(), Some(node))
+                    .await
+            }
+            OnLane::Done(result, _) => result,
+            OnLane::Pool { waited: false } => {
+                self.upstream
+                    .call(role, resend, at_head, body, timeout)
+                    .await
+            }
+            OnLane::Pool { waited: true } => {
+                self.upstream
+                    .call(role, resend, at_head, body, left())
+                    .await
+            }
         }
     }
 

@@ -38,7 +38,7 @@ use txgate_screen::{Reason, Screen};
 
 use crate::limits::clients::Charged;
 use crate::limits::pacing::{Pace, PaceMark, Pacer, answered_with_result, batch_pace};
-use crate::metrics::{ClearedAs, Failover, Metrics, Outcome, UpstreamFailure};
+use crate::metrics::{ClearedAs, Metrics, Outcome, UpstreamFailure};
 use crate::request::{Body, Client, Refuse, json_response, no_content};
 use crate::rpc::plan::{Plan, Route, frame_cost, frame_refusal};
 use crate::rpc::policy::MethodPolicy;
@@ -46,7 +46,6 @@ use crate::rpc::rescue::Refusal;
 use crate::screening::{self, Stack};
 use crate::upstream::group::{CallError, Nodes, is_submission};
 use crate::upstream::is_json_content_type;
-use lanes::OnLane;
 use txgate_nodes::Role;
 
 /// Screening of the raw-transaction methods, when enabled.
@@ -519,27 +518,9 @@ impl Shared {
         let timeout = self.sync.timeout(usize::from(sync.is_some()));
         let params = pinned.as_deref().or(call.params.map(|p| p.get()));
         let lane = self.on_lane(call, role, at_head, params, timeout).await;
-        let left = self.left_after(&lane, timeout, started);
-        let result = match lane {
-            // A read the lane lost after writing it is asked once more over
-            // the pool within its deadline, as the group asks a read again
-            // on another node (the short form has none: the call fails, as
-            // a call on a broken pooled connection does there).
-            OnLane::Done(Err(CallError::Upstream(UpstreamFailure::Io)), node)
-                if !submission && !self.upstream.state().is_short_form() =>
-            {
-                self.metrics.nodes.failover(Failover::ReadRetry);
-                self.upstream
-                    .call_avoiding(role, false, at_head, body, left, Some(node))
-                    .await
-            }
-            OnLane::Done(result, _) => result,
-            OnLane::Pool { .. } => {
-                self.upstream
-                    .call(role, !submission, at_head, body, left)
-                    .await
-            }
-        };
+        let result = self
+            .after_lane(lane, role, !submission, at_head, body, timeout, started)
+            .await;
         let took = started.elapsed();
         if result.is_ok() {
             self.metrics
@@ -671,31 +652,17 @@ impl Shared {
                 .map_or((Role::Replica, false), |p| (p.role, p.submits));
             let started = Instant::now();
             let lane = self.batch_on_lane(entries, &plan, role, timeout).await;
-            let left = self.left_after(&lane, timeout, started);
-            let result = match lane {
-                // As for a lone read: asked again on another node.
-                OnLane::Done(Err(CallError::Upstream(UpstreamFailure::Io)), node)
-                    if !submits && !self.upstream.state().is_short_form() =>
-                {
-                    self.metrics.nodes.failover(Failover::ReadRetry);
-                    self.upstream
-                        .call_avoiding(
-                            role,
-                            false,
-                            plan.at_head,
-                            Bytes::from(body),
-                            left,
-                            Some(node),
-                        )
-                        .await
-                }
-                OnLane::Done(result, _) => result,
-                OnLane::Pool { .. } => {
-                    self.upstream
-                        .call(role, !submits, plan.at_head, Bytes::from(body), left)
-                        .await
-                }
-            };
+            let result = self
+                .after_lane(
+                    lane,
+                    role,
+                    !submits,
+                    plan.at_head,
+                    Bytes::from(body),
+                    timeout,
+                    started,
+                )
+                .await;
             let took = started.elapsed();
             if result.is_ok() {
                 self.metrics.nodes.batch().observe(took.as_secs_f64());
