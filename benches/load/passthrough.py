@@ -45,6 +45,15 @@ stime of its process tree, nginx's workers included, over the measured
 part of the 50-connection run) is printed beside its rate, with the ratio
 txgate/nginx: issue 41's "CPU per proxied call <= 0.75x nginx's".
 
+With --io-hops, two more targets run in the same rounds: uring_hop
+(benches/src/bin/uring_hop), a minimal HTTP/1.1 pass-through hop written
+twice with the same logic, "epoll_hop" on tokio (epoll, as txgate's
+workers) and "uring_hop" on io_uring (multishot accept and receive with
+provided buffers, a loop turn's sends submitted with its wait). Their CPU
+per call (and everyone's) is printed with the ratio uring/epoll: what
+io_uring alone changes, issue 41's item 2 ("keep only if >= 10% less CPU
+per call").
+
 With --baseline-bin PATH, a second txgate binary (for example the build
 of the previous commit) runs beside the current one as target "before", in
 the same interleaved rounds, and the ratios current/before are printed:
@@ -52,7 +61,7 @@ the same-run comparison a change is kept or dropped by.
 
 Usage: benches/load/passthrough.py [--rounds 3] [--duration 5] [--warmup 1]
                                    [--json results.json] [--baseline-bin PATH]
-                                   [--limits] [--redis] [--cpu LIST] [--ws-node]
+                                   [--limits] [--redis] [--cpu LIST] [--ws-node] [--io-hops]
 Needs: nginx and h2load (Debian: nginx-light, nghttp2-client), and
 redis-server for --redis; scripts/install-bench-tools.sh and
 scripts/install-test-tools.sh install them.
@@ -238,7 +247,10 @@ def main():
     ap.add_argument("--cpu", help="bind every process to these CPUs (taskset list, e.g. 0)")
     ap.add_argument("--ws-node", action="store_true",
                     help="node: rpc_echo over HTTP and WebSocket; adds target 'pool' (lanes off) and CPU per call")
+    ap.add_argument("--io-hops", action="store_true",
+                    help="adds targets 'epoll_hop' and 'uring_hop' (uring_hop) and CPU per call")
     args = ap.parse_args()
+    cpu_per_call = args.ws_node or args.io_hops
     if args.cpu:
         if not shutil.which("taskset"):
             sys.exit("taskset not found (Debian: util-linux)")
@@ -251,7 +263,7 @@ def main():
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
 
     if not args.no_build:
-        packages = ["-p", "txgate"] + (["-p", "txgate-benches"] if args.ws_node else [])
+        packages = ["-p", "txgate"] + (["-p", "txgate-benches"] if args.ws_node or args.io_hops else [])
         subprocess.run(["cargo", "build", "--release", "-q"] + packages, cwd=ROOT, check=True)
     txgate_bin = ROOT / "target/release/txgate"
 
@@ -263,6 +275,9 @@ def main():
     if args.ws_node:
         ports["pool"] = free_port()
         ports["direct_ws"] = free_port()
+    hops = ["epoll_hop", "uring_hop"] if args.io_hops else []
+    for name in hops:
+        ports[name] = free_port()
     args.limits = args.limits or args.redis
     limited = ["ip_lim", "key_lim"] if args.limits else []
     if args.redis:
@@ -318,6 +333,15 @@ def main():
         wait_port(ports["direct"], started["responder"], "responder")
         wait_port(ports["nginx"], started["nginx"], "nginx")
         pids = {"nginx": started["nginx"].pid}
+        for name in hops:
+            p = subprocess.Popen(PIN + [str(ROOT / "target/release/uring_hop"), "--io", name.split("_")[0],
+                                        "--listen", f"127.0.0.1:{ports[name]}",
+                                        "--upstream", f"127.0.0.1:{ports['direct']}"]
+                                 + (["--threads", str(workers)] if workers else []),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(p)
+            pids[name] = p.pid
+            wait_port(ports[name], p, name)
         bins = {"txgate": txgate_bin}
         if args.baseline_bin:
             bins["before"] = Path(args.baseline_bin)
@@ -354,7 +378,7 @@ def main():
             print(f"every process bound to CPU {args.cpu}")
         print(f"h2load HTTP/1.1, {args.duration}s measured + {args.warmup}s warm-up per run, {args.rounds} rounds\n")
         order = (["direct", "nginx", "txgate"] + (["pool"] if args.ws_node else [])
-                 + (["before"] if args.baseline_bin else []) + limited)
+                 + (["before"] if args.baseline_bin else []) + hops + limited)
         results = []
         for rnd in range(args.rounds):
             # Rotate the order so no target always runs first or last.
@@ -363,7 +387,7 @@ def main():
             row = {}
             for mode, conns in (("throughput", 50), ("latency", 1)):
                 for target in rot:
-                    if args.ws_node and mode == "throughput" and target in pids:
+                    if cpu_per_call and mode == "throughput" and target in pids:
                         r = h2load_cpu(ports[target], conns, args.duration, args.warmup,
                                        work / "h2load.log", pids[target])
                     else:
@@ -374,18 +398,23 @@ def main():
             print(f"round {rnd + 1}:")
             for target in order:
                 a, b = row[(t, target)], row[(l, target)]
-                print(f"  {target:7} 50c: {a['rps']:9.0f} req/s p50 {a['p50_us']:6} us p99 {a['p99_us']:6} us"
+                print(f"  {target:9} 50c: {a['rps']:9.0f} req/s p50 {a['p50_us']:6} us p99 {a['p99_us']:6} us"
                       f" | 1c: {b['rps']:7.0f} req/s p50 {b['p50_us']:5} us p99 {b['p99_us']:5} us"
                       f" | errors {a['errors'] + b['errors']}")
             ratio = row[(t, "txgate")]["rps"] / row[(t, "nginx")]["rps"]
             hop_n = row[(l, "nginx")]["p50_us"] - row[(l, "direct")]["p50_us"]
             hop_t = row[(l, "txgate")]["p50_us"] - row[(l, "direct")]["p50_us"]
             print(f"  txgate/nginx throughput {ratio:.2f}x; added p50 per hop: nginx {hop_n} us, txgate {hop_t} us")
-            if args.ws_node:
+            if cpu_per_call:
                 cpu = {tg: row[(t, tg)]["cpu_us_per_call"] for tg in pids}
                 print("  CPU per call at 50c: " + ", ".join(f"{tg} {v:.2f} us" for tg, v in cpu.items())
-                      + f"; txgate/nginx {cpu['txgate'] / cpu['nginx']:.2f}x, pool/nginx {cpu['pool'] / cpu['nginx']:.2f}x,"
+                      + f"; txgate/nginx {cpu['txgate'] / cpu['nginx']:.2f}x")
+            if args.ws_node:
+                print(f"  pool/nginx CPU per call {cpu['pool'] / cpu['nginx']:.2f}x,"
                       f" txgate/pool throughput {row[(t, 'txgate')]['rps'] / row[(t, 'pool')]['rps']:.2f}x")
+            if args.io_hops:
+                print(f"  uring_hop/epoll_hop: CPU per call {cpu['uring_hop'] / cpu['epoll_hop']:.2f}x,"
+                      f" throughput {row[(t, 'uring_hop')]['rps'] / row[(t, 'epoll_hop')]['rps']:.2f}x")
             for name in limited:
                 hop_x = row[(l, name)]["p50_us"] - row[(l, "direct")]["p50_us"]
                 print(f"  {name}/txgate throughput {row[(t, name)]['rps'] / row[(t, 'txgate')]['rps']:.2f}x;"
@@ -418,10 +447,10 @@ def main():
             "errors": sum(r[k]["errors"] for r in results for k in r),
         }
         print("medians over rounds:")
-        print(f"  {'target':7} {'req/s 50c':>10} {'p50 50c':>8} {'p99 50c':>8} {'req/s 1c':>9} {'p50 1c':>7} {'p99 1c':>7}")
+        print(f"  {'target':9} {'req/s 50c':>10} {'p50 50c':>8} {'p99 50c':>8} {'req/s 1c':>9} {'p50 1c':>7} {'p99 1c':>7}")
         for tg in order:
             s = summary["targets"][tg]
-            print(f"  {tg:7} {s['rps_50c']:10.0f} {s['p50_us_50c']:8.0f} {s['p99_us_50c']:8.0f}"
+            print(f"  {tg:9} {s['rps_50c']:10.0f} {s['p50_us_50c']:8.0f} {s['p99_us_50c']:8.0f}"
                   f" {s['rps_1c']:9.0f} {s['p50_us_1c']:7.0f} {s['p99_us_1c']:7.0f}")
         print(f"  txgate/nginx throughput (median of per-round ratios): {summary['txgate_over_nginx_throughput_median']:.2f}x")
         print(f"  added p50 per hop (median): nginx {summary['added_p50_us_median']['nginx']:.0f} us,"
@@ -438,18 +467,31 @@ def main():
             summary[f"{name}_minus_txgate_p50_us_median"] = statistics.median(extra)
             print(f"  {name}/txgate throughput (median of per-round ratios): {statistics.median(over):.2f}x;"
                   f" p50 {name} - txgate (median): {statistics.median(extra):+.0f} us")
-        if args.ws_node:
+        if cpu_per_call:
             for tg in pids:
                 summary["targets"][tg]["cpu_us_per_call_50c"] = med("throughput", tg, "cpu_us_per_call")
             cpu_ratio = [r[("throughput", "txgate")]["cpu_us_per_call"] / r[("throughput", "nginx")]["cpu_us_per_call"]
                          for r in results]
-            pool_ratio = [r[("throughput", "txgate")]["rps"] / r[("throughput", "pool")]["rps"] for r in results]
             summary["txgate_over_nginx_cpu_per_call_median"] = statistics.median(cpu_ratio)
-            summary["txgate_over_pool_throughput_median"] = statistics.median(pool_ratio)
             print("  CPU per call at 50c (medians): " + ", ".join(
                 f"{tg} {summary['targets'][tg]['cpu_us_per_call_50c']:.2f} us" for tg in pids))
-            print(f"  txgate/nginx CPU per call (median of per-round ratios): {statistics.median(cpu_ratio):.2f}x;"
-                  f" txgate (lanes)/pool throughput: {statistics.median(pool_ratio):.2f}x;"
+            print(f"  txgate/nginx CPU per call (median of per-round ratios): {statistics.median(cpu_ratio):.2f}x")
+        if args.io_hops:
+            def per_round(key, a, b):
+                return statistics.median(r[("throughput", a)][key] / r[("throughput", b)][key] for r in results)
+            for other in ("epoll_hop", "nginx", "txgate"):
+                summary[f"uring_hop_over_{other}_cpu_per_call_median"] = per_round("cpu_us_per_call", "uring_hop", other)
+                summary[f"uring_hop_over_{other}_throughput_median"] = per_round("rps", "uring_hop", other)
+            print(f"  uring_hop/epoll_hop (medians of per-round ratios): CPU per call"
+                  f" {summary['uring_hop_over_epoll_hop_cpu_per_call_median']:.2f}x, throughput"
+                  f" {summary['uring_hop_over_epoll_hop_throughput_median']:.2f}x;"
+                  f" epoll_hop/nginx CPU per call {per_round('cpu_us_per_call', 'epoll_hop', 'nginx'):.2f}x;"
+                  f" added p50 per hop: epoll_hop {summary['added_p50_us_median']['epoll_hop']:.0f} us,"
+                  f" uring_hop {summary['added_p50_us_median']['uring_hop']:.0f} us")
+        if args.ws_node:
+            pool_ratio = [r[("throughput", "txgate")]["rps"] / r[("throughput", "pool")]["rps"] for r in results]
+            summary["txgate_over_pool_throughput_median"] = statistics.median(pool_ratio)
+            print(f"  txgate (lanes)/pool throughput: {statistics.median(pool_ratio):.2f}x;"
                   f" added p50 per hop: pool {summary['added_p50_us_median']['pool']:.0f} us")
         print(f"  non-2xx answers: {summary['errors']}")
         if args.json:

@@ -29,6 +29,13 @@
 //! round, with accounts of its own, on the same node; the summary gives
 //! its throughput and CPU per transaction and txgate's ratios to it.
 //!
+//! After those rounds, `--paced-rounds` (3) pairs of open-loop phases send
+//! submissions at half the direct rounds' median rate for `--paced-secs`
+//! (8) each, straight to the node and through txgate, alternating which
+//! goes first, each with accounts of its own: the p50 and p99 a user feels
+//! at a rate the node keeps up with, and txgate's addition to them (issue
+//! 41's "≤ 0.3 ms to the p50 and ≤ 1 ms to the p99").
+//!
 //! With `--perf`, the last txgate round runs under `perf record` and the
 //! share of txgate's samples in libsecp256k1 gives its CPU in the ECDSA
 //! for that round, so the target "CPU per screened transaction ≤ 1.6× its
@@ -58,6 +65,8 @@ use txgate_benches::start::{Txgate, anvil, fund, txgate_bin};
 use txgate_benches::stats::{median, percentile};
 use txgate_benches::{CargoBench, Eoa, raw_hex, send_raw};
 
+mod paced;
+
 /// Distinct signed transfers through txgate and straight to the node.
 #[derive(Parser)]
 struct Args {
@@ -76,6 +85,12 @@ struct Args {
     /// Profile the last txgate round with `perf record`.
     #[arg(long)]
     perf: bool,
+    /// Pairs of paced phases (direct, txgate) at half the direct rate.
+    #[arg(long, default_value_t = 3)]
+    paced_rounds: u64,
+    /// Seconds of each paced phase.
+    #[arg(long, default_value_t = 8)]
+    paced_secs: u64,
     /// Also write the summary here.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -335,6 +350,58 @@ async fn main() {
             .filter_map(|r| r[key].as_f64())
             .collect()
     };
+    // Half the node's maximum, as the direct rounds measured it.
+    let half_rate = median(&of("direct", "tx_per_s")) / 2.0;
+    let mut paced_rows = Vec::new();
+    for round in 0..a.paced_rounds {
+        let mut order = ["direct", "txgate"];
+        order.rotate_left(round as usize % 2);
+        for target in order {
+            let seed = 1000 + round * 2 + u64::from(target == "txgate");
+            let count = (half_rate * a.paced_secs as f64) as u64;
+            let (senders, raws) = paced::sign_paced(seed, a.senders, count.max(a.senders));
+            fund(&control, &node, senders.iter().map(|e| e.address)).await;
+            let url = if target == "direct" {
+                &node
+            } else {
+                &txgate_url
+            };
+            let sent = paced::send_paced(url, raws, half_rate).await;
+            let row = json!({
+                "round": round + 1, "target": target, "rate": half_rate,
+                "offered_per_s": sent.offered_per_s,
+                "ok": sent.latencies_ms.len(), "failed": sent.failed,
+                "p50_ms": sent.p(0.5), "p99_ms": sent.p(0.99),
+            });
+            eprintln!("paced {row}");
+            paced_rows.push(row);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+    let paced_of = |target: &str, key: &str| -> Vec<f64> {
+        paced_rows
+            .iter()
+            .filter(|r| r["target"] == target)
+            .filter_map(|r| r[key].as_f64())
+            .collect()
+    };
+    let added = |key: &str| -> Vec<f64> {
+        paced_of("txgate", key)
+            .iter()
+            .zip(paced_of("direct", key))
+            .map(|(t, d)| t - d)
+            .collect()
+    };
+    let half_rate_summary = (a.paced_rounds > 0).then(|| {
+        json!({
+            "rate_per_s": half_rate,
+            "direct": {"p50_ms": median(&paced_of("direct", "p50_ms")), "p99_ms": median(&paced_of("direct", "p99_ms"))},
+            "txgate": {"p50_ms": median(&paced_of("txgate", "p50_ms")), "p99_ms": median(&paced_of("txgate", "p99_ms"))},
+            "added_p50_ms": {"median": median(&added("p50_ms")), "rounds": added("p50_ms")},
+            "added_p99_ms": {"median": median(&added("p99_ms")), "rounds": added("p99_ms")},
+            "rows": paced_rows.clone(),
+        })
+    });
     let ratios: Vec<f64> = of("txgate", "tx_per_s")
         .iter()
         .zip(of("direct", "tx_per_s"))
@@ -384,6 +451,7 @@ async fn main() {
             "cpu_us_per_tx": cpu_median},
         "throughput_ratio": {"median": median(&ratios), "rounds": ratios},
         "reference": reference_summary,
+        "half_rate": half_rate_summary,
         "machine": {
             "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
             "cores_busy_direct": cores_direct,
@@ -401,7 +469,8 @@ async fn main() {
                 .and(perf_share.zip(last_cpu))
                 .map(|(share, cpu)| ceiling(cpu * share)),
         },
-        "failed": rows.iter().filter_map(|r| r["failed"].as_u64()).sum::<u64>(),
+        "failed": rows.iter().filter_map(|r| r["failed"].as_u64()).sum::<u64>()
+            + paced_rows.iter().filter_map(|r| r["failed"].as_u64()).sum::<u64>(),
         "libsecp256k1": perf_share.zip(last_cpu).map(|(share, cpu)| json!({
             "share_of_txgate_samples": share,
             "cpu_us_per_tx": cpu * share,

@@ -1,0 +1,78 @@
+//! What a user feels: submissions sent at a fixed rate (half the node's
+//! measured maximum), open loop, straight to the node and through txgate
+//! in alternating phases, each with accounts of its own; the added p50 and
+//! p99 of a submission are txgate's phase's less the direct phase's.
+
+use std::time::{Duration, Instant};
+
+use alloy_primitives::Address;
+use txgate_benches::procs::{HttpClient, client, post};
+use txgate_benches::stats::percentile;
+use txgate_benches::{Eoa, raw_hex, send_raw};
+
+/// One paced phase's round trips, in ms, sorted; and the failures.
+pub(crate) struct Paced {
+    pub(crate) latencies_ms: Vec<f64>,
+    pub(crate) failed: u64,
+    /// The rate the phase reached (sent / span of the sends).
+    pub(crate) offered_per_s: f64,
+}
+
+impl Paced {
+    pub(crate) fn p(&self, q: f64) -> f64 {
+        percentile(&self.latencies_ms, q)
+    }
+}
+
+/// `count` transfers from `senders` fresh accounts of `seed`, in the order
+/// they are sent: sender `k % senders` with nonce `k / senders`, so one
+/// sender's transfers are `senders / rate` apart and arrive in order.
+pub(crate) fn sign_paced(seed: u64, senders: u64, count: u64) -> (Vec<Eoa>, Vec<String>) {
+    let eoas: Vec<Eoa> = (0..senders)
+        .map(|s| Eoa::new(0x5d, seed * 1_000_000 + s))
+        .collect();
+    let raws = (0..count)
+        .map(|k| {
+            let (s, nonce) = (k % senders, k / senders);
+            let n = seed * 10_000_000 + k;
+            let to = Address::left_padding_from(&(0xbcd0_0000_0000 + n).to_be_bytes());
+            raw_hex(&eoas[s as usize].sign(nonce, to, &[], 30_000, 1_000_000_000))
+        })
+        .collect();
+    (eoas, raws)
+}
+
+/// Sends `raws` at `rate` a second, each at its own time whatever the
+/// answers before it (open loop), and waits for every answer.
+pub(crate) async fn send_paced(url: &str, raws: Vec<String>, rate: f64) -> Paced {
+    let client: HttpClient = client(256);
+    let started = tokio::time::Instant::now();
+    let gap = Duration::from_secs_f64(1.0 / rate);
+    let mut calls = Vec::with_capacity(raws.len());
+    let total = raws.len();
+    for (i, raw) in raws.into_iter().enumerate() {
+        tokio::time::sleep_until(started + gap * i as u32).await;
+        let (client, url) = (client.clone(), url.to_string());
+        calls.push(tokio::spawn(async move {
+            let t = Instant::now();
+            match post(&client, &url, send_raw(&raw)).await {
+                Ok((200, v)) if v["result"].is_string() => Some(t.elapsed().as_secs_f64() * 1000.0),
+                _ => None,
+            }
+        }));
+    }
+    let span = started.elapsed().as_secs_f64();
+    let (mut latencies_ms, mut failed) = (Vec::with_capacity(total), 0);
+    for call in calls {
+        match call.await.ok().flatten() {
+            Some(ms) => latencies_ms.push(ms),
+            None => failed += 1,
+        }
+    }
+    latencies_ms.sort_by(f64::total_cmp);
+    Paced {
+        latencies_ms,
+        failed,
+        offered_per_s: total as f64 / span.max(1e-9),
+    }
+}
