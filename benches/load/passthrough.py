@@ -45,11 +45,12 @@ stime of its process tree, nginx's workers included, over the measured
 part of the 50-connection run) is printed beside its rate, with the ratio
 txgate/nginx: issue 41's "CPU per proxied call <= 0.75x nginx's".
 
-With --io-hops, two more targets run in the same rounds: uring_hop
+With --io-hops, three more targets run in the same rounds: uring_hop
 (benches/src/bin/uring_hop), a minimal HTTP/1.1 pass-through hop written
 twice with the same logic, "epoll_hop" on tokio (epoll, as txgate's
 workers) and "uring_hop" on io_uring (multishot accept and receive with
-provided buffers, a loop turn's sends submitted with its wait). Their CPU
+provided buffers, a loop turn's sends submitted with its wait), and
+"defer_hop", the io_uring hop with IORING_SETUP_DEFER_TASKRUN. Their CPU
 per call (and everyone's) is printed with the ratio uring/epoll: what
 io_uring alone changes, issue 41's item 2 ("keep only if >= 10% less CPU
 per call").
@@ -275,7 +276,8 @@ def main():
     if args.ws_node:
         ports["pool"] = free_port()
         ports["direct_ws"] = free_port()
-    hops = ["epoll_hop", "uring_hop"] if args.io_hops else []
+    hops = ["epoll_hop", "uring_hop", "defer_hop"] if args.io_hops else []
+    hop_io = {"epoll_hop": "epoll", "uring_hop": "uring", "defer_hop": "uring-defer"}
     for name in hops:
         ports[name] = free_port()
     args.limits = args.limits or args.redis
@@ -334,7 +336,7 @@ def main():
         wait_port(ports["nginx"], started["nginx"], "nginx")
         pids = {"nginx": started["nginx"].pid}
         for name in hops:
-            p = subprocess.Popen(PIN + [str(ROOT / "target/release/uring_hop"), "--io", name.split("_")[0],
+            p = subprocess.Popen(PIN + [str(ROOT / "target/release/uring_hop"), "--io", hop_io[name],
                                         "--listen", f"127.0.0.1:{ports[name]}",
                                         "--upstream", f"127.0.0.1:{ports['direct']}"]
                                  + (["--threads", str(workers)] if workers else []),
@@ -413,8 +415,9 @@ def main():
                 print(f"  pool/nginx CPU per call {cpu['pool'] / cpu['nginx']:.2f}x,"
                       f" txgate/pool throughput {row[(t, 'txgate')]['rps'] / row[(t, 'pool')]['rps']:.2f}x")
             if args.io_hops:
-                print(f"  uring_hop/epoll_hop: CPU per call {cpu['uring_hop'] / cpu['epoll_hop']:.2f}x,"
-                      f" throughput {row[(t, 'uring_hop')]['rps'] / row[(t, 'epoll_hop')]['rps']:.2f}x")
+                for name in ("uring_hop", "defer_hop"):
+                    print(f"  {name}/epoll_hop: CPU per call {cpu[name] / cpu['epoll_hop']:.2f}x,"
+                          f" throughput {row[(t, name)]['rps'] / row[(t, 'epoll_hop')]['rps']:.2f}x")
             for name in limited:
                 hop_x = row[(l, name)]["p50_us"] - row[(l, "direct")]["p50_us"]
                 print(f"  {name}/txgate throughput {row[(t, name)]['rps'] / row[(t, 'txgate')]['rps']:.2f}x;"
@@ -482,6 +485,13 @@ def main():
             for other in ("epoll_hop", "nginx", "txgate"):
                 summary[f"uring_hop_over_{other}_cpu_per_call_median"] = per_round("cpu_us_per_call", "uring_hop", other)
                 summary[f"uring_hop_over_{other}_throughput_median"] = per_round("rps", "uring_hop", other)
+            for name in ("defer_hop",):
+                summary[f"{name}_over_epoll_hop_cpu_per_call_median"] = per_round("cpu_us_per_call", name, "epoll_hop")
+                summary[f"{name}_over_epoll_hop_throughput_median"] = per_round("rps", name, "epoll_hop")
+            print(f"  defer_hop/epoll_hop (medians of per-round ratios): CPU per call"
+                  f" {summary['defer_hop_over_epoll_hop_cpu_per_call_median']:.2f}x, throughput"
+                  f" {summary['defer_hop_over_epoll_hop_throughput_median']:.2f}x;"
+                  f" added p50 per hop: defer_hop {summary['added_p50_us_median']['defer_hop']:.0f} us")
             print(f"  uring_hop/epoll_hop (medians of per-round ratios): CPU per call"
                   f" {summary['uring_hop_over_epoll_hop_cpu_per_call_median']:.2f}x, throughput"
                   f" {summary['uring_hop_over_epoll_hop_throughput_median']:.2f}x;"

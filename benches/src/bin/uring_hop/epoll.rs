@@ -16,7 +16,12 @@ pub(crate) fn serve(listener: std::net::TcpListener, upstream: SocketAddr) {
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
         let listener = TcpListener::from_std(listener).unwrap();
-        while let Ok((client, _)) = listener.accept().await {
+        loop {
+            // An accept error (out of descriptors, say) ends no thread.
+            let Ok((client, _)) = listener.accept().await else {
+                tokio::task::yield_now().await;
+                continue;
+            };
             tokio::task::spawn_local(async move {
                 let _ = client.set_nodelay(true);
                 let Ok(node) = TcpStream::connect(upstream).await else {
@@ -35,16 +40,17 @@ async fn relay(mut client: TcpStream, mut node: TcpStream) {
     let mut chunk = vec![0u8; 4096];
     loop {
         // A whole request (or several, pipelined) from the client.
-        while out.is_empty() {
+        let mut asked = 0;
+        while asked == 0 {
             match client.read(&mut chunk).await {
                 Ok(0) | Err(_) => return,
                 Ok(n) => req.extend_from_slice(&chunk[..n]),
             }
-            if !take_whole(&mut req, &mut out) {
+            let Some(n) = take_whole(&mut req, &mut out) else {
                 return;
-            }
+            };
+            asked = n;
         }
-        let asked = count(&out);
         if node.write_all(&out).await.is_err() {
             return;
         }
@@ -56,26 +62,14 @@ async fn relay(mut client: TcpStream, mut node: TcpStream) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => resp.extend_from_slice(&chunk[..n]),
             }
-            let before = out.len();
-            if !take_whole(&mut resp, &mut out) {
+            let Some(n) = take_whole(&mut resp, &mut out) else {
                 return;
-            }
-            answered += count(&out[before..]);
+            };
+            answered += n;
         }
         if client.write_all(&out).await.is_err() {
             return;
         }
         out.clear();
     }
-}
-
-/// How many whole messages `buf` holds (it holds only whole ones).
-fn count(buf: &[u8]) -> usize {
-    let mut rest = buf;
-    let mut n = 0;
-    while let crate::framing::Frame::Whole(len) = crate::framing::frame(rest) {
-        rest = &rest[len..];
-        n += 1;
-    }
-    n
 }

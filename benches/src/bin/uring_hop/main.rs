@@ -18,6 +18,7 @@
 //!   cores), each with a `SO_REUSEPORT` listener; multishot accept,
 //!   multishot receive into a ring of provided buffers, and every send of a
 //!   loop turn submitted with the next wait, one `io_uring_enter` per turn.
+//! * `--io uring-defer`: the same with `IORING_SETUP_DEFER_TASKRUN`.
 //!
 //! This is a prototype kept as a bench, not a part of txgate: PERFORMANCE.md
 //! ("io_uring, measured") holds the decision and its figures.
@@ -40,6 +41,9 @@ mod uring;
 enum Io {
     Epoll,
     Uring,
+    /// io_uring with `IORING_SETUP_DEFER_TASKRUN`: completions are run
+    /// only when the thread waits for them, not by interrupting it.
+    UringDefer,
 }
 
 /// A minimal HTTP/1.1 pass-through hop on epoll or io_uring.
@@ -81,7 +85,8 @@ fn main() {
             let (io, upstream) = (a.io, a.upstream);
             std::thread::spawn(move || match io {
                 Io::Epoll => epoll::serve(listener, upstream),
-                Io::Uring => uring::serve(listener, upstream),
+                Io::Uring => uring::serve(listener, upstream, false),
+                Io::UringDefer => uring::serve(listener, upstream, true),
             })
         })
         .collect();

@@ -47,6 +47,10 @@ struct Side {
     in_flight: bool,
     queued: Vec<u8>,
     receiving: bool,
+    /// Its peer sent a FIN.
+    eof: bool,
+    /// Shut for writing: the other side's FIN passed on.
+    shut: bool,
 }
 
 impl Side {
@@ -59,7 +63,13 @@ impl Side {
             in_flight: false,
             queued: Vec::new(),
             receiving: false,
+            eof: false,
+            shut: false,
         }
+    }
+    /// Nothing in flight and nothing left to send.
+    fn idle(&self) -> bool {
+        !self.in_flight && self.sent == self.sending.len() && self.queued.is_empty()
     }
     fn fd(&self) -> Fd {
         Fd(self.socket.as_raw_fd())
@@ -273,7 +283,7 @@ impl Hop {
                 };
                 from.received
                     .extend_from_slice(self.provided.bytes(bid, bytes_len));
-                ok &= take_whole(&mut from.received, &mut to.queued);
+                ok &= take_whole(&mut from.received, &mut to.queued).is_some();
             }
             self.provided.give_back(bid);
         }
@@ -295,17 +305,20 @@ impl Hop {
                 &mut conn.node
             };
             side.receiving = false;
-            // Out of provided buffers, or a multishot the kernel ended
-            // while the socket is still good: armed again.
-            if (ok || res == -libc::ENOBUFS) && !conn.closing {
+            if res == 0 {
+                side.eof = true;
+            } else if (ok || res == -libc::ENOBUFS) && !conn.closing {
+                // Out of provided buffers, or a multishot the kernel ended
+                // while the socket is still good: armed again.
                 self.arm_recv(slot, kind);
                 return;
             }
         }
-        if !ok && res != -libc::ENOBUFS {
+        // An error, or bytes this hop refuses to frame: both sides end.
+        if (res < 0 && res != -libc::ENOBUFS) || (res > 0 && !ok) {
             self.close(slot);
         }
-        self.release_if_done(slot);
+        self.settle(slot);
     }
 
     fn sent(&mut self, slot: usize, kind: u64, res: i32) {
@@ -324,6 +337,34 @@ impl Hop {
         }
         side.sent += res as usize;
         self.kick(slot, kind);
+        self.settle(slot);
+    }
+
+    /// A side that has ended (its peer's FIN) gets its peer's last bytes
+    /// through: once what it sent is out, the other side is shut for
+    /// writing (the FIN passed on); once both sides have ended and nothing
+    /// is left to send, the connection closes.
+    fn settle(&mut self, slot: usize) {
+        let Some(conn) = self.conns[slot].as_mut() else {
+            return;
+        };
+        if !conn.closing {
+            let (client_ended, node_ended) = (conn.client.eof, conn.node.eof);
+            for (ended, other) in [
+                (client_ended, &mut conn.node),
+                (node_ended, &mut conn.client),
+            ] {
+                if ended && other.idle() && !other.shut {
+                    other.shut = true;
+                    let _ = other.socket.shutdown(std::net::Shutdown::Write);
+                }
+            }
+            let done = conn.client.eof && conn.node.eof && conn.client.idle() && conn.node.idle();
+            if done {
+                self.close(slot);
+                return;
+            }
+        }
         self.release_if_done(slot);
     }
 
@@ -348,12 +389,15 @@ impl Hop {
     }
 }
 
-pub(crate) fn serve(listener: std::net::TcpListener, upstream: SocketAddr) {
-    let uring = IoUring::builder()
-        .setup_single_issuer()
-        .setup_coop_taskrun()
-        .build(4096)
-        .expect("io_uring_setup");
+pub(crate) fn serve(listener: std::net::TcpListener, upstream: SocketAddr, defer: bool) {
+    let mut builder = IoUring::builder();
+    builder.setup_single_issuer();
+    if defer {
+        builder.setup_defer_taskrun();
+    } else {
+        builder.setup_coop_taskrun();
+    }
+    let uring = builder.build(4096).expect("io_uring_setup");
     let provided = Provided::new(&uring).expect("register the provided buffers");
     let listener_fd = Fd(listener.into_raw_fd());
     let mut hop = Hop {
