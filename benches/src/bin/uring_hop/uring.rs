@@ -371,12 +371,12 @@ impl Hop {
     /// Ends both sides: their receives end with 0, and the slot is freed
     /// once nothing of its own is in flight.
     fn close(&mut self, slot: usize) {
-        if let Some(conn) = self.conns[slot].as_mut() {
-            if !conn.closing {
-                conn.closing = true;
-                let _ = conn.client.socket.shutdown(std::net::Shutdown::Both);
-                let _ = conn.node.socket.shutdown(std::net::Shutdown::Both);
-            }
+        if let Some(conn) = self.conns[slot].as_mut()
+            && !conn.closing
+        {
+            conn.closing = true;
+            let _ = conn.client.socket.shutdown(std::net::Shutdown::Both);
+            let _ = conn.node.socket.shutdown(std::net::Shutdown::Both);
         }
         self.release_if_done(slot);
     }
