@@ -34,7 +34,9 @@
 //! (8) each, straight to the node and through txgate, alternating which
 //! goes first, each with accounts of its own: the p50 and p99 a user feels
 //! at a rate the node keeps up with, and txgate's addition to them (issue
-//! 41's "≤ 0.3 ms to the p50 and ≤ 1 ms to the p99").
+//! 41's "≤ 0.3 ms to the p50 and ≤ 1 ms to the p99"). anvil's interval
+//! mining is paused for them and each phase's transfers mined out before
+//! the next (see `paced.rs` for why).
 //!
 //! With `--perf`, the last txgate round runs under `perf record` and the
 //! share of txgate's samples in libsecp256k1 gives its CPU in the ECDSA
@@ -353,6 +355,10 @@ async fn main() {
     // Half the node's maximum, as the direct rounds measured it.
     let half_rate = median(&of("direct", "tx_per_s")) / 2.0;
     let mut paced_rows = Vec::new();
+    if a.paced_rounds > 0 {
+        paced::pause_mining(&control, &node).await;
+        paced::mine_out(&control, &node).await;
+    }
     for round in 0..a.paced_rounds {
         let mut order = ["direct", "txgate"];
         order.rotate_left(round as usize % 2);
@@ -375,7 +381,7 @@ async fn main() {
             });
             eprintln!("paced {row}");
             paced_rows.push(row);
-            tokio::time::sleep(Duration::from_secs(2)).await;
+            paced::mine_out(&control, &node).await;
         }
     }
     let paced_of = |target: &str, key: &str| -> Vec<f64> {

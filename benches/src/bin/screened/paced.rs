@@ -2,10 +2,19 @@
 //! measured maximum), open loop, straight to the node and through txgate
 //! in alternating phases, each with accounts of its own; the added p50 and
 //! p99 of a submission are txgate's phase's less the direct phase's.
+//!
+//! anvil stops answering while it mines a block (a block of thousands of
+//! transfers takes it hundreds of milliseconds), so with its interval
+//! mining on, its own stalls are the p99 of both phases and what txgate
+//! adds cannot be read. The paced phases therefore run with interval
+//! mining paused, and each phase's transfers are mined out (`evm_mine`
+//! until the pool is empty) before the next phase: every phase meets an
+//! empty pool and a node doing nothing but taking submissions.
 
 use std::time::{Duration, Instant};
 
 use alloy_primitives::Address;
+use serde_json::json;
 use txgate_benches::procs::{HttpClient, client, post};
 use txgate_benches::stats::percentile;
 use txgate_benches::{Eoa, raw_hex, send_raw};
@@ -75,4 +84,42 @@ pub(crate) async fn send_paced(url: &str, raws: Vec<String>, rate: f64) -> Paced
         failed,
         offered_per_s: total as f64 / span.max(1e-9),
     }
+}
+
+/// Calls `method` on anvil and returns its result.
+async fn call(
+    control: &HttpClient,
+    node: &str,
+    method: &str,
+    params: serde_json::Value,
+) -> serde_json::Value {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    match post(control, node, body.to_string()).await {
+        Ok((200, v)) if v.get("error").is_none() => v["result"].clone(),
+        other => panic!("{method} on {node}: {other:?}"),
+    }
+}
+
+/// Pauses anvil's interval mining (blocks are then mined only by
+/// [`mine_out`]).
+pub(crate) async fn pause_mining(control: &HttpClient, node: &str) {
+    call(control, node, "evm_setIntervalMining", json!([0])).await;
+}
+
+/// Mines blocks until anvil's pool holds nothing pending or queued.
+pub(crate) async fn mine_out(control: &HttpClient, node: &str) {
+    for _ in 0..100 {
+        let status = call(control, node, "txpool_status", json!([])).await;
+        let empty = ["pending", "queued"].iter().all(|k| {
+            let n = status[*k]
+                .as_str()
+                .and_then(|h| u64::from_str_radix(h.trim_start_matches("0x"), 16).ok());
+            n.or_else(|| status[*k].as_u64()) == Some(0)
+        });
+        if empty {
+            return;
+        }
+        call(control, node, "evm_mine", json!([])).await;
+    }
+    panic!("anvil's pool did not empty after 100 blocks");
 }
