@@ -90,6 +90,12 @@ struct Args {
     /// Pairs of paced phases (direct, txgate) at half the direct rate.
     #[arg(long, default_value_t = 3)]
     paced_rounds: u64,
+    /// The paced phases' rate a second, in place of half the direct rate.
+    #[arg(long)]
+    paced_rate: Option<f64>,
+    /// A txgate config file (`-c`), for a same-build comparison of settings.
+    #[arg(long = "txgate-config", value_name = "FILE")]
+    txgate_config: Option<PathBuf>,
     /// Seconds of each paced phase.
     #[arg(long, default_value_t = 8)]
     paced_secs: u64,
@@ -250,7 +256,12 @@ async fn main() {
     .await;
     // `TXGATE_BIN` runs another build (the `profiling` one, for a
     // profile with symbols and line tables).
-    let txgate = Txgate::start(&control, &txgate_bin(), &node, &["--max-in-flight", "4096"]).await;
+    let config = a.txgate_config.as_ref().map(|p| p.display().to_string());
+    let mut txgate_args = vec!["--max-in-flight", "4096"];
+    if let Some(config) = &config {
+        txgate_args.extend(["-c", config.as_str()]);
+    }
+    let txgate = Txgate::start(&control, &txgate_bin(), &node, &txgate_args).await;
     let txgate_url = txgate.url();
     let pid = txgate.pid();
     // The reference, when asked for: its own listener, the same node, its
@@ -353,7 +364,9 @@ async fn main() {
             .collect()
     };
     // Half the node's maximum, as the direct rounds measured it.
-    let half_rate = median(&of("direct", "tx_per_s")) / 2.0;
+    let half_rate = a
+        .paced_rate
+        .unwrap_or_else(|| median(&of("direct", "tx_per_s")) / 2.0);
     let mut paced_rows = Vec::new();
     if a.paced_rounds > 0 {
         paced::pause_mining(&control, &node).await;
