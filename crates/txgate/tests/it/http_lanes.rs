@@ -3,8 +3,9 @@
 //! to its own client with its own id, a lane that fails answers its calls
 //! -32603 and the next call opens a new one, an oversize answer is refused
 //! alone, and a node whose WebSocket cannot be opened gets the calls over
-//! HTTP. The node's WebSocket is reached through a relay the test can
-//! watch, stall and cut.
+//! HTTP. Submissions keep the pool unless `websocket.http_lane_submissions`
+//! puts them on the lanes. The node's WebSocket is reached through a relay
+//! the test can watch, stall and cut.
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::support::relay::Relay;
-use crate::support::{InProcess, Node, NodeKind, eventually, metric, rpc_json};
+use crate::support::{Eoa, InProcess, Node, NodeKind, eventually, fund, metric, rpc_json};
 
 const ANSWERED: &str = "txgate_http_lane_calls_total{result=\"answered\"}";
 const FAILED: &str = "txgate_http_lane_calls_total{result=\"failed\"}";
@@ -300,8 +301,60 @@ async fn a_node_whose_websocket_cannot_be_opened_gets_http_calls_over_the_pool(k
     assert!((1.0..=2.0).contains(&tries), "{tries} tries to open a lane");
 }
 
+/// A submission over HTTP keeps the pool by default (a node that takes its
+/// time on the shared socket would delay every call behind it), and takes
+/// the lane with `websocket.http_lane_submissions`; either way it reaches
+/// the node and is answered with its hash.
+async fn http_submissions_keep_the_pool_unless_asked_onto_the_lanes(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let sender = Eoa::new(0x4c);
+    fund(&node.url, &[sender.address]).await;
+    for (nonce, on_lanes) in [(0u64, false), (1, true)] {
+        let relay = Relay::start(&node.url).await;
+        let txgate = InProcess::start(
+            &node.url,
+            &format!(
+                "[server]\nworkers = 1\n{}",
+                lanes_through(&relay, &format!("http_lane_submissions = {on_lanes}\n"))
+            ),
+        );
+        open_lanes(&txgate, 1.0).await;
+        let before = txgate.metrics().await;
+        let up_before = relay.conn(0).up.load(SeqCst);
+        let raw = sender.sign(
+            nonce,
+            alloy_primitives::Address::repeat_byte(0x4d),
+            &[],
+            1,
+            1_000_000_000,
+        );
+        let submit = json!({"jsonrpc": "2.0", "id": "tx", "method": "eth_sendRawTransaction",
+            "params": [raw]})
+        .to_string();
+        let (status, answer) = rpc_json(&txgate.url, &submit).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_eq!(answer["id"], "tx", "{answer}");
+        assert!(
+            answer["result"].as_str().is_some_and(|h| h.len() == 66),
+            "{answer}"
+        );
+        let metrics = txgate.metrics().await;
+        let answered = metric(&metrics, ANSWERED) - metric(&before, ANSWERED);
+        let written = relay.conn(0).up.load(SeqCst) - up_before;
+        if on_lanes {
+            assert_eq!(answered, 1.0, "the submission took the lane");
+            assert!(written > 0, "the submission was written on the lane");
+        } else {
+            assert_eq!(answered, 0.0, "the submission kept the pool");
+            assert_eq!(written, 0, "nothing written on the lane");
+        }
+        assert_eq!(relay.count(), 1);
+    }
+}
+
 crate::support::on_each_node!(
     many_http_clients_share_a_node_socket_per_worker,
+    http_submissions_keep_the_pool_unless_asked_onto_the_lanes,
     a_lane_that_fails_answers_its_http_call_and_the_next_call_opens_another,
     an_answer_too_large_for_an_http_call_on_the_lane_fails_it_alone,
     a_node_whose_websocket_cannot_be_opened_gets_http_calls_over_the_pool,

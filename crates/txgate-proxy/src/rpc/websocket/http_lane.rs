@@ -59,10 +59,22 @@ pub(crate) enum LaneCall {
     Unsent,
 }
 
+/// A submission: on the lane only with `websocket.http_lane_submissions`.
+fn is_submission(method: &str) -> bool {
+    matches!(
+        method,
+        "eth_sendRawTransaction" | "eth_sendRawTransactionConditional"
+    )
+}
+
 impl WebSockets {
-    /// Whether an HTTP call of `method` may go on a lane.
+    /// Whether an HTTP call of `method` may go on a lane: one of the
+    /// lanes' methods, and a submission only with
+    /// `websocket.http_lane_submissions`.
     pub(crate) fn http_lane_carries(&self, method: &str) -> bool {
-        self.settings.http_lanes && lane::carries(method)
+        self.settings.http_lanes
+            && lane::carries(method)
+            && (self.settings.http_lane_submissions || !is_submission(method))
     }
 
     /// Queues `calls` for node `node` on this worker's lane, each with its

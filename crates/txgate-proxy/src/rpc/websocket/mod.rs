@@ -98,6 +98,8 @@ struct Settings {
     /// HTTP clients' plain calls go on the worker's lane too
     /// ([`http_lane`]).
     http_lanes: bool,
+    /// HTTP clients' submissions too (else the pool).
+    http_lane_submissions: bool,
     /// An HTTP call's message larger than this goes over the pool
     /// (`websocket.max_message_bytes`: what the lane's write buffer is
     /// sized for).
@@ -199,6 +201,7 @@ impl WebSockets {
                 max_response_bytes: upstream.max_response_bytes,
                 shared_upstream: ws.shared_upstream,
                 http_lanes: ws.http_lanes,
+                http_lane_submissions: ws.http_lane_submissions,
                 lane_message_bytes: ws.max_message_bytes,
                 frame_rate: Rate::new(ws.max_frames_per_sec, ws.frame_burst),
                 max_subscriptions_per_connection: ws.max_subscriptions_per_connection,
