@@ -36,7 +36,9 @@
 //! at a rate the node keeps up with, and txgate's addition to them (issue
 //! 41's "≤ 0.3 ms to the p50 and ≤ 1 ms to the p99"). anvil's interval
 //! mining is paused for them and each phase's transfers mined out before
-//! the next (see `paced.rs` for why).
+//! the next (see `paced.rs` for why). With `--hop-bin <uring_hop>`, a
+//! proxy with no work of its own (`uring_hop --io epoll`) is a third paced
+//! target: the floor of two TCP hops, in latency and in CPU per submission.
 //!
 //! With `--perf`, the last txgate round runs under `perf record` and the
 //! share of txgate's samples in libsecp256k1 gives its CPU in the ECDSA
@@ -96,6 +98,11 @@ struct Args {
     /// A txgate config file (`-c`), for a same-build comparison of settings.
     #[arg(long = "txgate-config", value_name = "FILE")]
     txgate_config: Option<PathBuf>,
+    /// A proxy with no work of its own (`uring_hop`, run `--io epoll`), in
+    /// front of the same node as a third paced target: the floor of two
+    /// TCP hops, in latency and in CPU per submission.
+    #[arg(long = "hop-bin", value_name = "PATH")]
+    hop: Option<PathBuf>,
     /// Seconds of each paced phase.
     #[arg(long, default_value_t = 8)]
     paced_secs: u64,
@@ -367,30 +374,63 @@ async fn main() {
     let half_rate = a
         .paced_rate
         .unwrap_or_else(|| median(&of("direct", "tx_per_s")) / 2.0);
+    let hop = a.hop.as_ref().map(|bin| {
+        let port = free_port();
+        let upstream = node.trim_start_matches("http://").to_string();
+        let listen = format!("127.0.0.1:{port}");
+        let proc = spawn(
+            bin,
+            &[
+                "--io",
+                "epoll",
+                "--listen",
+                &listen,
+                "--upstream",
+                &upstream,
+            ],
+        );
+        (proc, format!("http://127.0.0.1:{port}"))
+    });
+    if let Some((_, url)) = &hop {
+        wait_up(&control, url).await;
+    }
     let mut paced_rows = Vec::new();
     if a.paced_rounds > 0 {
         paced::pause_mining(&control, &node).await;
         paced::mine_out(&control, &node).await;
     }
     for round in 0..a.paced_rounds {
-        let mut order = ["direct", "txgate"];
-        order.rotate_left(round as usize % 2);
+        let mut order = vec!["direct", "txgate"];
+        if hop.is_some() {
+            order.push("hop");
+        }
+        let first = round as usize % order.len();
+        order.rotate_left(first);
         for target in order {
-            let seed = 1000 + round * 2 + u64::from(target == "txgate");
+            let slot = match target {
+                "direct" => 0,
+                "txgate" => 1,
+                _ => 2,
+            };
+            let seed = 1000 + round * 3 + slot;
             let count = (half_rate * a.paced_secs as f64) as u64;
             let (senders, raws) = paced::sign_paced(seed, a.senders, count.max(a.senders));
             fund(&control, &node, senders.iter().map(|e| e.address)).await;
-            let url = if target == "direct" {
-                &node
-            } else {
-                &txgate_url
+            let (url, proxy_pid) = match (target, &hop) {
+                ("direct", _) => (&node, None),
+                ("hop", Some((proc, url))) => (url, Some(proc.pid())),
+                _ => (&txgate_url, Some(pid)),
             };
+            let cpu_before = proxy_pid.map_or(0.0, cpu_ms);
             let sent = paced::send_paced(url, raws, half_rate).await;
+            let cpu = proxy_pid.map_or(0.0, cpu_ms) - cpu_before;
+            let ok = sent.latencies_ms.len() as f64;
             let row = json!({
                 "round": round + 1, "target": target, "rate": half_rate,
                 "offered_per_s": sent.offered_per_s,
                 "ok": sent.latencies_ms.len(), "failed": sent.failed,
                 "p50_ms": sent.p(0.5), "p99_ms": sent.p(0.99),
+                "proxy_cpu_us_per_tx": proxy_pid.map(|_| cpu * 1000.0 / ok.max(1.0)),
             });
             eprintln!("paced {row}");
             paced_rows.push(row);
@@ -404,13 +444,14 @@ async fn main() {
             .filter_map(|r| r[key].as_f64())
             .collect()
     };
-    let added = |key: &str| -> Vec<f64> {
-        paced_of("txgate", key)
+    let added_by = |target: &str, key: &str| -> Vec<f64> {
+        paced_of(target, key)
             .iter()
             .zip(paced_of("direct", key))
             .map(|(t, d)| t - d)
             .collect()
     };
+    let added = |key: &str| added_by("txgate", key);
     let half_rate_summary = (a.paced_rounds > 0).then(|| {
         json!({
             "rate_per_s": half_rate,
@@ -418,6 +459,13 @@ async fn main() {
             "txgate": {"p50_ms": median(&paced_of("txgate", "p50_ms")), "p99_ms": median(&paced_of("txgate", "p99_ms"))},
             "added_p50_ms": {"median": median(&added("p50_ms")), "rounds": added("p50_ms")},
             "added_p99_ms": {"median": median(&added("p99_ms")), "rounds": added("p99_ms")},
+            "txgate_cpu_us_per_tx": median(&paced_of("txgate", "proxy_cpu_us_per_tx")),
+            "hop": hop.is_some().then(|| json!({
+                "p50_ms": median(&paced_of("hop", "p50_ms")), "p99_ms": median(&paced_of("hop", "p99_ms")),
+                "added_p50_ms": {"median": median(&added_by("hop", "p50_ms")), "rounds": added_by("hop", "p50_ms")},
+                "added_p99_ms": {"median": median(&added_by("hop", "p99_ms")), "rounds": added_by("hop", "p99_ms")},
+                "cpu_us_per_tx": median(&paced_of("hop", "proxy_cpu_us_per_tx")),
+            })),
             "rows": paced_rows.clone(),
         })
     });
