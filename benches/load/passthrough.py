@@ -249,7 +249,7 @@ def main():
     ap.add_argument("--ws-node", action="store_true",
                     help="node: rpc_echo over HTTP and WebSocket; adds target 'pool' (lanes off) and CPU per call")
     ap.add_argument("--io-hops", action="store_true",
-                    help="adds targets 'epoll_hop' and 'uring_hop' (uring_hop) and CPU per call")
+                    help="adds targets 'epoll_hop', 'uring_hop' and 'defer_hop' (uring_hop) and CPU per call")
     args = ap.parse_args()
     cpu_per_call = args.ws_node or args.io_hops
     if args.cpu:

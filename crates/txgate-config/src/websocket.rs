@@ -117,7 +117,8 @@ pub struct WebSocketConfig {
     /// `eth_sendRawTransactionConditional`) take the lanes with the other
     /// plain calls. false (the default): they keep the pool. On anvil a
     /// submission on a lane waited 0.7 ms longer at p50 than on the pool,
-    /// at half the node's maximum rate (PERFORMANCE.md, round three): the
+    /// at half the node's maximum rate (PERFORMANCE.md, "What a user
+    /// feels"): the
     /// node takes a submission's time on the one socket it shares. true
     /// for a node that answers one socket's calls at once, where the lane
     /// saves txgate 17-24% of its CPU per submission.

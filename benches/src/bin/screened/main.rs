@@ -255,6 +255,10 @@ async fn main() {
         a.senders > 0 && a.txs >= a.senders,
         "--txs >= --senders > 0"
     );
+    assert!(
+        a.rounds > 0 || a.paced_rate.is_some() || a.paced_rounds == 0,
+        "paced phases need --rounds > 0 (their rate is half the direct one) or --paced-rate"
+    );
     let control: HttpClient = client(4);
     let (node_proc, node) = anvil(
         &control,

@@ -309,7 +309,7 @@ async fn http_submissions_keep_the_pool_unless_asked_onto_the_lanes(kind: NodeKi
     let node = Node::start(kind).await;
     let sender = Eoa::new(0x4c);
     fund(&node.url, &[sender.address]).await;
-    for (nonce, on_lanes) in [(0u64, false), (1, true)] {
+    for (nonce, on_lanes) in [(0u64, false), (2, true)] {
         let relay = Relay::start(&node.url).await;
         let txgate = InProcess::start(
             &node.url,
@@ -338,14 +338,38 @@ async fn http_submissions_keep_the_pool_unless_asked_onto_the_lanes(kind: NodeKi
             answer["result"].as_str().is_some_and(|h| h.len() == 66),
             "{answer}"
         );
+        // The same in a batch beside a read: the batch goes on the lane
+        // only when every call it forwards may.
+        let raw = sender.sign(
+            nonce + 1,
+            alloy_primitives::Address::repeat_byte(0x4d),
+            &[],
+            1,
+            1_000_000_000,
+        );
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": 1, "method": "eth_sendRawTransaction", "params": [raw]},
+            {"jsonrpc": "2.0", "id": 2, "method": "eth_chainId", "params": []},
+        ])
+        .to_string();
+        let (status, answers) = rpc_json(&txgate.url, &batch).await;
+        assert_eq!(status, StatusCode::OK, "{answers}");
+        let answers = answers.as_array().expect("a batch's answer").clone();
+        assert_eq!(answers.len(), 2, "{answers:?}");
+        assert!(answers[0]["result"].is_string(), "{answers:?}");
         let metrics = txgate.metrics().await;
         let answered = metric(&metrics, ANSWERED) - metric(&before, ANSWERED);
-        let written = relay.conn(0).up.load(SeqCst) - up_before;
         if on_lanes {
-            assert_eq!(answered, 1.0, "the submission took the lane");
-            assert!(written > 0, "the submission was written on the lane");
+            assert_eq!(answered, 3.0, "the submission and the batch took the lane");
+            // The relay counts bytes once it has written them on.
+            let written = eventually(Duration::from_secs(5), || async {
+                relay.conn(0).up.load(SeqCst) > up_before
+            })
+            .await;
+            assert!(written, "the submission was written on the lane");
         } else {
-            assert_eq!(answered, 0.0, "the submission kept the pool");
+            assert_eq!(answered, 0.0, "the submission and the batch kept the pool");
+            let written = relay.conn(0).up.load(SeqCst) - up_before;
             assert_eq!(written, 0, "nothing written on the lane");
         }
         assert_eq!(relay.count(), 1);

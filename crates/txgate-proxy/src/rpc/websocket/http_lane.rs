@@ -44,6 +44,7 @@ use super::WebSockets;
 use super::lane::{self, Event};
 use crate::metrics::{Metrics, UpstreamFailure};
 use crate::upstream::Reply;
+use crate::upstream::group::is_submission;
 
 /// Calls a batch may hold to go on a lane (the lanes' own bound).
 pub(crate) const MAX_CALLS: usize = lane::MAX_BATCH;
@@ -57,14 +58,6 @@ pub(crate) enum LaneCall {
     Failed(UpstreamFailure),
     /// The lane failed before it was written: send it over the pool.
     Unsent,
-}
-
-/// A submission: on the lane only with `websocket.http_lane_submissions`.
-fn is_submission(method: &str) -> bool {
-    matches!(
-        method,
-        "eth_sendRawTransaction" | "eth_sendRawTransactionConditional"
-    )
 }
 
 impl WebSockets {
