@@ -15,7 +15,7 @@ use hyper::StatusCode;
 use tokio::net::TcpStream;
 
 use crate::fault_servers::{import_bans, tx};
-use crate::support::{RecordingUpstream, TempFile, Txgate, eventually, send_raw};
+use crate::support::{RecordingUpstream, TempFile, Txgate, eventually};
 
 /// What the load saw.
 #[derive(Debug, Default)]
@@ -181,6 +181,32 @@ async fn sigterm_under_load_answers_every_accepted_call() {
     );
 }
 
+/// How long one call of the restart test may wait for its answer.
+const ATTACK_CALL_LIMIT: Duration = Duration::from_secs(5);
+
+/// What a hung call of the restart test leaves to read: the sockets on
+/// `port` (a listener's Recv-Q is connections nobody accepted), and the
+/// instance's last log lines.
+fn diagnose(port: u16, txgate: &Txgate) -> String {
+    let sockets = std::process::Command::new("ss")
+        .args([
+            "-tanpi",
+            "state",
+            "all",
+            &format!("( sport = :{port} or dport = :{port} )"),
+        ])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_else(|e| format!("ss: {e}"));
+    let logs = txgate.drain_logs();
+    let tail = &logs[logs.len().saturating_sub(40)..];
+    format!(
+        "sockets on port {port}:\n{}\nlast log lines:\n{}",
+        sockets.lines().take(60).collect::<Vec<_>>().join("\n"),
+        tail.join("\n")
+    )
+}
+
 /// An attacker resends 200 banned transactions in a loop from 8
 /// connections while txgate stops (snapshot written at exit) and starts
 /// again from the snapshot on the same port: not one of them reaches the
@@ -221,19 +247,36 @@ async fn a_restart_from_the_snapshot_under_attack_loses_no_ban() {
     let url = first.url.clone();
     let stop = Arc::new(AtomicBool::new(false));
     let attempts = Arc::new(AtomicU64::new(0));
+    // Calls that got no answer within a few seconds: txgate refuses a
+    // banned call in a millisecond, and a port nothing listens on refuses
+    // the connection at once, so there should be none. Each is counted and
+    // left behind rather than holding its loop, so that the test reports it
+    // (with the sockets and logs) instead of hanging.
+    let stuck = Arc::new(AtomicU64::new(0));
     let attack: Vec<_> = (0..8)
         .map(|k| {
-            let (url, banned, stop, attempts) =
-                (url.clone(), banned.clone(), stop.clone(), attempts.clone());
+            let (url, banned, stop, attempts, stuck) = (
+                url.clone(),
+                banned.clone(),
+                stop.clone(),
+                attempts.clone(),
+                stuck.clone(),
+            );
             tokio::spawn(async move {
                 let mut i = k;
                 while !stop.load(Ordering::SeqCst) {
                     // Refused connections while no instance listens are
                     // expected: the attack goes on.
                     let body = serde_json::json!({"jsonrpc": "2.0", "id": i,
-                        "method": "eth_sendRawTransaction", "params": [banned[i % banned.len()]]});
-                    if crate::support::rpc(&url, &body.to_string()).await.is_err() {
-                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        "method": "eth_sendRawTransaction", "params": [banned[i % banned.len()]]})
+                    .to_string();
+                    let call = crate::support::rpc(&url, &body);
+                    match tokio::time::timeout(ATTACK_CALL_LIMIT, call).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(5)).await,
+                        Err(_) => {
+                            stuck.fetch_add(1, Ordering::SeqCst);
+                        }
                     }
                     attempts.fetch_add(1, Ordering::SeqCst);
                     i += 8;
@@ -246,12 +289,25 @@ async fn a_restart_from_the_snapshot_under_attack_loses_no_ban() {
     let status = first
         .proc
         .wait_timeout(Duration::from_secs(10))
-        .expect("exit");
+        .unwrap_or_else(|| panic!("no exit 10 s after SIGTERM\n{}", diagnose(port, &first)));
     assert_eq!(status.code(), Some(0));
     let second = Txgate::spawn(&args);
     // Every banned transaction, once, first thing on the new instance.
     for raw in &banned {
-        let (status, v) = send_raw(&second.url, raw).await;
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": 1,
+            "method": "eth_sendRawTransaction", "params": [raw]});
+        let answer = tokio::time::timeout(
+            ATTACK_CALL_LIMIT,
+            crate::support::rpc(&second.url, &body.to_string()),
+        )
+        .await;
+        let Ok(Ok((status, _, bytes))) = answer else {
+            panic!(
+                "no answer from the restarted instance: {answer:?}\n{}",
+                diagnose(port, &second)
+            );
+        };
+        let v: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
         assert_eq!(
             (status, v["error"]["code"].clone()),
             (StatusCode::OK, (-32003).into()),
@@ -261,8 +317,18 @@ async fn a_restart_from_the_snapshot_under_attack_loses_no_ban() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::SeqCst);
     for a in attack {
-        a.await.unwrap();
+        tokio::time::timeout(ATTACK_CALL_LIMIT * 2, a)
+            .await
+            .unwrap_or_else(|_| panic!("an attack loop hung\n{}", diagnose(port, &second)))
+            .unwrap();
     }
+    let stuck = stuck.load(Ordering::SeqCst);
+    assert_eq!(
+        stuck,
+        0,
+        "{stuck} attack calls got no answer within {ATTACK_CALL_LIMIT:?}\n{}",
+        diagnose(port, &second)
+    );
     assert!(attempts.load(Ordering::SeqCst) > 200);
     let reached: Vec<String> = upstream
         .received()

@@ -447,6 +447,29 @@ fn client() -> Client<HttpConnector, Full<Bytes>> {
 /// A response: status, headers, body.
 pub type Answer = (StatusCode, HeaderMap, Bytes);
 
+/// How long any call of the helpers below may take, connect to last byte,
+/// before it fails the test saying so: no txgate call in the suite is meant
+/// to take a tenth of it, and a test must fail, never hang.
+pub const CALL_LIMIT: Duration = Duration::from_secs(60);
+
+/// Sends `req` with `client` and reads the whole answer, within
+/// [`CALL_LIMIT`].
+async fn exchange(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    req: Request<Full<Bytes>>,
+) -> Result<Answer, String> {
+    let uri = req.uri().clone();
+    let call = async {
+        let response = client.request(req).await.map_err(|e| e.to_string())?;
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok((parts.status, parts.headers, body))
+    };
+    tokio::time::timeout(CALL_LIMIT, call)
+        .await
+        .unwrap_or_else(|_| Err(format!("no whole answer from {uri} within {CALL_LIMIT:?}")))
+}
+
 /// POSTs with the given content type.
 pub async fn post(
     url: &str,
@@ -460,10 +483,7 @@ pub async fn post(
     let req = req
         .body(Full::new(body.into()))
         .map_err(|e| e.to_string())?;
-    let response = client().request(req).await.map_err(|e| e.to_string())?;
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-    Ok((parts.status, parts.headers, body))
+    exchange(&client(), req).await
 }
 
 /// POSTs a JSON-RPC body from the loopback address `from` (127.0.0.2,
@@ -484,10 +504,7 @@ pub async fn rpc_from(
     let req = req
         .body(Full::new(Bytes::from(body.to_string())))
         .map_err(|e| e.to_string())?;
-    let response = client.request(req).await.map_err(|e| e.to_string())?;
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-    Ok((parts.status, parts.headers, body))
+    exchange(&client, req).await
 }
 
 /// POSTs a JSON-RPC body.
@@ -508,23 +525,16 @@ pub async fn try_get(url: &str) -> Result<Answer, String> {
     let req = Request::get(url)
         .body(Full::new(Bytes::new()))
         .map_err(|e| e.to_string())?;
-    let response = client().request(req).await.map_err(|e| e.to_string())?;
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-    Ok((parts.status, parts.headers, body))
+    exchange(&client(), req).await
 }
 
 pub async fn get(url: &str) -> Answer {
     let req = Request::get(url)
         .body(Full::new(Bytes::new()))
         .expect("request");
-    let response = client().request(req).await.expect("GET");
-    let (parts, body) = response.into_parts();
-    (
-        parts.status,
-        parts.headers,
-        body.collect().await.expect("body").to_bytes(),
-    )
+    exchange(&client(), req)
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
 }
 
 /// Runs cast with arguments; returns stdout, panics with stderr on failure.
