@@ -7,6 +7,7 @@
 //! answers map back to the caller's ids, in the caller's order, whatever the
 //! caller used as ids (duplicates included).
 
+mod batch;
 pub mod bundle;
 pub mod conditional;
 mod lanes;
@@ -14,6 +15,7 @@ mod latest;
 mod plan;
 pub mod policy;
 pub mod rescue;
+mod single;
 mod split;
 pub mod submission_log;
 pub mod sync;
@@ -29,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
-use http::{Method, Request, Response, StatusCode};
+use http::{Method, Request, Response};
 use http_body_util::{BodyExt, Limited};
 use tower::Service;
 use txgate_config::{RpcConfig, ScreenConfig};
@@ -37,16 +39,15 @@ use txgate_jsonrpc::{Call, Entry, Frame, Id};
 use txgate_screen::{Reason, Screen};
 
 use crate::limits::clients::Charged;
-use crate::limits::pacing::{Pace, PaceMark, Pacer, answered_with_result, batch_pace};
+use crate::limits::pacing::{Pace, PaceMark, Pacer};
 use crate::metrics::{ClearedAs, Metrics, Outcome, UpstreamFailure};
-use crate::request::{Body, Client, Refuse, json_response, no_content};
-use crate::rpc::plan::{Plan, Route, frame_cost, frame_refusal};
+use crate::request::{Body, Client, Refuse};
+use crate::rpc::plan::{frame_cost, frame_refusal};
 use crate::rpc::policy::MethodPolicy;
 use crate::rpc::rescue::Refusal;
 use crate::screening::{self, Stack};
-use crate::upstream::group::{CallError, Nodes, is_submission};
+use crate::upstream::group::{CallError, Nodes};
 use crate::upstream::is_json_content_type;
-use txgate_nodes::Role;
 
 /// Screening of the raw-transaction methods, when enabled.
 #[derive(Debug)]
@@ -441,298 +442,6 @@ impl Shared {
                 (!monitor_only).then_some(Refusal::Screened(rejection))
             }
         }
-    }
-
-    /// A lone call: forwarded as the caller's bytes.
-    async fn single(
-        &self,
-        call: &Call<'_>,
-        body: Bytes,
-        from: &From<'_>,
-    ) -> (Outcome, Response<Body>) {
-        self.metrics.http.call(&call.method);
-        if !self.policy.allows(&call.method) {
-            if call.is_notification() {
-                return (Outcome::MethodDenied, no_content());
-            }
-            return self.refuse(Refusal::MethodDenied, call.id);
-        }
-        // A sync call takes its own slot before anything else it costs.
-        let sync = match self.sync.enter(&call.method) {
-            Ok(slot) => slot,
-            Err(refusal) if call.is_notification() => {
-                return (refusal.class().outcome, no_content());
-            }
-            Err(refusal) => return self.refuse(refusal, call.id),
-        };
-        if let Some(refusal) = self.check_call(call, from).await {
-            let pace = matches!(refusal, Refusal::Screened(_) | Refusal::Bundle(_))
-                .then_some(Pace::Refused(1));
-            let answer = if call.is_notification() {
-                (refusal.class().outcome, no_content())
-            } else {
-                self.refuse(refusal, call.id)
-            };
-            return self.paced(answer, from, pace);
-        }
-        let mut accepted = false;
-        // A group serves `latest` at its agreed head: eth_blockNumber from
-        // txgate, block-tagged reads pinned to it.
-        let head = self.upstream.agreed_head();
-        if let Some(head) = head
-            && latest::answers_locally(call)
-        {
-            return match call.id {
-                Some(id) => (
-                    Outcome::Forwarded,
-                    json_response(
-                        StatusCode::OK,
-                        Bytes::from(latest::block_number_answer(id.as_str(), head)),
-                    ),
-                ),
-                None => (Outcome::Notification, no_content()),
-            };
-        }
-        let role = self
-            .upstream
-            .role_for(&call.method, call.params.map(|p| p.get()), from.client);
-        // A read the sequencer answers for the client's own writes or the
-        // pending block keeps its tag: it wants the newest state.
-        let pinned = head
-            .filter(|_| role == Role::Replica)
-            .and_then(|head| latest::pin(&call.method, call.params, head));
-        // Only a read for the replicas waits for a node at the agreed head:
-        // one for the sequencer (pending, the client's own writes, filters)
-        // goes to it as it stands.
-        let at_head = head.is_some() && role == Role::Replica && latest::reads_blocks(&call.method);
-        let body = match &pinned {
-            Some(params) => {
-                let mut out = Vec::with_capacity(body.len() + 16);
-                txgate_jsonrpc::encode::write_call_params(&mut out, call, Some(params));
-                Bytes::from(out)
-            }
-            None => body,
-        };
-        let submission = is_submission(&call.method);
-        let started = Instant::now();
-        let timeout = self.sync.timeout(usize::from(sync.is_some()));
-        let params = pinned.as_deref().or(call.params.map(|p| p.get()));
-        let lane = self.on_lane(call, role, at_head, params, timeout).await;
-        let result = self
-            .after_lane(lane, role, !submission, at_head, body, timeout, started)
-            .await;
-        let took = started.elapsed();
-        if result.is_ok() {
-            self.metrics
-                .nodes
-                .method(&call.method)
-                .observe(took.as_secs_f64());
-        }
-        if submission {
-            self.submissions.forwarded(
-                Instant::now(),
-                &submission_log::Forwarded {
-                    method: &call.method,
-                    params: call.params,
-                    node: result
-                        .as_ref()
-                        .map_or("", |reply| self.upstream.state().name(reply.node)),
-                    duration: took,
-                    answer: match &result {
-                        Ok(reply) if reply.status.is_success() || reply.is_json_rpc() => {
-                            Ok(&reply.body)
-                        }
-                        Ok(_) => Err(Outcome::UpstreamUnavailable.as_str()),
-                        Err(failure) => Err(upstream_refusal(*failure).class().outcome.as_str()),
-                    },
-                    client: from.client,
-                },
-            );
-        }
-        let answer = match result {
-            Ok(reply) if reply.status.is_success() || reply.is_json_rpc() => {
-                // A submission the node took ends its client's streak of
-                // refusals (one the node refused does not); looked at only
-                // while some client has one.
-                accepted = !call.is_notification()
-                    && self.tracks_acceptance(&call.method)
-                    && answered_with_result(&reply.body);
-                if submission && let Some(client) = from.client {
-                    self.upstream.state().wrote(client);
-                }
-                if call.is_notification() {
-                    (Outcome::Notification, no_content())
-                } else {
-                    (Outcome::Forwarded, json_response(reply.status, reply.body))
-                }
-            }
-            Ok(reply) => {
-                tracing::debug!(status = %reply.status, "upstream answered without JSON-RPC");
-                self.metrics.upstream.failure(UpstreamFailure::Status);
-                self.refuse(Refusal::UpstreamUnavailable, call.id)
-            }
-            Err(failure) => self.refuse(upstream_refusal(failure), call.id),
-        };
-        self.paced(answer, from, accepted.then_some(Pace::Cleared))
-    }
-
-    /// A batch: refusals answered here, the rest forwarded as one upstream
-    /// batch with positions as ids, answers put back in the caller's order.
-    async fn batch(
-        &self,
-        entries: &[Entry<'_>],
-        body_len: usize,
-        from: &From<'_>,
-    ) -> (Outcome, Response<Body>) {
-        let submits = split::submits(entries);
-        let pinnable = |call: &Call<'_>| self.role_in_batch(call, from, submits) == Role::Replica;
-        let pin = self.upstream.agreed_head().map(|head| latest::Pin {
-            head,
-            pinnable: &pinnable,
-        });
-        let plan = self
-            .plan(entries, from, true, body_len, pin, |index, _| {
-                Ok(Route::Forward(index))
-            })
-            .await;
-        let refused = plan.refused;
-        let (outcome, response, accepted) = self.answer_batch(entries, plan, from).await;
-        self.paced((outcome, response), from, batch_pace(refused, accepted))
-    }
-
-    /// The batch's answer, given its plan, and whether the node took one
-    /// of its screened submissions.
-    async fn answer_batch(
-        &self,
-        entries: &[Entry<'_>],
-        mut plan: Plan,
-        from: &From<'_>,
-    ) -> (Outcome, Response<Body>, bool) {
-        let mut status = StatusCode::OK;
-        let mut outcome = plan.outcome;
-        let mut failure = None;
-        let mut accepted = false;
-        if let Some(body) = plan.upstream.take() {
-            let awaiting = plan.awaits();
-            let timeout = self.sync.timeout(plan.syncs.len());
-            // The short form has one node for every role: nothing to sort.
-            let parts = if self.upstream.state().is_short_form() {
-                Vec::new()
-            } else {
-                self.parts(entries, &plan, from)
-            };
-            if parts.len() > 1 {
-                // Roles mixed: one batch per role, at once.
-                let settled = self
-                    .answer_parts(entries, &mut plan, parts, from, timeout)
-                    .await;
-                if settled.wrote
-                    && let Some(client) = from.client
-                {
-                    self.upstream.state().wrote(client);
-                }
-                accepted = settled.accepted;
-                if settled.answered {
-                    outcome = Outcome::Forwarded;
-                } else if let Some(refusal) = &settled.failure {
-                    let class = refusal.class();
-                    status = class.status;
-                    outcome = class.outcome;
-                }
-                plan.close(entries, None);
-                failure = if settled.answered {
-                    None
-                } else {
-                    settled.failure
-                };
-                return self.batch_response(plan, status, outcome, failure, accepted);
-            }
-            let (role, submits) = parts
-                .first()
-                .map_or((Role::Replica, false), |p| (p.role, p.submits));
-            let started = Instant::now();
-            let lane = self.batch_on_lane(entries, &plan, role, timeout).await;
-            let result = self
-                .after_lane(
-                    lane,
-                    role,
-                    !submits,
-                    plan.at_head,
-                    Bytes::from(body),
-                    timeout,
-                    started,
-                )
-                .await;
-            let took = started.elapsed();
-            if result.is_ok() {
-                self.metrics.nodes.batch().observe(took.as_secs_f64());
-            }
-            let node = result
-                .as_ref()
-                .map_or("", |reply| self.upstream.state().name(reply.node));
-            failure = match result {
-                // Only notifications went up: nothing to read back.
-                Ok(reply) if !awaiting && reply.status.is_success() => None,
-                Ok(reply) => match plan.settle(entries, &reply.body, |call| {
-                    self.tracks_acceptance(&call.method)
-                }) {
-                    Some(taken) => {
-                        accepted = taken;
-                        if submits && let Some(client) = from.client {
-                            self.upstream.state().wrote(client);
-                        }
-                        outcome = Outcome::Forwarded;
-                        None
-                    }
-                    None => {
-                        self.metrics.upstream.failure(UpstreamFailure::Status);
-                        Some(Refusal::UpstreamUnavailable)
-                    }
-                },
-                Err(failure) => Some(upstream_refusal(failure)),
-            };
-            if let Some(refusal) = &failure {
-                let class = refusal.class();
-                status = class.status;
-                outcome = class.outcome;
-            }
-            plan.close(entries, failure.as_ref());
-            // (The short form sorts no parts: `submits` is the batch's own
-            // test there only when a group sorted it.)
-            if submits || self.upstream.state().is_short_form() {
-                let sent = submission_log::BatchSent {
-                    node,
-                    duration: took,
-                    failed: failure.as_ref().map(|r| r.class().outcome.as_str()),
-                    client: from.client,
-                };
-                let forwarded = plan.forwarded_at.iter().copied();
-                self.log_batch_submissions(entries, &plan.slots, forwarded, &sent);
-            }
-        }
-        self.batch_response(plan, status, outcome, failure, accepted)
-    }
-
-    /// The batch's response from its settled plan.
-    fn batch_response(
-        &self,
-        plan: Plan,
-        status: StatusCode,
-        mut outcome: Outcome,
-        failure: Option<Refusal>,
-        accepted: bool,
-    ) -> (Outcome, Response<Body>, bool) {
-        if let Some(body) = plan::answer(plan.slots, true) {
-            return (outcome, json_response(status, body), accepted);
-        }
-        if let Some(refusal) = failure {
-            let (outcome, response) = self.refuse(refusal, None);
-            return (outcome, response, accepted);
-        }
-        if outcome == Outcome::Forwarded {
-            outcome = Outcome::Notification;
-        }
-        (outcome, no_content(), accepted)
     }
 }
 
