@@ -302,21 +302,8 @@ async fn main() {
     let mut rows = Vec::new();
     let mut perf_share = None;
     for round in 0..a.rounds {
-        // Which goes first rotates, so none always meets a node still
-        // mining another's transactions.
-        let mut order = vec!["direct", "txgate"];
-        if reference.is_some() {
-            order.push("reference");
-        }
-        let first = round as usize % order.len();
-        order.rotate_left(first);
-        for target in order {
+        for (target, slot) in rotation(round, reference.is_some().then_some("reference")) {
             // Each target of each round has accounts of its own.
-            let slot = match target {
-                "direct" => 0,
-                "txgate" => 1,
-                _ => 2,
-            };
             let (senders, raws) = sign_round(round * 3 + slot, &a);
             fund(&control, &node, senders.iter().map(|e| e.address)).await;
             let url = match (target, &reference) {
@@ -404,18 +391,7 @@ async fn main() {
         paced::mine_out(&control, &node).await;
     }
     for round in 0..a.paced_rounds {
-        let mut order = vec!["direct", "txgate"];
-        if hop.is_some() {
-            order.push("hop");
-        }
-        let first = round as usize % order.len();
-        order.rotate_left(first);
-        for target in order {
-            let slot = match target {
-                "direct" => 0,
-                "txgate" => 1,
-                _ => 2,
-            };
+        for (target, slot) in rotation(round, hop.is_some().then_some("hop")) {
             let seed = 1000 + round * 3 + slot;
             let count = (half_rate * a.paced_secs as f64) as u64;
             let (senders, raws) = paced::sign_paced(seed, a.senders, count.max(a.senders));
@@ -553,4 +529,15 @@ async fn main() {
     if let Some(path) = a.json {
         std::fs::write(path, summary.to_string()).unwrap();
     }
+}
+
+/// A round's targets with their account slots (direct 0, txgate 1, the
+/// `third` 2), in an order that rotates with the round, so none always
+/// meets a node still busy with another's transactions.
+fn rotation(round: u64, third: Option<&'static str>) -> Vec<(&'static str, u64)> {
+    let mut order = vec![("direct", 0), ("txgate", 1)];
+    order.extend(third.map(|name| (name, 2)));
+    let first = round as usize % order.len();
+    order.rotate_left(first);
+    order
 }

@@ -94,6 +94,15 @@ impl Conn {
         .filter(|b| **b)
         .count()
     }
+
+    /// The side an operation of `kind` (a receive or a send) works on.
+    fn side_mut(&mut self, kind: u64) -> &mut Side {
+        if kind == CLIENT_RECV || kind == CLIENT_SEND {
+            &mut self.client
+        } else {
+            &mut self.node
+        }
+    }
 }
 
 /// The thread's provided buffers: a ring of `BUFFERS` entries the kernel
@@ -200,11 +209,7 @@ impl Hop {
         let Some(conn) = self.conns[slot].as_mut() else {
             return;
         };
-        let side = if kind == CLIENT_RECV {
-            &mut conn.client
-        } else {
-            &mut conn.node
-        };
+        let side = conn.side_mut(kind);
         side.receiving = true;
         let entry = opcode::RecvMulti::new(side.fd(), GROUP)
             .build()
@@ -217,12 +222,9 @@ impl Hop {
         let Some(conn) = self.conns[slot].as_mut() else {
             return;
         };
-        let side = if kind == CLIENT_SEND {
-            &mut conn.client
-        } else {
-            &mut conn.node
-        };
-        if side.in_flight || conn.closing {
+        let closing = conn.closing;
+        let side = conn.side_mut(kind);
+        if side.in_flight || closing {
             return;
         }
         if side.sent == side.sending.len() {
@@ -299,11 +301,7 @@ impl Hop {
             let Some(conn) = self.conns[slot].as_mut() else {
                 return;
             };
-            let side = if kind == CLIENT_RECV {
-                &mut conn.client
-            } else {
-                &mut conn.node
-            };
+            let side = conn.side_mut(kind);
             side.receiving = false;
             if res == 0 {
                 side.eof = true;
@@ -325,11 +323,7 @@ impl Hop {
         let Some(conn) = self.conns[slot].as_mut() else {
             return;
         };
-        let side = if kind == CLIENT_SEND {
-            &mut conn.client
-        } else {
-            &mut conn.node
-        };
+        let side = conn.side_mut(kind);
         side.in_flight = false;
         if res <= 0 {
             self.close(slot);
