@@ -189,7 +189,9 @@ impl OpenLoop {
             let mut bodies = bodies.into_iter();
             let mut sent = 0usize;
             while sent < count {
-                let due = ((started.elapsed().as_secs_f64() * rate as f64) as usize).min(count);
+                // Request k is due at k / rate: those due by now are the
+                // first floor(elapsed × rate) + 1 (request 0 at once).
+                let due = ((started.elapsed().as_secs_f64() * rate as f64) as usize + 1).min(count);
                 while sent < due {
                     let at = started + Duration::from_secs_f64(sent as f64 / rate as f64);
                     let Some(body) = bodies.next() else { return };
