@@ -54,6 +54,7 @@ mod rpcproxy;
 mod service;
 #[cfg(test)]
 mod testutil;
+mod transport;
 mod watch;
 
 use std::net::SocketAddr;
@@ -156,7 +157,7 @@ fn router(hub: Arc<Hub>, node: node::Node, served: Served) -> tonic::transport::
         .then(|| RpcProxyServer::new(rpcproxy::Service::new(hub.clone())));
     let transport = served
         .transport
-        .then(|| SidecarTransportServer::new(results::Service::new(hub)));
+        .then(|| SidecarTransportServer::new(transport::Service::new(hub)));
     // A service left out answers gRPC UNIMPLEMENTED.
     tonic::transport::Server::builder()
         .add_optional_service(txgate)

@@ -22,8 +22,6 @@
 //! sidecar, a subscriber more than [`RESULTS_BUFFER`] results behind loses
 //! the oldest (the stream goes on; the loss is logged with its count).
 
-use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use alloy_primitives::{B256, U256};
@@ -31,14 +29,10 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_stream::{Stream, StreamExt};
-use tonic::{Request, Response, Status};
-use txgate_proto::transport_v1::sidecar_transport_server::SidecarTransport;
 use txgate_proto::transport_v1::{
     ResultStatus, SubscribeResultsRequest, TransactionResult, TxExecutionId,
 };
 use txgate_screen::AssertionKey;
-
-use crate::hub::Hub;
 
 /// Results buffered per subscriber: one further behind loses the oldest.
 pub(crate) const RESULTS_BUFFER: usize = 16_384;
@@ -163,37 +157,6 @@ pub(crate) fn from_block(request: &SubscribeResultsRequest) -> Result<Option<U25
         Some(bytes) => U256::try_from_be_slice(bytes)
             .map(Some)
             .ok_or_else(|| format!("from_block: {} bytes, at most 32", bytes.len())),
-    }
-}
-
-/// The gRPC service `sidecar.transport.v1.SidecarTransport`.
-#[derive(Debug)]
-pub(crate) struct Service {
-    hub: Arc<Hub>,
-}
-
-impl Service {
-    /// The service over the hub's results.
-    pub(crate) fn new(hub: Arc<Hub>) -> Service {
-        Service { hub }
-    }
-}
-
-type ResultStream = Pin<Box<dyn Stream<Item = Result<TransactionResult, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl SidecarTransport for Service {
-    type SubscribeResultsStream = ResultStream;
-
-    async fn subscribe_results(
-        &self,
-        request: Request<SubscribeResultsRequest>,
-    ) -> Result<Response<ResultStream>, Status> {
-        let peer = request.remote_addr();
-        let from = from_block(request.get_ref()).map_err(Status::invalid_argument)?;
-        tracing::info!(peer = ?peer, from_block = ?from, "results subscriber joined");
-        let stream = self.hub.results.subscribe(from).map(Ok);
-        Ok(Response::new(Box::pin(stream)))
     }
 }
 
