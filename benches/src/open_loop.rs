@@ -145,6 +145,7 @@ impl OpenLoop {
         F: Fn(u16, &[u8]) -> Result<T, String> + Send + Sync + 'static,
     {
         let count = bodies.len();
+        assert!(self.rate > 0 || count == 0, "an open loop needs a rate");
         let (due_tx, due_rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Bytes)>();
         let due_rx = Arc::new(Mutex::new(due_rx));
         let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -191,7 +192,9 @@ impl OpenLoop {
             while sent < count {
                 // Request k is due at k / rate: those due by now are the
                 // first floor(elapsed × rate) + 1 (request 0 at once).
-                let due = ((started.elapsed().as_secs_f64() * rate as f64) as usize + 1).min(count);
+                let due = ((started.elapsed().as_secs_f64() * rate as f64) as usize)
+                    .saturating_add(1)
+                    .min(count);
                 while sent < due {
                     let at = started + Duration::from_secs_f64(sent as f64 / rate as f64);
                     let Some(body) = bodies.next() else { return };
