@@ -12,9 +12,10 @@
 //!   hash, no sender), and `ShouldForward` verdicts `DENY` / `ALLOW` /
 //!   `UNKNOWN` from the same judgements.
 //! - `sidecar.transport.v1.SidecarTransport`, the Credible Layer sidecar's
-//!   ([`transport`], over [`results`]): `SubscribeResults` streams a `TransactionResult` for
-//!   every transaction the sidecar sees executed (`SUCCESS`, `REVERTED`,
-//!   `ASSERTION_FAILED`), live, from `from_block` on.
+//!   ([`transport`], over [`results`]): `SubscribeResults` streams a
+//!   `TransactionResult` for every transaction the sidecar sees executed
+//!   (`SUCCESS`, `REVERTED`, `ASSERTION_FAILED`), live, from `from_block`
+//!   on.
 //!
 //! Around it:
 //!

@@ -15,7 +15,7 @@ use hyper::StatusCode;
 use tokio::net::TcpStream;
 
 use crate::fault_servers::{import_bans, tx};
-use crate::support::{RecordingUpstream, TempFile, Txgate, eventually};
+use crate::support::{RecordingUpstream, TempFile, Txgate, eventually, send_raw};
 
 /// What the load saw.
 #[derive(Debug, Default)]
@@ -312,37 +312,28 @@ async fn a_restart_from_the_snapshot_under_attack_loses_no_ban() {
             })
         })
         .collect();
+    // What a failure below prints: the sockets as the first stuck call
+    // found them and now, and the instances' last log lines.
+    let report =
+        |instances: &[&Txgate]| diagnose(port, first_stuck.lock().unwrap().take(), instances);
     tokio::time::sleep(Duration::from_millis(500)).await;
     first.proc.signal(libc::SIGTERM);
     let status = first
         .proc
         .wait_timeout(Duration::from_secs(10))
-        .unwrap_or_else(|| {
-            let then = first_stuck.lock().unwrap().take();
-            panic!(
-                "no exit 10 s after SIGTERM\n{}",
-                diagnose(port, then, &[&first])
-            )
-        });
+        .unwrap_or_else(|| panic!("no exit 10 s after SIGTERM\n{}", report(&[&first])));
     assert_eq!(status.code(), Some(0));
     let second = Txgate::spawn(&args);
     // Every banned transaction, once, first thing on the new instance.
     for raw in &banned {
-        let body = serde_json::json!({"jsonrpc": "2.0", "id": 1,
-            "method": "eth_sendRawTransaction", "params": [raw]});
-        let answer = tokio::time::timeout(
-            ATTACK_CALL_LIMIT,
-            crate::support::rpc(&second.url, &body.to_string()),
-        )
-        .await;
-        let Ok(Ok((status, _, bytes))) = answer else {
-            let then = first_stuck.lock().unwrap().take();
-            panic!(
-                "no answer from the restarted instance: {answer:?}\n{}",
-                diagnose(port, then, &[&first, &second])
-            );
-        };
-        let v: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+        let (status, v) = tokio::time::timeout(ATTACK_CALL_LIMIT, send_raw(&second.url, raw))
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "no answer from the restarted instance\n{}",
+                    report(&[&first, &second])
+                )
+            });
         assert_eq!(
             (status, v["error"]["code"].clone()),
             (StatusCode::OK, (-32003).into()),
@@ -354,13 +345,7 @@ async fn a_restart_from_the_snapshot_under_attack_loses_no_ban() {
     for a in attack {
         tokio::time::timeout(ATTACK_CALL_LIMIT * 2, a)
             .await
-            .unwrap_or_else(|_| {
-                let then = first_stuck.lock().unwrap().take();
-                panic!(
-                    "an attack loop hung\n{}",
-                    diagnose(port, then, &[&first, &second])
-                )
-            })
+            .unwrap_or_else(|_| panic!("an attack loop hung\n{}", report(&[&first, &second])))
             .unwrap();
     }
     let stuck = stuck.load(Ordering::SeqCst);
@@ -368,7 +353,7 @@ async fn a_restart_from_the_snapshot_under_attack_loses_no_ban() {
         stuck,
         0,
         "{stuck} attack calls got no answer within {ATTACK_CALL_LIMIT:?}\n{}",
-        diagnose(port, first_stuck.lock().unwrap().take(), &[&first, &second])
+        report(&[&first, &second])
     );
     assert!(attempts.load(Ordering::SeqCst) > 200);
     let reached: Vec<String> = upstream
