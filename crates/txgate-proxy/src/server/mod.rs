@@ -224,6 +224,9 @@ where
     }
 
     // Stop accepting: new clients get connection refused and go elsewhere.
+    // Shut down, not only closed: another descriptor of this socket (kept
+    // by whoever started the worker) must not keep it listening.
+    let _ = socket2::SockRef::from(&listener).shutdown(std::net::Shutdown::Read);
     drop(listener);
     drain.cancel();
     tracing::info!(
