@@ -70,10 +70,7 @@ impl MakeService for Stack {
                 let channel = sidecar::channel(
                     &format!("http://{}", source.url.authority()),
                     config.sidecar.connect_timeout,
-                    sidecar::Keepalive {
-                        interval: config.sidecar.keepalive,
-                        timeout: config.sidecar.keepalive_timeout,
-                    },
+                    sidecar::Keepalive::from(&config.sidecar),
                 )
                 .map_err(io::Error::other)?;
                 ProbeClient::new(

@@ -224,10 +224,7 @@ impl Proxy {
                 protocol: source.protocol,
                 url,
                 connect_timeout: config.sidecar.connect_timeout,
-                keepalive: sidecar::Keepalive {
-                    interval: config.sidecar.keepalive,
-                    timeout: config.sidecar.keepalive_timeout,
-                },
+                keepalive: sidecar::Keepalive::from(&config.sidecar),
                 reconnect_initial: config.sidecar.reconnect_initial,
                 reconnect_max: config.sidecar.reconnect_max,
                 max_message_bytes: config.sidecar.max_message_bytes,

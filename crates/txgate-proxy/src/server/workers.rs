@@ -59,13 +59,28 @@ pub(crate) struct Shared {
 pub(crate) struct Workers {
     threads: Vec<JoinHandle<io::Result<Drained>>>,
     stop: CancellationToken,
-    /// A second descriptor of each worker's listening socket, so that the
-    /// whole port stops listening the moment the proxy stops, not when
-    /// each worker's runtime gets round to seeing the stop: a worker busy
-    /// with its connections would otherwise keep its share of the port open
-    /// after the other's had closed, and a client refused once could be
-    /// accepted on its next try.
-    listening: Vec<std::net::TcpListener>,
+    /// Each worker's listening socket, so that the whole port stops
+    /// listening the moment the proxy stops, not when each worker's runtime
+    /// gets round to seeing the stop (see [`Workers::drain`]).
+    listening: Vec<Listening>,
+}
+
+/// A second descriptor of a worker's listening socket that takes the socket
+/// out of the port when dropped, whoever still holds the other: on Linux a
+/// listening TCP socket shut down for reading stops listening at once (it
+/// leaves the port's SO_REUSEPORT group, its queue is reset, and a worker's
+/// `accept` on it fails with EINVAL).
+#[derive(Debug)]
+struct Listening(std::net::TcpListener);
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        if let Err(e) = socket2::SockRef::from(&self.0).shutdown(std::net::Shutdown::Read) {
+            // Already shut down (by the worker's own exit, or the other
+            // descriptor of the pair).
+            tracing::debug!(error = %e, "listener was not listening");
+        }
+    }
 }
 
 impl Workers {
@@ -80,10 +95,19 @@ impl Workers {
         <M::Service as Service<Request<Incoming>>>::Future: Send + 'static,
     {
         let stop = shared.stop.clone();
-        let mut threads = Vec::with_capacity(listeners.len());
+        // Every descriptor first, so that a failure here leaves no worker
+        // running: one pair per listener, one for `drain`, one for the
+        // worker's own exit (a failed start or a panic included), so that a
+        // worker that is gone never leaves its share of the port listening
+        // with nobody accepting.
         let mut listening = Vec::with_capacity(listeners.len());
-        for (index, listener) in listeners.into_iter().enumerate() {
-            listening.push(listener.try_clone()?);
+        let mut own = Vec::with_capacity(listeners.len());
+        for listener in &listeners {
+            listening.push(Listening(listener.try_clone()?));
+            own.push(Listening(listener.try_clone()?));
+        }
+        let mut threads = Vec::with_capacity(listeners.len());
+        for ((index, listener), own) in listeners.into_iter().enumerate().zip(own) {
             let (shared, make, stop) = (shared.clone(), make.clone(), stop.clone());
             let part = format!("worker-{index}");
             let guard = FatalGuard::new(part.clone(), stop.clone(), fatal.clone());
@@ -91,6 +115,7 @@ impl Workers {
             let thread = std::thread::Builder::new()
                 .name(format!("txgate-worker-{index}"))
                 .spawn(move || {
+                    let _own = own;
                     let guard = std::cell::RefCell::new(guard);
                     // A broken listener is reported at once (unless the
                     // proxy is stopping anyway), so the proxy starts
@@ -121,17 +146,20 @@ impl Workers {
     /// drain (each within the grace period). A worker that failed or
     /// panicked while draining is returned as a failure.
     ///
-    /// Every listening socket is shut down here, at once, before any worker
-    /// has seen the stop: from this moment every new connection to the port
-    /// is refused (connections the kernel had queued but no worker had
-    /// accepted are reset, as closing the listener does). A worker's
-    /// `accept` then fails with EINVAL, which is not reported as a failure
-    /// since the proxy is stopping.
+    /// Every listening socket is shut down here, one right after the other,
+    /// whether or not its worker has seen the stop yet. Each worker used to
+    /// close its own share of the port when its runtime saw the stop, so a
+    /// worker busy with its connections kept its share accepting for a
+    /// while after the other's had closed; a connect that met the first
+    /// share in the instant it closed was refused, and the next one was
+    /// accepted by the busy share. Now the port stops listening as a whole
+    /// (connections the kernel had queued but no worker had accepted are
+    /// reset, as closing a listener does). The stop is cancelled first, so a
+    /// worker whose `accept` then fails with EINVAL knows the proxy is
+    /// stopping and does not report it as a failure.
     pub(crate) async fn drain(self) -> (Drained, Option<Fatal>) {
         self.stop.cancel();
-        for listener in self.listening {
-            stop_listening(&listener);
-        }
+        drop(self.listening);
         let mut drained = Drained::Clean;
         let mut failure = None;
         for (index, thread) in self.threads.into_iter().enumerate() {
@@ -152,17 +180,6 @@ impl Workers {
             });
         }
         (drained, failure)
-    }
-}
-
-/// Takes a listening socket out of its port's SO_REUSEPORT group: on Linux a
-/// listening TCP socket shut down for reading stops listening (its queue is
-/// reset and new connections are refused), even while another descriptor
-/// of it is still open.
-fn stop_listening(listener: &std::net::TcpListener) {
-    if let Err(e) = socket2::SockRef::from(listener).shutdown(std::net::Shutdown::Read) {
-        // Already not listening (a worker whose listener broke).
-        tracing::debug!(error = %e, "listener was not listening");
     }
 }
 
@@ -307,19 +324,34 @@ mod tests {
             .expect("the call reaches a worker");
 
         let drained = tokio::spawn(workers.drain());
+        // The busy worker's runtime cannot run until its call is released,
+        // so it never closes its share itself: the port refuses only if
+        // `drain` shut that share down. Wait for the first refusal, then a
+        // moment for `drain` to shut the other share too (one system call
+        // after the first), then every connect must be refused.
+        // (A connect the busy share queues but never accepts would wait
+        // for the kernel's SYN retries once its queue is full: each try
+        // is bounded.)
+        let refused = |addr| {
+            matches!(
+                std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)),
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused
+            )
+        };
         let began = std::time::Instant::now();
-        while !shared.stop.is_cancelled() {
-            assert!(began.elapsed() < Duration::from_secs(10), "drain began");
-            tokio::time::sleep(Duration::from_millis(1)).await;
+        while !refused(addr) {
+            assert!(
+                began.elapsed() < Duration::from_secs(10),
+                "the busy worker's share of the port still accepts 10 s after the drain began"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        // The busy worker's runtime has not run since; its share of the
-        // port must refuse anyway (the kernel spreads connects over the
-        // shares, so forty tries reach both).
+        tokio::time::sleep(Duration::from_millis(250)).await;
         for attempt in 0..40 {
-            match std::net::TcpStream::connect(addr) {
-                Err(e) => assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused),
-                Ok(_) => panic!("connect {attempt} accepted after the drain began"),
-            }
+            assert!(
+                refused(addr),
+                "connect {attempt} not refused after the port refused one"
+            );
         }
 
         // The call under way still gets its answer, then all drains.

@@ -52,6 +52,15 @@ pub struct Keepalive {
     pub timeout: Duration,
 }
 
+impl From<&txgate_config::SidecarConfig> for Keepalive {
+    fn from(sidecar: &txgate_config::SidecarConfig) -> Keepalive {
+        Keepalive {
+            interval: sidecar.keepalive,
+            timeout: sidecar.keepalive_timeout,
+        }
+    }
+}
+
 /// A lazily connected channel to the sidecar (connects on first use and
 /// reconnects by itself). Must run inside a tokio runtime.
 pub fn channel(
