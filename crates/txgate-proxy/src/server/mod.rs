@@ -47,6 +47,22 @@ pub struct ServerSettings {
     pub tls: Option<tls::Tls>,
 }
 
+#[cfg(test)]
+impl ServerSettings {
+    /// Cleartext HTTP/1.1, 16 connections, a 30 s grace period: the
+    /// settings of the tests that drive a listener by hand.
+    pub(crate) fn for_tests() -> ServerSettings {
+        ServerSettings {
+            max_connections: 16,
+            header_read_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60),
+            http2: false,
+            grace_period: Duration::from_secs(30),
+            tls: None,
+        }
+    }
+}
+
 /// How serving ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Drained {
@@ -361,14 +377,7 @@ mod tests {
             Vec::new(),
             metrics.clone(),
         ));
-        let settings = ServerSettings {
-            max_connections: 16,
-            header_read_timeout: Duration::from_secs(5),
-            idle_timeout: Duration::from_secs(60),
-            http2: false,
-            grace_period: Duration::from_secs(30),
-            tls: None,
-        };
+        let settings = ServerSettings::for_tests();
         // Each call says it has arrived, then answers when the test lets it.
         let (arrived, mut calls) = mpsc::unbounded_channel();
         let answer = Arc::new(Notify::new());

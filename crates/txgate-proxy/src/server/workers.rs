@@ -294,14 +294,7 @@ mod tests {
         let shared = Shared {
             edge: Arc::new(Edge::new(&config, Vec::new(), metrics.clone())),
             metrics,
-            settings: ServerSettings {
-                max_connections: 16,
-                header_read_timeout: Duration::from_secs(5),
-                idle_timeout: Duration::from_secs(60),
-                http2: false,
-                grace_period: Duration::from_secs(30),
-                tls: None,
-            },
+            settings: ServerSettings::for_tests(),
             stop: CancellationToken::new(),
         };
         let (arrived, calls) = mpsc::channel();
