@@ -73,6 +73,19 @@ pub(crate) struct Workers {
 #[derive(Debug)]
 struct Listening(std::net::TcpListener);
 
+impl Listening {
+    /// A second descriptor of `listener`; none where a shut-down listening
+    /// socket would keep listening (elsewhere than Linux), since there an
+    /// extra descriptor would only keep the socket open longer.
+    fn of(listener: &std::net::TcpListener) -> io::Result<Option<Listening>> {
+        if cfg!(target_os = "linux") {
+            listener.try_clone().map(|dup| Some(Listening(dup)))
+        } else {
+            Ok(None)
+        }
+    }
+}
+
 impl Drop for Listening {
     fn drop(&mut self) {
         if let Err(e) = socket2::SockRef::from(&self.0).shutdown(std::net::Shutdown::Read) {
@@ -103,11 +116,12 @@ impl Workers {
         let mut listening = Vec::with_capacity(listeners.len());
         let mut own = Vec::with_capacity(listeners.len());
         for listener in &listeners {
-            listening.push(Listening(listener.try_clone()?));
-            own.push(Listening(listener.try_clone()?));
+            listening.extend(Listening::of(listener)?);
+            own.push(Listening::of(listener)?);
         }
         let mut threads = Vec::with_capacity(listeners.len());
         for ((index, listener), own) in listeners.into_iter().enumerate().zip(own) {
+            let started = stop.clone();
             let (shared, make, stop) = (shared.clone(), make.clone(), stop.clone());
             let part = format!("worker-{index}");
             let guard = FatalGuard::new(part.clone(), stop.clone(), fatal.clone());
@@ -132,8 +146,16 @@ impl Workers {
                         guard.borrow_mut().failed(e.to_string());
                     }
                     served
-                })?;
-            threads.push(thread);
+                });
+            match thread {
+                Ok(thread) => threads.push(thread),
+                Err(e) => {
+                    // The workers already running stop quietly: their
+                    // shares of the port close as this returns.
+                    started.cancel();
+                    return Err(e);
+                }
+            }
         }
         Ok(Workers {
             threads,
@@ -151,7 +173,7 @@ impl Workers {
     /// close its own share of the port when its runtime saw the stop, so a
     /// worker busy with its connections kept its share accepting for a
     /// while after the other's had closed; a connect that met the first
-    /// share in the instant it closed was refused, and the next one was
+    /// share in the instant it closed failed, and the next one was
     /// accepted by the busy share. Now the port stops listening as a whole
     /// (connections the kernel had queued but no worker had accepted are
     /// reset, as closing a listener does). The stop is cancelled first, so a
@@ -319,9 +341,11 @@ mod tests {
         let drained = tokio::spawn(workers.drain());
         // The busy worker's runtime cannot run until its call is released,
         // so it never closes its share itself: the port refuses only if
-        // `drain` shut that share down. Wait for the first refusal, then a
-        // moment for `drain` to shut the other share too (one system call
-        // after the first), then every connect must be refused.
+        // `drain` shut that share down. Wait for the first refusal: that
+        // normally means no share listens any more, but a connect that met
+        // one share in the instant it closed can be refused too, before
+        // `drain` has reached the other (one system call later); after a
+        // pause for that, every connect must be refused.
         // (A connect the busy share queues but never accepts would wait
         // for the kernel's SYN retries once its queue is full: each try
         // is bounded.)
