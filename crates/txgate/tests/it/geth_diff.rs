@@ -29,8 +29,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::support::{
-    ANVIL_ACCOUNTS, ANVIL_KEYS, Answer, Eoa, Geth, Txgate, eventually, post, receipt as receipt_of,
-    rpc, rpc_json, try_get,
+    ANVIL_ACCOUNTS, ANVIL_KEYS, Answer, Eoa, Geth, Txgate, nothing_pending, post,
+    receipt as receipt_of, rpc, rpc_json, try_get,
 };
 
 /// One geth dev node and txgate in front of it (defaults: screening on
@@ -544,22 +544,6 @@ fn hash_of(raw: &str) -> String {
 
 fn send_raw_call(raw: &str) -> String {
     call(json!(1), "eth_sendRawTransaction", json!([raw]))
-}
-
-/// Waits until the node's pool holds no pending transaction. A receipt is
-/// readable as soon as its block is on the chain, a moment before the pool
-/// has taken the block in: until then the mined transaction is still
-/// "already known" to it, and another with its nonce is a replacement.
-async fn nothing_pending(url: &str) {
-    let status = call(json!(1), "txpool_status", json!([]));
-    let settled = eventually(Duration::from_secs(10), || async {
-        rpc_json(url, &status).await.1["result"]["pending"] == "0x0"
-    })
-    .await;
-    assert!(
-        settled,
-        "the pool still holds a pending transaction after 10 s"
-    );
 }
 
 /// Every answer of one path's submissions, in order, by name; the node's

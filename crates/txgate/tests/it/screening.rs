@@ -9,8 +9,8 @@ use serde_json::json;
 use txgate_screen::{Invalidation, decode, decode_hex, recover_sender};
 
 use crate::support::{
-    ADDR1, Eoa, InProcess, KEY0, Node, NodeKind, accepted, cast_send, fund, metric, refused,
-    rpc_json, send_raw,
+    ADDR1, Eoa, InProcess, KEY0, Node, NodeKind, accepted, cast_send, fund, metric,
+    nothing_pending, refused, rpc_json, send_raw,
 };
 
 /// Init code of a contract that accepts every call (runtime: STOP).
@@ -271,9 +271,12 @@ async fn monitor_only_counts_but_forwards_everything(kind: NodeKind) {
 
     let first = attacker.sign(0, contract, &attack_input(), 0, 1_000_000_000);
     let hash = accepted(&send_raw(&txgate.url, &first).await);
-    // Mined before the replay, so node's answer is "nonce too low" and
-    // not a pending duplicate's hash.
+    // Mined, and out of the node's pool, before the replay, so the node's
+    // answer is "nonce too low", not a pending duplicate's hash or
+    // "already known" (geth's pool takes a new block in a moment after its
+    // receipt is readable).
     assert_eq!(status_of(&node.url, &hash).await, "0x1");
+    nothing_pending(&node.url).await;
     txgate.invalidations.apply(&[invalidation(&first, true)]);
 
     // The replay reaches node, which answers for itself ("nonce too low",

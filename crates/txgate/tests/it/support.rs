@@ -1075,6 +1075,22 @@ pub fn example_sidecar_config() -> TempFile {
     )
 }
 
+/// Waits until the node's pool holds no pending transaction. A receipt is
+/// readable as soon as its block is on the chain, a moment before the pool
+/// has taken the block in: until then the mined transaction is still
+/// "already known" to it, and another with its nonce is a replacement.
+pub async fn nothing_pending(url: &str) {
+    let status = r#"{"jsonrpc":"2.0","id":1,"method":"txpool_status","params":[]}"#;
+    let settled = eventually(Duration::from_secs(10), || async {
+        rpc_json(url, status).await.1["result"]["pending"] == "0x0"
+    })
+    .await;
+    assert!(
+        settled,
+        "the pool still holds a pending transaction after 10 s"
+    );
+}
+
 /// Waits up to `limit` for `check` to hold, polling every 20 ms.
 pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
 where
