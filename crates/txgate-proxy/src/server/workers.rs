@@ -121,7 +121,7 @@ impl Workers {
         }
         let mut threads = Vec::with_capacity(listeners.len());
         for ((index, listener), own) in listeners.into_iter().enumerate().zip(own) {
-            let started = stop.clone();
+            let stop_all = stop.clone();
             let (shared, make, stop) = (shared.clone(), make.clone(), stop.clone());
             let part = format!("worker-{index}");
             let guard = FatalGuard::new(part.clone(), stop.clone(), fatal.clone());
@@ -152,7 +152,7 @@ impl Workers {
                 Err(e) => {
                     // The workers already running stop quietly: their
                     // shares of the port close as this returns.
-                    started.cancel();
+                    stop_all.cancel();
                     return Err(e);
                 }
             }
@@ -298,7 +298,7 @@ mod tests {
     /// even while one worker is too busy to see the stop: every connect
     /// after that is refused. Each worker used to close only its own share
     /// of the port when it saw the stop, so the busy worker's share kept
-    /// accepting after the idle one's refused.
+    /// accepting after the idle one's had closed.
     #[cfg(target_os = "linux")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_whole_port_stops_listening_at_once_when_a_worker_is_busy() {
