@@ -60,9 +60,19 @@ of the previous commit) runs beside the current one as target "before", in
 the same interleaved rounds, and the ratios current/before are printed:
 the same-run comparison a change is kept or dropped by.
 
+With --rate N, the 50-connection runs are paced at N requests/s in all
+(h2load --rps, N/50 per connection) in place of as fast as each target
+goes, and every proxy's CPU per call is printed (with --baseline-bin, the
+ratio current/before too): what a call costs a proxy that is not
+saturated, where each call more often finds its worker asleep and pays
+the wake-up. At saturation a change of a few percent of CPU is lost in
+the scheduler's noise on two shared cores; at a fixed rate the CPU is
+counted over the same number of calls for each target.
+
 Usage: benches/load/passthrough.py [--rounds 3] [--duration 5] [--warmup 1]
                                    [--json results.json] [--baseline-bin PATH]
                                    [--limits] [--redis] [--cpu LIST] [--ws-node] [--io-hops]
+                                   [--rate N]
 Needs: nginx and h2load (Debian: nginx-light, nghttp2-client), and
 redis-server for --redis; scripts/install-bench-tools.sh and
 scripts/install-test-tools.sh install them.
@@ -147,9 +157,12 @@ def cpu_count(cpus):
     return n
 
 
-def h2load(port, connections, duration, warmup, log):
+def h2load(port, connections, duration, warmup, log, rps=None):
+    """h2load's requests/s, errors and latency; `rps`: each connection paced
+    at that many requests a second (h2load --rps), else as fast as it can."""
     cmd = PIN + [
         "h2load", "--h1", "-t", "1", "-c", str(connections), "-m", "1",
+    ] + (["--rps", str(rps)] if rps else []) + [
         "-D", str(duration), f"--warm-up-time={warmup}",
         "-d", str(log.parent / "body.json"),
         "-H", "content-type: application/json",
@@ -199,7 +212,7 @@ def tree_cpu_ms(pid):
     return total
 
 
-def h2load_cpu(port, connections, duration, warmup, log, pid):
+def h2load_cpu(port, connections, duration, warmup, log, pid, rps=None):
     """h2load as h2load() does, and the CPU of process tree `pid` over the
     measured part (from the end of the warm-up to h2load's end), per call."""
     box = {}
@@ -211,7 +224,7 @@ def h2load_cpu(port, connections, duration, warmup, log, pid):
     import threading
     t = threading.Thread(target=sample)
     t.start()
-    r = h2load(port, connections, duration, warmup, log)
+    r = h2load(port, connections, duration, warmup, log, rps)
     cpu1 = tree_cpu_ms(pid)
     t.join()
     r["cpu_us_per_call"] = (cpu1 - box["cpu0"]) * 1000.0 / max(1, r["requests"] - r["errors"])
@@ -250,8 +263,13 @@ def main():
                     help="node: rpc_echo over HTTP and WebSocket; adds target 'pool' (lanes off) and CPU per call")
     ap.add_argument("--io-hops", action="store_true",
                     help="adds targets 'epoll_hop', 'uring_hop' and 'defer_hop' (uring_hop) and CPU per call")
+    ap.add_argument("--rate", type=int,
+                    help="pace the 50-connection runs at this many requests/s in all (h2load --rps per"
+                         " connection) and measure CPU per call there: a call's cost below saturation")
     args = ap.parse_args()
-    cpu_per_call = args.ws_node or args.io_hops
+    cpu_per_call = args.ws_node or args.io_hops or bool(args.rate)
+    # h2load paces each connection; the 50 together make the rate.
+    paced = -(-args.rate // 50) if args.rate else None
     if args.cpu:
         if not shutil.which("taskset"):
             sys.exit("taskset not found (Debian: util-linux)")
@@ -378,6 +396,8 @@ def main():
         print(f"machine: {os.cpu_count()} cores, {cpu}")
         if args.cpu:
             print(f"every process bound to CPU {args.cpu}")
+        if args.rate:
+            print(f"50-connection runs paced at {args.rate} requests/s ({paced} per connection)")
         print(f"h2load HTTP/1.1, {args.duration}s measured + {args.warmup}s warm-up per run, {args.rounds} rounds\n")
         order = (["direct", "nginx", "txgate"] + (["pool"] if args.ws_node else [])
                  + (["before"] if args.baseline_bin else []) + hops + limited)
@@ -391,9 +411,11 @@ def main():
                 for target in rot:
                     if cpu_per_call and mode == "throughput" and target in pids:
                         r = h2load_cpu(ports[target], conns, args.duration, args.warmup,
-                                       work / "h2load.log", pids[target])
+                                       work / "h2load.log", pids[target],
+                                       paced if mode == "throughput" else None)
                     else:
-                        r = h2load(ports[target], conns, args.duration, args.warmup, work / "h2load.log")
+                        r = h2load(ports[target], conns, args.duration, args.warmup, work / "h2load.log",
+                                   paced if mode == "throughput" else None)
                     row[(mode, target)] = r
             results.append(row)
             t, l = "throughput", "latency"
@@ -426,6 +448,9 @@ def main():
                 hop_b = row[(l, "before")]["p50_us"] - row[(l, "direct")]["p50_us"]
                 print(f"  txgate/before throughput {row[(t, 'txgate')]['rps'] / row[(t, 'before')]['rps']:.2f}x;"
                       f" added p50 per hop: before {hop_b} us")
+                if cpu_per_call:
+                    print(f"  txgate/before CPU per call at 50c"
+                          f" {row[(t, 'txgate')]['cpu_us_per_call'] / row[(t, 'before')]['cpu_us_per_call']:.2f}x")
             print()
 
         def med(mode, target, key):
@@ -479,6 +504,11 @@ def main():
             print("  CPU per call at 50c (medians): " + ", ".join(
                 f"{tg} {summary['targets'][tg]['cpu_us_per_call_50c']:.2f} us" for tg in pids))
             print(f"  txgate/nginx CPU per call (median of per-round ratios): {statistics.median(cpu_ratio):.2f}x")
+            if args.baseline_bin:
+                over = statistics.median(r[("throughput", "txgate")]["cpu_us_per_call"]
+                                         / r[("throughput", "before")]["cpu_us_per_call"] for r in results)
+                summary["txgate_over_before_cpu_per_call_median"] = over
+                print(f"  txgate/before CPU per call (median of per-round ratios): {over:.2f}x")
         if args.io_hops:
             def per_round(key, a, b):
                 return statistics.median(r[("throughput", a)][key] / r[("throughput", b)][key] for r in results)

@@ -222,6 +222,78 @@ async fn client_sending_headers_too_slowly_is_cut_off() {
     assert_eq!(status, StatusCode::OK);
 }
 
+/// A kept-alive connection's later request heads have the same time as
+/// its first: a client that stalls on its fourth head is cut off like one
+/// that stalls on its first, neither sooner nor never. (Written for a
+/// trial that reused each worker's head-read timers across requests,
+/// moved to each new deadline; it failed on a timer left at an earlier
+/// deadline. The trial was not kept: PERFORMANCE.md, "Kept head-read
+/// timers".)
+#[tokio::test(flavor = "multi_thread")]
+async fn kept_alive_client_stalling_on_a_later_head_is_cut_off() {
+    let (_anvil, txgate, _cfg) = setup().await;
+    let mut conn = TcpStream::connect(txgate.rpc_addr).await.unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#;
+    let request = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut buf = Vec::new();
+    for call in 0..3 {
+        conn.write_all(request.as_bytes()).await.unwrap();
+        buf.clear();
+        // One whole answer: its head, then as many bytes as it announces.
+        let answer = tokio::time::timeout(Duration::from_secs(5), async {
+            let mut chunk = [0u8; 1024];
+            loop {
+                let n = conn.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "closed after {call} calls");
+                buf.extend_from_slice(&chunk[..n]);
+                let text = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let length: usize = text
+                        .split("\r\n")
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .expect("a content-length")
+                        .trim()
+                        .parse()
+                        .unwrap();
+                    if buf.len() >= end + 4 + length {
+                        return text;
+                    }
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("call {call} unanswered"));
+        assert!(answer.starts_with("http/1.1 200"), "{answer}");
+        // The next head's timer starts now (hyper counts a kept-alive
+        // connection's idle time against it). Waiting 200 ms of its 300:
+        // a reused timer left at its earlier deadline would have fired
+        // 100 ms in, and the next call would find the connection closed.
+        if call < 2 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    // The fourth head: its timer started with the third answer, just now.
+    let started = Instant::now();
+    conn.write_all(b"POST / HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let mut rest = [0u8; 512];
+    let read = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut rest)).await;
+    let elapsed = started.elapsed();
+    assert!(read.is_ok(), "stalled client still connected after 5 s");
+    if let Ok(Ok(n)) = read {
+        let text = String::from_utf8_lossy(&rest[..n]);
+        assert!(n == 0 || text.starts_with("HTTP/1.1 408"), "{text}");
+    }
+    assert!(
+        elapsed >= Duration::from_millis(250),
+        "cut off before the timeout: {elapsed:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn client_sending_the_body_too_slowly_gets_408() {
     let (_anvil, txgate, _cfg) = setup().await;
