@@ -17,7 +17,10 @@
 //! transaction proxyd will forward), and each transaction judged by the
 //! same read-only judgement as the pool's question ([`Screen::judge`],
 //! with proxyd's `from` as the sender). When every one is answered `false`
-//! proxyd forwards them all: each is then remembered like a forwarded one,
+//! proxyd forwards them all: those on a cooled call then take its trickle
+//! slot, as on the request path ([`Screen::take_trickles`]; the pool only
+//! peeks at it, but for proxyd the hook is the request path's check), and
+//! each is remembered like a forwarded one,
 //! so a failure result naming only its hash bans its fingerprint. When one
 //! is refused proxyd forwards none, and nothing is remembered. In
 //! monitor-only mode every answer is `false` and what would have been
@@ -36,6 +39,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use alloy_primitives::B256;
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
@@ -43,7 +47,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use txgate_config::IpNet;
 use txgate_limits::{Nanos, Rate};
 use txgate_proto::proxyd::{self, Invalid};
-use txgate_screen::{Fingerprint, PoolTx, PoolVerdict, Screen};
+use txgate_screen::{Fingerprint, PoolTx, PoolVerdict, Reason, Screen};
 
 use crate::metrics::{HookError, Metrics};
 use crate::request::Body;
@@ -190,8 +194,6 @@ impl ProxydHook {
         }
         let now = self.screen.millis(at);
         let mut verdicts = Vec::with_capacity(request.txs.len());
-        let mut refused = false;
-        let mut would_refuse = false;
         for tx in &request.txs {
             let pool = PoolTx {
                 hash: tx.hash,
@@ -205,19 +207,46 @@ impl ProxydHook {
                 m.creations.inc();
             }
             let verdict = self.screen.judge(&pool, now);
-            let deny = match verdict {
-                PoolVerdict::Allow(_) => {
-                    m.txs_allowed.inc();
-                    false
-                }
+            verdicts.push((tx.key, false, pool, verdict));
+        }
+        // When proxyd will forward every one, the cooled calls among them
+        // take their trickle slots, as the request path's would: the judge
+        // only peeks, and an open slot nobody takes would stay open for
+        // the rest of the cooldown. Two on one call within the request, or
+        // a slot taken since the judge looked, refuse that one (all slots
+        // or none are taken).
+        if self.screen.cooling()
+            && (self.monitor_only || verdicts.iter().all(|(.., v)| !v.denied()))
+        {
+            let let_in: Vec<(usize, (B256, Fingerprint))> = verdicts
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (_, _, pool, verdict))| match verdict {
+                    PoolVerdict::Allow(Some(fp)) => Some((i, (pool.hash, *fp))),
+                    _ => None,
+                })
+                .collect();
+            let txs: Vec<(B256, Fingerprint)> = let_in.iter().map(|(_, tx)| *tx).collect();
+            if let Err((at, _)) = self.screen.take_trickles(&txs, now) {
+                let (i, (_, fp)) = let_in[at];
+                verdicts[i].3 = PoolVerdict::Deny {
+                    reason: Reason::AssertionCooldown,
+                    fingerprint: Some(fp),
+                };
+            }
+        }
+        let mut refused = false;
+        let mut would_refuse = false;
+        for (_, deny, _, verdict) in &mut verdicts {
+            match *verdict {
+                PoolVerdict::Allow(_) => m.txs_allowed.inc(),
                 PoolVerdict::Deny { reason, .. } => {
                     m.refusal(reason, self.monitor_only);
                     would_refuse = true;
-                    !self.monitor_only
+                    *deny = !self.monitor_only;
                 }
-            };
-            refused |= deny;
-            verdicts.push((tx.key, deny, pool, verdict));
+            }
+            refused |= *deny;
         }
         if refused {
             m.refused.inc();

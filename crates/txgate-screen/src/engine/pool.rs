@@ -113,6 +113,42 @@ impl Screen {
         PoolVerdict::Allow(fp)
     }
 
+    /// Whether some call is cooling down (otherwise there is no trickle
+    /// slot to take): one atomic load.
+    pub fn cooling(&self) -> bool {
+        self.assertions.cooldowns() > 0
+    }
+
+    /// Takes the cooldown trickle slots of transactions [`Screen::judge`]
+    /// let in and another proxy is about to forward (proxyd, through its
+    /// validation hook: for it, the judge is the request path's check).
+    /// Without this a cooldown's slot, once open, would stay open: the
+    /// judge only peeks, and nothing else would take it. `txs` are the
+    /// hash and fingerprint of each; all slots are taken at once or none,
+    /// as a bundle's commit takes them, and a call listed twice needs two
+    /// (one call per trickle interval). A transaction this instance
+    /// already forwarded needs none. `Err` is the position in `txs` of the
+    /// first one refused and its cooldown's retry-after; nothing is taken
+    /// then.
+    pub fn take_trickles(
+        &self,
+        txs: &[(B256, Fingerprint)],
+        now: Millis,
+    ) -> Result<(), (usize, Millis)> {
+        if txs.is_empty() || !self.cooling() {
+            return Ok(());
+        }
+        let (at, calls): (Vec<usize>, Vec<CallKey>) = txs
+            .iter()
+            .enumerate()
+            .filter(|(_, (hash, _))| self.forwarded.get(hash, now).is_none())
+            .map(|(i, (_, fp))| (i, (fp.target, fp.selector)))
+            .unzip();
+        self.assertions
+            .take_trickles(&calls, now)
+            .map_err(|(i, _, retry_after)| (at[i], retry_after))
+    }
+
     /// Remembers a transaction let into the pool like a forwarded one:
     /// its hash names its fingerprint and sender for the failure results
     /// that name only the hash. A creation (no fingerprint) is not kept.

@@ -139,6 +139,67 @@ async fn monitor_only_answers_false_and_counts_what_it_would_refuse() {
     }
 }
 
+/// proxyd forwards on the hook's word, so the hook takes a cooldown's
+/// trickle slot as the request path does: one call on the cooled call per
+/// trickle interval, a second one in the same request refused (and then
+/// nothing taken), and a transaction it let through asked about again
+/// still let through. Before, the slot once open stayed open for the rest
+/// of the cooldown, and every call on it was answered `false`.
+#[test]
+fn a_cooldowns_trickle_lets_one_call_through_the_hook_per_interval() {
+    let (hook, screen, metrics) = hook(false, 1000);
+    let settings = ScreenSettings::default().cooldown;
+    let trickle = std::time::Duration::from_millis(settings.trickle_interval);
+    let assertion = Some(txgate_screen::AssertionKey {
+        id: alloy_primitives::B256::repeat_byte(0xa5),
+        version: 1,
+    });
+    let start = Instant::now();
+    let failed: Vec<Invalidation> = (0..settings.distinct_fingerprints)
+        .map(|i| {
+            let tx = decode(
+                &decode_hex(&raw(100 + i as u8, 0, &[0xde, 0xad, 0xbe, 0xef, i as u8])).unwrap(),
+            )
+            .unwrap();
+            let sender = recover_sender(&tx).unwrap();
+            Invalidation::of(&tx, Some(sender), assertion, 0).unwrap()
+        })
+        .collect();
+    assert_eq!(screen.apply(&failed, screen.millis(start), 0).cooldowns, 1);
+    let call = |seed: u8| raw(seed, 0, &[0xde, 0xad, 0xbe, 0xef, 0x77, seed]);
+    let refused = |a: &Value| {
+        a["unauthorized"]
+            .as_object()
+            .unwrap()
+            .values()
+            .filter(|v| **v == true)
+            .count()
+    };
+    let ask = |raws: &[&str], at: Instant| {
+        let response = hook.answer(PEER, &body(raws), at);
+        let bytes = futures_executor(response);
+        serde_json::from_slice::<Value>(&bytes).unwrap()
+    };
+    // Within the first interval the slot is closed.
+    assert_eq!(refused(&ask(&[&call(1)], start)), 1);
+    // Open: the first call takes it, the next one is refused.
+    let open = start + trickle;
+    let first = call(2);
+    assert_eq!(refused(&ask(&[&first], open)), 0);
+    assert_eq!(refused(&ask(&[&call(3)], open)), 1);
+    let cooled = txgate_screen::Reason::AssertionCooldown;
+    assert_eq!(metrics.proxyd.refusals(cooled), 2);
+    // The one let through, asked again (proxyd retrying): let through.
+    assert_eq!(refused(&ask(&[&first], open)), 0);
+    // Next interval: two on the call in one request, one too many; the
+    // refused request took nothing, so one alone goes.
+    let next = start + 2 * trickle;
+    let (a, b) = (call(4), call(5));
+    assert_eq!(refused(&ask(&[&a, &b], next)), 1);
+    assert_eq!(refused(&ask(&[&a], next)), 0);
+    assert_eq!(metrics.proxyd.refusals(cooled), 3);
+}
+
 /// A source over its rate (in transactions) still gets verdicts (an error
 /// would let proxyd through), a banned one included, but nothing of it is
 /// remembered; another source keeps its own rate.

@@ -224,6 +224,75 @@ fn a_cooldown_is_peeked_and_its_trickle_slot_is_never_used_up() {
     );
 }
 
+/// Transactions another proxy forwards on the judge's word (proxyd's
+/// hook) take the trickle slot the judge found open, all at once or
+/// none: the next one on the call is refused until the next interval, two
+/// on one call in one request are one too many, and one this instance
+/// forwarded needs no slot.
+#[test]
+fn judged_transactions_forwarded_elsewhere_take_their_trickle_slots() {
+    let settings = ScreenSettings::default();
+    let n = settings.cooldown.distinct_fingerprints;
+    let trickle = settings.cooldown.trickle_interval;
+    let s = screen(settings);
+    let assertion = Some(AssertionKey {
+        id: B256::repeat_byte(0xa5),
+        version: 1,
+    });
+    let batch: Vec<Invalidation> = (0..n)
+        .map(|i| {
+            Pooled::of(&raw_tx(&key(i as u32), &attack_input(i as u8), 0)).invalidation(assertion)
+        })
+        .collect();
+    assert_eq!(s.apply(&batch, 0, 0).cooldowns, 1);
+    let fresh = |i: u32| Pooled::of(&raw_tx(&key(2000 + i), &attack_input(0xee), 0));
+    let let_in = |p: &Pooled, now| match s.judge(&p.pool_tx(), now) {
+        PoolVerdict::Allow(Some(fp)) => (p.tx.hash, fp),
+        other => panic!("refused: {other:?}"),
+    };
+    // The slot is open: the judge lets in, the forward takes the slot.
+    let first = fresh(1);
+    let taken = let_in(&first, trickle);
+    assert_eq!(s.take_trickles(&[taken], trickle), Ok(()));
+    // Closed now for the next one, until the next interval.
+    let second = fresh(2);
+    assert_eq!(
+        reason(s.judge(&second.pool_tx(), trickle + 5)),
+        Some(Reason::AssertionCooldown)
+    );
+    // Two on the call in one request at the next interval: the second is
+    // refused and nothing is taken, so one alone still goes.
+    let (a, b) = (fresh(3), fresh(4));
+    let pair = [let_in(&a, 2 * trickle), let_in(&b, 2 * trickle)];
+    assert_eq!(
+        s.take_trickles(&pair, 2 * trickle),
+        Err((1, trickle)),
+        "the second on one call"
+    );
+    assert_eq!(s.take_trickles(&pair[..1], 2 * trickle), Ok(()));
+    // One this instance forwarded needs no slot, taken or not; a fresh one
+    // does, and the slot is taken.
+    let kept = fresh(5);
+    let fp = Fingerprint::of(&kept.tx).unwrap();
+    s.remember_pooled(&kept.pool_tx(), &fp, 2 * trickle);
+    assert_eq!(
+        s.take_trickles(&[(kept.tx.hash, fp)], 2 * trickle + 1),
+        Ok(())
+    );
+    let late = fresh(6);
+    let late_fp = Fingerprint::of(&late.tx).unwrap();
+    assert_eq!(
+        s.take_trickles(
+            &[(kept.tx.hash, fp), (late.tx.hash, late_fp)],
+            2 * trickle + 1
+        ),
+        Err((1, trickle - 1))
+    );
+    // With no cooldown at all, nothing is needed.
+    let calm = screen(ScreenSettings::default());
+    assert_eq!(calm.take_trickles(&pair, 0), Ok(()));
+}
+
 #[test]
 fn judging_changes_nothing_and_remembering_attributes_a_hash() {
     let s = screen(ScreenSettings::default());
