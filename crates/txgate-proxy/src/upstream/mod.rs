@@ -8,8 +8,13 @@
 //!
 //! A pooled connection the upstream closed while idle is detected on use
 //! (write error, or EOF before any byte of the answer) and the call is
-//! retried once on a fresh connection; nothing of the answer was seen, so
-//! the upstream cannot have answered it.
+//! retried once on a fresh connection. Not a submission written whole:
+//! the node may have taken it and then closed (a restart, a load balancer
+//! dropping its backend) before answering, and the node's own answer to a
+//! second copy ("already known", a nonce error) would tell the client its
+//! transaction failed. So a submission's pooled connection is first
+//! checked for a close already seen, and one written whole is never
+//! written again: its failure is the answer.
 //!
 //! An `https://` node is reached over TLS ([`tls`]): the handshake is done
 //! when a connection opens, and the pooled connection keeps its session
@@ -152,20 +157,32 @@ impl Upstream {
         body: Bytes,
         timeout: Option<Duration>,
     ) -> Result<Reply, UpstreamFailure> {
-        self.exchange(body, timeout).await.map_err(|f| f.failure)
+        self.exchange(body, timeout, true)
+            .await
+            .map_err(|f| f.failure)
     }
 
     /// [`Upstream::call_within`], saying on failure whether the request
     /// was written whole: one that was not cannot have been taken by the
-    /// node, so it may go to another.
-    pub async fn exchange(&self, body: Bytes, timeout: Option<Duration>) -> Result<Reply, Failed> {
+    /// node, so it may go to another. `resend`: whether a request written
+    /// whole on a pooled connection that then closed with no answer may be
+    /// written again on a fresh one (a read; not a submission, see the
+    /// module doc).
+    pub async fn exchange(
+        &self,
+        body: Bytes,
+        timeout: Option<Duration>,
+        resend: bool,
+    ) -> Result<Reply, Failed> {
         let inner = &self.inner;
         let started = Instant::now();
         let written = std::sync::atomic::AtomicBool::new(false);
         let exchange = async {
-            match self.checkout() {
+            match self.checkout(!resend) {
                 Some(stream) => match self.attempt(stream, &body, false, &written).await {
-                    Err(Attempt { stale: true, .. }) => {
+                    Err(Attempt { stale: true, .. })
+                        if resend || !written.load(std::sync::atomic::Ordering::Relaxed) =>
+                    {
                         let stream = self.connect().await?;
                         self.attempt(stream, &body, true, &written)
                             .await
@@ -200,13 +217,18 @@ impl Upstream {
         })
     }
 
-    /// Most recently used idle connection that is not too old.
-    fn checkout(&self) -> Option<Conn> {
+    /// Most recently used idle connection that is not too old; with
+    /// `checked`, not one the node is already known to have closed.
+    fn checkout(&self, checked: bool) -> Option<Conn> {
         let mut idle = self.inner.idle.lock().unwrap_or_else(|p| p.into_inner());
         while let Some(conn) = idle.pop() {
-            if conn.since.elapsed() < self.inner.pool_idle_timeout {
-                return Some(conn.stream);
+            if conn.since.elapsed() >= self.inner.pool_idle_timeout {
+                continue;
             }
+            if checked && closed_by_peer(&conn.stream) {
+                continue;
+            }
+            return Some(conn.stream);
         }
         None
     }
@@ -344,6 +366,23 @@ impl Upstream {
     }
 }
 
+/// Whether the node closed (or wrote unasked on) an idle pooled
+/// connection, as far as the worker's poller has seen: a read is tried
+/// only while the socket is marked readable (it still is after the last
+/// answer was read, so usually once: one non-blocking `recv`, which
+/// clears the mark when nothing is there). Anything read means the
+/// connection is not fit for a request (an idle HTTP/1.1 connection has
+/// nothing to say; a TLS alert or a late session ticket is read away here
+/// too, so that connection is dropped as well).
+fn closed_by_peer(conn: &Conn) -> bool {
+    let tcp = match conn {
+        Conn::Plain(tcp) => tcp,
+        Conn::Tls(tls) => tls.get_ref().0,
+    };
+    let mut byte = [0u8; 1];
+    !matches!(tcp.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
 /// Whether `value` is a JSON content type txgate accepts.
 pub(crate) fn is_json_content_type(value: Option<&HeaderValue>) -> bool {
     let Some(value) = value.and_then(|v| v.to_str().ok()) else {
@@ -360,49 +399,4 @@ pub(crate) fn is_json_content_type(value: Option<&HeaderValue>) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn content_types() {
-        let ok = [
-            "application/json",
-            "application/json; charset=utf-8",
-            "Application/JSON",
-            "application/json-rpc",
-        ];
-        for v in ok {
-            assert!(
-                is_json_content_type(Some(&HeaderValue::from_static(v))),
-                "{v}"
-            );
-        }
-        for v in [
-            "text/plain",
-            "application/x-www-form-urlencoded",
-            "application/jsonx",
-            "",
-        ] {
-            assert!(
-                !is_json_content_type(Some(&HeaderValue::from_static(v))),
-                "{v}"
-            );
-        }
-        assert!(!is_json_content_type(None));
-    }
-
-    /// The URL is parsed by the config crate (its tests cover the forms);
-    /// the client writes the request head from it once.
-    #[test]
-    fn the_request_head_comes_from_the_parsed_url() {
-        let metrics = Arc::new(Metrics::new());
-        let config = txgate_config::Config::default();
-        let url = HttpUrl::parse_upstream("http://[::1]:9000/rpc/v1").unwrap();
-        let u = Upstream::new(&url, &config.upstream, &config.admission, metrics).unwrap();
-        assert!(
-            String::from_utf8_lossy(&u.inner.head)
-                .starts_with("POST /rpc/v1 HTTP/1.1\r\nhost: [::1]:9000\r\n")
-        );
-        assert!(HttpUrl::parse_upstream("http://h:notaport").is_err());
-    }
-}
+mod tests;

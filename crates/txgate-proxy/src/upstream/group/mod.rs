@@ -213,9 +213,9 @@ impl Nodes {
         if self.state.is_short_form() {
             let only = &self.clients[0];
             return only
-                .call_within(body, timeout)
+                .exchange(body, timeout, resend)
                 .await
-                .map_err(CallError::Upstream);
+                .map_err(|f| CallError::Upstream(f.failure));
         }
         let deadline = Instant::now() + timeout.unwrap_or(self.call_timeout);
         let metrics = &self.metrics;
@@ -262,7 +262,9 @@ impl Nodes {
             let started = Instant::now();
             let answer = {
                 let _in_flight = self.state.begin(i);
-                self.clients[i].exchange(body.clone(), Some(left)).await
+                self.clients[i]
+                    .exchange(body.clone(), Some(left), resend)
+                    .await
             };
             match answer {
                 Ok(mut reply) if reply.status.is_server_error() && !reply.is_json_rpc() => {
@@ -288,11 +290,18 @@ impl Nodes {
                     failure,
                     written: false,
                 }) => {
-                    if matches!(
-                        failure,
-                        UpstreamFailure::Connect | UpstreamFailure::Tls | UpstreamFailure::Io
-                    ) {
-                        self.state.passive(i, Passive::ConnectFailed);
+                    // A node that cannot be reached is out at once. A
+                    // write that failed on an open connection (a reset: the
+                    // node refusing a body over its own cap closes while it
+                    // is being written) counts like any broken connection,
+                    // five in a row: one client's call must not take every
+                    // node of the role out.
+                    match failure {
+                        UpstreamFailure::Connect | UpstreamFailure::Tls => {
+                            self.state.passive(i, Passive::ConnectFailed);
+                        }
+                        UpstreamFailure::Io => self.state.passive(i, Passive::Failed),
+                        _ => {}
                     }
                     metrics.nodes.failover(Failover::NotWritten);
                     last = Some(failure);
