@@ -51,6 +51,14 @@ pub(super) fn frame_cost<'a>(frame: &Frame<'a>) -> (usize, usize, Option<Id<'a>>
     }
 }
 
+/// The transactions of one bundle counted one by one, at most: a bundle
+/// holding more counts as this many plus one, far over any
+/// `rpc.max_message_txs` and `rpc.max_bundle_txs`, so it is refused all
+/// the same. The count stops there: a 5 MiB bundle of empty strings (1.7
+/// million of them) is not first collected whole, at 24 bytes each, only
+/// to be refused.
+const COUNTED_AT_MOST: usize = 65_536;
+
 /// The submissions `call` is charged: one for a raw transaction, one per
 /// transaction for a bundle (each costs a screening, a sender recovery
 /// included; a bundle that does not parse is charged one and refused).
@@ -58,7 +66,11 @@ fn submissions(call: &Call<'_>) -> usize {
     if screening::is_screened(&call.method) {
         1
     } else if call.method == bundle::METHOD {
-        bundle::parse_txs(call.params, usize::MAX).map_or(1, |txs| txs.len().max(1))
+        match bundle::parse_txs(call.params, COUNTED_AT_MOST) {
+            Ok(txs) => txs.len().max(1),
+            Err(bundle::Malformed::TooMany { .. }) => COUNTED_AT_MOST + 1,
+            Err(_) => 1,
+        }
     } else {
         0
     }
@@ -494,6 +506,20 @@ mod tests {
         let single = br#"{"jsonrpc":"2.0","id":1,"method":"eth_sendBundle","params":[{"txs":["0x01","0x02"]}]}"#;
         let frame = txgate_jsonrpc::parse(single, 100).unwrap();
         assert_eq!(frame_cost(&frame).1, 2);
+        // Exact up to the counting bound; beyond it, one more than it
+        // (and the count stops there).
+        for (n, charged) in [
+            (COUNTED_AT_MOST, COUNTED_AT_MOST),
+            (COUNTED_AT_MOST + 1, COUNTED_AT_MOST + 1),
+            (3 * COUNTED_AT_MOST, COUNTED_AT_MOST + 1),
+        ] {
+            let txs = vec!["\"\""; n].join(",");
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"eth_sendBundle","params":[{{"txs":[{txs}]}}]}}"#
+            );
+            let frame = txgate_jsonrpc::parse(body.as_bytes(), 100).unwrap();
+            assert_eq!(frame_cost(&frame).1, charged, "{n} transactions");
+        }
     }
 
     fn by_position(index: usize, _: &Call<'_>) -> Result<Route, Refusal> {
