@@ -16,6 +16,11 @@ pub const DEFAULT_MAX_BUNDLE_TXS: usize = 100;
 /// message; 200 hold it for about 10 ms, where a batch of 100 bundles of
 /// 100 would hold it for half a second.
 pub const DEFAULT_MAX_MESSAGE_TXS: usize = 200;
+/// The most `rpc.max_bundle_txs` and `rpc.max_message_txs` may be: a
+/// message's transactions are counted one by one only up to it (beyond,
+/// a bundle counts it plus one, and counting stops), so that a bundle of
+/// a million empty strings is not collected whole only to be refused.
+pub const MAX_COUNTED_TXS: usize = 65_536;
 /// Default method policy mode.
 pub const DEFAULT_METHOD_POLICY: PolicyMode = PolicyMode::Deny;
 /// Default denied methods (`*` matches any suffix).
@@ -64,6 +69,17 @@ impl RpcConfig {
             ("rpc.max_bundle_txs", &self.max_bundle_txs),
             ("rpc.max_message_txs", &self.max_message_txs),
         ])?;
+        for (key, value) in [
+            ("rpc.max_bundle_txs", self.max_bundle_txs),
+            ("rpc.max_message_txs", self.max_message_txs),
+        ] {
+            if value > MAX_COUNTED_TXS {
+                return Err(ConfigError::new(
+                    key,
+                    format!("{value}: at most {MAX_COUNTED_TXS}"),
+                ));
+            }
+        }
         for (i, m) in self.methods.iter().enumerate() {
             let stem = m.strip_suffix('*').unwrap_or(m);
             if stem.is_empty() && m != "*" || stem.contains('*') {
@@ -114,6 +130,14 @@ mod tests {
         assert_eq!(refused(|c| c.max_batch_size = 0), "rpc.max_batch_size");
         assert_eq!(refused(|c| c.max_bundle_txs = 0), "rpc.max_bundle_txs");
         assert_eq!(refused(|c| c.max_message_txs = 0), "rpc.max_message_txs");
+        assert_eq!(
+            refused(|c| c.max_bundle_txs = MAX_COUNTED_TXS + 1),
+            "rpc.max_bundle_txs"
+        );
+        assert_eq!(
+            refused(|c| c.max_message_txs = MAX_COUNTED_TXS + 1),
+            "rpc.max_message_txs"
+        );
         assert_eq!(
             refused(|c| c.methods = vec!["eth_*call".into()]),
             "rpc.methods[0]"

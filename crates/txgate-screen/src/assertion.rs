@@ -532,9 +532,9 @@ impl Assertions {
         &self,
         calls: &[CallKey],
         now: Millis,
-    ) -> Result<(), (usize, AssertionRef, Millis)> {
+    ) -> Result<Vec<usize>, (usize, AssertionRef, Millis)> {
         if calls.is_empty() || self.active.load(Ordering::Relaxed) == 0 {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let mut cooled = self.cooled();
         for (i, call) in calls.iter().enumerate() {
@@ -550,12 +550,14 @@ impl Assertions {
             };
             return Err((i, c.assertion, retry_after));
         }
-        for call in calls {
+        let mut taken = Vec::new();
+        for (i, call) in calls.iter().enumerate() {
             if let Some(c) = cooled.get_mut(call).filter(|c| c.until > now) {
                 c.next_trickle = now + self.settings.trickle_interval;
+                taken.push(i);
             }
         }
-        Ok(())
+        Ok(taken)
     }
 
     /// Ends finished cooldowns and evicts idle assertions; returns how

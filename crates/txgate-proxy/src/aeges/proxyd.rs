@@ -215,6 +215,8 @@ impl ProxydHook {
         // the rest of the cooldown. Two on one call within the request, or
         // a slot taken since the judge looked, refuse that one (all slots
         // or none are taken).
+        // Those that took a slot (positions in `verdicts`).
+        let mut took: Vec<usize> = Vec::new();
         if self.screen.cooling()
             && (self.monitor_only || verdicts.iter().all(|(.., v)| !v.denied()))
         {
@@ -227,12 +229,15 @@ impl ProxydHook {
                 })
                 .collect();
             let txs: Vec<(B256, Fingerprint)> = let_in.iter().map(|(_, tx)| *tx).collect();
-            if let Err((at, _)) = self.screen.take_trickles(&txs, now) {
-                let (i, (_, fp)) = let_in[at];
-                verdicts[i].3 = PoolVerdict::Deny {
-                    reason: Reason::AssertionCooldown,
-                    fingerprint: Some(fp),
-                };
+            match self.screen.take_trickles(&txs, now) {
+                Ok(slots) => took = slots.into_iter().map(|k| let_in[k].0).collect(),
+                Err((at, _)) => {
+                    let (i, (_, fp)) = let_in[at];
+                    verdicts[i].3 = PoolVerdict::Deny {
+                        reason: Reason::AssertionCooldown,
+                        fingerprint: Some(fp),
+                    };
+                }
             }
         }
         let mut refused = false;
@@ -257,8 +262,15 @@ impl ProxydHook {
                 m.allowed.inc();
             }
             // proxyd forwards every one: a failure naming a hash must
-            // find it (within the source's rate).
-            let remembered = if within_rate { &verdicts[..] } else { &[] };
+            // find it (within the source's rate). One that took a trickle
+            // slot is remembered whatever the rate (at most one per
+            // cooled call and interval): otherwise the pool, asked about
+            // it next, would find the slot taken and refuse it.
+            let remembered = verdicts
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| within_rate || took.contains(i))
+                .map(|(_, v)| v);
             for (_, _, pool, verdict) in remembered {
                 let fingerprint = verdict.fingerprint().or_else(|| {
                     pool.to.map(|to| {

@@ -52,12 +52,12 @@ pub(super) fn frame_cost<'a>(frame: &Frame<'a>) -> (usize, usize, Option<Id<'a>>
 }
 
 /// The transactions of one bundle counted one by one, at most: a bundle
-/// holding more counts as this many plus one, far over any
-/// `rpc.max_message_txs` and `rpc.max_bundle_txs`, so it is refused all
-/// the same. The count stops there: a 5 MiB bundle of empty strings (1.7
-/// million of them) is not first collected whole, at 24 bytes each, only
-/// to be refused.
-const COUNTED_AT_MOST: usize = 65_536;
+/// holding more counts as this many plus one, over the largest
+/// `rpc.max_message_txs` and `rpc.max_bundle_txs` the config takes, so it
+/// is refused all the same. The count stops there: a 5 MiB bundle of empty
+/// strings (1.7 million of them) is not first collected whole, at 24
+/// bytes each, only to be refused.
+const COUNTED_AT_MOST: usize = txgate_config::rpc::MAX_COUNTED_TXS;
 
 /// The submissions `call` is charged: one for a raw transaction, one per
 /// transaction for a bundle (each costs a screening, a sender recovery

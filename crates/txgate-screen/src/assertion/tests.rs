@@ -297,7 +297,11 @@ fn trickle_slots_of_a_unit_are_taken_all_or_none() {
     assert_eq!(a.peek(&CALL, at), CooldownCheck::Trickle(r));
     assert_eq!(a.peek(&other, at), CooldownCheck::Trickle(r2));
     // Taken together, then closed.
-    assert_eq!(a.take_trickles(&[free, CALL, other], at), Ok(()));
+    assert_eq!(
+        a.take_trickles(&[free, CALL, other], at),
+        Ok(vec![1, 2]),
+        "the cooled calls' listings took slots"
+    );
     assert!(matches!(a.peek(&CALL, at), CooldownCheck::Refuse { .. }));
     assert!(matches!(a.peek(&other, at), CooldownCheck::Refuse { .. }));
     // One closed slot refuses the unit and leaves the open one alone.
@@ -306,5 +310,5 @@ fn trickle_slots_of_a_unit_are_taken_all_or_none() {
     assert_eq!(refused, Err((1, r, 1_950)));
     assert_eq!(a.peek(&other, 4_150), CooldownCheck::Trickle(r2));
     // No cooldown, nothing to take.
-    assert_eq!(a.take_trickles(&[free], 4_150), Ok(()));
+    assert_eq!(a.take_trickles(&[free], 4_150), Ok(vec![]));
 }

@@ -127,16 +127,16 @@ impl Screen {
     /// hash and fingerprint of each; all slots are taken at once or none,
     /// as a bundle's commit takes them, and a call listed twice needs two
     /// (one call per trickle interval). A transaction this instance
-    /// already forwarded needs none. `Err` is the position in `txs` of the
-    /// first one refused and its cooldown's retry-after; nothing is taken
-    /// then.
+    /// already forwarded needs none. `Ok` lists the positions in `txs` of
+    /// those that took a slot; `Err` is the position of the first one
+    /// refused and its cooldown's retry-after, and nothing is taken then.
     pub fn take_trickles(
         &self,
         txs: &[(B256, Fingerprint)],
         now: Millis,
-    ) -> Result<(), (usize, Millis)> {
+    ) -> Result<Vec<usize>, (usize, Millis)> {
         if txs.is_empty() || !self.cooling() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let (at, calls): (Vec<usize>, Vec<CallKey>) = txs
             .iter()
@@ -144,9 +144,10 @@ impl Screen {
             .filter(|(_, (hash, _))| self.forwarded.get(hash, now).is_none())
             .map(|(i, (_, fp))| (i, (fp.target, fp.selector)))
             .unzip();
-        self.assertions
-            .take_trickles(&calls, now)
-            .map_err(|(i, _, retry_after)| (at[i], retry_after))
+        match self.assertions.take_trickles(&calls, now) {
+            Ok(taken) => Ok(taken.into_iter().map(|i| at[i]).collect()),
+            Err((i, _, retry_after)) => Err((at[i], retry_after)),
+        }
     }
 
     /// Remembers a transaction let into the pool like a forwarded one:

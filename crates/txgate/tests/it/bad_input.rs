@@ -239,7 +239,9 @@ async fn kept_alive_client_stalling_on_a_later_head_is_cut_off() {
         body.len()
     );
     let mut buf = Vec::new();
+    let mut sent = Instant::now();
     for call in 0..3 {
+        sent = Instant::now();
         conn.write_all(request.as_bytes()).await.unwrap();
         buf.clear();
         // One whole answer: its head, then as many bytes as it announces.
@@ -267,16 +269,19 @@ async fn kept_alive_client_stalling_on_a_later_head_is_cut_off() {
         .await
         .unwrap_or_else(|_| panic!("call {call} unanswered"));
         assert!(answer.starts_with("http/1.1 200"), "{answer}");
-        // The next head's timer starts now (hyper counts a kept-alive
-        // connection's idle time against it). Waiting 200 ms of its 300:
-        // a reused timer left at its earlier deadline would have fired
-        // 100 ms in, and the next call would find the connection closed.
+        // The next head's timer started as this answer was written
+        // (hyper counts a kept-alive connection's idle time against it).
+        // Waiting 100 ms of its 300 before the next call: a timer reused
+        // from this head, left at its deadline, would fire 100 ms into the
+        // next wait.
         if call < 2 {
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    // The fourth head: its timer started with the third answer, just now.
-    let started = Instant::now();
+    // The fourth head's timer started after the third request was sent:
+    // timed from then, at least 300 ms pass before the cut when its
+    // deadline is its own, about 200 ms when it is the third head's.
+    let started = sent;
     conn.write_all(b"POST / HTTP/1.1\r\nhost: x\r\n")
         .await
         .unwrap();

@@ -200,6 +200,57 @@ fn a_cooldowns_trickle_lets_one_call_through_the_hook_per_interval() {
     assert_eq!(metrics.proxyd.refusals(cooled), 3);
 }
 
+/// A source over its rate has nothing remembered, except a transaction
+/// that took a trickle slot: proxyd forwards it, and the pool, asked about
+/// it next, must find it forwarded rather than refuse it for the slot it
+/// took.
+#[test]
+fn over_its_rate_a_trickled_transaction_is_still_remembered() {
+    let (hook, screen, metrics) = hook(false, 1);
+    let settings = ScreenSettings::default().cooldown;
+    let trickle = std::time::Duration::from_millis(settings.trickle_interval);
+    let assertion = Some(txgate_screen::AssertionKey {
+        id: alloy_primitives::B256::repeat_byte(0xa6),
+        version: 1,
+    });
+    let start = Instant::now();
+    let failed: Vec<Invalidation> = (0..settings.distinct_fingerprints)
+        .map(|i| {
+            let raw = raw(100 + i as u8, 0, &[0xde, 0xad, 0xbe, 0xef, i as u8]);
+            let tx = decode(&decode_hex(&raw).unwrap()).unwrap();
+            let sender = recover_sender(&tx).unwrap();
+            Invalidation::of(&tx, Some(sender), assertion, 0).unwrap()
+        })
+        .collect();
+    assert_eq!(screen.apply(&failed, screen.millis(start), 0).cooldowns, 1);
+    let open = start + trickle;
+    let trickled = raw(40, 0, &[0xde, 0xad, 0xbe, 0xef, 0x77, 40]);
+    let other = raw(41, 0, &[0xaa, 0xbb, 0xcc, 0xdd, 41]);
+    // The burst of one used up by another transaction, then two more at
+    // the same instant: over the rate; verdicts, all `false`.
+    let first = raw(42, 0, &[0xaa, 0xbb, 0xcc, 0xdd, 42]);
+    futures_executor(hook.answer(PEER, &body(&[&first]), open));
+    assert_eq!(metrics.proxyd.remembered.get(), 1);
+    let response = hook.answer(PEER, &body(&[&trickled, &other]), open);
+    let a: Value = serde_json::from_slice(&futures_executor(response)).unwrap();
+    let verdicts = a["unauthorized"].as_object().unwrap();
+    assert!(verdicts.values().all(|v| *v == false), "{a}");
+    assert_eq!(metrics.proxyd.over_rate.get(), 1);
+    assert_eq!(metrics.proxyd.remembered.get(), 2, "the trickled one only");
+    // The pool's question about it: let in.
+    let tx = decode(&decode_hex(&trickled).unwrap()).unwrap();
+    let pool = PoolTx {
+        hash: tx.hash,
+        sender: recover_sender(&tx).unwrap(),
+        to: tx.to,
+        value: tx.value,
+        gas_limit: tx.gas_limit,
+        payload: &tx.input,
+    };
+    let now = screen.millis(open) + 1;
+    assert!(!screen.judge(&pool, now).denied(), "refused by the pool");
+}
+
 /// A source over its rate (in transactions) still gets verdicts (an error
 /// would let proxyd through), a banned one included, but nothing of it is
 /// remembered; another source keeps its own rate.

@@ -210,10 +210,14 @@ impl Nodes {
         timeout: Option<Duration>,
         mut avoid: Option<usize>,
     ) -> Result<Reply, CallError> {
+        // A read asked again (`avoid`) is not sent to a third node, but
+        // may still be written again on a fresh connection to the same
+        // one when its pooled one closed: only a submission may not.
+        let rewrite = resend || avoid.is_some();
         if self.state.is_short_form() {
             let only = &self.clients[0];
             return only
-                .exchange(body, timeout, resend)
+                .exchange(body, timeout, rewrite)
                 .await
                 .map_err(|f| CallError::Upstream(f.failure));
         }
@@ -223,6 +227,7 @@ impl Nodes {
         tried.extend(avoid);
         let mut resent = false;
         let mut last = None;
+        let mut broken_write = false;
         let mut role = role;
         let mut at_head = at_head;
         loop {
@@ -245,6 +250,12 @@ impl Nodes {
                 continue;
             }
             let Some(i) = chosen else {
+                // A write that failed on an open connection left its node
+                // in: the answer is that failure, not "no healthy
+                // upstream".
+                if broken_write && !resent {
+                    return Err(CallError::Upstream(UpstreamFailure::Io));
+                }
                 // Every node of the role is out, or failed before the
                 // request was written (a failure after it is answered
                 // where it happens).
@@ -263,7 +274,7 @@ impl Nodes {
             let answer = {
                 let _in_flight = self.state.begin(i);
                 self.clients[i]
-                    .exchange(body.clone(), Some(left), resend)
+                    .exchange(body.clone(), Some(left), rewrite)
                     .await
             };
             match answer {
@@ -300,7 +311,10 @@ impl Nodes {
                         UpstreamFailure::Connect | UpstreamFailure::Tls => {
                             self.state.passive(i, Passive::ConnectFailed);
                         }
-                        UpstreamFailure::Io => self.state.passive(i, Passive::Failed),
+                        UpstreamFailure::Io => {
+                            self.state.passive(i, Passive::Failed);
+                            broken_write = true;
+                        }
                         _ => {}
                     }
                     metrics.nodes.failover(Failover::NotWritten);

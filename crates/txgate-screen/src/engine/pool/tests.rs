@@ -253,7 +253,7 @@ fn judged_transactions_forwarded_elsewhere_take_their_trickle_slots() {
     // The slot is open: the judge lets in, the forward takes the slot.
     let first = fresh(1);
     let taken = let_in(&first, trickle);
-    assert_eq!(s.take_trickles(&[taken], trickle), Ok(()));
+    assert_eq!(s.take_trickles(&[taken], trickle), Ok(vec![0]));
     // Closed now for the next one, until the next interval.
     let second = fresh(2);
     assert_eq!(
@@ -269,7 +269,7 @@ fn judged_transactions_forwarded_elsewhere_take_their_trickle_slots() {
         Err((1, trickle)),
         "the second on one call"
     );
-    assert_eq!(s.take_trickles(&pair[..1], 2 * trickle), Ok(()));
+    assert_eq!(s.take_trickles(&pair[..1], 2 * trickle), Ok(vec![0]));
     // One this instance forwarded needs no slot, taken or not; a fresh one
     // does, and the slot is taken.
     let kept = fresh(5);
@@ -277,7 +277,8 @@ fn judged_transactions_forwarded_elsewhere_take_their_trickle_slots() {
     s.remember_pooled(&kept.pool_tx(), &fp, 2 * trickle);
     assert_eq!(
         s.take_trickles(&[(kept.tx.hash, fp)], 2 * trickle + 1),
-        Ok(())
+        Ok(vec![]),
+        "nothing taken for it"
     );
     let late = fresh(6);
     let late_fp = Fingerprint::of(&late.tx).unwrap();
@@ -290,7 +291,7 @@ fn judged_transactions_forwarded_elsewhere_take_their_trickle_slots() {
     );
     // With no cooldown at all, nothing is needed.
     let calm = screen(ScreenSettings::default());
-    assert_eq!(calm.take_trickles(&pair, 0), Ok(()));
+    assert_eq!(calm.take_trickles(&pair, 0), Ok(vec![]));
 }
 
 #[test]
