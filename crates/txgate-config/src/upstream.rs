@@ -32,8 +32,12 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 128 * 1024 * 1024;
 /// Default idle keep-alive connections kept to the upstream (0: same as
 /// `admission.max_in_flight`).
 pub const DEFAULT_POOL_MAX_IDLE: usize = 0;
-/// Default idle time before a pooled upstream connection is closed.
-pub const DEFAULT_POOL_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// Default idle time before a pooled upstream connection is closed: below
+/// the idle timeouts of what commonly stands on the other side (an AWS
+/// load balancer's 60 s, nginx's 75 s, geth's 120 s), so that txgate
+/// drops an idle connection before the other side closes it under a
+/// submission (which is not written twice).
+pub const DEFAULT_POOL_IDLE_TIMEOUT_MS: u64 = 30_000;
 /// Default interval of the upstream health probe behind `/readyz` (with
 /// `[[upstream.nodes]]`, of each node's probe).
 pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 2_000;
