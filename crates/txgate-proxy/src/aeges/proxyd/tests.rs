@@ -139,6 +139,28 @@ async fn monitor_only_answers_false_and_counts_what_it_would_refuse() {
     }
 }
 
+/// Puts the call of `raw`'s target with selector `deadbeef` into an
+/// assertion cooldown now; its start and the cooldown's trickle interval.
+fn cooling(screen: &Screen) -> (Instant, std::time::Duration) {
+    let settings = ScreenSettings::default().cooldown;
+    let assertion = Some(txgate_screen::AssertionKey {
+        id: alloy_primitives::B256::repeat_byte(0xa5),
+        version: 1,
+    });
+    let start = Instant::now();
+    let failed: Vec<Invalidation> = (0..settings.distinct_fingerprints)
+        .map(|i| {
+            let raw = raw(100 + i as u8, 0, &[0xde, 0xad, 0xbe, 0xef, i as u8]);
+            let tx = decode(&decode_hex(&raw).unwrap()).unwrap();
+            let sender = recover_sender(&tx).unwrap();
+            Invalidation::of(&tx, Some(sender), assertion, 0).unwrap()
+        })
+        .collect();
+    assert_eq!(screen.apply(&failed, screen.millis(start), 0).cooldowns, 1);
+    let trickle = std::time::Duration::from_millis(settings.trickle_interval);
+    (start, trickle)
+}
+
 /// proxyd forwards on the hook's word, so the hook takes a cooldown's
 /// trickle slot as the request path does: one call on the cooled call per
 /// trickle interval, a second one in the same request refused (and then
@@ -148,24 +170,7 @@ async fn monitor_only_answers_false_and_counts_what_it_would_refuse() {
 #[test]
 fn a_cooldowns_trickle_lets_one_call_through_the_hook_per_interval() {
     let (hook, screen, metrics) = hook(false, 1000);
-    let settings = ScreenSettings::default().cooldown;
-    let trickle = std::time::Duration::from_millis(settings.trickle_interval);
-    let assertion = Some(txgate_screen::AssertionKey {
-        id: alloy_primitives::B256::repeat_byte(0xa5),
-        version: 1,
-    });
-    let start = Instant::now();
-    let failed: Vec<Invalidation> = (0..settings.distinct_fingerprints)
-        .map(|i| {
-            let tx = decode(
-                &decode_hex(&raw(100 + i as u8, 0, &[0xde, 0xad, 0xbe, 0xef, i as u8])).unwrap(),
-            )
-            .unwrap();
-            let sender = recover_sender(&tx).unwrap();
-            Invalidation::of(&tx, Some(sender), assertion, 0).unwrap()
-        })
-        .collect();
-    assert_eq!(screen.apply(&failed, screen.millis(start), 0).cooldowns, 1);
+    let (start, trickle) = cooling(&screen);
     let call = |seed: u8| raw(seed, 0, &[0xde, 0xad, 0xbe, 0xef, 0x77, seed]);
     let refused = |a: &Value| {
         a["unauthorized"]
@@ -207,22 +212,7 @@ fn a_cooldowns_trickle_lets_one_call_through_the_hook_per_interval() {
 #[test]
 fn over_its_rate_a_trickled_transaction_is_still_remembered() {
     let (hook, screen, metrics) = hook(false, 1);
-    let settings = ScreenSettings::default().cooldown;
-    let trickle = std::time::Duration::from_millis(settings.trickle_interval);
-    let assertion = Some(txgate_screen::AssertionKey {
-        id: alloy_primitives::B256::repeat_byte(0xa6),
-        version: 1,
-    });
-    let start = Instant::now();
-    let failed: Vec<Invalidation> = (0..settings.distinct_fingerprints)
-        .map(|i| {
-            let raw = raw(100 + i as u8, 0, &[0xde, 0xad, 0xbe, 0xef, i as u8]);
-            let tx = decode(&decode_hex(&raw).unwrap()).unwrap();
-            let sender = recover_sender(&tx).unwrap();
-            Invalidation::of(&tx, Some(sender), assertion, 0).unwrap()
-        })
-        .collect();
-    assert_eq!(screen.apply(&failed, screen.millis(start), 0).cooldowns, 1);
+    let (start, trickle) = cooling(&screen);
     let open = start + trickle;
     let trickled = raw(40, 0, &[0xde, 0xad, 0xbe, 0xef, 0x77, 40]);
     let other = raw(41, 0, &[0xaa, 0xbb, 0xcc, 0xdd, 41]);

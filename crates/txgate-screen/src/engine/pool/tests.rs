@@ -178,12 +178,9 @@ fn a_failed_hash_and_a_backed_off_sender_are_denied() {
     assert_eq!(reason(s.judge(&other.pool_tx(), 1)), None);
 }
 
-/// A pool question never uses up the trickle slot of a cooldown: the RPC
-/// still gets its trickle, and the transaction it let through is not
-/// refused by the pool afterwards; a fresh one, while the slot is taken,
-/// is.
-#[test]
-fn a_cooldown_is_peeked_and_its_trickle_slot_is_never_used_up() {
+/// A screen with default settings whose call on [`TARGET`] (`attack_input`'s
+/// selector) went into cooldown at 0, and the cooldown's trickle interval.
+fn cooling() -> (Screen, Millis) {
     let settings = ScreenSettings::default();
     let n = settings.cooldown.distinct_fingerprints;
     let trickle = settings.cooldown.trickle_interval;
@@ -198,6 +195,16 @@ fn a_cooldown_is_peeked_and_its_trickle_slot_is_never_used_up() {
         })
         .collect();
     assert_eq!(s.apply(&batch, 0, 0).cooldowns, 1);
+    (s, trickle)
+}
+
+/// A pool question never uses up the trickle slot of a cooldown: the RPC
+/// still gets its trickle, and the transaction it let through is not
+/// refused by the pool afterwards; a fresh one, while the slot is taken,
+/// is.
+#[test]
+fn a_cooldown_is_peeked_and_its_trickle_slot_is_never_used_up() {
+    let (s, trickle) = cooling();
     let fresh = |i: u32| raw_tx(&key(1000 + i), &attack_input(0xee), 0);
     // Slot closed: the RPC refuses, and so does the pool.
     let p = Pooled::of(&fresh(0));
@@ -231,20 +238,7 @@ fn a_cooldown_is_peeked_and_its_trickle_slot_is_never_used_up() {
 /// forwarded needs no slot.
 #[test]
 fn judged_transactions_forwarded_elsewhere_take_their_trickle_slots() {
-    let settings = ScreenSettings::default();
-    let n = settings.cooldown.distinct_fingerprints;
-    let trickle = settings.cooldown.trickle_interval;
-    let s = screen(settings);
-    let assertion = Some(AssertionKey {
-        id: B256::repeat_byte(0xa5),
-        version: 1,
-    });
-    let batch: Vec<Invalidation> = (0..n)
-        .map(|i| {
-            Pooled::of(&raw_tx(&key(i as u32), &attack_input(i as u8), 0)).invalidation(assertion)
-        })
-        .collect();
-    assert_eq!(s.apply(&batch, 0, 0).cooldowns, 1);
+    let (s, trickle) = cooling();
     let fresh = |i: u32| Pooled::of(&raw_tx(&key(2000 + i), &attack_input(0xee), 0));
     let let_in = |p: &Pooled, now| match s.judge(&p.pool_tx(), now) {
         PoolVerdict::Allow(Some(fp)) => (p.tx.hash, fp),
