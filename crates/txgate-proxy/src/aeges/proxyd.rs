@@ -214,25 +214,24 @@ impl ProxydHook {
         // only peeks, and an open slot nobody takes would stay open for
         // the rest of the cooldown. Two on one call within the request, or
         // a slot taken since the judge looked, refuse that one (all slots
-        // or none are taken).
-        // Those that took a slot (positions in `verdicts`).
+        // or none are taken). `took`: the positions in `verdicts` of those
+        // that took a slot.
         let mut took: Vec<usize> = Vec::new();
         if self.screen.cooling()
             && (self.monitor_only || verdicts.iter().all(|(.., v)| !v.denied()))
         {
-            let let_in: Vec<(usize, (B256, Fingerprint))> = verdicts
+            let (at, txs): (Vec<usize>, Vec<(B256, Fingerprint)>) = verdicts
                 .iter()
                 .enumerate()
                 .filter_map(|(i, (_, _, pool, verdict))| match verdict {
                     PoolVerdict::Allow(Some(fp)) => Some((i, (pool.hash, *fp))),
                     _ => None,
                 })
-                .collect();
-            let txs: Vec<(B256, Fingerprint)> = let_in.iter().map(|(_, tx)| *tx).collect();
+                .unzip();
             match self.screen.take_trickles(&txs, now) {
-                Ok(slots) => took = slots.into_iter().map(|k| let_in[k].0).collect(),
-                Err((at, _)) => {
-                    let (i, (_, fp)) = let_in[at];
+                Ok(slots) => took = slots.into_iter().map(|k| at[k]).collect(),
+                Err((k, _)) => {
+                    let (i, (_, fp)) = (at[k], txs[k]);
                     verdicts[i].3 = PoolVerdict::Deny {
                         reason: Reason::AssertionCooldown,
                         fingerprint: Some(fp),
