@@ -64,7 +64,9 @@ use std::time::{Duration, Instant};
 use alloy_primitives::Address;
 use clap::Parser;
 use serde_json::json;
-use txgate_benches::procs::{HttpClient, client, cpu_ms, free_port, post, spawn, wait_up};
+use txgate_benches::procs::{
+    HttpClient, client, cpu_ms, free_port, get_text, post, spawn, wait_up,
+};
 use txgate_benches::start::{Txgate, anvil, fund, txgate_bin};
 use txgate_benches::stats::{median, percentile};
 use txgate_benches::{CargoBench, Eoa, raw_hex, send_raw};
@@ -89,6 +91,9 @@ struct Args {
     /// Profile the last txgate round with `perf record`.
     #[arg(long)]
     perf: bool,
+    /// With `--perf`: record call graphs (`-g`) and keep the profile here.
+    #[arg(long = "perf-out", value_name = "FILE")]
+    perf_out: Option<PathBuf>,
     /// Pairs of paced phases (direct, txgate) at half the direct rate.
     #[arg(long, default_value_t = 3)]
     paced_rounds: u64,
@@ -106,6 +111,11 @@ struct Args {
     /// Seconds of each paced phase.
     #[arg(long, default_value_t = 8)]
     paced_secs: u64,
+    /// Write each paced phase's submissions (when sent, ms from the phase's
+    /// start, and the round trip, ms) to `<DIR>/<round>-<target>.csv`: where
+    /// in a phase its slow submissions fall.
+    #[arg(long = "paced-trace", value_name = "DIR")]
+    paced_trace: Option<PathBuf>,
     /// Also write the summary here.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -195,10 +205,13 @@ async fn send(url: &str, raws: Vec<Vec<String>>, connections: usize) -> Sent {
     }
 }
 
-/// Starts `perf record` on `pid`; stopped by [`perf_stop`].
-fn perf_start(pid: u32, out: &std::path::Path) -> Option<std::process::Child> {
+/// Starts `perf record` on `pid` (with `graphs`, its call graphs too);
+/// stopped by [`perf_stop`].
+fn perf_start(pid: u32, out: &std::path::Path, graphs: bool) -> Option<std::process::Child> {
     Command::new("perf")
-        .args(["record", "-F", "999", "-p", &pid.to_string(), "-o"])
+        .args(["record", "-F", "999", "-p", &pid.to_string()])
+        .args(graphs.then_some("-g"))
+        .arg("-o")
         .arg(out)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -207,8 +220,8 @@ fn perf_start(pid: u32, out: &std::path::Path) -> Option<std::process::Child> {
 }
 
 /// Stops `perf record` (SIGINT, so it writes its file) and returns the
-/// share of samples in libsecp256k1.
-fn perf_stop(mut child: std::process::Child, out: &std::path::Path) -> Option<f64> {
+/// share of samples in libsecp256k1; the profile is removed unless `keep`.
+fn perf_stop(mut child: std::process::Child, out: &std::path::Path, keep: bool) -> Option<f64> {
     let _ = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status();
@@ -224,7 +237,9 @@ fn perf_stop(mut child: std::process::Child, out: &std::path::Path) -> Option<f6
         .filter(|l| l.contains("secp256k1"))
         .filter_map(|l| l.trim().split('%').next()?.trim().parse::<f64>().ok())
         .collect();
-    let _ = std::fs::remove_file(out);
+    if !keep {
+        let _ = std::fs::remove_file(out);
+    }
     // No sample in libsecp256k1: perf recorded nothing usable.
     (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / 100.0)
 }
@@ -318,9 +333,11 @@ async fn main() {
                 _ => None,
             };
             let profiled = target == "txgate" && a.perf && round + 1 == a.rounds;
-            let perf_file =
-                std::env::temp_dir().join(format!("txgate-screened-{}.perf", std::process::id()));
-            let perf = profiled.then(|| perf_start(pid, &perf_file)).flatten();
+            let perf_file = a.perf_out.clone().unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("txgate-screened-{}.perf", std::process::id()))
+            });
+            let keep = a.perf_out.is_some();
+            let perf = profiled.then(|| perf_start(pid, &perf_file, keep)).flatten();
             if perf.is_some() {
                 tokio::time::sleep(Duration::from_millis(300)).await;
             }
@@ -333,7 +350,7 @@ async fn main() {
             let me_cpu = cpu_ms(me) - me_before;
             let busy = machine_busy_ms() - busy_before;
             if let Some(child) = perf {
-                perf_share = perf_stop(child, &perf_file);
+                perf_share = perf_stop(child, &perf_file, keep);
             }
             let ok = sent.latencies_ms.len() as f64;
             let row = json!({
@@ -402,8 +419,13 @@ async fn main() {
                 _ => (&txgate_url, Some(pid)),
             };
             let cpu_before = proxy_pid.map_or(0.0, cpu_ms);
+            let (node_before, busy_before, wall) =
+                (cpu_ms(node_pid), machine_busy_ms(), Instant::now());
             let sent = paced::send_paced(url, raws, half_rate).await;
             let cpu = proxy_pid.map_or(0.0, cpu_ms) - cpu_before;
+            let node_cpu = cpu_ms(node_pid) - node_before;
+            let cores_busy =
+                (machine_busy_ms() - busy_before) / (wall.elapsed().as_secs_f64() * 1000.0);
             let ok = sent.latencies_ms.len() as f64;
             let row = json!({
                 "round": round + 1, "target": target, "rate": half_rate,
@@ -411,8 +433,28 @@ async fn main() {
                 "ok": sent.latencies_ms.len(), "failed": sent.failed,
                 "p50_ms": sent.p(0.5), "p99_ms": sent.p(0.99),
                 "proxy_cpu_us_per_tx": proxy_pid.map(|_| cpu * 1000.0 / ok.max(1.0)),
+                "node_cpu_us_per_tx": node_cpu * 1000.0 / ok.max(1.0),
+                "cores_busy": cores_busy,
             });
             eprintln!("paced {row}");
+            if let Some(dir) = &a.paced_trace {
+                let lines: String = sent
+                    .timeline
+                    .iter()
+                    .map(|(at, ms)| format!("{at:.3},{ms:.3}\n"))
+                    .collect();
+                let file = dir.join(format!("{}-{target}.csv", round + 1));
+                std::fs::write(&file, format!("sent_ms,round_trip_ms\n{lines}"))
+                    .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+                if target == "txgate" {
+                    let metrics = get_text(&control, &format!("{}/metrics", txgate.admin()))
+                        .await
+                        .unwrap_or_default();
+                    let file = dir.join(format!("{}-txgate.metrics", round + 1));
+                    std::fs::write(&file, metrics)
+                        .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+                }
+            }
             paced_rows.push(row);
             paced::mine_out(&control, &node).await;
         }

@@ -25,6 +25,9 @@ pub(crate) struct Paced {
     pub(crate) failed: u64,
     /// The rate the phase reached (sent / span of the sends).
     pub(crate) offered_per_s: f64,
+    /// Each answered submission in the order sent: when it was sent (ms
+    /// from the phase's start) and its round trip (ms).
+    pub(crate) timeline: Vec<(f64, f64)>,
 }
 
 impl Paced {
@@ -68,25 +71,30 @@ pub(crate) async fn send_paced(url: &str, raws: Vec<String>, rate: f64) -> Paced
         let (client, url) = (client.clone(), url.to_string());
         calls.push(tokio::spawn(async move {
             let t = Instant::now();
+            let sent_ms = started.elapsed().as_secs_f64() * 1000.0;
             match post(&client, &url, send_raw(&raw)).await {
-                Ok((200, v)) if v["result"].is_string() => Some(t.elapsed().as_secs_f64() * 1000.0),
+                Ok((200, v)) if v["result"].is_string() => {
+                    Some((sent_ms, t.elapsed().as_secs_f64() * 1000.0))
+                }
                 _ => None,
             }
         }));
     }
     let span = started.elapsed().as_secs_f64();
-    let (mut latencies_ms, mut failed) = (Vec::with_capacity(total), 0);
+    let (mut timeline, mut failed) = (Vec::with_capacity(total), 0);
     for call in calls {
         match call.await.ok().flatten() {
-            Some(ms) => latencies_ms.push(ms),
+            Some(answered) => timeline.push(answered),
             None => failed += 1,
         }
     }
+    let mut latencies_ms: Vec<f64> = timeline.iter().map(|&(_, ms)| ms).collect();
     latencies_ms.sort_by(f64::total_cmp);
     Paced {
         latencies_ms,
         failed,
         offered_per_s: total as f64 / span.max(1e-9),
+        timeline,
     }
 }
 
