@@ -337,7 +337,9 @@ async fn main() {
                 std::env::temp_dir().join(format!("txgate-screened-{}.perf", std::process::id()))
             });
             let keep = a.perf_out.is_some();
-            let perf = profiled.then(|| perf_start(pid, &perf_file, keep)).flatten();
+            let perf = profiled
+                .then(|| perf_start(pid, &perf_file, keep))
+                .flatten();
             if perf.is_some() {
                 tokio::time::sleep(Duration::from_millis(300)).await;
             }
