@@ -118,6 +118,9 @@ pub struct FleetBanCounters {
     /// (`WAIT`): confirmed once one has, or after 2 s on the primary
     /// alone.
     pub unreplicated: IntCounter,
+    /// Appends whose trim (`XTRIM`) the server refused: the append stands,
+    /// and the log is only trimmed by age.
+    pub trim_failed: IntCounter,
     /// Not appended: the outbox full, or still waiting at stop (the ban
     /// holds here).
     pub dropped: IntCounter,
@@ -223,6 +226,7 @@ impl SidecarMetrics {
                 appended: event("appended"),
                 append_failed: event("append_failed"),
                 unreplicated: event("unreplicated"),
+                trim_failed: event("trim_failed"),
                 dropped: event("dropped"),
                 received: event("received"),
                 replayed: event("replayed"),

@@ -1,7 +1,9 @@
 //! The fleet's ban log through a real redis-server: a ban reported to one
 //! instance while another's link to Redis is down (or while it restarts)
 //! reaches it when the link returns, its sender charged once; a fresh
-//! instance learns every live ban from the log alone.
+//! instance learns every live ban from the log alone; an instance whose
+//! Redis user may not trim the log nor ask about replicas appends each ban
+//! once.
 //!
 //! An instance's link to Redis is cut by a gate of the test's own: a TCP
 //! relay in front of redis-server that, closed, cuts what it carries and
@@ -18,6 +20,7 @@ use tokio::sync::watch;
 
 use crate::credible::{TIP, poke};
 use crate::fleet_redis::RedisServer;
+use crate::fleet_sentinel::{MASTER, Sentinel};
 use crate::sidecar_loop::probe_until_denied;
 use crate::support::{
     Anvil, Eoa, TempDir, TempFile, Txgate, eventually, free_port, fund, metric, post, rpc_json,
@@ -236,6 +239,63 @@ async fn a_ban_reported_while_an_instance_is_cut_off_reaches_it_when_its_link_re
 #[tokio::test(flavor = "multi_thread")]
 async fn a_ban_reported_while_an_instance_restarts_cut_off_reaches_it_when_its_link_returns() {
     a_ban_reported_during_an_outage_reaches_the_instance_when_its_link_returns(true).await;
+}
+
+/// An ACL user allowed everything but `XTRIM` and `WAIT`, behind a
+/// sentinel: each append stands on the primary alone and the trim is
+/// counted as refused. A refused trim used to fail the whole append (a
+/// pipeline's answer fails on any of its commands' errors) and a refused
+/// `WAIT` to read as a failed primary: either way the same bans were
+/// appended again every few hundred milliseconds and never confirmed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_user_refused_the_trim_and_the_replica_wait_appends_each_ban_once() {
+    let anvil = Anvil::start().await;
+    let redis = RedisServer::start_with(
+        free_port(),
+        &[
+            "--user", "appender", "on", ">s3cret", "~*", "&*", "+@all", "-xtrim", "-wait",
+        ],
+    );
+    let sentinel = Sentinel::start(redis.port());
+    let aeges = free_port();
+    let config = TempFile::new(&format!(
+        "[redis]\nsentinels = [\"127.0.0.1:{}\"]\nmaster_name = \"{MASTER}\"\n\
+         username = \"appender\"\npassword = \"s3cret\"\n\
+         [aeges]\nlisten = \"127.0.0.1:{aeges}\"\nreport_token = \"t0k\"\n",
+        sentinel.port()
+    ));
+    let a = Txgate::start(&anvil.url, &["-c", config.arg()]);
+    reading(&a).await;
+    let attacker = Eoa::new(63);
+    post_report(
+        aeges,
+        report(attacker.address, Address::repeat_byte(0x44), 7, 0xa7, 0),
+    )
+    .await;
+    let appended = eventually(Duration::from_secs(10), || async {
+        counted(&a, APPENDED).await == 1.0
+    })
+    .await;
+    assert!(appended, "{}", a.metrics().await);
+    // Long enough for a few more appends of the same ban, had it failed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let m = a.metrics().await;
+    assert_eq!(metric(&m, APPENDED), 1.0, "{m}");
+    assert_eq!(
+        metric(&m, "txgate_fleet_bans_total{event=\"append_failed\"}"),
+        0.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "txgate_fleet_bans_total{event=\"trim_failed\"}"),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "txgate_fleet_bans_total{event=\"unreplicated\"}"),
+        1.0,
+        "{m}"
+    );
 }
 
 /// 1,000 reports to one instance; a fresh instance (no snapshot, no

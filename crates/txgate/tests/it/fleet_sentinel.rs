@@ -19,18 +19,18 @@ use crate::support::{
     Anvil, Eoa, Proc, TempDir, TempFile, Txgate, eventually, free_port, fund, rpc_from,
 };
 
-const MASTER: &str = "txgate";
+pub(crate) const MASTER: &str = "txgate";
 const CHAIN_ID: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
 
 /// A redis-sentinel watching the primary on `primary`.
-struct Sentinel {
+pub(crate) struct Sentinel {
     _proc: Proc,
     port: u16,
     _dir: TempDir,
 }
 
 impl Sentinel {
-    fn start(primary: u16) -> Sentinel {
+    pub(crate) fn start(primary: u16) -> Sentinel {
         let port = free_port();
         let dir = TempDir::new("sentinel");
         let conf = dir.path.join("sentinel.conf");
@@ -65,6 +65,11 @@ impl Sentinel {
             std::thread::sleep(Duration::from_millis(50));
         }
         sentinel
+    }
+
+    /// Its port.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
     }
 
     /// The primary's port this sentinel names.

@@ -5,9 +5,12 @@
 //! batch in hand) until an `XADD` of their entry succeeds; a failed append
 //! keeps them, reconnects and tries again. Each append also trims the log:
 //! by age in the same command (`MINID ~`, entries older than the window on
-//! the primary's clock: the id of its previous append, else this host's
-//! clock), and by length (`XTRIM MAXLEN ~`) in the same round trip; only
-//! the append's own answer confirms it. Through
+//! the primary's clock, read from the id of this appender's previous
+//! append: the first append after a start trims nothing by age, since this
+//! host's clock may run ahead of the primary's and cut live entries), and
+//! by length (`XTRIM MAXLEN ~`) in the same round trip. Only the append's
+//! own answer confirms it: a trim the server refuses (an ACL user without
+//! `XTRIM`) is counted (`trim_failed`) and the append stands. Through
 //! Sentinel, an append waits up to 2 s for one replica to have it too
 //! (`WAIT 1`), then counts as confirmed on the primary alone: a failover
 //! right after a replicated append keeps it if Sentinel promotes that
@@ -57,6 +60,7 @@ pub(super) async fn run(
             Err(e) => {
                 m.reconnects.inc();
                 tracing::debug!(error = %e, "ban log: the appender's connect failed");
+                m.outbox.set((pending.len() + outbox.len()) as i64);
                 tokio::select! {
                     () = stop.cancelled() => break,
                     () = tokio::time::sleep(backoff.failed()) => continue,
@@ -89,7 +93,11 @@ pub(super) async fn run(
                 continue;
             }
             m.outbox.set((pending.len() + outbox.len()) as i64);
-            match append(link, &mut conn, settings, &key, origin, &pending, clock).await {
+            match append(
+                link, &mut conn, settings, &key, origin, &pending, clock, metrics,
+            )
+            .await
+            {
                 Ok(id) => {
                     clock = Some(id.ms);
                     backoff.succeeded();
@@ -114,12 +122,21 @@ pub(super) async fn run(
         if stop.is_cancelled() {
             break;
         }
+        // While Redis cannot be written, the gauge follows what waits.
+        m.outbox.set((pending.len() + outbox.len()) as i64);
         tokio::select! {
             () = stop.cancelled() => break,
             () = tokio::time::sleep(backoff.failed()) => {}
         }
     }
-    last_try(link, settings, &key, origin, &mut outbox, pending, metrics).await;
+    let at = LastTry {
+        link,
+        settings,
+        key: &key,
+        origin,
+        clock,
+    };
+    last_try(at, &mut outbox, pending, metrics).await;
 }
 
 /// Whether `ban` can still hold anywhere: its start is within the window.
@@ -132,18 +149,31 @@ fn live(ban: &Invalidation, settings: &LogSettings) -> bool {
 /// stop deadline.
 const LAST_TRY: std::time::Duration = std::time::Duration::from_millis(1500);
 
+/// Where the last try appends, and the primary's clock as last seen.
+struct LastTry<'a> {
+    link: &'a Link,
+    settings: &'a LogSettings,
+    key: &'a str,
+    origin: &'a str,
+    clock: Option<u64>,
+}
+
 /// At stop: one try (one connect, each entry within the timeout, all
-/// within [`LAST_TRY`]) to append what still waits; what fails or is left
-/// is counted as dropped.
+/// within [`LAST_TRY`]) to append what still waits; what fails, is left,
+/// or has outlived the window is counted as dropped.
 async fn last_try(
-    link: &Link,
-    settings: &LogSettings,
-    key: &str,
-    origin: &str,
+    at: LastTry<'_>,
     outbox: &mut mpsc::Receiver<Invalidation>,
     mut pending: Vec<Invalidation>,
     metrics: &Metrics,
 ) {
+    let LastTry {
+        link,
+        settings,
+        key,
+        origin,
+        clock,
+    } = at;
     let m = &metrics.sidecar.fleet_bans;
     while let Ok(ban) = outbox.try_recv() {
         pending.push(ban);
@@ -152,7 +182,9 @@ async fn last_try(
         return;
     }
     let deadline = tokio::time::Instant::now() + LAST_TRY;
+    let before = pending.len();
     pending.retain(|ban| live(ban, settings));
+    m.dropped.inc_by((before - pending.len()) as u64);
     let tried = tokio::time::timeout_at(deadline, link.connect()).await;
     let Ok(Ok(mut conn)) = tried else {
         m.dropped.inc_by(pending.len() as u64);
@@ -162,7 +194,9 @@ async fn last_try(
     for chunk in pending.chunks(MAX_BANS_PER_ENTRY) {
         let sent = tokio::time::timeout_at(
             deadline,
-            append(link, &mut conn, settings, key, origin, chunk, None),
+            append(
+                link, &mut conn, settings, key, origin, chunk, clock, metrics,
+            ),
         )
         .await;
         match sent {
@@ -205,6 +239,16 @@ async fn replicated(
                     counted = true;
                 }
             }
+            // A user the ACL does not allow `WAIT` cannot learn about the
+            // replicas: the append stands on the primary alone, as `ROLE`
+            // is taken at its word (`Link`), rather than be appended again
+            // forever.
+            Err(e) if e.code() == Some("NOPERM") => {
+                if !counted {
+                    metrics.sidecar.fleet_bans.unreplicated.inc();
+                }
+                return true;
+            }
             Err(_) => return false,
         }
         tokio::select! {
@@ -215,8 +259,9 @@ async fn replicated(
 }
 
 /// Appends one entry of `bans` and trims the log, within the timeout;
-/// returns the entry's id. `clock`: the primary's clock at its last append
-/// (`None`: this host's is used).
+/// returns the entry's id. `clock`: the primary's clock at this
+/// appender's last append (`None`: no trim by age, see the module doc).
+#[allow(clippy::too_many_arguments)]
 async fn append(
     link: &Link,
     conn: &mut MultiplexedConnection,
@@ -225,16 +270,17 @@ async fn append(
     origin: &str,
     bans: &[Invalidation],
     clock: Option<u64>,
+    metrics: &Metrics,
 ) -> redis::RedisResult<StreamId> {
-    let window = u64::try_from(settings.window.as_millis()).unwrap_or(u64::MAX);
-    let edge = clock.unwrap_or_else(wall_now).saturating_sub(window);
     let mut pipe = redis::pipe();
-    pipe.cmd("XADD")
-        .arg(key)
-        .arg("MINID")
-        .arg("~")
-        .arg(edge)
-        .arg("*")
+    // Each command's answer on its own: a refused trim must not read as a
+    // failed append (which would append the same bans again forever).
+    pipe.ignore_errors();
+    let xadd = pipe.cmd("XADD").arg(key);
+    if let Some(edge) = trim_edge(clock, settings.window) {
+        xadd.arg("MINID").arg("~").arg(edge);
+    }
+    xadd.arg("*")
         .arg("origin")
         .arg(origin)
         .arg("bans")
@@ -243,11 +289,99 @@ async fn append(
         .arg(key)
         .arg("MAXLEN")
         .arg("~")
-        .arg(settings.redis.ban_log_max_entries)
-        .ignore();
-    // The trim's failure does not undo the append: only the append's
-    // answer counts.
-    let (id,): (String,) = link.within(pipe.query_async(conn)).await?;
+        .arg(settings.redis.ban_log_max_entries);
+    let answers: Vec<redis::Value> = link.within(pipe.query_async(conn)).await?;
+    let mut answers = answers.into_iter();
+    let (Some(added), Some(trimmed)) = (answers.next(), answers.next()) else {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "XADD and XTRIM answers",
+        )));
+    };
+    if let Err(e) = trimmed.extract_error() {
+        metrics.sidecar.fleet_bans.trim_failed.inc();
+        tracing::debug!(error = %e, "ban log: the trim was refused; the append stands");
+    }
+    let id: String = redis::from_redis_value(added.extract_error()?)?;
     id.parse()
         .map_err(|_| redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "XADD id")))
+}
+
+/// The id below which entries are trimmed by age: the window back from the
+/// primary's clock; none while that clock is unknown (this host's own
+/// could be ahead of it and cut entries that still hold).
+fn trim_edge(clock: Option<u64>, window: std::time::Duration) -> Option<u64> {
+    let window = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+    clock.map(|ms| ms.saturating_sub(window))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use alloy_primitives::{Address, B256};
+    use txgate_config::RedisConfig;
+
+    use super::*;
+
+    #[test]
+    fn the_log_is_trimmed_by_age_only_on_the_primarys_clock() {
+        let window = Duration::from_secs(130);
+        assert_eq!(trim_edge(None, window), None);
+        assert_eq!(trim_edge(Some(1_000_000), window), Some(870_000));
+        assert_eq!(trim_edge(Some(5), window), Some(0));
+    }
+
+    /// While Redis cannot be reached, the outbox gauge counts every ban
+    /// that waits, not just those of the append that failed first.
+    #[tokio::test]
+    async fn the_outbox_gauge_follows_what_waits_while_redis_is_down() {
+        // A port nothing listens on: every connect is refused.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let settings = LogSettings {
+            redis: RedisConfig {
+                url: format!("redis://127.0.0.1:{port}"),
+                timeout: Duration::from_millis(100),
+                ..RedisConfig::default()
+            },
+            window: Duration::from_secs(130),
+        };
+        let link = Link::new(&settings.redis).unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let (share, outbox) = mpsc::channel(64);
+        let stop = CancellationToken::new();
+        let task = {
+            let (metrics, stop) = (metrics.clone(), stop.clone());
+            tokio::spawn(async move {
+                run(&link, &settings, "here", outbox, &metrics, stop).await;
+            })
+        };
+        for i in 0..10u8 {
+            let ban = Invalidation {
+                fingerprint: B256::repeat_byte(i + 1),
+                target: Address::repeat_byte(0x44),
+                selector: [1, 2, 3, 4],
+                assertion: None,
+                tx_hash: None,
+                sender: None,
+                started: wall_now(),
+            };
+            share.send(ban).await.unwrap();
+        }
+        let gauge = &metrics.sidecar.fleet_bans.outbox;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while gauge.get() < 10 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(gauge.get(), 10);
+        stop.cancel();
+        task.await.unwrap();
+        // The last try could not connect either: every ban counted dropped.
+        assert_eq!(metrics.sidecar.fleet_bans.dropped.get(), 10);
+        assert_eq!(gauge.get(), 0);
+    }
 }
