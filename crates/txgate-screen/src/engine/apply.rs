@@ -12,7 +12,10 @@
 //! 4. attribution: the tx hash and sender a source did not name, from what
 //!    was forwarded;
 //! 5. the recent failures, grouped by shard;
-//! 6. cooldown accounting and sender charges, once per failure.
+//! 6. cooldown accounting, once per ban inserted (the one applier whose
+//!    insert made the ban counts it, even when another applier of the same
+//!    failure at the same moment charged it first), and sender charges,
+//!    once per failure.
 //!
 //! Replaying is harmless. A ban ends at its start plus its life whatever
 //! applies it, and when: a repeat or a replay finds it ending as late and
@@ -74,8 +77,8 @@ impl Screen {
     ///
     /// One failure, one charge: a tx hash already learned (from any
     /// source, earlier in the batch, or replayed) keeps its ban's end and
-    /// is neither charged nor counted towards a cooldown again; see the
-    /// module docs.
+    /// is not charged again; a ban already held is not counted towards a
+    /// cooldown again; see the module docs.
     pub fn apply(&self, batch: &[Invalidation], now: Millis, wall: UnixMillis) -> Applied {
         let mut applied = Applied::default();
         let mut live = self.observe_assertions(batch, now, wall, &mut applied);
@@ -234,12 +237,12 @@ impl Screen {
             })
     }
 
-    /// Step 6: the bans counted, then cooldown accounting and the
-    /// sender's charge, once per failure: a failure already charged
-    /// (`replaced`, from step 5) counts as a duplicate only; so does, with
-    /// no recent failure to record (no tx hash, or past its window), one
-    /// whose ban it did not extend. Nobody is charged for a failure that is
-    /// no longer recent.
+    /// Step 6: the bans counted; cooldown accounting, once per ban this
+    /// batch inserted; then the sender's charge, once per failure: a
+    /// failure already charged (`replaced`, from step 5) counts as a
+    /// duplicate only; so does, with no recent failure to record (no tx
+    /// hash, or past its window), one whose ban it did not extend. Nobody
+    /// is charged for a failure that is no longer recent.
     fn charge(
         &self,
         live: &[Live<'_>],
@@ -257,14 +260,11 @@ impl Screen {
             } else {
                 applied.refreshed += 1;
             }
-            let repeat = match l.failure() {
-                Some(_) => replaced.next().flatten().is_some_and(|f| f.charged),
-                None => result == Inserted::Held,
-            };
-            if repeat {
-                applied.duplicates += 1;
-                continue;
-            }
+            // A cooldown counts distinct failing fingerprints: the one
+            // applier whose insert made the ban (decided under its shard's
+            // lock) counts it, whoever charged the failure; a copy applied
+            // at the same moment by another source (which may record and
+            // charge the failure first) must not lose it.
             if new_ban
                 && let Some(cooldown) = l.cooldown
                 && self
@@ -272,6 +272,14 @@ impl Screen {
                     .note_failure(cooldown, (inv.target, inv.selector), now)
             {
                 applied.cooldowns += 1;
+            }
+            let repeat = match l.failure() {
+                Some(_) => replaced.next().flatten().is_some_and(|f| f.charged),
+                None => result == Inserted::Held,
+            };
+            if repeat {
+                applied.duplicates += 1;
+                continue;
             }
             if let Some(sender) = l.sender
                 && l.recent_until.is_some()

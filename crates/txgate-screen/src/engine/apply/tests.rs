@@ -205,3 +205,33 @@ fn a_start_in_the_future_is_clamped_to_now() {
     // A replay of the clamped one still charges nobody again.
     assert_eq!(apply(&s, &[ahead], 1_000).charged, 0);
 }
+
+/// Two appliers of the same failure at once (the sidecar worker's batch
+/// and the fleet log's copy of it, say): the one whose insert made the ban
+/// counts it towards the cooldown, even when the other recorded and
+/// charged the failure first. The failure used to count for neither: the
+/// first saw the ban already held, the second the failure already charged.
+#[test]
+fn a_failure_applied_twice_at_once_counts_towards_its_cooldown_once() {
+    let mut settings = settings();
+    settings.cooldown.distinct_fingerprints = 1;
+    let s = Screen::new(settings, Instant::now());
+    let inv = ban(1, 1, 9, 0);
+    let batch = [inv];
+    // The first applier, up to its ban: it inserts it.
+    let mut first = Applied::default();
+    let mut live = s.observe_assertions(&batch, 0, WALL, &mut first);
+    s.heat_calls(&live, 0);
+    let inserted = s.ban(&live, 0);
+    assert_eq!(inserted, vec![Inserted::New]);
+    // The second, whole, in between.
+    let second = apply(&s, &batch, 0);
+    assert_eq!((second.charged, second.cooldowns), (1, 0));
+    // The first goes on: the failure is charged already, but the ban is
+    // its own.
+    s.attribute(&mut live, 0);
+    let replaced = s.record_failures(&live, 0);
+    s.charge(&live, inserted, replaced, 0, &mut first);
+    assert_eq!((first.charged, first.duplicates), (0, 1));
+    assert_eq!(first.cooldowns + second.cooldowns, 1);
+}
