@@ -164,17 +164,19 @@ impl Reports {
             m.creation.inc();
             return answer(StatusCode::OK, "ok");
         };
-        if let Some(share) = &self.share {
-            share.offer(&invalidation);
-        }
         let queued = tokio::time::timeout(
             QUEUE_WAIT,
             crate::sidecar::worker::queue(invalidation, &self.queue, &self.metrics),
         )
         .await;
         if queued != Ok(true) {
+            // Refused here, so not shared either: the reporter is told to
+            // try again, and the fleet hears it from whoever takes it.
             m.unavailable.inc();
             return answer(StatusCode::SERVICE_UNAVAILABLE, "busy");
+        }
+        if let Some(share) = &self.share {
+            share.offer(&invalidation);
         }
         m.accepted.inc();
         answer(StatusCode::OK, "ok")

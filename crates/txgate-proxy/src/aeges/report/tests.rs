@@ -192,3 +192,32 @@ async fn bad_bodies_get_400_with_a_reason_and_big_ones_413() {
     assert_eq!(r.metrics.aeges.malformed.get(), 5);
     assert_eq!(r.metrics.aeges.too_large.get(), 2);
 }
+
+/// A report the queue cannot take within its wait is answered 503 and
+/// shared with no one: the reporter tries again, and the fleet learns it
+/// from the instance that takes it. One taken is shared once.
+#[tokio::test(start_paused = true)]
+async fn a_report_refused_as_busy_is_not_shared_with_the_fleet() {
+    let (queue, mut rx) = mpsc::channel(1);
+    let metrics = Arc::new(Metrics::new());
+    let screen = Arc::new(Screen::new(
+        ScreenSettings::default(),
+        std::time::Instant::now(),
+    ));
+    let (share, mut outbox) = crate::sidecar::shared_bans::share(metrics.clone());
+    let allow = vec!["127.0.0.0/8".parse().unwrap_or_else(|e| panic!("{e}"))];
+    let r = Reports::new(allow, None, 4096, queue, screen, metrics).with_share(Some(share));
+    let b = body(&format!("\"0x{}\"", "de".repeat(20)));
+    // The first fills the queue; the second finds it full.
+    assert_eq!(
+        send(&r, LOCAL, post("/report", b.clone()), b.clone()).await,
+        StatusCode::OK
+    );
+    assert!(outbox.try_recv().is_ok());
+    assert_eq!(
+        send(&r, LOCAL, post("/report", b.clone()), b.clone()).await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert!(outbox.try_recv().is_err(), "a refused report was shared");
+    assert!(rx.try_recv().is_ok());
+}
