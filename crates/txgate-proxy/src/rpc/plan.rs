@@ -120,6 +120,23 @@ impl Slot {
         true
     }
 
+    /// Answers this slot, if it awaits the node, with the error of a call
+    /// the node's answer to its message left out, under the caller's `id`
+    /// (its JSON text).
+    pub(super) fn unanswered(&mut self, id: Option<&str>) {
+        if matches!(self, Slot::Awaiting) {
+            let mut out = Vec::with_capacity(96);
+            encode::write_error(
+                &mut out,
+                id,
+                code::INTERNAL_ERROR,
+                "upstream returned no response for this call",
+                None,
+            );
+            *self = Slot::Done(out);
+        }
+    }
+
     /// Answers this slot, if it awaits the node, with `refusal` under the
     /// caller's `id` (its JSON text).
     pub(super) fn fail(&mut self, refusal: &Refusal, id: Option<&str>) {
@@ -346,17 +363,7 @@ impl Plan {
             let id = call.id.map(|i| i.as_str());
             match failure {
                 Some(refusal) => slot.fail(refusal, id),
-                None => {
-                    let mut out = Vec::with_capacity(96);
-                    encode::write_error(
-                        &mut out,
-                        id,
-                        code::INTERNAL_ERROR,
-                        "upstream returned no response for this call",
-                        None,
-                    );
-                    *slot = Slot::Done(out);
-                }
+                None => slot.unanswered(id),
             }
         }
     }

@@ -48,3 +48,4 @@ mod sync_calls;
 mod tls;
 mod tls_pki;
 mod websocket;
+mod ws_partial_answer;

@@ -258,10 +258,30 @@ impl Session {
                 tracing::debug!("upstream WebSocket answered without an id");
                 Ok(())
             }
-            Some(UpstreamBatch::Whole(response)) => self.upstream_answer(&response, from),
+            // The node answers each message it is sent with one message: a
+            // call of ours its answer leaves out (a node that answers a
+            // batch over its limit with one error, say) will never be
+            // answered, and is answered now rather than at its timeout.
+            Some(UpstreamBatch::Whole(response)) => {
+                let message = self.message_of(&response);
+                self.upstream_answer(&response, from)?;
+                match message {
+                    Some(key) => self.settle_message(key, Settle::Unanswered),
+                    None => Ok(()),
+                }
+            }
             Some(UpstreamBatch::Responses(responses)) => {
+                let mut messages: Vec<u64> = Vec::new();
                 for response in &responses {
+                    if let Some(key) = self.message_of(response)
+                        && !messages.contains(&key)
+                    {
+                        messages.push(key);
+                    }
                     self.upstream_answer(response, from)?;
+                }
+                for key in messages {
+                    self.settle_message(key, Settle::Unanswered)?;
                 }
                 Ok(())
             }
@@ -464,7 +484,20 @@ impl Session {
 
     /// Answers a message's calls still owed with `refusal`, under their
     /// callers' ids; a late answer from the node is then dropped.
+    /// The client message a node's answer is for, while it still waits.
+    fn message_of(&self, response: &UpstreamResponse<'_>) -> Option<u64> {
+        let id = response.index()?;
+        self.pending.get(&(id as u64)).map(|p| p.message)
+    }
+
     pub(super) fn fail_message(&mut self, key: u64, refusal: &Refusal) -> Result<(), WsClose> {
+        self.settle_message(key, Settle::Refused(refusal))
+    }
+
+    /// Answers every call of message `key` still waiting for the node, as
+    /// `how` says, and the message with them.
+    fn settle_message(&mut self, key: u64, how: Settle<'_>) -> Result<(), WsClose> {
+        // Answered whole already (an assembly leaves once nothing waits).
         let Some(mut assembly) = self.assemblies.remove(&key) else {
             return Ok(());
         };
@@ -486,7 +519,10 @@ impl Session {
             }
             false
         });
-        let why = refusal.class().outcome.as_str();
+        let why = match how {
+            Settle::Refused(refusal) => refusal.class().outcome.as_str(),
+            Settle::Unanswered => Refusal::UpstreamUnavailable.class().outcome.as_str(),
+        };
         for (logged, via) in submissions {
             self.log_submission(&logged, via, Err(why));
         }
@@ -499,9 +535,22 @@ impl Session {
         self.expired_subscribes.extend(expired);
         for (index, caller_id) in owed {
             if let Some(slot) = assembly.slots.get_mut(index) {
-                slot.fail(refusal, caller_id.as_deref());
+                match how {
+                    Settle::Refused(refusal) => slot.fail(refusal, caller_id.as_deref()),
+                    Settle::Unanswered => slot.unanswered(caller_id.as_deref()),
+                }
             }
         }
         self.answer(assembly)
     }
+}
+
+/// How the calls of a message still waiting for the node are answered.
+#[derive(Clone, Copy)]
+enum Settle<'a> {
+    /// Refused, with this.
+    Refused(&'a Refusal),
+    /// Left out of the node's answer to their message: -32603, "upstream
+    /// returned no response for this call", as over HTTP.
+    Unanswered,
 }
