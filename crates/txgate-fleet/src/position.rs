@@ -123,9 +123,11 @@ pub struct Resume {
     /// live (cut by the log's length cap, not by age): bans it may never
     /// learn. Counted.
     pub gap: bool,
-    /// The reader had read past the log's last id: the primary is not the
-    /// one it read from (a failover to a replica that had not every entry,
-    /// or a log that was deleted). It reads the whole window again.
+    /// The primary is not the one the reader read from: it had read past
+    /// the log's last id (a failover to a replica that had not every
+    /// entry, or a log that was deleted), or the primary is on another
+    /// history (its replication id changed). It reads the whole window
+    /// again.
     pub reset: bool,
 }
 
@@ -140,10 +142,20 @@ pub struct Resume {
 ///   cap, only age trimmed the log, and what age trims can no longer hold
 ///   a live ban.
 /// - A reader ahead of the log's last id reads the whole log again.
+/// - So does a reader whose primary's history is not the one it read
+///   under (`other_history`: its replication id changed, a failover or a
+///   split brain healed): ids on either side of the change say nothing of
+///   what the other side holds, so entries behind its id may be new to it.
 ///
 /// Reading again what was read is harmless: a ban applied twice runs only
 /// its remaining time and charges its sender once.
-pub fn resume(saved: Option<StreamId>, state: LogState, length: u64, cap: u64) -> Resume {
+pub fn resume(
+    saved: Option<StreamId>,
+    state: LogState,
+    length: u64,
+    cap: u64,
+    other_history: bool,
+) -> Resume {
     let whole = Resume {
         after: StreamId::ZERO,
         gap: false,
@@ -152,7 +164,7 @@ pub fn resume(saved: Option<StreamId>, state: LogState, length: u64, cap: u64) -
     let Some(saved) = saved else {
         return whole;
     };
-    if saved > state.last_generated {
+    if saved > state.last_generated || other_history {
         return Resume {
             reset: true,
             ..whole
@@ -210,7 +222,7 @@ mod tests {
             last_generated: id(NOW, 0),
         };
         assert_eq!(
-            resume(None, state, CAP, CAP),
+            resume(None, state, CAP, CAP, false),
             Resume {
                 after: StreamId::ZERO,
                 gap: false,
@@ -226,10 +238,10 @@ mod tests {
             last_generated: id(NOW, 4),
         };
         let saved = id(NOW - 10_000, 2);
-        let r = resume(Some(saved), state, CAP, CAP);
+        let r = resume(Some(saved), state, CAP, CAP, false);
         assert_eq!((r.after, r.gap, r.reset), (saved, false, false));
         // Up to date: the same.
-        let r = resume(Some(id(NOW, 4)), state, CAP, CAP);
+        let r = resume(Some(id(NOW, 4)), state, CAP, CAP, false);
         assert_eq!((r.after, r.gap, r.reset), (id(NOW, 4), false, false));
     }
 
@@ -241,14 +253,14 @@ mod tests {
             last_generated: id(NOW, 0),
         };
         // Below the cap: only age trimmed it.
-        let r = resume(Some(saved), state, 10, CAP);
+        let r = resume(Some(saved), state, 10, CAP, false);
         assert_eq!((r.after, r.gap, r.reset), (saved, false, false));
         // At the cap: the cap may have cut live entries.
-        let r = resume(Some(saved), state, CAP, CAP);
+        let r = resume(Some(saved), state, CAP, CAP, false);
         assert!(r.gap && !r.reset);
         assert_eq!(r.after, saved, "it reads on from the oldest kept");
         // Its own entry is the oldest kept: nothing was cut after it.
-        let r = resume(Some(id(NOW - 1_000, 0)), state, CAP, CAP);
+        let r = resume(Some(id(NOW - 1_000, 0)), state, CAP, CAP, false);
         assert!(!r.gap);
     }
 
@@ -259,15 +271,35 @@ mod tests {
             first: Some(id(NOW - 5_000, 0)),
             last_generated: id(NOW - 1_000, 0),
         };
-        let r = resume(Some(id(NOW - 500, 0)), behind, CAP, CAP);
+        let r = resume(Some(id(NOW - 500, 0)), behind, CAP, CAP, false);
         assert_eq!((r.after, r.gap, r.reset), (StreamId::ZERO, false, true));
         // A log that is gone (deleted, or a fresh primary).
         let gone = LogState {
             first: None,
             last_generated: StreamId::ZERO,
         };
-        let r = resume(Some(id(NOW - 500, 0)), gone, 0, CAP);
+        let r = resume(Some(id(NOW - 500, 0)), gone, 0, CAP, false);
         assert_eq!((r.after, r.reset), (StreamId::ZERO, true));
+    }
+
+    /// A split brain healed: the instance read up to T0+50 on the old
+    /// primary, cut off with it, while the new one took an entry at T0+20
+    /// and one at T0+55. Its id is behind the new primary's last, but the
+    /// T0+20 entry was never its to read: on another history, it reads the
+    /// whole log again.
+    #[test]
+    fn a_reader_on_another_history_reads_the_whole_log_again() {
+        let healed = LogState {
+            first: Some(id(NOW - 30_000, 0)),
+            last_generated: id(NOW + 55, 0),
+        };
+        let saved = id(NOW + 50, 0);
+        let r = resume(Some(saved), healed, 100, CAP, false);
+        assert_eq!((r.after, r.reset), (saved, false), "the same history");
+        let r = resume(Some(saved), healed, 100, CAP, true);
+        assert_eq!((r.after, r.gap, r.reset), (StreamId::ZERO, false, true));
+        // A fresh reader reads it all anyway, with nothing to reset.
+        assert!(!resume(None, healed, 100, CAP, true).reset);
     }
 
     #[test]
@@ -276,12 +308,12 @@ mod tests {
             first: None,
             last_generated: id(NOW - 100_000, 0),
         };
-        let r = resume(Some(id(NOW - 100_000, 0)), empty, 0, CAP);
+        let r = resume(Some(id(NOW - 100_000, 0)), empty, 0, CAP, false);
         assert_eq!(
             (r.after, r.gap, r.reset),
             (id(NOW - 100_000, 0), false, false)
         );
-        let r = resume(Some(id(NOW - 200_000, 0)), empty, 0, CAP);
+        let r = resume(Some(id(NOW - 200_000, 0)), empty, 0, CAP, false);
         assert!(!r.gap, "emptied by age");
     }
 }

@@ -298,6 +298,126 @@ async fn a_user_refused_the_trim_and_the_replica_wait_appends_each_ban_once() {
     );
 }
 
+/// `redis-cli` on `port`, its answer.
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "--raw"])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A primary with no replica, behind a sentinel: an append no replica has
+/// is kept, and once the primary drops the appender's connection (as a
+/// failover, or a split brain healing, ends the old primary's) it is
+/// appended again on the next one, without waiting for another ban. It
+/// used to be forgotten once confirmed on the primary alone: the new
+/// primary of a failover, or of a healed split brain, never had it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_append_no_replica_had_is_appended_again_on_the_next_connection() {
+    let anvil = Anvil::start().await;
+    let redis = RedisServer::start(free_port());
+    let sentinel = Sentinel::start(redis.port());
+    let aeges = free_port();
+    let config = TempFile::new(&format!(
+        "[redis]\nsentinels = [\"127.0.0.1:{}\"]\nmaster_name = \"{MASTER}\"\n\
+         [aeges]\nlisten = \"127.0.0.1:{aeges}\"\nreport_token = \"t0k\"\n",
+        sentinel.port()
+    ));
+    let a = Txgate::start(&anvil.url, &["-c", config.arg()]);
+    reading(&a).await;
+    let attacker = Eoa::new(64);
+    post_report(
+        aeges,
+        report(attacker.address, Address::repeat_byte(0x45), 8, 0xa8, 0),
+    )
+    .await;
+    // Confirmed on the primary alone, 2 s after the append.
+    let appended = eventually(Duration::from_secs(10), || async {
+        counted(&a, APPENDED).await == 1.0
+    })
+    .await;
+    assert!(appended, "{}", a.metrics().await);
+    let log = "txgate:bans:log";
+    assert_eq!(redis_cli(redis.port(), &["XLEN", log]), "1");
+    // Every client connection of the primary dropped.
+    redis_cli(redis.port(), &["CLIENT", "KILL", "TYPE", "normal"]);
+    let again = eventually(Duration::from_secs(10), || async {
+        redis_cli(redis.port(), &["XLEN", log]) == "2"
+    })
+    .await;
+    assert!(again, "not appended again: {}", a.metrics().await);
+}
+
+/// The primary replaced by one on another history (here a restart with a
+/// fresh data set; in production a failover, or the other side of a
+/// healed split brain) that holds an entry of another instance behind
+/// this one's position and a later one: the reader reads the whole log
+/// again and applies it. It used to read on after its own id, past an
+/// entry it never had.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_primary_on_another_history_has_its_log_read_whole_again() {
+    let anvil = Anvil::start().await;
+    let port = free_port();
+    let mut redis = RedisServer::start(port);
+    let aeges = free_port();
+    let config = TempFile::new(&format!(
+        "[redis]\nurl = \"{}\"\n[aeges]\nlisten = \"127.0.0.1:{aeges}\"\nreport_token = \"t0k\"\n",
+        redis.url()
+    ));
+    let a = Txgate::start(&anvil.url, &["-c", config.arg()]);
+    reading(&a).await;
+    // Its own ban: its position moves to that entry.
+    let attacker = Eoa::new(65);
+    post_report(
+        aeges,
+        report(attacker.address, Address::repeat_byte(0x46), 9, 0xa9, 0),
+    )
+    .await;
+    let appended = eventually(Duration::from_secs(10), || async {
+        counted(&a, APPENDED).await == 1.0
+    })
+    .await;
+    assert!(appended, "{}", a.metrics().await);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    redis.kill();
+    let _redis = RedisServer::start(port);
+    let log = "txgate:bans:log";
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let ban = txgate_screen::Invalidation {
+        fingerprint: alloy_primitives::B256::repeat_byte(0x5a),
+        target: Address::repeat_byte(0x47),
+        selector: [1, 2, 3, 4],
+        assertion: None,
+        tx_hash: None,
+        sender: None,
+        started,
+    };
+    let bans = txgate_fleet::entry::encode(&[ban]);
+    redis_cli(
+        port,
+        &["XADD", log, "1-1", "origin", "elsewhere", "bans", &bans],
+    );
+    redis_cli(
+        port,
+        &["XADD", log, "*", "origin", "elsewhere", "bans", "[]"],
+    );
+    let learned = eventually(Duration::from_secs(10), || async {
+        counted(&a, RECEIVED).await == 1.0
+    })
+    .await;
+    assert!(learned, "{}", a.metrics().await);
+    let m = a.metrics().await;
+    assert!(
+        metric(&m, "txgate_fleet_bans_total{event=\"reset\"}") >= 1.0,
+        "{m}"
+    );
+}
+
 /// 1,000 reports to one instance; a fresh instance (no snapshot, no
 /// sidecar) refuses every one of them within 2 s of starting, from the
 /// log alone.

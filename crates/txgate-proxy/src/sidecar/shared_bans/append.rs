@@ -14,8 +14,12 @@
 //! Sentinel, an append waits up to 2 s for one replica to have it too
 //! (`WAIT 1`), then counts as confirmed on the primary alone: a failover
 //! right after a replicated append keeps it if Sentinel promotes that
-//! replica (the one furthest along, at equal priority). At stop, what
-//! waits gets one last try.
+//! replica (the one furthest along, at equal priority). The bans of an
+//! append confirmed on the primary alone are kept (4096 at most) until a
+//! replica has every write of the connection, and appended again on the
+//! next connection: a failover, or a split brain healing (a primary cut
+//! off with this instance, whose log the new primary's replaces), would
+//! otherwise lose them. At stop, what waits gets one last try.
 
 use std::sync::Arc;
 
@@ -44,6 +48,14 @@ pub(super) async fn run(
     let mut backoff = Backoff::up_to(LONGEST_RETRY);
     // Bans taken from the outbox, not yet confirmed, oldest first.
     let mut pending: Vec<Invalidation> = Vec::with_capacity(MAX_BANS_PER_ENTRY);
+    // Appended on this connection and confirmed on the primary alone (no
+    // replica had them within 2 s): a failover may lose them, and so does
+    // the losing side of a split brain once it heals. Appended again on
+    // the next connection; forgotten once a replica has every write of
+    // this one.
+    let mut unreplicated: Vec<Invalidation> = Vec::new();
+    // What to append again, before the outbox.
+    let mut again: std::collections::VecDeque<Invalidation> = std::collections::VecDeque::new();
     let mut open = true;
     // The primary's clock: the milliseconds of its last append's id.
     let mut clock: Option<u64> = None;
@@ -67,7 +79,17 @@ pub(super) async fn run(
                 }
             }
         };
+        // Whatever the last connection appended on the primary alone goes
+        // to this one first (twice in the log is harmless).
+        for ban in unreplicated.drain(..).rev() {
+            again.push_front(ban);
+        }
+        again.truncate(MAX_AGAIN);
         loop {
+            if pending.is_empty() && !again.is_empty() {
+                let n = again.len().min(MAX_BANS_PER_ENTRY);
+                pending.extend(again.drain(..n).filter(|ban| live(ban, settings)));
+            }
             if pending.is_empty() {
                 if !open {
                     // No source here shares: nothing more to append.
@@ -81,6 +103,25 @@ pub(super) async fn run(
                             open = false;
                             continue;
                         }
+                    }
+                    // Idle with appends on the primary alone: asked again
+                    // whether a replica has them now, which also finds a
+                    // primary gone (failed, or demoted when a split brain
+                    // heals) before the next ban, so that they are
+                    // appended again at once.
+                    () = tokio::time::sleep(RECHECK), if !unreplicated.is_empty() => {
+                        let mut wait = redis::cmd("WAIT");
+                        wait.arg(1).arg(1);
+                        match link.within(wait.query_async::<i64>(&mut conn)).await {
+                            Ok(n) if n >= 1 => unreplicated.clear(),
+                            Ok(_) => {}
+                            Err(e) if e.code() == Some("NOPERM") => unreplicated.clear(),
+                            Err(_) => {
+                                m.reconnects.inc();
+                                break;
+                            }
+                        }
+                        continue;
                     }
                 }
             }
@@ -108,12 +149,24 @@ pub(super) async fn run(
                     break;
                 }
             }
-            if settings.redis.uses_sentinel() && !replicated(link, &mut conn, metrics, &stop).await
-            {
-                // The primary failed (its entry is re-appended to the next
-                // one), or the instance stops (one last try).
-                m.reconnects.inc();
-                break;
+            if settings.redis.uses_sentinel() {
+                match replicated(link, &mut conn, metrics, &stop).await {
+                    // Every write of this connection so far is on a replica.
+                    Replica::Had => unreplicated.clear(),
+                    Replica::Alone => {
+                        if unreplicated.len() + pending.len() <= MAX_AGAIN {
+                            unreplicated.extend_from_slice(&pending);
+                        }
+                    }
+                    Replica::Unknowable => {}
+                    Replica::Failed => {
+                        // The primary failed (its entry is re-appended to
+                        // the next one), or the instance stops (one last
+                        // try).
+                        m.reconnects.inc();
+                        break;
+                    }
+                }
             }
             m.appended.inc_by(pending.len() as u64);
             pending.clear();
@@ -212,27 +265,48 @@ async fn last_try(
 /// bans (at the risk a failover then carries), rather than stop.
 const REPLICA_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Waits until a replica has every write of `conn` (`WAIT 1`): true once
-/// one has, or after [`REPLICA_WAIT`] on the primary alone (counted once
-/// per append); false when the connection fails or `stop` comes first.
-/// Each wait lasts half the link's timeout, asked again every 100 ms.
+/// Bans kept to append again after a reconnect, at most: beyond it, the
+/// oldest are only in the log of the primary they were appended to.
+const MAX_AGAIN: usize = 4096;
+
+/// How often an idle appender with appends on the primary alone asks
+/// again whether a replica has them.
+const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What a replica has of a connection's writes.
+enum Replica {
+    /// One has every write so far.
+    Had,
+    /// None had them within [`REPLICA_WAIT`]: confirmed on the primary
+    /// alone.
+    Alone,
+    /// Not to be known: the user may not run `WAIT`.
+    Unknowable,
+    /// The connection failed, or the instance stops.
+    Failed,
+}
+
+/// Waits until a replica has every write of `conn` (`WAIT 1`), at most
+/// [`REPLICA_WAIT`] (a wait on the primary alone is counted once per
+/// append). Each wait lasts half the link's timeout, asked again every
+/// 100 ms.
 async fn replicated(
     link: &Link,
     conn: &mut MultiplexedConnection,
     metrics: &Metrics,
     stop: &CancellationToken,
-) -> bool {
+) -> Replica {
     let wait_ms = (link.timeout() / 2).as_millis().max(1) as u64;
     let give_up = tokio::time::Instant::now() + REPLICA_WAIT;
     let mut counted = false;
     loop {
         if counted && tokio::time::Instant::now() >= give_up {
-            return true;
+            return Replica::Alone;
         }
         let mut wait = redis::cmd("WAIT");
         wait.arg(1).arg(wait_ms);
         match link.within(wait.query_async::<i64>(conn)).await {
-            Ok(n) if n >= 1 => return true,
+            Ok(n) if n >= 1 => return Replica::Had,
             Ok(_) => {
                 if !counted {
                     metrics.sidecar.fleet_bans.unreplicated.inc();
@@ -247,12 +321,12 @@ async fn replicated(
                 if !counted {
                     metrics.sidecar.fleet_bans.unreplicated.inc();
                 }
-                return true;
+                return Replica::Unknowable;
             }
-            Err(_) => return false,
+            Err(_) => return Replica::Failed,
         }
         tokio::select! {
-            () = stop.cancelled() => return false,
+            () = stop.cancelled() => return Replica::Failed,
             () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
         }
     }

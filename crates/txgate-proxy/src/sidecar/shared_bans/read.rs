@@ -46,6 +46,10 @@ pub(super) async fn run(
     // (empty or not) always comes within it.
     let block = settings.redis.timeout / 2;
     let mut backoff = Backoff::up_to(LONGEST_RETRY);
+    // The replication id of the primary the position was last read on
+    // (`None`: not known, as after a start from a snapshot, or a user not
+    // allowed `INFO`).
+    let mut history: Option<String> = None;
     loop {
         let connected = tokio::select! {
             () = stop.cancelled() => return,
@@ -65,11 +69,19 @@ pub(super) async fn run(
                 }
             }
         };
+        // A primary on another history (promoted, or the other side of a
+        // healed split brain) may hold entries behind this position that
+        // were never read here.
+        let other_history = matches!((&history, &state.replid), (Some(was), Some(is)) if was != is);
+        if state.replid.is_some() {
+            history.clone_from(&state.replid);
+        }
         let start = resume(
             position.get(),
             state.log,
             state.length,
             settings.redis.ban_log_max_entries as u64,
+            other_history,
         );
         if start.gap {
             m.gaps.inc();
@@ -77,8 +89,8 @@ pub(super) async fn run(
         }
         if start.reset {
             m.resets.inc();
-            tracing::warn!(saved = ?position.get(), last = %state.log.last_generated,
-                "ban log: this instance had read past the log's end (a failover?): reading it all again");
+            tracing::warn!(saved = ?position.get(), last = %state.log.last_generated, other_history,
+                "ban log: the primary is not the one this instance read from (a failover, a healed split brain, a deleted log): reading it all again");
         }
         tracing::info!(key, after = %start.after, "reading the fleet's ban log");
         let mut reader = Reader {
@@ -308,13 +320,15 @@ fn bytes(v: &Value) -> Option<&[u8]> {
 }
 
 /// Where the log stands.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Info {
     log: LogState,
     /// Entries ever appended (Redis 7).
     entries_added: u64,
     /// Entries kept.
     length: u64,
+    /// The primary's replication id, read at connect only.
+    replid: Option<String>,
 }
 
 /// A connection whose answers may take `block` beyond the link's timeout
@@ -325,8 +339,29 @@ async fn connect(
     block: Duration,
 ) -> redis::RedisResult<(MultiplexedConnection, Info)> {
     let mut conn = link.connect_with_slack(block).await?;
-    let state = link.within(info(&mut conn, key)).await?;
+    let mut state = link.within(info(&mut conn, key)).await?;
+    state.replid = link.within(replid(&mut conn)).await.ok().flatten();
     Ok((conn, state))
+}
+
+/// The primary's replication id (`INFO replication`'s `master_replid`):
+/// it changes when a replica is promoted or a primary restarts with a
+/// fresh data set. `None` when it cannot be read (a user not allowed
+/// `INFO`): then no reset is decided from it.
+async fn replid(conn: &mut MultiplexedConnection) -> redis::RedisResult<Option<String>> {
+    let text: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(conn)
+        .await?;
+    Ok(parse_replid(&text))
+}
+
+/// `master_replid` from an `INFO replication` text.
+fn parse_replid(info: &str) -> Option<String> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("master_replid:"))
+        .map(|id| id.trim().to_string())
+        .filter(|id| !id.is_empty())
 }
 
 /// `XINFO STREAM`; a log that does not exist is empty and never written.
@@ -346,6 +381,7 @@ async fn info(conn: &mut MultiplexedConnection, key: &str) -> redis::RedisResult
                 },
                 entries_added: 0,
                 length: 0,
+                replid: None,
             });
         }
         Err(e) => return Err(e),
@@ -399,6 +435,7 @@ fn parse_info(reply: &Value) -> Option<Info> {
         },
         entries_added: added.unwrap_or(0),
         length: length.unwrap_or(0),
+        replid: None,
     })
 }
 
@@ -436,6 +473,16 @@ mod tests {
         assert_eq!((got[1].origin, got[1].bans), (None, None));
         assert_eq!((got[2].id, got[3].id), (None, None));
         assert!(entries(&Value::Nil).is_empty());
+    }
+
+    #[test]
+    fn the_replication_id_is_read_from_info() {
+        let info = "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\
+                    master_failover_state:no-failover\r\n\
+                    master_replid:8f3a0c1d2e\r\nmaster_replid2:0000\r\n";
+        assert_eq!(parse_replid(info).as_deref(), Some("8f3a0c1d2e"));
+        assert_eq!(parse_replid("# Replication\r\nrole:master\r\n"), None);
+        assert_eq!(parse_replid("master_replid:\r\n"), None);
     }
 
     #[test]
