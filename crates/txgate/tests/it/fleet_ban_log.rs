@@ -241,6 +241,39 @@ async fn a_ban_reported_while_an_instance_restarts_cut_off_reaches_it_when_its_l
     a_ban_reported_during_an_outage_reaches_the_instance_when_its_link_returns(true).await;
 }
 
+/// An instance that finds its Redis through `sentinel` (`user`: the
+/// `[redis]` lines of its ACL user, if any), and one report posted to it,
+/// of attacker `seed`'s call, appended to the log.
+async fn one_ban_appended_through(
+    sentinel: &Sentinel,
+    user: &str,
+    anvil: &Anvil,
+    seed: u64,
+) -> (Txgate, TempFile) {
+    let aeges = free_port();
+    let config = TempFile::new(&format!(
+        "[redis]\nsentinels = [\"127.0.0.1:{}\"]\nmaster_name = \"{MASTER}\"\n{user}\
+         [aeges]\nlisten = \"127.0.0.1:{aeges}\"\nreport_token = \"t0k\"\n",
+        sentinel.port()
+    ));
+    let a = Txgate::start(&anvil.url, &["-c", config.arg()]);
+    reading(&a).await;
+    let attacker = Eoa::new(seed);
+    let arg = seed;
+    let hash = u8::try_from(seed).unwrap();
+    post_report(
+        aeges,
+        report(attacker.address, Address::repeat_byte(0x44), arg, hash, 0),
+    )
+    .await;
+    let appended = eventually(Duration::from_secs(10), || async {
+        counted(&a, APPENDED).await == 1.0
+    })
+    .await;
+    assert!(appended, "{}", a.metrics().await);
+    (a, config)
+}
+
 /// An ACL user allowed everything but `XTRIM` and `WAIT`, behind a
 /// sentinel: each append stands on the primary alone and the trim is
 /// counted as refused. A refused trim used to fail the whole append (a
@@ -257,26 +290,13 @@ async fn a_user_refused_the_trim_and_the_replica_wait_appends_each_ban_once() {
         ],
     );
     let sentinel = Sentinel::start(redis.port());
-    let aeges = free_port();
-    let config = TempFile::new(&format!(
-        "[redis]\nsentinels = [\"127.0.0.1:{}\"]\nmaster_name = \"{MASTER}\"\n\
-         username = \"appender\"\npassword = \"s3cret\"\n\
-         [aeges]\nlisten = \"127.0.0.1:{aeges}\"\nreport_token = \"t0k\"\n",
-        sentinel.port()
-    ));
-    let a = Txgate::start(&anvil.url, &["-c", config.arg()]);
-    reading(&a).await;
-    let attacker = Eoa::new(63);
-    post_report(
-        aeges,
-        report(attacker.address, Address::repeat_byte(0x44), 7, 0xa7, 0),
+    let (a, _config) = one_ban_appended_through(
+        &sentinel,
+        "username = \"appender\"\npassword = \"s3cret\"\n",
+        &anvil,
+        63,
     )
     .await;
-    let appended = eventually(Duration::from_secs(10), || async {
-        counted(&a, APPENDED).await == 1.0
-    })
-    .await;
-    assert!(appended, "{}", a.metrics().await);
     // Long enough for a few more appends of the same ban, had it failed.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let m = a.metrics().await;
@@ -319,26 +339,8 @@ async fn an_append_no_replica_had_is_appended_again_on_the_next_connection() {
     let anvil = Anvil::start().await;
     let redis = RedisServer::start(free_port());
     let sentinel = Sentinel::start(redis.port());
-    let aeges = free_port();
-    let config = TempFile::new(&format!(
-        "[redis]\nsentinels = [\"127.0.0.1:{}\"]\nmaster_name = \"{MASTER}\"\n\
-         [aeges]\nlisten = \"127.0.0.1:{aeges}\"\nreport_token = \"t0k\"\n",
-        sentinel.port()
-    ));
-    let a = Txgate::start(&anvil.url, &["-c", config.arg()]);
-    reading(&a).await;
-    let attacker = Eoa::new(64);
-    post_report(
-        aeges,
-        report(attacker.address, Address::repeat_byte(0x45), 8, 0xa8, 0),
-    )
-    .await;
     // Confirmed on the primary alone, 2 s after the append.
-    let appended = eventually(Duration::from_secs(10), || async {
-        counted(&a, APPENDED).await == 1.0
-    })
-    .await;
-    assert!(appended, "{}", a.metrics().await);
+    let (a, _config) = one_ban_appended_through(&sentinel, "", &anvil, 64).await;
     let log = "txgate:bans:log";
     assert_eq!(redis_cli(redis.port(), &["XLEN", log]), "1");
     // Every client connection of the primary dropped.

@@ -42,6 +42,23 @@ async fn node_answering_batches_in_part() -> (String, tokio::task::JoinHandle<()
     (url, task)
 }
 
+/// The next text message on `client`, as JSON (15 s at most).
+async fn next_json<S>(client: &mut S) -> Value
+where
+    S: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(15), client.next())
+            .await
+            .expect("an answer")
+            .unwrap()
+            .unwrap();
+        if let Message::Text(text) = next {
+            return serde_json::from_str::<Value>(&text).unwrap();
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_a_nodes_batch_answer_leaves_out_are_answered_at_once() {
     let (node, task) = node_answering_batches_in_part().await;
@@ -57,16 +74,7 @@ async fn calls_a_nodes_batch_answer_leaves_out_are_answered_at_once() {
     ]);
     let sent = Instant::now();
     client.send(Message::text(batch.to_string())).await.unwrap();
-    let answer = loop {
-        let next = tokio::time::timeout(Duration::from_secs(15), client.next())
-            .await
-            .expect("an answer")
-            .unwrap()
-            .unwrap();
-        if let Message::Text(text) = next {
-            break serde_json::from_str::<Value>(&text).unwrap();
-        }
-    };
+    let answer = next_json(&mut client).await;
     let took = sent.elapsed();
     let answers = answer.as_array().expect("a batch answer");
     assert_eq!(answers.len(), 3, "{answer}");
@@ -94,16 +102,7 @@ async fn calls_a_nodes_batch_answer_leaves_out_are_answered_at_once() {
         ))
         .await
         .unwrap();
-    let single = loop {
-        let next = tokio::time::timeout(Duration::from_secs(5), client.next())
-            .await
-            .expect("an answer")
-            .unwrap()
-            .unwrap();
-        if let Message::Text(text) = next {
-            break serde_json::from_str::<Value>(&text).unwrap();
-        }
-    };
+    let single = next_json(&mut client).await;
     assert_eq!(single, json!({"jsonrpc": "2.0", "id": 9, "result": "0x1"}));
     task.abort();
 }
