@@ -363,10 +363,13 @@ async fn a_primary_on_another_history_has_its_log_read_whole_again() {
     let anvil = Anvil::start().await;
     let port = free_port();
     let mut redis = RedisServer::start(port);
+    // Closed while the new primary is filled: the reader first meets it
+    // with both entries in.
+    let gate = Gate::start(port).await;
     let aeges = free_port();
     let config = TempFile::new(&format!(
         "[redis]\nurl = \"{}\"\n[aeges]\nlisten = \"127.0.0.1:{aeges}\"\nreport_token = \"t0k\"\n",
-        redis.url()
+        gate.url()
     ));
     let a = Txgate::start(&anvil.url, &["-c", config.arg()]);
     reading(&a).await;
@@ -383,13 +386,17 @@ async fn a_primary_on_another_history_has_its_log_read_whole_again() {
     .await;
     assert!(appended, "{}", a.metrics().await);
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let log = "txgate:bans:log";
+    let own = redis_cli(port, &["XRANGE", log, "-", "+"]);
+    let read_to: u64 = own
+        .lines()
+        .next()
+        .and_then(|id| id.split('-').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no entry: {own}"));
+    gate.close();
     redis.kill();
     let _redis = RedisServer::start(port);
-    let log = "txgate:bans:log";
-    let started = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    // Another instance's entry just behind the position, and a later one.
     let ban = txgate_screen::Invalidation {
         fingerprint: alloy_primitives::B256::repeat_byte(0x5a),
         target: Address::repeat_byte(0x47),
@@ -397,17 +404,19 @@ async fn a_primary_on_another_history_has_its_log_read_whole_again() {
         assertion: None,
         tx_hash: None,
         sender: None,
-        started,
+        started: read_to - 1,
     };
     let bans = txgate_fleet::entry::encode(&[ban]);
+    let behind = format!("{}-0", read_to - 1);
     redis_cli(
         port,
-        &["XADD", log, "1-1", "origin", "elsewhere", "bans", &bans],
+        &["XADD", log, &behind, "origin", "elsewhere", "bans", &bans],
     );
     redis_cli(
         port,
         &["XADD", log, "*", "origin", "elsewhere", "bans", "[]"],
     );
+    gate.open();
     let learned = eventually(Duration::from_secs(10), || async {
         counted(&a, RECEIVED).await == 1.0
     })

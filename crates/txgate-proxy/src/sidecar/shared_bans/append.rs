@@ -56,6 +56,8 @@ pub(super) async fn run(
     let mut unreplicated: Vec<Invalidation> = Vec::new();
     // What to append again, before the outbox.
     let mut again: std::collections::VecDeque<Invalidation> = std::collections::VecDeque::new();
+    // Whether `pending` is being appended again (taken from `again`).
+    let mut repeat = false;
     let mut open = true;
     // The primary's clock: the milliseconds of its last append's id.
     let mut clock: Option<u64> = None;
@@ -72,7 +74,8 @@ pub(super) async fn run(
             Err(e) => {
                 m.reconnects.inc();
                 tracing::debug!(error = %e, "ban log: the appender's connect failed");
-                m.outbox.set((pending.len() + outbox.len()) as i64);
+                m.outbox
+                    .set((pending.len() + outbox.len() + again.len()) as i64);
                 tokio::select! {
                     () = stop.cancelled() => break,
                     () = tokio::time::sleep(backoff.failed()) => continue,
@@ -86,9 +89,20 @@ pub(super) async fn run(
         }
         again.truncate(MAX_AGAIN);
         loop {
-            if pending.is_empty() && !again.is_empty() {
+            // New bans first; then what is to be appended again (those
+            // outlived by now skipped, not waited on).
+            if pending.is_empty() {
+                repeat = false;
+                while pending.len() < MAX_BANS_PER_ENTRY
+                    && let Ok(ban) = outbox.try_recv()
+                {
+                    pending.push(ban);
+                }
+            }
+            while pending.is_empty() && !again.is_empty() {
                 let n = again.len().min(MAX_BANS_PER_ENTRY);
                 pending.extend(again.drain(..n).filter(|ban| live(ban, settings)));
+                repeat = true;
             }
             if pending.is_empty() {
                 if !open {
@@ -133,7 +147,8 @@ pub(super) async fn run(
             if pending.is_empty() {
                 continue;
             }
-            m.outbox.set((pending.len() + outbox.len()) as i64);
+            m.outbox
+                .set((pending.len() + outbox.len() + again.len()) as i64);
             match append(
                 link, &mut conn, settings, &key, origin, &pending, clock, metrics,
             )
@@ -149,15 +164,16 @@ pub(super) async fn run(
                     break;
                 }
             }
-            if settings.redis.uses_sentinel() {
+            if repeat {
+                // Appended again: not waited on (no replica had them last
+                // time either); a later wait, or the idle check, confirms
+                // every write of the connection.
+                keep_unreplicated(&mut unreplicated, &pending, settings);
+            } else if settings.redis.uses_sentinel() {
                 match replicated(link, &mut conn, metrics, &stop).await {
                     // Every write of this connection so far is on a replica.
                     Replica::Had => unreplicated.clear(),
-                    Replica::Alone => {
-                        if unreplicated.len() + pending.len() <= MAX_AGAIN {
-                            unreplicated.extend_from_slice(&pending);
-                        }
-                    }
+                    Replica::Alone => keep_unreplicated(&mut unreplicated, &pending, settings),
                     Replica::Unknowable => {}
                     Replica::Failed => {
                         // The primary failed (its entry is re-appended to
@@ -168,20 +184,28 @@ pub(super) async fn run(
                     }
                 }
             }
-            m.appended.inc_by(pending.len() as u64);
+            // Bans learned here, counted once: not again when appended
+            // again.
+            if !repeat {
+                m.appended.inc_by(pending.len() as u64);
+            }
             pending.clear();
-            m.outbox.set(outbox.len() as i64);
+            m.outbox.set((outbox.len() + again.len()) as i64);
         }
         if stop.is_cancelled() {
             break;
         }
         // While Redis cannot be written, the gauge follows what waits.
-        m.outbox.set((pending.len() + outbox.len()) as i64);
+        m.outbox
+            .set((pending.len() + outbox.len() + again.len()) as i64);
         tokio::select! {
             () = stop.cancelled() => break,
             () = tokio::time::sleep(backoff.failed()) => {}
         }
     }
+    // What was to be appended again goes in the last try too.
+    let mut pending: Vec<Invalidation> = pending;
+    pending.splice(0..0, again);
     let at = LastTry {
         link,
         settings,
@@ -268,6 +292,19 @@ const REPLICA_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Bans kept to append again after a reconnect, at most: beyond it, the
 /// oldest are only in the log of the primary they were appended to.
 const MAX_AGAIN: usize = 4096;
+
+/// Keeps `appended` (appended on the primary alone) to append again: the
+/// live ones, the newest [`MAX_AGAIN`] at most.
+fn keep_unreplicated(
+    unreplicated: &mut Vec<Invalidation>,
+    appended: &[Invalidation],
+    settings: &LogSettings,
+) {
+    unreplicated.retain(|ban| live(ban, settings));
+    unreplicated.extend_from_slice(appended);
+    let over = unreplicated.len().saturating_sub(MAX_AGAIN);
+    unreplicated.drain(..over);
+}
 
 /// How often an idle appender with appends on the primary alone asks
 /// again whether a replica has them.
@@ -372,11 +409,11 @@ async fn append(
             "XADD and XTRIM answers",
         )));
     };
+    let id: String = redis::from_redis_value(added.extract_error()?)?;
     if let Err(e) = trimmed.extract_error() {
         metrics.sidecar.fleet_bans.trim_failed.inc();
         tracing::debug!(error = %e, "ban log: the trim was refused; the append stands");
     }
-    let id: String = redis::from_redis_value(added.extract_error()?)?;
     id.parse()
         .map_err(|_| redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "XADD id")))
 }

@@ -1,9 +1,12 @@
 //! The reader: the log's entries (every instance's, its own too), applied
 //! in order from the last one applied here.
 //!
-//! On each connect it asks where the log stands (`XINFO STREAM`) and
-//! resumes as [`txgate_fleet::resume`] says (after its own position; the
-//! whole log when fresh or ahead of the log), then reads with `XREAD`
+//! On each connect it asks where the log stands (`XINFO STREAM`) and the
+//! primary's replication id (`INFO replication`), and resumes as
+//! [`txgate_fleet::resume`] says (after its own position; the whole log
+//! when fresh, ahead of the log, or on a primary whose replication id is
+//! not the one it last read on: the id is kept in memory only, so a
+//! change while the instance is down goes unseen), then reads with `XREAD`
 //! (blocking at most half the link's timeout, answered within the timeout
 //! beyond that) and applies each reply's bans as one batch before it moves
 //! its position past them: a snapshot never saves a position ahead of the

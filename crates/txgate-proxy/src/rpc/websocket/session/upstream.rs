@@ -262,8 +262,13 @@ impl Session {
             // call of ours its answer leaves out (a node that answers a
             // batch over its limit with one error, say) will never be
             // answered, and is answered now rather than at its timeout.
+            // A lone answer settles the rest of its batch only when it is
+            // an error (a node refusing the batch whole); a gateway that
+            // answers a batch a call at a time sends results.
             Some(UpstreamBatch::Whole(response)) => {
-                let message = self.message_of(&response);
+                let message = self
+                    .message_of(&response)
+                    .filter(|_| response.error().is_some());
                 self.upstream_answer(&response, from)?;
                 match message {
                     Some(key) => self.settle_message(key, Settle::Unanswered),
@@ -482,14 +487,14 @@ impl Session {
         );
     }
 
-    /// Answers a message's calls still owed with `refusal`, under their
-    /// callers' ids; a late answer from the node is then dropped.
     /// The client message a node's answer is for, while it still waits.
     fn message_of(&self, response: &UpstreamResponse<'_>) -> Option<u64> {
         let id = response.index()?;
         self.pending.get(&(id as u64)).map(|p| p.message)
     }
 
+    /// Answers a message's calls still owed with `refusal`, under their
+    /// callers' ids; a late answer from the node is then dropped.
     pub(super) fn fail_message(&mut self, key: u64, refusal: &Refusal) -> Result<(), WsClose> {
         self.settle_message(key, Settle::Refused(refusal))
     }
