@@ -366,6 +366,23 @@ impl Screen {
         self.hot.hot_until(call, now)
     }
 
+    /// Whether `invalidation` was learned and applied here before, from
+    /// any source: its tx hash a recent failure already charged, and its
+    /// fingerprint's ban held (a source repeating it need not pass it on
+    /// again; the same hash with another fingerprint is new).
+    pub fn already_learned(&self, invalidation: &Invalidation, now: Millis) -> bool {
+        let charged = invalidation.tx_hash.is_some_and(|hash| {
+            self.recent_failures
+                .get(&hash, now)
+                .is_some_and(|failure| failure.charged)
+        });
+        charged
+            && self
+                .denied
+                .get(&invalidation.fingerprint)
+                .is_some_and(|ban| self.ban_state(&ban, now) != BanState::Dead)
+    }
+
     /// What was forwarded under `tx_hash` (fingerprint and sender), while
     /// it is remembered: how a source that names only the hash is turned
     /// into an [`Invalidation`].

@@ -164,6 +164,12 @@ impl Reports {
             m.creation.inc();
             return answer(StatusCode::OK, "ok");
         };
+        // A failure reported again (the reporter retrying, or reporting
+        // each time the transaction fails anew) is shared once. Asked
+        // before it is queued: the worker may apply this very report
+        // before the queue call returns.
+        let now = self.screen.millis(tokio::time::Instant::now().into_std());
+        let repeated = self.screen.already_learned(&invalidation, now);
         let queued = tokio::time::timeout(
             QUEUE_WAIT,
             crate::sidecar::worker::queue(invalidation, &self.queue, &self.metrics),
@@ -175,7 +181,9 @@ impl Reports {
             m.unavailable.inc();
             return answer(StatusCode::SERVICE_UNAVAILABLE, "busy");
         }
-        if let Some(share) = &self.share {
+        if let Some(share) = &self.share
+            && !repeated
+        {
             share.offer(&invalidation);
         }
         m.accepted.inc();

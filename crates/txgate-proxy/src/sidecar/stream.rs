@@ -273,7 +273,12 @@ async fn enqueue(message: Message, sink: &Sink) -> bool {
                             sender: Some(forward.sender),
                             started: wall_now(),
                         };
-                        if let Some(share) = &sink.share {
+                        // The result stream repeats a failure at each
+                        // block-building iteration while the transaction
+                        // stays in the pool: the fleet hears it once.
+                        if let Some(share) = &sink.share
+                            && !sink.screen.already_learned(&invalidation, now)
+                        {
                             share.offer(&invalidation);
                         }
                         invalidation
@@ -439,5 +444,42 @@ mod tests {
         assert_eq!(r.by_status[S::Unknown.index()].get(), 1);
         assert_eq!(r.by_status[S::AssertionFailed.index()].get(), 2);
         assert_eq!((r.known.get(), r.unknown.get()), (1, 1));
+    }
+
+    /// A failure the result stream repeats (once per block-building
+    /// iteration while the transaction stays in the pool) is shared with
+    /// the fleet once, not once per copy; each copy is still queued (the
+    /// engine counts the repeats as duplicates).
+    #[tokio::test]
+    async fn a_repeated_result_is_shared_with_the_fleet_once() {
+        use crate::screening::tests::raw;
+        use txgate_proto::results::Outcome;
+        let metrics = Arc::new(Metrics::new());
+        let (queue, mut rx) = mpsc::channel(8);
+        let (share, mut outbox) = crate::sidecar::shared_bans::share(metrics.clone());
+        let sink = Sink {
+            share: Some(share),
+            ..sink(queue, metrics.clone())
+        };
+        let now = sink.screen.millis(tokio::time::Instant::now().into_std());
+        let forwarded = sink
+            .screen
+            .screen(&raw(2, 0, &[0xde, 0xad, 0xbe, 0xef, 2]), now)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let failed = || Ok(Message::Result(Outcome::AssertionFailed(forwarded.hash)));
+        let stop = CancellationToken::new();
+        forward(futures_util::stream::iter(vec![failed()]), &sink, &stop).await;
+        // The batch worker applies it.
+        let first = rx.try_recv().unwrap_or_else(|e| panic!("{e}"));
+        sink.screen.apply(&[first], now, wall_now());
+        forward(
+            futures_util::stream::iter(vec![failed(), failed()]),
+            &sink,
+            &stop,
+        )
+        .await;
+        assert!(outbox.try_recv().is_ok());
+        assert!(outbox.try_recv().is_err(), "a repeat was shared again");
+        assert_eq!((rx.try_recv().is_ok(), rx.try_recv().is_ok()), (true, true));
     }
 }

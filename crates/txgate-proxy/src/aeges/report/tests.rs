@@ -221,3 +221,34 @@ async fn a_report_refused_as_busy_is_not_shared_with_the_fleet() {
     assert!(outbox.try_recv().is_err(), "a refused report was shared");
     assert!(rx.try_recv().is_ok());
 }
+
+/// The same failure reported again once applied (a reporter retrying, or
+/// reporting each time the transaction fails anew) is queued again but
+/// shared with the fleet once.
+#[tokio::test]
+async fn a_failure_reported_again_is_shared_once() {
+    let (queue, mut rx) = mpsc::channel(8);
+    let metrics = Arc::new(Metrics::new());
+    let screen = Arc::new(Screen::new(
+        ScreenSettings::default(),
+        std::time::Instant::now(),
+    ));
+    let (share, mut outbox) = crate::sidecar::shared_bans::share(metrics.clone());
+    let allow = vec!["127.0.0.0/8".parse().unwrap_or_else(|e| panic!("{e}"))];
+    let r = Reports::new(allow, None, 4096, queue, screen.clone(), metrics).with_share(Some(share));
+    let b = body(&format!("\"0x{}\"", "de".repeat(20)));
+    assert_eq!(
+        send(&r, LOCAL, post("/report", b.clone()), b.clone()).await,
+        StatusCode::OK
+    );
+    let first = rx.try_recv().unwrap_or_else(|e| panic!("{e}"));
+    let now = screen.millis(std::time::Instant::now());
+    screen.apply(&[first], now, wall_now());
+    assert_eq!(
+        send(&r, LOCAL, post("/report", b.clone()), b.clone()).await,
+        StatusCode::OK
+    );
+    assert!(rx.try_recv().is_ok(), "the repeat is queued");
+    assert!(outbox.try_recv().is_ok());
+    assert!(outbox.try_recv().is_err(), "a repeat was shared again");
+}
