@@ -193,20 +193,34 @@ async fn bad_bodies_get_400_with_a_reason_and_big_ones_413() {
     assert_eq!(r.metrics.aeges.too_large.get(), 2);
 }
 
-/// A report the queue cannot take within its wait is answered 503 and
-/// shared with no one: the reporter tries again, and the fleet learns it
-/// from the instance that takes it. One taken is shared once.
-#[tokio::test(start_paused = true)]
-async fn a_report_refused_as_busy_is_not_shared_with_the_fleet() {
-    let (queue, mut rx) = mpsc::channel(1);
+/// Reports sharing with the fleet, with a queue of `queue_len`; the
+/// queue's and the fleet outbox's receiving ends, and the screen.
+fn sharing_reports(
+    queue_len: usize,
+) -> (
+    Reports,
+    mpsc::Receiver<Invalidation>,
+    mpsc::Receiver<Invalidation>,
+    Arc<Screen>,
+) {
+    let (queue, rx) = mpsc::channel(queue_len);
     let metrics = Arc::new(Metrics::new());
     let screen = Arc::new(Screen::new(
         ScreenSettings::default(),
         std::time::Instant::now(),
     ));
-    let (share, mut outbox) = crate::sidecar::shared_bans::share(metrics.clone());
+    let (share, outbox) = crate::sidecar::shared_bans::share(metrics.clone());
     let allow = vec!["127.0.0.0/8".parse().unwrap_or_else(|e| panic!("{e}"))];
-    let r = Reports::new(allow, None, 4096, queue, screen, metrics).with_share(Some(share));
+    let r = Reports::new(allow, None, 4096, queue, screen.clone(), metrics).with_share(Some(share));
+    (r, rx, outbox, screen)
+}
+
+/// A report the queue cannot take within its wait is answered 503 and
+/// shared with no one: the reporter tries again, and the fleet learns it
+/// from the instance that takes it. One taken is shared once.
+#[tokio::test(start_paused = true)]
+async fn a_report_refused_as_busy_is_not_shared_with_the_fleet() {
+    let (r, mut rx, mut outbox, _) = sharing_reports(1);
     let b = body(&format!("\"0x{}\"", "de".repeat(20)));
     // The first fills the queue; the second finds it full.
     assert_eq!(
@@ -227,15 +241,7 @@ async fn a_report_refused_as_busy_is_not_shared_with_the_fleet() {
 /// shared with the fleet once.
 #[tokio::test]
 async fn a_failure_reported_again_is_shared_once() {
-    let (queue, mut rx) = mpsc::channel(8);
-    let metrics = Arc::new(Metrics::new());
-    let screen = Arc::new(Screen::new(
-        ScreenSettings::default(),
-        std::time::Instant::now(),
-    ));
-    let (share, mut outbox) = crate::sidecar::shared_bans::share(metrics.clone());
-    let allow = vec!["127.0.0.0/8".parse().unwrap_or_else(|e| panic!("{e}"))];
-    let r = Reports::new(allow, None, 4096, queue, screen.clone(), metrics).with_share(Some(share));
+    let (r, mut rx, mut outbox, screen) = sharing_reports(8);
     let b = body(&format!("\"0x{}\"", "de".repeat(20)));
     assert_eq!(
         send(&r, LOCAL, post("/report", b.clone()), b.clone()).await,

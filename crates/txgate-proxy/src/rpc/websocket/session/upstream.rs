@@ -266,9 +266,10 @@ impl Session {
             // an error (a node refusing the batch whole); a gateway that
             // answers a batch a call at a time sends results.
             Some(UpstreamBatch::Whole(response)) => {
-                let message = self
-                    .message_of(&response)
-                    .filter(|_| response.error().is_some());
+                let message = match response.error() {
+                    Some(_) => self.message_of(&response),
+                    None => None,
+                };
                 self.upstream_answer(&response, from)?;
                 match message {
                     Some(key) => self.settle_message(key, Settle::Unanswered),
