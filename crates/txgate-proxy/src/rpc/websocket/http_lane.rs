@@ -19,11 +19,11 @@
 //!   goes over the pool and the lane is opened in the background (not for
 //!   [`lane::UNREACHABLE_FOR`] after a failed open: a node without a
 //!   WebSocket endpoint), so no call waits for a connect;
-//! - a lane that fails after the call was queued on its open socket
-//!   answers it -32603 (it may have reached the node: a submission is
-//!   never sent twice; the caller asks a read again elsewhere);
-//! - one queued on a socket that then failed to open had been written
-//!   nowhere: it goes over the pool;
+//! - a lane that fails after its socket took the call answers it -32603
+//!   (it may have reached the node: a submission is never sent twice; the
+//!   caller asks a read again elsewhere);
+//! - one the socket had not taken yet when it failed (or failed to open)
+//!   had been written nowhere: it goes over the pool;
 //! - a lane whose queue is over its bound (the node has not taken the last
 //!   batch), a message over `websocket.max_message_bytes` and a worker that
 //!   is draining send over the pool too;
@@ -144,7 +144,7 @@ impl WebSockets {
         }
         // Written from UTF-8 pieces: never refused.
         let text = Utf8Bytes::try_from(Bytes::from(out)).ok()?;
-        let Some(generation) = seat.send(node, text, self.settings.lane_queue_bytes) else {
+        let Some(ticket) = seat.send(node, text, self.settings.lane_queue_bytes) else {
             metrics.websocket.lane_queue_full.inc();
             return None;
         };
@@ -153,7 +153,7 @@ impl WebSockets {
             events,
             ids,
             batch,
-            generation,
+            ticket,
             node,
             call_timeout: self.settings.call_timeout,
         })
@@ -169,7 +169,7 @@ pub(crate) struct Sent {
     /// Each call's upstream id and the id its answer carries.
     ids: Vec<(usize, String)>,
     batch: bool,
-    generation: u64,
+    ticket: lane::Ticket,
     node: usize,
     call_timeout: Duration,
 }
@@ -221,14 +221,14 @@ impl Sent {
                 Event::Down {
                     node,
                     generation,
-                    written,
-                } if node == self.node && self.generation <= generation => {
-                    if written {
-                        m.failed.inc_by(calls);
-                        return LaneCall::Failed(UpstreamFailure::Io);
+                    taken,
+                } if node == self.node && self.ticket.generation <= generation => {
+                    if self.ticket.unsent(generation, taken) {
+                        m.pooled.inc_by(calls);
+                        return LaneCall::Unsent;
                     }
-                    m.pooled.inc_by(calls);
-                    return LaneCall::Unsent;
+                    m.failed.inc_by(calls);
+                    return LaneCall::Failed(UpstreamFailure::Io);
                 }
                 _ => {}
             }

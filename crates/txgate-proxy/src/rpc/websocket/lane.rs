@@ -122,16 +122,17 @@ pub(super) enum Event {
     /// A message from the node for this session's calls.
     Answer(Utf8Bytes),
     /// The socket to `node` failed: the calls queued for it in
-    /// `generation` or an earlier one are owed an error. `written: false`
-    /// when it never opened: none of those calls reached the node, so a
-    /// caller that has another way to it may send them there.
+    /// `generation` or an earlier one are owed an error. Those of
+    /// `generation` whose [`Ticket::take`] is `taken` or more were still
+    /// queued (or the socket never opened): they reached nowhere, so a
+    /// caller that has another way to the node may send them there.
     Down {
         /// The node's index.
         node: usize,
         /// The generation that failed.
         generation: u64,
-        /// Whether the failed socket had opened.
-        written: bool,
+        /// The node's queue had been taken this many times when it failed.
+        taken: u64,
     },
     /// The answer to the call with this id was over
     /// `upstream.max_response_bytes`: its message is owed an error.
@@ -266,6 +267,27 @@ struct Queue {
     /// Failures of the node's socket so far: what a queued call is sent
     /// under.
     generation: u64,
+    /// Times the socket took what was queued (never reset): a message
+    /// queued now goes in the next take.
+    taken: u64,
+}
+
+/// Where a message was queued: the generation of the node's socket, and
+/// the number of takes before its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ticket {
+    /// [`Queue::generation`] when queued.
+    pub(super) generation: u64,
+    /// [`Queue::taken`] when queued.
+    pub(super) take: u64,
+}
+
+impl Ticket {
+    /// Whether a failure of the node's socket (`Event::Down`) left this
+    /// message unwritten: it was still queued, in the failed generation.
+    pub(super) fn unsent(self, generation: u64, taken: u64) -> bool {
+        self.generation == generation && self.take >= taken
+    }
 }
 
 /// A session's place on its worker's lanes: its slot, given back when
@@ -399,11 +421,11 @@ impl Seat {
         }
     }
 
-    /// Queues `text` for node `node`: the generation it is sent under, or
-    /// `None` when that queue is over `max_bytes` (the node has not taken
-    /// the last batch yet, or the socket is opening): the message's calls
-    /// are then refused, not queued.
-    pub(super) fn send(&self, node: usize, text: Utf8Bytes, max_bytes: usize) -> Option<u64> {
+    /// Queues `text` for node `node`: where it was queued, or `None` when
+    /// that queue is over `max_bytes` (the node has not taken the last
+    /// batch yet, or the socket is opening): the message's calls are then
+    /// refused, not queued.
+    pub(super) fn send(&self, node: usize, text: Utf8Bytes, max_bytes: usize) -> Option<Ticket> {
         let mut state = lock(&self.lane.state);
         let queue = state.queues.get_mut(node)?;
         if !queue.out.is_empty() && queue.out_bytes + text.len() > max_bytes {
@@ -411,11 +433,14 @@ impl Seat {
         }
         queue.out_bytes += text.len();
         queue.out.push(text);
-        let generation = queue.generation;
+        let ticket = Ticket {
+            generation: queue.generation,
+            take: queue.taken,
+        };
         drop(state);
         self.lane.start(node);
         self.lane.wakes[node].notify_one();
-        Some(generation)
+        Some(ticket)
     }
 }
 
@@ -491,7 +516,7 @@ async fn drive(
                 if let Some(at) = lane.refused_at.get(node) {
                     at.store(lane.millis(), Ordering::Relaxed);
                 }
-                down(&lane, node, false, &metrics);
+                down(&lane, node, &metrics);
                 tokio::time::sleep(RECONNECT_PAUSE).await;
                 continue;
             }
@@ -517,12 +542,7 @@ async fn drive(
             // A node that has not taken the last batch gets no more: the
             // queue stays in `out`, under its bound.
             if socket.flushed() {
-                let out = {
-                    let mut state = lock(&lane.state);
-                    let queue = &mut state.queues[node];
-                    queue.out_bytes = 0;
-                    std::mem::take(&mut queue.out)
-                };
+                let out = take(&lane, node);
                 // Framed into the socket's buffer; written on the poll
                 // below, all in one go.
                 if out
@@ -566,11 +586,24 @@ async fn drive(
         tracing::warn!(why, node = %endpoint.name, "upstream WebSocket lane failed: its calls answered -32603");
         lane.open[node].store(false, Ordering::Release);
         ws.lanes_open.dec();
-        down(&lane, node, true, &metrics);
+        down(&lane, node, &metrics);
         // A node that closes each new socket at once (a cap on connections
         // per peer) is not hammered.
         tokio::time::sleep(RECONNECT_PAUSE).await;
     }
+}
+
+/// What is queued for node `node`, for its socket: a message queued from
+/// now on goes in the next take.
+fn take(lane: &Lane, node: usize) -> Vec<Utf8Bytes> {
+    let mut state = lock(&lane.state);
+    let queue = &mut state.queues[node];
+    if queue.out.is_empty() {
+        return Vec::new();
+    }
+    queue.out_bytes = 0;
+    queue.taken += 1;
+    std::mem::take(&mut queue.out)
 }
 
 /// Gives a message from a node to the session its id names (a batch's
@@ -596,11 +629,12 @@ fn route(lane: &Lane, text: Utf8Bytes, max_bytes: usize) {
     }
 }
 
-/// Node `node`'s socket failed (`written`: after it opened): every seated
-/// session is told which of its generations failed, and what was queued
-/// for it is dropped (its calls are among those the sessions answer); what
-/// is queued from now on is the next generation's.
-fn down(lane: &Lane, node: usize, written: bool, metrics: &Metrics) {
+/// Node `node`'s socket failed (or never opened): every seated session is
+/// told which of its generations failed and how many takes the socket had
+/// made, and what was queued for it is dropped (its calls are among those
+/// the sessions answer, as never written); what is queued from now on is
+/// the next generation's.
+fn down(lane: &Lane, node: usize, metrics: &Metrics) {
     metrics.websocket.lane_failed.inc();
     let mut state = lock(&lane.state);
     let Some(queue) = state.queues.get_mut(node) else {
@@ -609,12 +643,13 @@ fn down(lane: &Lane, node: usize, written: bool, metrics: &Metrics) {
     queue.out.clear();
     queue.out_bytes = 0;
     let failed = queue.generation;
+    let taken = queue.taken;
     queue.generation += 1;
     for tx in state.routes.values() {
         let _ = tx.send(Event::Down {
             node,
             generation: failed,
-            written,
+            taken,
         });
     }
 }
@@ -694,9 +729,16 @@ mod tests {
         assert!(matches!(first_events.try_recv(), Ok(Event::TooLarge(id)) if id == big as u64));
         // A queued message is dropped with the socket; both are told which
         // generation failed, and what is queued next is the next one's.
-        assert_eq!(first.send(0, Utf8Bytes::from_static("{}"), 1024), Some(0));
-        assert_eq!(first.send(1, Utf8Bytes::from_static("{}"), 1024), Some(0));
-        down(&lane, 0, true, &Metrics::new());
+        let generation = |t: Option<Ticket>| t.map(|t| t.generation);
+        assert_eq!(
+            generation(first.send(0, Utf8Bytes::from_static("{}"), 1024)),
+            Some(0)
+        );
+        assert_eq!(
+            generation(first.send(1, Utf8Bytes::from_static("{}"), 1024)),
+            Some(0)
+        );
+        down(&lane, 0, &Metrics::new());
         assert!(lock(&lane.state).queues[0].out.is_empty());
         let down_0 = |e| {
             matches!(
@@ -704,18 +746,69 @@ mod tests {
                 Ok(Event::Down {
                     node: 0,
                     generation: 0,
-                    written: true
+                    taken: 0
                 })
             )
         };
         assert!(down_0(first_events.try_recv()));
         assert!(down_0(second_events.try_recv()));
-        assert_eq!(second.send(0, Utf8Bytes::from_static("{}"), 1024), Some(1));
+        assert_eq!(
+            generation(second.send(0, Utf8Bytes::from_static("{}"), 1024)),
+            Some(1)
+        );
         // The other node's queue and generation are its own.
         assert_eq!(lock(&lane.state).queues[1].out.len(), 1);
-        assert_eq!(second.send(1, Utf8Bytes::from_static("{}"), 1024), Some(0));
+        assert_eq!(
+            generation(second.send(1, Utf8Bytes::from_static("{}"), 1024)),
+            Some(0)
+        );
         // A node the lane does not know takes nothing.
         assert_eq!(second.send(2, Utf8Bytes::from_static("{}"), 1024), None);
+    }
+
+    #[test]
+    fn a_failure_tells_what_its_socket_took_from_what_was_still_queued() {
+        let lane = Arc::new(Lane::new(1, None));
+        let (seat, mut events) = lane.seat().unwrap();
+        let text = || Utf8Bytes::from_static("{}");
+        let first = seat.send(0, text(), 1024).unwrap();
+        let second = seat.send(0, text(), 1024).unwrap();
+        // The socket takes both in one go; a third waits for the next take.
+        assert_eq!(take(&lane, 0).len(), 2);
+        assert!(take(&lane, 0).is_empty(), "nothing queued: no take counted");
+        let third = seat.send(0, text(), 1024).unwrap();
+        down(&lane, 0, &Metrics::new());
+        let Ok(Event::Down {
+            generation, taken, ..
+        }) = events.try_recv()
+        else {
+            panic!("no failure told");
+        };
+        assert!(
+            !first.unsent(generation, taken),
+            "taken: it may have been written"
+        );
+        assert!(!second.unsent(generation, taken));
+        assert!(
+            third.unsent(generation, taken),
+            "still queued: written nowhere"
+        );
+        // The next generation's socket fails to open: what was queued for
+        // it was taken by none.
+        let fourth = seat.send(0, text(), 1024).unwrap();
+        assert_eq!(fourth.generation, 1);
+        down(&lane, 0, &Metrics::new());
+        let Ok(Event::Down {
+            generation, taken, ..
+        }) = events.try_recv()
+        else {
+            panic!("no failure told");
+        };
+        assert_eq!(generation, 1);
+        assert!(fourth.unsent(generation, taken));
+        // A call of an earlier generation is not among a later one's
+        // unwritten calls (it was answered at its own failure).
+        assert!(!third.unsent(generation, taken));
     }
 
     #[test]

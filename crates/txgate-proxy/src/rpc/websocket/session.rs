@@ -396,7 +396,7 @@ impl Session {
             && let Some(body) = text.take()
         {
             match seat.send(node, body, self.conn.ws.settings.lane_queue_bytes) {
-                Some(generation) => via = Via::Lane(node, generation),
+                Some(ticket) => via = Via::Lane(node, ticket.generation),
                 None => {
                     lane_full = true;
                     via = Via::Unsent;
