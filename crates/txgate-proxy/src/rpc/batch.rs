@@ -92,7 +92,10 @@ impl Shared {
                 .first()
                 .map_or((Role::Replica, false), |p| (p.role, p.submits));
             let started = Instant::now();
-            let lane = self.batch_on_lane(entries, &plan, role, timeout).await;
+            let overlap = self.overlap();
+            let lane = self
+                .batch_on_lane(entries, &plan, role, timeout, overlap.as_ref())
+                .await;
             let result = self
                 .after_lane(
                     lane,
@@ -104,6 +107,7 @@ impl Shared {
                     started,
                 )
                 .await;
+            drop(overlap);
             let took = started.elapsed();
             if result.is_ok() {
                 self.metrics.nodes.batch().observe(took.as_secs_f64());

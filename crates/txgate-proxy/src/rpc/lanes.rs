@@ -11,7 +11,10 @@ use txgate_nodes::Role;
 
 use super::Shared;
 use super::plan::Plan;
-use super::websocket::{self, http_lane::LaneCall};
+use super::websocket::{
+    self,
+    http_lane::{LaneCall, Overlap},
+};
 use crate::metrics::{Failover, UpstreamFailure};
 use crate::upstream::Reply;
 use crate::upstream::group::CallError;
@@ -85,6 +88,7 @@ impl Shared {
 
     /// A lone call sent on the worker's lane to its node (with `params`),
     /// when lanes carry it ([`websocket::http_lane`]).
+    /// `overlap`: this call's count in flight ([`Shared::overlap`]).
     pub(super) async fn on_lane(
         &self,
         call: &Call<'_>,
@@ -92,8 +96,9 @@ impl Shared {
         at_head: bool,
         params: Option<&str>,
         timeout: Option<Duration>,
+        overlap: Option<&Overlap<'_>>,
     ) -> OnLane {
-        let Some(ws) = &self.websockets else {
+        let (Some(ws), Some(overlap)) = (&self.websockets, overlap) else {
             return NOT_OFFERED;
         };
         let Some(id) = &call.id else {
@@ -106,7 +111,7 @@ impl Shared {
             return NOT_OFFERED;
         };
         let calls = [(call, params, id.as_str().to_string())];
-        let Some(sent) = ws.http_send(node, &calls, false, &self.metrics) else {
+        let Some(sent) = ws.http_send(node, &calls, false, overlap, &self.metrics) else {
             return NOT_OFFERED;
         };
         self.lane_answer(sent, node, timeout).await
@@ -122,8 +127,9 @@ impl Shared {
         plan: &Plan,
         role: Role,
         timeout: Option<Duration>,
+        overlap: Option<&Overlap<'_>>,
     ) -> OnLane {
-        let Some(ws) = &self.websockets else {
+        let (Some(ws), Some(overlap)) = (&self.websockets, overlap) else {
             return NOT_OFFERED;
         };
         if plan.at_head
@@ -146,10 +152,19 @@ impl Shared {
         let Some(node) = self.upstream.pick(role, false) else {
             return NOT_OFFERED;
         };
-        let Some(sent) = ws.http_send(node, &calls, true, &self.metrics) else {
+        let Some(sent) = ws.http_send(node, &calls, true, overlap, &self.metrics) else {
             return NOT_OFFERED;
         };
         self.lane_answer(sent, node, timeout).await
+    }
+
+    /// Counts an HTTP call forwarded to the node group until the guard is
+    /// dropped, for a lane to know whether calls overlap (`None`: lanes
+    /// off).
+    pub(super) fn overlap(&self) -> Option<Overlap<'_>> {
+        self.websockets
+            .as_deref()
+            .map(websocket::WebSockets::overlap)
     }
 
     /// The answer to calls queued on a lane to `node`, as the pool's.

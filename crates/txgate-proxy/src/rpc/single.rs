@@ -91,10 +91,14 @@ impl Shared {
         let started = Instant::now();
         let timeout = self.sync.timeout(usize::from(sync.is_some()));
         let params = pinned.as_deref().or(call.params.map(|p| p.get()));
-        let lane = self.on_lane(call, role, at_head, params, timeout).await;
+        let overlap = self.overlap();
+        let lane = self
+            .on_lane(call, role, at_head, params, timeout, overlap.as_ref())
+            .await;
         let result = self
             .after_lane(lane, role, !submission, at_head, body, timeout, started)
             .await;
+        drop(overlap);
         let took = started.elapsed();
         if result.is_ok() {
             self.metrics

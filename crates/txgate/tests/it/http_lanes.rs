@@ -4,8 +4,10 @@
 //! -32603 and the next call opens a new one, an oversize answer is refused
 //! alone, and a node whose WebSocket cannot be opened gets the calls over
 //! HTTP. Submissions keep the pool unless `websocket.http_lane_submissions`
-//! puts them on the lanes. The node's WebSocket is reached through a relay
-//! the test can watch, stall and cut.
+//! puts them on the lanes, and a lone call keeps it unless
+//! `websocket.http_lane_min_overlap = 0` (which most tests here set, to
+//! send calls one at a time on a lane). The node's WebSocket is reached
+//! through a relay the test can watch, stall and cut.
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
@@ -38,8 +40,12 @@ async fn open_lanes(txgate: &InProcess, lanes: f64) {
     assert!(opened, "fewer than {lanes} lanes opened");
 }
 
+/// Lanes through `relay`, taken by calls made one at a time too.
 fn lanes_through(relay: &Relay, extra: &str) -> String {
-    format!("[websocket]\nupstream_url = \"{}\"\n{extra}", relay.url)
+    format!(
+        "[websocket]\nupstream_url = \"{}\"\nhttp_lane_min_overlap = 0\n{extra}",
+        relay.url
+    )
 }
 
 /// `web3_sha3` of `input` with `id`, and the result it must get.
@@ -280,7 +286,7 @@ async fn a_node_whose_websocket_cannot_be_opened_gets_http_calls_over_the_pool(k
     let dead = format!("ws://{}", held.local_addr().unwrap());
     let txgate = InProcess::start(
         &node.url,
-        &format!("[websocket]\nupstream_url = \"{dead}\"\n"),
+        &format!("[websocket]\nupstream_url = \"{dead}\"\nhttp_lane_min_overlap = 0\n"),
     );
     for id in 0..20u32 {
         let (status, answer) = rpc_json(
@@ -376,7 +382,62 @@ async fn http_submissions_keep_the_pool_unless_asked_onto_the_lanes(kind: NodeKi
     }
 }
 
+/// By default a lone HTTP call keeps the pool (`http_lane_min_overlap`
+/// 1): a lane saves only by writing overlapping calls together, and a call
+/// alone is answered sooner over the pool. Calls that overlap take the
+/// lane, opened by the first of them that finds it closed.
+async fn a_lone_http_call_keeps_the_pool_and_overlapping_calls_take_the_lane(kind: NodeKind) {
+    let node = Node::start(kind).await;
+    let relay = Relay::start(&node.url).await;
+    let txgate = InProcess::start(
+        &node.url,
+        &format!(
+            "[server]\nworkers = 1\n[websocket]\nupstream_url = \"{}\"\n",
+            relay.url
+        ),
+    );
+    let chain_id = |id: u32| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []}).to_string()
+    };
+    for id in 0..20u32 {
+        let (status, answer) = rpc_json(&txgate.url, &chain_id(id)).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_eq!(
+            (&answer["id"], &answer["result"]),
+            (&json!(id), &json!("0x7a69"))
+        );
+    }
+    let metrics = txgate.metrics().await;
+    assert_eq!(metric(&metrics, ANSWERED), 0.0);
+    assert_eq!(metric(&metrics, POOLED), 20.0);
+    assert_eq!(relay.count(), 0, "no lane opened for calls one at a time");
+    // Calls at once, on connections of their own: all but the first of a
+    // burst overlap another.
+    let took = eventually(Duration::from_secs(20), || async {
+        let calls: Vec<_> = (100..116u32)
+            .map(|id| {
+                let (url, call) = (txgate.url.clone(), chain_id(id));
+                tokio::spawn(async move { (id, rpc_json(&url, &call).await) })
+            })
+            .collect();
+        for call in calls {
+            let (id, (status, answer)) = call.await.unwrap();
+            assert_eq!(status, StatusCode::OK, "{answer}");
+            assert_eq!(
+                (&answer["id"], &answer["result"]),
+                (&json!(id), &json!("0x7a69"))
+            );
+        }
+        metric(&txgate.metrics().await, ANSWERED) > 0.0
+    })
+    .await;
+    assert!(took, "overlapping calls never took the lane");
+    assert_eq!(relay.count(), 1);
+    assert_eq!(metric(&txgate.metrics().await, FAILED), 0.0);
+}
+
 crate::support::on_each_node!(
+    a_lone_http_call_keeps_the_pool_and_overlapping_calls_take_the_lane,
     many_http_clients_share_a_node_socket_per_worker,
     http_submissions_keep_the_pool_unless_asked_onto_the_lanes,
     a_lane_that_fails_answers_its_http_call_and_the_next_call_opens_another,

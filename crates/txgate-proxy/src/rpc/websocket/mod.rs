@@ -64,6 +64,9 @@ pub struct WebSockets {
     lanes: lane::Lanes,
     /// Subscriptions open (or asked for) on every socket of the process.
     subscriptions: AtomicUsize,
+    /// HTTP calls of the process between their offer to a lane and their
+    /// answer, on a lane or the pool ([`http_lane::Overlap`]).
+    http_calls: AtomicUsize,
     admission: AdmissionLayer,
     /// Cancelled when txgate drains: sessions answer what is in flight
     /// and close with 1001.
@@ -100,6 +103,9 @@ struct Settings {
     http_lanes: bool,
     /// HTTP clients' submissions too (else the pool).
     http_lane_submissions: bool,
+    /// Other HTTP calls in flight an HTTP call needs to take a lane
+    /// (`websocket.http_lane_min_overlap`).
+    http_lane_min_overlap: usize,
     /// An HTTP call's message larger than this goes over the pool
     /// (`websocket.max_message_bytes`: what the lane's write buffer is
     /// sized for).
@@ -202,6 +208,7 @@ impl WebSockets {
                 shared_upstream: ws.shared_upstream,
                 http_lanes: ws.http_lanes,
                 http_lane_submissions: ws.http_lane_submissions,
+                http_lane_min_overlap: ws.http_lane_min_overlap,
                 lane_message_bytes: ws.max_message_bytes,
                 frame_rate: Rate::new(ws.max_frames_per_sec, ws.frame_burst),
                 max_subscriptions_per_connection: ws.max_subscriptions_per_connection,
@@ -211,6 +218,7 @@ impl WebSockets {
                 ping_interval: ws.ping_interval,
             }),
             subscriptions: AtomicUsize::new(0),
+            http_calls: AtomicUsize::new(0),
             admission,
             stop,
         }))
