@@ -55,6 +55,16 @@ per call (and everyone's) is printed with the ratio uring/epoll: what
 io_uring alone changes, issue 41's item 2 ("keep only if >= 10% less CPU
 per call").
 
+With --ws-node, a third txgate target, "lanes_always", runs with
+websocket.http_lane_min_overlap = 0: a call takes the lane even when no
+other call is in flight (the default, 1, sends a lone call over the pool).
+
+With --alternate N, each round ends with N calls to every target at one
+connection, alternated call by call from one client (alternate.py): the
+added p50 per hop of each target against the node, with the machine's
+drift between runs taken out. With --alternate-only, the h2load runs are
+skipped.
+
 With --baseline-bin PATH, a second txgate binary (for example the build
 of the previous commit) runs beside the current one as target "before", in
 the same interleaved rounds, and the ratios current/before are printed:
@@ -92,6 +102,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import alternate  # noqa: E402  (beside this script)
 
 ROOT = Path(__file__).resolve().parents[2]
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
@@ -263,6 +276,10 @@ def main():
                     help="node: rpc_echo over HTTP and WebSocket; adds target 'pool' (lanes off) and CPU per call")
     ap.add_argument("--io-hops", action="store_true",
                     help="adds targets 'epoll_hop', 'uring_hop' and 'defer_hop' (uring_hop) and CPU per call")
+    ap.add_argument("--alternate", type=int, default=0,
+                    help="end each round with this many calls per target at 1 connection, alternated"
+                         " call by call from one client: added p50 per hop without the drift between runs")
+    ap.add_argument("--alternate-only", action="store_true", help="with --alternate: skip the h2load runs")
     ap.add_argument("--rate", type=int,
                     help="pace the 50-connection runs at this many requests/s in all (h2load --rps per"
                          " connection) and measure CPU per call there: a call's cost below saturation")
@@ -293,6 +310,7 @@ def main():
         ports["before"] = free_port()
     if args.ws_node:
         ports["pool"] = free_port()
+        ports["lanes_always"] = free_port()
         ports["direct_ws"] = free_port()
     hops = ["epoll_hop", "uring_hop", "defer_hop"] if args.io_hops else []
     hop_io = {"epoll_hop": "epoll", "uring_hop": "uring", "defer_hop": "uring-defer"}
@@ -367,6 +385,7 @@ def main():
             bins["before"] = Path(args.baseline_bin)
         if args.ws_node:
             bins["pool"] = txgate_bin
+            bins["lanes_always"] = txgate_bin
         for name in limited:
             bins[name] = txgate_bin
         for name, binary in bins.items():
@@ -374,7 +393,8 @@ def main():
             text = (f"[server]\nworkers = {workers}\n" if workers else "") + limit_confs.get(name, "")
             if args.ws_node:
                 text += (f"[websocket]\nupstream_url = \"ws://127.0.0.1:{ports['direct_ws']}\"\n"
-                         f"http_lanes = {'false' if name == 'pool' else 'true'}\n")
+                         f"http_lanes = {'false' if name == 'pool' else 'true'}\n"
+                         + ("http_lane_min_overlap = 0\n" if name == "lanes_always" else ""))
             if text:
                 conf = work / f"{name}.toml"
                 conf.write_text(text)
@@ -399,8 +419,43 @@ def main():
         if args.rate:
             print(f"50-connection runs paced at {args.rate} requests/s ({paced} per connection)")
         print(f"h2load HTTP/1.1, {args.duration}s measured + {args.warmup}s warm-up per run, {args.rounds} rounds\n")
-        order = (["direct", "nginx", "txgate"] + (["pool"] if args.ws_node else [])
+        order = (["direct", "nginx", "txgate"] + (["pool", "lanes_always"] if args.ws_node else [])
                  + (["before"] if args.baseline_bin else []) + hops + limited)
+        alternated = []
+
+        def alternate_round():
+            """One round of alternated calls at 1 connection, printed."""
+            got = alternate.alternate({tg: ports[tg] for tg in order}, args.alternate, BODY)
+            alternated.append(got)
+            d = got["direct"]["p50_us"]
+            print(f"  alternating at 1c, {args.alternate} calls each: " + ", ".join(
+                f"{tg} p50 {got[tg]['p50_us']:.1f} us (+{got[tg]['p50_us'] - d:.1f}), p90 {got[tg]['p90_us']:.1f}"
+                for tg in order))
+
+        def alternate_summary():
+            """Medians over rounds of each target's p50, p90 and added p50."""
+            out = {}
+            for tg in order:
+                out[tg] = {
+                    "p50_us": statistics.median(a[tg]["p50_us"] for a in alternated),
+                    "p90_us": statistics.median(a[tg]["p90_us"] for a in alternated),
+                    "added_p50_us": statistics.median(a[tg]["p50_us"] - a["direct"]["p50_us"]
+                                                      for a in alternated),
+                }
+            print(f"alternating at 1c, medians over {len(alternated)} rounds:")
+            for tg in order:
+                print(f"  {tg:12} p50 {out[tg]['p50_us']:6.1f} us  p90 {out[tg]['p90_us']:6.1f} us"
+                      f"  added p50 per hop {out[tg]['added_p50_us']:+6.1f} us")
+            return out
+
+        if args.alternate and args.alternate_only:
+            for rnd in range(args.rounds):
+                print(f"round {rnd + 1}:")
+                alternate_round()
+            summary = {"alternating_1c": alternate_summary()}
+            if args.json:
+                Path(args.json).write_text(json.dumps(summary, indent=2))
+            return
         results = []
         for rnd in range(args.rounds):
             # Rotate the order so no target always runs first or last.
@@ -444,6 +499,8 @@ def main():
                 hop_x = row[(l, name)]["p50_us"] - row[(l, "direct")]["p50_us"]
                 print(f"  {name}/txgate throughput {row[(t, name)]['rps'] / row[(t, 'txgate')]['rps']:.2f}x;"
                       f" added p50 per hop: {name} {hop_x} us (limits off {hop_t} us)")
+            if args.alternate:
+                alternate_round()
             if args.baseline_bin:
                 hop_b = row[(l, "before")]["p50_us"] - row[(l, "direct")]["p50_us"]
                 print(f"  txgate/before throughput {row[(t, 'txgate')]['rps'] / row[(t, 'before')]['rps']:.2f}x;"
@@ -534,6 +591,8 @@ def main():
             print(f"  txgate (lanes)/pool throughput: {statistics.median(pool_ratio):.2f}x;"
                   f" added p50 per hop: pool {summary['added_p50_us_median']['pool']:.0f} us")
         print(f"  non-2xx answers: {summary['errors']}")
+        if args.alternate:
+            summary["alternating_1c"] = alternate_summary()
         if args.json:
             Path(args.json).write_text(json.dumps(summary, indent=2))
     finally:
