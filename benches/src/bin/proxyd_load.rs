@@ -6,10 +6,14 @@
 //! connection's). Requests are due at a fixed rate (open loop: latency is
 //! counted from when a request was due, so a queue at the client shows).
 //!
-//! Two workloads, each in interleaved rounds: one transaction a request
+//! Three workloads, each in interleaved rounds: one transaction a request
 //! (a submission) at `--rate` requests/s, and 100 a request (proxyd's
-//! largest, a bundle) at `--bundle-rate`. A tenth of the transactions carry
-//! calldata banned by failure reports posted first. Per round: p50 and p99
+//! largest, a bundle) at `--bundle-rate`, twice: with a tenth of the
+//! transactions carrying calldata banned by failure reports posted first
+//! (so every request holds one and is refused: nothing is remembered), and
+//! with honest transactions only (every one answered `false`, so each is
+//! remembered for the sidecar's later word, hash to fingerprint and
+//! sender). Per round: p50 and p99
 //! latency, txgate's CPU per request and per transaction (utime+stime from
 //! /proc), the load client's own CPU per request, errors; and the same-run
 //! baseline: one libsecp256k1 sender recovery, timed in this process on the
@@ -121,6 +125,17 @@ fn report(n: u64) -> String {
         "blob_hashes": [], "max_fee_per_blob_gas": 0, "authorization_list": []
     }])
     .to_string()
+}
+
+/// The workloads.
+#[derive(Debug, Clone, Copy)]
+enum Work {
+    /// One transaction a request.
+    One,
+    /// 100 a request, one or more banned: refused, nothing remembered.
+    Refused,
+    /// 100 honest ones a request: all allowed, all remembered.
+    Honest,
 }
 
 /// One round's figures: latency in ms, CPU in µs.
@@ -293,17 +308,31 @@ async fn run(a: Args) {
     let pool: Vec<Vec<u8>> = (0..(singles_n.max(bundles_n * 100).clamp(1_000, 200_000)) as u64)
         .map(signed)
         .collect();
-    let encode = |txs: &[Vec<u8>]| {
-        let slices: Vec<&[u8]> = txs.iter().map(Vec::as_slice).collect();
+    let encode = |txs: &[&Vec<u8>]| {
+        let slices: Vec<&[u8]> = txs.iter().map(|t| t.as_slice()).collect();
         Bytes::from(txgate_proto::proxyd::encode::request(&slices).unwrap())
     };
+    let all: Vec<&Vec<u8>> = pool.iter().collect();
+    // Every tenth transaction is a banned one (`signed`).
+    let honest_pool: Vec<&Vec<u8>> = pool
+        .iter()
+        .enumerate()
+        .filter(|(n, _)| n % 10 != 0)
+        .map(|(_, tx)| tx)
+        .collect();
     let singles: Vec<Bytes> = (0..singles_n)
-        .map(|i| encode(&pool[i % pool.len()..=i % pool.len()]))
+        .map(|i| encode(&all[i % all.len()..=i % all.len()]))
         .collect();
     let bundles: Vec<Bytes> = (0..bundles_n)
         .map(|i| {
-            let start = (i * 100) % (pool.len() - 100);
-            encode(&pool[start..start + 100])
+            let start = (i * 100) % (all.len() - 100);
+            encode(&all[start..start + 100])
+        })
+        .collect();
+    let honest: Vec<Bytes> = (0..bundles_n)
+        .map(|i| {
+            let start = (i * 100) % (honest_pool.len() - 100);
+            encode(&honest_pool[start..start + 100])
         })
         .collect();
     println!(
@@ -321,14 +350,21 @@ async fn run(a: Args) {
         singles[..singles.len() / 10].to_vec(),
     )
     .await;
-    let (mut one, mut hundred, mut recoveries) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut one, mut hundred, mut clean, mut recoveries) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for r in 0..a.rounds {
-        let order = if r % 2 == 0 { [1, 100] } else { [100, 1] };
-        for txs in order {
-            if txs == 1 {
-                one.push(round(aeges_port, pid, a.rate, 1, singles.clone()).await);
-            } else {
-                hundred.push(round(aeges_port, pid, a.bundle_rate, 100, bundles.clone()).await);
+        // Rotated: no workload always first or last.
+        let mut order = [Work::One, Work::Refused, Work::Honest];
+        order.rotate_left(r as usize % 3);
+        for work in order {
+            match work {
+                Work::One => one.push(round(aeges_port, pid, a.rate, 1, singles.clone()).await),
+                Work::Refused => {
+                    hundred.push(round(aeges_port, pid, a.bundle_rate, 100, bundles.clone()).await);
+                }
+                Work::Honest => {
+                    clean.push(round(aeges_port, pid, a.bundle_rate, 100, honest.clone()).await);
+                }
             }
         }
         recoveries.push(recovery_us(&pool[..pool.len().min(2000)]));
@@ -337,5 +373,6 @@ async fn run(a: Args) {
     println!("  baseline: one libsecp256k1 recovery {recovery:.2} µs (same run, this process)");
     summary("1 tx", &one, recovery);
     summary("100 tx", &hundred, recovery);
+    summary("100 tx, all honest (remembered)", &clean, recovery);
     drop(txgate);
 }

@@ -96,7 +96,7 @@ impl Shared {
         at_head: bool,
         params: Option<&str>,
         timeout: Option<Duration>,
-        overlap: Option<&Overlap<'_>>,
+        overlap: Option<&Overlap>,
     ) -> OnLane {
         let (Some(ws), Some(overlap)) = (&self.websockets, overlap) else {
             return NOT_OFFERED;
@@ -127,7 +127,7 @@ impl Shared {
         plan: &Plan,
         role: Role,
         timeout: Option<Duration>,
-        overlap: Option<&Overlap<'_>>,
+        overlap: Option<&Overlap>,
     ) -> OnLane {
         let (Some(ws), Some(overlap)) = (&self.websockets, overlap) else {
             return NOT_OFFERED;
@@ -161,10 +161,10 @@ impl Shared {
     /// Counts an HTTP call forwarded to the node group until the guard is
     /// dropped, for a lane to know whether calls overlap (`None`: lanes
     /// off).
-    pub(super) fn overlap(&self) -> Option<Overlap<'_>> {
+    pub(super) fn overlap(&self) -> Option<Overlap> {
         self.websockets
             .as_deref()
-            .map(websocket::WebSockets::overlap)
+            .map(|ws| ws.overlap(&self.metrics))
     }
 
     /// The answer to calls queued on a lane to `node`, as the pool's.

@@ -16,10 +16,10 @@
 //! The rules are the lane's, with one difference where an HTTP call has a
 //! way a WebSocket session does not, the pool:
 //! - a call takes the lane only while at least
-//!   `websocket.http_lane_min_overlap` other HTTP calls are in flight (1 by
-//!   default): a lane saves by writing overlapping calls together, and a
-//!   call alone gets its answer sooner over the pool, one task hop fewer
-//!   ([`Overlap`]);
+//!   `websocket.http_lane_min_overlap` other HTTP calls of its worker are in
+//!   flight (1 by default): a lane saves by writing overlapping calls
+//!   together, and a call alone gets its answer sooner over the pool, one
+//!   task hop fewer ([`Overlap`]);
 //! - a call takes the lane only while its socket is open; otherwise it
 //!   goes over the pool and the lane is opened in the background (not for
 //!   [`lane::UNREACHABLE_FOR`] after a failed open: a node without a
@@ -35,7 +35,7 @@
 //! - an answer over `upstream.max_response_bytes` is refused alone.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -67,26 +67,40 @@ pub(crate) enum LaneCall {
 }
 
 /// One HTTP call, from its offer to a lane to its answer (the lane's or
-/// the pool's): how many others were in flight when it started.
+/// the pool's): its worker's lanes, and how many other calls of that
+/// worker were in flight when it started. Counted per worker, because a
+/// lane is: a call alone on its worker would be written alone, whatever
+/// the other workers do (and the count stays on the worker's core).
 #[derive(Debug)]
-pub(crate) struct Overlap<'a> {
-    calls: &'a AtomicUsize,
+pub(crate) struct Overlap {
+    lane: Option<Arc<lane::Lane>>,
     others: usize,
 }
 
-impl Drop for Overlap<'_> {
+impl Drop for Overlap {
     fn drop(&mut self) {
-        self.calls.fetch_sub(1, Ordering::Relaxed);
+        if let Some(lane) = &self.lane {
+            lane.http_calls.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
 impl WebSockets {
-    /// Counts an HTTP call in flight until the guard is dropped: hold it
-    /// until the call is answered, whichever way it went.
-    pub(crate) fn overlap(&self) -> Overlap<'_> {
+    /// Counts an HTTP call in flight on this worker until the guard is
+    /// dropped: hold it until the call is answered, whichever way it went.
+    /// A worker that is draining counts none (its calls take no lane).
+    pub(crate) fn overlap(&self, metrics: &Arc<Metrics>) -> Overlap {
+        if !self.settings.http_lanes || self.stop.is_cancelled() {
+            return Overlap {
+                lane: None,
+                others: 0,
+            };
+        }
+        let lane = self.lanes.here(&self.settings, &self.stop, metrics);
+        let others = lane.http_calls.fetch_add(1, Ordering::Relaxed);
         Overlap {
-            others: self.http_calls.fetch_add(1, Ordering::Relaxed),
-            calls: &self.http_calls,
+            lane: Some(lane),
+            others,
         }
     }
 
@@ -114,13 +128,14 @@ impl WebSockets {
         node: usize,
         calls: &[(&Call<'_>, Option<&str>, String)],
         batch: bool,
-        overlap: &Overlap<'_>,
+        overlap: &Overlap,
         metrics: &Arc<Metrics>,
     ) -> Option<Sent> {
-        let sent = if overlap.others < self.settings.http_lane_min_overlap {
-            None
-        } else {
-            self.try_send(node, calls, batch, metrics)
+        let sent = match &overlap.lane {
+            Some(here) if overlap.others >= self.settings.http_lane_min_overlap => {
+                self.try_send(here, node, calls, batch, metrics)
+            }
+            _ => None,
         };
         if sent.is_none() {
             metrics
@@ -134,6 +149,7 @@ impl WebSockets {
 
     fn try_send(
         &self,
+        here: &Arc<lane::Lane>,
         node: usize,
         calls: &[(&Call<'_>, Option<&str>, String)],
         batch: bool,
@@ -150,7 +166,6 @@ impl WebSockets {
         if self.stop.is_cancelled() {
             return None;
         }
-        let here = self.lanes.here(&self.settings, &self.stop, metrics);
         if !here.ready_for_http(node) {
             return None;
         }

@@ -36,7 +36,7 @@
 //! lanes to other nodes go on.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
 use std::time::Duration;
@@ -247,6 +247,9 @@ pub(super) struct Lane {
     wanted: Vec<AtomicBool>,
     /// `None` in unit tests: nothing is started.
     driver: Option<Driver>,
+    /// HTTP calls of this worker between their offer to a lane and their
+    /// answer, on a lane or the pool (`http_lane::Overlap`).
+    pub(super) http_calls: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -317,6 +320,7 @@ impl Lane {
             open: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
             wanted: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
             driver,
+            http_calls: AtomicUsize::new(0),
         }
     }
 

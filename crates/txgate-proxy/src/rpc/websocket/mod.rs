@@ -64,9 +64,6 @@ pub struct WebSockets {
     lanes: lane::Lanes,
     /// Subscriptions open (or asked for) on every socket of the process.
     subscriptions: AtomicUsize,
-    /// HTTP calls of the process between their offer to a lane and their
-    /// answer, on a lane or the pool ([`http_lane::Overlap`]).
-    http_calls: AtomicUsize,
     admission: AdmissionLayer,
     /// Cancelled when txgate drains: sessions answer what is in flight
     /// and close with 1001.
@@ -218,7 +215,6 @@ impl WebSockets {
                 ping_interval: ws.ping_interval,
             }),
             subscriptions: AtomicUsize::new(0),
-            http_calls: AtomicUsize::new(0),
             admission,
             stop,
         }))
