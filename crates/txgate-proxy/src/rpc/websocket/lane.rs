@@ -770,6 +770,16 @@ mod tests {
         assert_eq!(second.send(2, Utf8Bytes::from_static("{}"), 1024), None);
     }
 
+    /// The generation and takes of the failure `events` was told of next.
+    fn told_down(events: &mut mpsc::UnboundedReceiver<Event>) -> (u64, u64) {
+        match events.try_recv() {
+            Ok(Event::Down {
+                generation, taken, ..
+            }) => (generation, taken),
+            other => panic!("no failure told: {other:?}"),
+        }
+    }
+
     #[test]
     fn a_failure_tells_what_its_socket_took_from_what_was_still_queued() {
         let lane = Arc::new(Lane::new(1, None));
@@ -782,12 +792,7 @@ mod tests {
         assert!(take(&lane, 0).is_empty(), "nothing queued: no take counted");
         let third = seat.send(0, text(), 1024).unwrap();
         down(&lane, 0, &Metrics::new());
-        let Ok(Event::Down {
-            generation, taken, ..
-        }) = events.try_recv()
-        else {
-            panic!("no failure told");
-        };
+        let (generation, taken) = told_down(&mut events);
         assert!(
             !first.unsent(generation, taken),
             "taken: it may have been written"
@@ -802,12 +807,7 @@ mod tests {
         let fourth = seat.send(0, text(), 1024).unwrap();
         assert_eq!(fourth.generation, 1);
         down(&lane, 0, &Metrics::new());
-        let Ok(Event::Down {
-            generation, taken, ..
-        }) = events.try_recv()
-        else {
-            panic!("no failure told");
-        };
+        let (generation, taken) = told_down(&mut events);
         assert_eq!(generation, 1);
         assert!(fourth.unsent(generation, taken));
         // A call of an earlier generation is not among a later one's
