@@ -92,10 +92,7 @@ impl Shared {
                 .first()
                 .map_or((Role::Replica, false), |p| (p.role, p.submits));
             let started = Instant::now();
-            let overlap = self.overlap();
-            let lane = self
-                .batch_on_lane(entries, &plan, role, timeout, overlap.as_ref())
-                .await;
+            let (lane, overlap) = self.batch_on_lane(entries, &plan, role, timeout).await;
             let result = self
                 .after_lane(
                     lane,

@@ -87,8 +87,10 @@ impl Shared {
     }
 
     /// A lone call sent on the worker's lane to its node (with `params`),
-    /// when lanes carry it ([`websocket::http_lane`]).
-    /// `overlap`: this call's count in flight ([`Shared::overlap`]).
+    /// when lanes carry it ([`websocket::http_lane`]). With it, when lanes
+    /// may carry it, its count among the worker's calls in flight
+    /// ([`Overlap`]): hold it until the call is answered, by the lane or by
+    /// the pool.
     pub(super) async fn on_lane(
         &self,
         call: &Call<'_>,
@@ -96,47 +98,47 @@ impl Shared {
         at_head: bool,
         params: Option<&str>,
         timeout: Option<Duration>,
-        overlap: Option<&Overlap>,
-    ) -> OnLane {
-        let (Some(ws), Some(overlap)) = (&self.websockets, overlap) else {
-            return NOT_OFFERED;
+    ) -> (OnLane, Option<Overlap>) {
+        let Some(ws) = &self.websockets else {
+            return (NOT_OFFERED, None);
         };
         let Some(id) = &call.id else {
-            return NOT_OFFERED;
+            return (NOT_OFFERED, None);
         };
         if !ws.http_lane_carries(&call.method) {
-            return NOT_OFFERED;
+            return (NOT_OFFERED, None);
         }
         let Some(node) = self.upstream.pick(role, at_head) else {
-            return NOT_OFFERED;
+            return (NOT_OFFERED, None);
         };
+        let overlap = ws.overlap(&self.metrics);
         let calls = [(call, params, id.as_str().to_string())];
-        let Some(sent) = ws.http_send(node, &calls, false, overlap, &self.metrics) else {
-            return NOT_OFFERED;
+        let Some(sent) = ws.http_send(node, &calls, false, &overlap, &self.metrics) else {
+            return (NOT_OFFERED, Some(overlap));
         };
-        self.lane_answer(sent, node, timeout).await
+        (self.lane_answer(sent, node, timeout).await, Some(overlap))
     }
 
     /// A batch's calls sent on the worker's lane to the node of `role`,
     /// when lanes carry every one (at most four, none pinned to the agreed
     /// head, none a notification), always as an array: the node's answer
     /// with the positions as ids, as the pool's would be.
+    /// With it, as for a lone call, its count in flight.
     pub(super) async fn batch_on_lane(
         &self,
         entries: &[Entry<'_>],
         plan: &Plan,
         role: Role,
         timeout: Option<Duration>,
-        overlap: Option<&Overlap>,
-    ) -> OnLane {
-        let (Some(ws), Some(overlap)) = (&self.websockets, overlap) else {
-            return NOT_OFFERED;
+    ) -> (OnLane, Option<Overlap>) {
+        let Some(ws) = &self.websockets else {
+            return (NOT_OFFERED, None);
         };
         if plan.at_head
             || plan.forwarded_at.is_empty()
             || plan.forwarded_at.len() > websocket::http_lane::MAX_CALLS
         {
-            return NOT_OFFERED;
+            return (NOT_OFFERED, None);
         }
         let mut calls = Vec::with_capacity(plan.forwarded_at.len());
         for &index in &plan.forwarded_at {
@@ -146,25 +148,17 @@ impl Shared {
                 {
                     calls.push((call, None, index.to_string()));
                 }
-                _ => return NOT_OFFERED,
+                _ => return (NOT_OFFERED, None),
             }
         }
         let Some(node) = self.upstream.pick(role, false) else {
-            return NOT_OFFERED;
+            return (NOT_OFFERED, None);
         };
-        let Some(sent) = ws.http_send(node, &calls, true, overlap, &self.metrics) else {
-            return NOT_OFFERED;
+        let overlap = ws.overlap(&self.metrics);
+        let Some(sent) = ws.http_send(node, &calls, true, &overlap, &self.metrics) else {
+            return (NOT_OFFERED, Some(overlap));
         };
-        self.lane_answer(sent, node, timeout).await
-    }
-
-    /// Counts an HTTP call forwarded to the node group until the guard is
-    /// dropped, for a lane to know whether calls overlap (`None`: lanes
-    /// off).
-    pub(super) fn overlap(&self) -> Option<Overlap> {
-        self.websockets
-            .as_deref()
-            .map(|ws| ws.overlap(&self.metrics))
+        (self.lane_answer(sent, node, timeout).await, Some(overlap))
     }
 
     /// The answer to calls queued on a lane to `node`, as the pool's.

@@ -91,10 +91,9 @@ impl Shared {
         let started = Instant::now();
         let timeout = self.sync.timeout(usize::from(sync.is_some()));
         let params = pinned.as_deref().or(call.params.map(|p| p.get()));
-        let overlap = self.overlap();
-        let lane = self
-            .on_lane(call, role, at_head, params, timeout, overlap.as_ref())
-            .await;
+        // `overlap` counts the call among its worker's lane calls in
+        // flight until it is answered, whichever way it goes.
+        let (lane, overlap) = self.on_lane(call, role, at_head, params, timeout).await;
         let result = self
             .after_lane(lane, role, !submission, at_head, body, timeout, started)
             .await;
