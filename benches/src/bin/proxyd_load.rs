@@ -355,7 +355,7 @@ async fn run(a: Args) {
     for r in 0..a.rounds {
         // Rotated: no workload always first or last.
         let mut order = [Work::One, Work::Refused, Work::Honest];
-        order.rotate_left(r as usize % 3);
+        order.rotate_left(r % 3);
         for work in order {
             match work {
                 Work::One => one.push(round(aeges_port, pid, a.rate, 1, singles.clone()).await),
