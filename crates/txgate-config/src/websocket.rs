@@ -126,10 +126,11 @@ pub struct WebSocketConfig {
     /// saves txgate 17-24% of its CPU per submission.
     pub http_lane_submissions: bool,
     /// How many other HTTP calls of the same worker that lanes carry must
-    /// be in flight (on a lane or the pool) for an HTTP call to take a lane: a lane saves only by writing
-    /// overlapping calls together, and a call alone answers sooner over the
-    /// pool, one task hop fewer. 1 (the default): lanes under load, the
-    /// pool at light load; 0: the lane whenever it is open.
+    /// be in flight (on a lane or the pool) for an HTTP call to take a
+    /// lane: a lane saves only by writing overlapping calls together, and a
+    /// call alone answers sooner over the pool, one task hop fewer. 1 (the
+    /// default): lanes under load, the pool at light load; 0: the lane
+    /// whenever it is open.
     pub http_lane_min_overlap: usize,
 }
 

@@ -168,8 +168,10 @@ impl Reports {
         // each time the transaction fails anew) is shared once. Asked
         // before it is queued: the worker may apply this very report
         // before the queue call returns.
-        let now = self.screen.millis(tokio::time::Instant::now().into_std());
-        let repeated = self.screen.already_learned(&invalidation, now);
+        let repeated = self.share.is_some() && {
+            let now = self.screen.millis(tokio::time::Instant::now().into_std());
+            self.screen.already_learned(&invalidation, now)
+        };
         let queued = tokio::time::timeout(
             QUEUE_WAIT,
             crate::sidecar::worker::queue(invalidation, &self.queue, &self.metrics),

@@ -25,12 +25,16 @@ const TOO_LARGE: &str = "txgate_http_lane_calls_total{result=\"too_large\"}";
 
 const LANES_OPEN: &str = "txgate_ws_lanes_open";
 
+/// `eth_chainId` with `id`.
+fn chain_id(id: u32) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []}).to_string()
+}
+
 /// Sends `eth_chainId` on new connections until `lanes` lanes are open:
 /// a lane opens in the background on an HTTP call that finds it closed
 /// (that call goes over the pool), and each worker has its own.
 async fn open_lanes(txgate: &InProcess, lanes: f64) {
-    let call =
-        json!({"jsonrpc": "2.0", "id": 0, "method": "eth_chainId", "params": []}).to_string();
+    let call = chain_id(0);
     let opened = eventually(Duration::from_secs(20), || async {
         let (_, answer) = rpc_json(&txgate.url, &call).await;
         assert_eq!(answer["result"], "0x7a69", "{answer}");
@@ -177,9 +181,6 @@ async fn a_lane_that_fails_answers_its_http_call_and_the_next_call_opens_another
             lanes_through(&relay, "")
         ),
     );
-    let chain_id = |id: u32| {
-        json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []}).to_string()
-    };
     open_lanes(&txgate, 1.0).await;
     let before = txgate.metrics().await;
     let (_, first) = rpc_json(&txgate.url, &chain_id(1)).await;
@@ -208,11 +209,7 @@ async fn a_lane_that_fails_answers_its_http_call_and_the_next_call_opens_another
     assert_eq!(status, StatusCode::BAD_GATEWAY);
     // The next call goes over the pool and opens a new lane (after the
     // lane's pause), which the calls after it take.
-    let (_, next) = rpc_json(
-        &txgate.url,
-        &json!({"jsonrpc": "2.0", "id": 3, "method": "eth_chainId", "params": []}).to_string(),
-    )
-    .await;
+    let (_, next) = rpc_json(&txgate.url, &chain_id(3)).await;
     assert_eq!(next["result"], "0x7a69", "{next}");
     assert_eq!(next["id"], 3, "{next}");
     open_lanes(&txgate, 1.0).await;
@@ -289,11 +286,7 @@ async fn a_node_whose_websocket_cannot_be_opened_gets_http_calls_over_the_pool(k
         &format!("[websocket]\nupstream_url = \"{dead}\"\nhttp_lane_min_overlap = 0\n"),
     );
     for id in 0..20u32 {
-        let (status, answer) = rpc_json(
-            &txgate.url,
-            &json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []}).to_string(),
-        )
-        .await;
+        let (status, answer) = rpc_json(&txgate.url, &chain_id(id)).await;
         assert_eq!(status, StatusCode::OK, "{answer}");
         assert_eq!(answer["result"], "0x7a69", "{answer}");
         assert_eq!(answer["id"], id, "{answer}");
@@ -396,9 +389,6 @@ async fn a_lone_http_call_keeps_the_pool_and_overlapping_calls_take_the_lane(kin
             relay.url
         ),
     );
-    let chain_id = |id: u32| {
-        json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId", "params": []}).to_string()
-    };
     for id in 0..20u32 {
         let (status, answer) = rpc_json(&txgate.url, &chain_id(id)).await;
         assert_eq!(status, StatusCode::OK, "{answer}");

@@ -17,9 +17,10 @@
 //! way a WebSocket session does not, the pool:
 //! - a call takes the lane only while at least
 //!   `websocket.http_lane_min_overlap` other HTTP calls of its worker that
-//!   lanes carry are in flight, over a lane or the pool (1 by default): a lane saves by writing overlapping calls
-//!   together, and a call alone gets its answer sooner over the pool, one
-//!   task hop fewer ([`Overlap`]);
+//!   lanes carry are in flight, over a lane or the pool (1 by default): a
+//!   lane saves by writing overlapping calls together, and a call alone
+//!   gets its answer sooner over the pool, one task hop fewer
+//!   ([`Overlap`]);
 //! - a call takes the lane only while its socket is open; otherwise it
 //!   goes over the pool and the lane is opened in the background (not for
 //!   [`lane::UNREACHABLE_FOR`] after a failed open: a node without a
